@@ -1,0 +1,7 @@
+"""``python -m clink``: the same as the ``clink`` command."""
+
+import sys
+
+from clink.cli import main
+
+sys.exit(main())

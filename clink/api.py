@@ -1,0 +1,176 @@
+"""``clink.sql``, ``clink.compile`` and ``clink.load``: the Python front door.
+
+The only module besides the CLI that imports both the compiler and the runtime; it holds glue,
+not logic.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Iterable, Iterator, Mapping
+from pathlib import Path
+
+import pyarrow as pa
+
+from clink.errors import UsageError
+from clink.runtime.context import RuntimeContext
+from clink.runtime.executor import Job, Metrics
+from clink.runtime.loader import load_generated, load_plan_file
+from clink.runtime.plan import Plan as _RuntimePlan
+
+__all__ = ["Plan", "Result", "compile", "load", "sql"]
+
+
+class Plan:
+    """A compiled pipeline: the generated module's ``source``, its ``explain()`` text, and the
+    runtime plan it defines. ``run()`` executes it."""
+
+    def __init__(self, runtime_plan: _RuntimePlan, *, source: str | None = None, explain_text: str | None = None) -> None:
+        self.runtime_plan = runtime_plan
+        self.source = source
+        self._explain = explain_text
+
+    @property
+    def name(self) -> str:
+        return self.runtime_plan.name
+
+    @property
+    def fingerprint(self) -> str:
+        return self.runtime_plan.fingerprint
+
+    def explain(self) -> str:
+        """The logical and physical plans as text (for a loaded module: its physical nodes)."""
+        if self._explain is not None:
+            return self._explain
+        return "\n".join(f"[{n.id}] {type(n).__name__} {getattr(n, 'table', '')}" for n in self.runtime_plan.nodes)
+
+    def run(self, *, config: Mapping[str, str] | None = None, context: RuntimeContext | None = None) -> Result:
+        """Start the pipeline; the returned ``Result`` gives its rows."""
+        return Result(self, config=config, context=context)
+
+    def __repr__(self) -> str:
+        return f"<clink.Plan {self.name} sha256:{self.fingerprint}>"
+
+
+class Result:
+    """The rows of a running pipeline's bare ``SELECT`` queries.
+
+    ``to_arrow()`` runs a bounded pipeline to its end and returns the query's rows as one
+    table; iterating yields ``RecordBatch``es as they are produced, which also works for
+    unbounded sources. ``INSERT`` statements write to their sinks either way.
+    """
+
+    def __init__(self, plan: Plan, *, config: Mapping[str, str] | None = None,
+                 context: RuntimeContext | None = None) -> None:
+        self.plan = plan
+        self._pending: dict[str, deque[pa.RecordBatch]] = {
+            s.table: deque() for s in plan.runtime_plan.sinks if s.connector == "collect"}
+        self._schemas = {s.table: s.schema for s in plan.runtime_plan.sinks if s.connector == "collect"}
+        ctx = context or RuntimeContext()
+        ctx = ctx.with_config(dict(config or {}))
+        ctx.on_result = self._deliver
+        self._job = Job(plan.runtime_plan, ctx)
+
+    @property
+    def explain(self) -> tuple[str, ...]:
+        """The text of each EXPLAIN statement in the script."""
+        return self.plan.runtime_plan.explain
+
+    @property
+    def queries(self) -> list[str]:
+        return list(self._schemas)
+
+    @property
+    def metrics(self) -> Metrics:
+        return self._job.metrics
+
+    def _deliver(self, name: str, batch: pa.RecordBatch) -> None:
+        self._pending[name].append(batch)
+
+    def _query_name(self, query: str | None) -> str:
+        if query is not None:
+            if query not in self._schemas:
+                raise UsageError(f"no query named {query!r}; queries: {', '.join(self._schemas) or 'none'}")
+            return query
+        if len(self._schemas) == 1:
+            return next(iter(self._schemas))
+        if not self._schemas:
+            raise UsageError("the script has no SELECT query whose rows could be returned")
+        raise UsageError(f"the script has {len(self._schemas)} queries; name one: {', '.join(self._schemas)}")
+
+    def run(self) -> Metrics:
+        """Run to the end; results of queries are kept for ``to_arrow``."""
+        unbounded = self._job.unbounded_sources
+        if unbounded:
+            raise UsageError(f"the pipeline reads unbounded source(s) {', '.join(unbounded)}: it never ends; "
+                             "iterate over the result instead, or set 'number-of-rows'")
+        return self._job.run()
+
+    def to_arrow(self, query: str | None = None) -> pa.Table:
+        """All rows of ``query`` (the only query, if there is one) as a ``pyarrow.Table``."""
+        name = self._query_name(query)
+        self.run()
+        batches = list(self._pending[name])
+        self._pending[name].clear()
+        return pa.Table.from_batches(batches, schema=self._schemas[name])
+
+    def to_pylist(self, query: str | None = None) -> list[dict]:
+        return self.to_arrow(query).to_pylist()
+
+    def batches(self, query: str | None = None) -> Iterator[pa.RecordBatch]:
+        """Yield the batches of ``query`` as the pipeline produces them."""
+        name = self._query_name(query)
+        pending = self._pending[name]
+        while True:
+            while pending:
+                yield pending.popleft()
+            if self._job.finished:
+                return
+            if not self._job.step():
+                import time
+
+                time.sleep(0.005)
+
+    def __iter__(self) -> Iterator[pa.RecordBatch]:
+        return self.batches()
+
+    def cancel(self) -> None:
+        self._job.cancel()
+
+
+def compile(text: str | Iterable[str], *, name: str = "<sql>") -> Plan:  # noqa: A001 - the public verb
+    """Compile SQL (one string, or several statements) into a ``Plan``.
+
+    >>> plan = compile("CREATE TABLE t (a INT) WITH ('connector' = 'datagen', 'number-of-rows' = '2');"
+    ...                "SELECT a FROM t")
+    >>> plan.source.startswith("# Generated by clink")
+    True
+    """
+    from clink.compiler import compile_text
+
+    if not isinstance(text, str):
+        text = ";\n".join(s.strip().rstrip(";") for s in text)
+    compiled = compile_text(text, name=name)
+    module = load_generated(compiled.source, name=name, fingerprint=compiled.fingerprint)
+    runtime_plan = module.PLAN
+    return Plan(runtime_plan, source=compiled.source, explain_text=compiled.explain())
+
+
+def sql(text: str | Iterable[str], *, config: Mapping[str, str] | None = None,
+        context: RuntimeContext | None = None, name: str = "<sql>") -> Result:
+    """Compile and start a pipeline; the ``Result`` gives the rows of its ``SELECT``.
+
+    >>> r = sql("CREATE TABLE t (a INT) WITH ('connector' = 'datagen', 'number-of-rows' = '3', "
+    ...         "'fields.a.kind' = 'sequence', 'fields.a.start' = '1', 'fields.a.end' = '3');"
+    ...         "SELECT a * 10 AS b FROM t")
+    >>> r.to_arrow().column("b").to_pylist()
+    [10, 20, 30]
+    """
+    return compile(text, name=name).run(config=config, context=context)
+
+
+def load(path: str | Path) -> Plan:
+    """Load a module written by ``clink compile -o plan.py``."""
+    path = Path(path)
+    source = path.read_text(encoding="utf-8") if path.exists() else None
+    return Plan(load_plan_file(path), source=source)

@@ -1,0 +1,227 @@
+"""The ``clink`` command: compile | run | explain.
+
+Exit codes: 0 success, 1 the pipeline failed while running, 2 a usage or SQL error. Errors are
+printed as ``file:line:col: error: ...`` with the source line and a caret; ``--debug`` adds the
+Python traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import traceback
+from pathlib import Path
+
+from clink import __version__
+from clink.errors import ClinkError, UsageError
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="clink", description="Streaming SQL, compiled to Python, run anywhere.")
+    parser.add_argument("--version", action="version", version=f"clink {__version__}")
+    parser.add_argument("--debug", action="store_true", help="show Python tracebacks on errors")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+
+    p = sub.add_parser("compile", help="compile a SQL pipeline into a Python module")
+    p.add_argument("file", help="the pipeline (.sql)")
+    p.add_argument("-o", "--output", help="where to write the module (default: standard output)")
+
+    p = sub.add_parser("run", help="run a pipeline (.sql, or a module from `clink compile`)")
+    p.add_argument("file", help="the pipeline (.sql or .py)")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                   help="a configuration setting, as SET 'KEY' = 'VALUE' would (repeatable)")
+    p.add_argument("--progress", action="store_true", help="show rows in and out while running")
+
+    p = sub.add_parser("explain", help="print the logical and physical plans")
+    p.add_argument("file", help="the pipeline (.sql)")
+    p.add_argument("--rewrites", action="store_true", help="also print the plan after each rewrite")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = _parser()
+    args = parser.parse_args(argv)
+    if args.command is None:
+        parser.print_help(sys.stderr)
+        return 2
+    sources: dict[str, str] = {}
+    try:
+        if args.command == "compile":
+            return _compile(args, sources)
+        if args.command == "run":
+            return _run(args, sources)
+        if args.command == "explain":
+            return _explain(args, sources)
+        raise UsageError(f"unknown command {args.command!r}")
+    except ClinkError as exc:
+        if args.debug:
+            traceback.print_exc()
+        print(exc.render(sources), file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        return 0
+    except Exception as exc:  # noqa: BLE001 - the last line of defence against a raw traceback
+        if args.debug:
+            traceback.print_exc()
+        print(f"error: internal error: {type(exc).__name__}: {exc}\n"
+              "this is a bug in clink; run again with --debug to see the traceback", file=sys.stderr)
+        return 1
+
+
+def _read_sql(path: str, sources: dict[str, str]) -> tuple[str, str]:
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise UsageError(f"no such file: {path}") from None
+    except OSError as exc:
+        raise UsageError(f"cannot read {path}: {exc.strerror}") from None
+    except UnicodeDecodeError:
+        raise UsageError(f"{path} is not UTF-8 text") from None
+    sources[p.name] = text
+    return p.name, text
+
+
+def _compile(args: argparse.Namespace, sources: dict[str, str]) -> int:
+    from clink.compiler import compile_text
+
+    name, text = _read_sql(args.file, sources)
+    compiled = compile_text(text, name=name)
+    if args.output:
+        out = Path(args.output)
+        try:
+            out.write_text(compiled.source, encoding="utf-8")
+        except OSError as exc:
+            raise UsageError(f"cannot write {out}: {exc.strerror}") from None
+        print(f"wrote {out} (plan sha256:{compiled.fingerprint})", file=sys.stderr)
+    else:
+        sys.stdout.write(compiled.source)
+    return 0
+
+
+def _explain(args: argparse.Namespace, sources: dict[str, str]) -> int:
+    from clink.compiler import compile_text
+
+    name, text = _read_sql(args.file, sources)
+    compiled = compile_text(text, name=name)
+    if args.rewrites:
+        for step in compiled.rewrite_trace:
+            print(step)
+            print()
+    sys.stdout.write(compiled.explain())
+    return 0
+
+
+def _settings(pairs: list[str]) -> dict[str, str]:
+    out = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key.strip():
+            raise UsageError(f"--set takes KEY=VALUE, got {pair!r}")
+        out[key.strip()] = value.strip()
+    return out
+
+
+def _run(args: argparse.Namespace, sources: dict[str, str]) -> int:
+    from clink.runtime.connectors.base import TableSpec
+    from clink.runtime.context import RuntimeContext
+    from clink.runtime.executor import Job
+
+    config = _settings(args.set)
+    if args.file.endswith(".py"):
+        from clink.runtime.loader import load_plan_file
+
+        plan = load_plan_file(args.file)
+    else:
+        from clink.api import compile as compile_sql
+
+        name, text = _read_sql(args.file, sources)
+        plan = compile_sql(text, name=name).runtime_plan
+
+    for text in plan.explain:
+        sys.stdout.write(text)
+    ctx = RuntimeContext(config=config)
+    queries = [s for s in plan.sinks if s.connector == "collect"]
+    table_mode = sys.stdout.isatty() and len(queries) == 1
+    collected: dict[str, list] = {q.table: [] for q in queries}
+    printers = {}
+    if not table_mode:
+        print_connector = ctx.connectors.get("print")
+        for q in queries:
+            spec = TableSpec(name=q.table, schema=q.schema, table_schema=q.schema,
+                             options={"print-identifier": q.table} if len(queries) > 1 else {})
+            printers[q.table] = print_connector.create_sink(spec, ctx)
+
+    def deliver(name: str, batch) -> None:
+        if table_mode:
+            collected[name].append(batch)
+        else:
+            printers[name].write(batch)
+
+    ctx.on_result = deliver
+    job = Job(plan, ctx)
+    if table_mode and job.unbounded_sources:
+        # An endless query cannot wait for the end to show a table: stream its rows instead.
+        table_mode = False
+        print_connector = ctx.connectors.get("print")
+        for q in queries:
+            printers[q.table] = print_connector.create_sink(
+                TableSpec(name=q.table, schema=q.schema, table_schema=q.schema), ctx)
+    if not plan.sinks:
+        return 0
+    if args.progress:
+        _run_with_progress(job)
+    else:
+        job.run()
+    for printer in printers.values():
+        printer.close()
+    if table_mode:
+        import pyarrow as pa
+
+        for q in queries:
+            _print_table(pa.Table.from_batches(collected[q.table], schema=q.schema))
+    print(job.metrics.summary(), file=sys.stderr)
+    return 0
+
+
+def _run_with_progress(job) -> None:
+    import time
+
+    from rich.console import Console
+    from rich.live import Live
+
+    console = Console(stderr=True)
+    with Live(console=console, refresh_per_second=4, transient=True) as live:
+        last = 0.0
+        while not job.finished:
+            if not job.step():
+                time.sleep(0.005)
+            now = time.perf_counter()
+            if now - last > 0.25:
+                job._collect_metrics()
+                live.update(f"running: {job.metrics.summary()}")
+                last = now
+
+
+def _print_table(table) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    from clink.runtime.connectors.print import render_text
+
+    view = Table(show_lines=False)
+    for name in table.column_names:
+        view.add_column(name)
+    columns = [render_text(table.column(i).combine_chunks()).to_pylist() for i in range(table.num_columns)]
+    for row in zip(*columns, strict=True) if columns else []:
+        view.add_row(*row)
+    console = Console()
+    console.print(view)
+    console.print(f"{table.num_rows} row{'s' if table.num_rows != 1 else ''}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

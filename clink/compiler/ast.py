@@ -1,0 +1,349 @@
+"""The syntax tree: what the user wrote, with a span on every node.
+
+Nodes are frozen attrs classes built from the parse tree by ``clink.compiler.parse``. Names are
+kept as written (identifiers are case-sensitive, as in Flink SQL); types are already Arrow types,
+because the dialect's type names map one to one onto them (``clink.compiler.types``).
+Spans do not take part in equality, so two trees that differ only in layout are equal.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import attrs
+import pyarrow as pa
+
+from clink.errors import Span
+
+_span = attrs.field(eq=False, repr=False)
+_extra_span = attrs.field(eq=False, repr=False, default=None)
+
+
+@attrs.frozen(kw_only=True)
+class Node:
+    span: Span = _span
+
+
+# ---------------------------------------------------------------- expressions
+
+
+@attrs.frozen(kw_only=True)
+class Expr(Node):
+    pass
+
+
+@attrs.frozen(kw_only=True)
+class Literal(Expr):
+    """A literal; ``kind`` is int, decimal, string, bool, null, date, time, timestamp, timestamp_ltz."""
+
+    kind: str
+    value: Any
+
+
+@attrs.frozen(kw_only=True)
+class IntervalLiteral(Expr):
+    """``INTERVAL '5' SECOND``; ``text`` is the quoted value, ``to_unit`` set for ``HOUR TO MINUTE``."""
+
+    text: str
+    unit: str
+    to_unit: str | None = None
+
+
+@attrs.frozen(kw_only=True)
+class ColumnRef(Expr):
+    name: str
+
+
+@attrs.frozen(kw_only=True)
+class FieldAccess(Expr):
+    """``expr.name``: a qualified column (``o.price``) or a field of a ROW (``r.f``); the binder decides."""
+
+    expr: Expr
+    name: str
+
+
+@attrs.frozen(kw_only=True)
+class QualifiedStar(Expr):
+    """``o.*`` in a select list."""
+
+    qualifier: Expr
+
+
+@attrs.frozen(kw_only=True)
+class Subscript(Expr):
+    """``arr[i]`` (1-based) or ``map['key']``."""
+
+    expr: Expr
+    index: Expr
+
+
+@attrs.frozen(kw_only=True)
+class BinaryOp(Expr):
+    """Arithmetic (``+ - * / %``) and string concatenation (``||``)."""
+
+    op: str
+    left: Expr
+    right: Expr
+
+
+@attrs.frozen(kw_only=True)
+class UnaryOp(Expr):
+    op: str
+    operand: Expr
+
+
+@attrs.frozen(kw_only=True)
+class Comparison(Expr):
+    op: str
+    left: Expr
+    right: Expr
+
+
+@attrs.frozen(kw_only=True)
+class And(Expr):
+    left: Expr
+    right: Expr
+
+
+@attrs.frozen(kw_only=True)
+class Or(Expr):
+    left: Expr
+    right: Expr
+
+
+@attrs.frozen(kw_only=True)
+class Not(Expr):
+    operand: Expr
+
+
+@attrs.frozen(kw_only=True)
+class IsNull(Expr):
+    operand: Expr
+    negated: bool
+
+
+@attrs.frozen(kw_only=True)
+class IsBool(Expr):
+    """``x IS [NOT] TRUE|FALSE``: never NULL."""
+
+    operand: Expr
+    value: bool
+    negated: bool
+
+
+@attrs.frozen(kw_only=True)
+class Between(Expr):
+    operand: Expr
+    low: Expr
+    high: Expr
+    negated: bool
+
+
+@attrs.frozen(kw_only=True)
+class InList(Expr):
+    operand: Expr
+    items: tuple[Expr, ...]
+    negated: bool
+
+
+@attrs.frozen(kw_only=True)
+class Like(Expr):
+    operand: Expr
+    pattern: Expr
+    escape: str | None
+    negated: bool
+
+
+@attrs.frozen(kw_only=True)
+class WindowSpec(Node):
+    """``OVER (PARTITION BY ... ORDER BY ... [frame])``; bound by later operators."""
+
+    partition_by: tuple[Expr, ...]
+    order_by: tuple[tuple[Expr, bool], ...]
+    frame: tuple[str, Expr | None] | None
+
+
+@attrs.frozen(kw_only=True)
+class FunctionCall(Expr):
+    """``name(args)``; ``star`` for ``COUNT(*)``, ``distinct`` for ``COUNT(DISTINCT x)``."""
+
+    name: str
+    args: tuple[Expr, ...]
+    distinct: bool = False
+    star: bool = False
+    over: WindowSpec | None = None
+    name_span: Span | None = _extra_span
+
+
+@attrs.frozen(kw_only=True)
+class Cast(Expr):
+    operand: Expr
+    type: pa.DataType
+    type_span: Span | None = _extra_span
+    try_: bool = False
+
+
+@attrs.frozen(kw_only=True)
+class Extract(Expr):
+    unit: str
+    operand: Expr
+
+
+@attrs.frozen(kw_only=True)
+class Case(Expr):
+    """Searched (``operand`` is None) or simple ``CASE``."""
+
+    operand: Expr | None
+    whens: tuple[tuple[Expr, Expr], ...]
+    else_: Expr | None
+
+
+@attrs.frozen(kw_only=True)
+class CurrentTime(Expr):
+    """``CURRENT_TIMESTAMP``, ``LOCALTIMESTAMP``, ``NOW()``, ``CURRENT_DATE``, ``CURRENT_TIME``."""
+
+    kind: str
+
+
+@attrs.frozen(kw_only=True)
+class Descriptor(Expr):
+    names: tuple[str, ...]
+
+
+@attrs.frozen(kw_only=True)
+class TableArg(Expr):
+    name: str
+
+
+# ---------------------------------------------------------------- queries
+
+
+@attrs.frozen(kw_only=True)
+class SelectItem(Node):
+    pass
+
+
+@attrs.frozen(kw_only=True)
+class Star(SelectItem):
+    """``*`` or ``q.*``."""
+
+    qualifier: str | None = None
+
+
+@attrs.frozen(kw_only=True)
+class AliasedExpr(SelectItem):
+    expr: Expr
+    alias: str | None = None
+
+
+@attrs.frozen(kw_only=True)
+class FromItem(Node):
+    alias: str | None = None
+
+
+@attrs.frozen(kw_only=True)
+class TableRef(FromItem):
+    name: str
+
+
+@attrs.frozen(kw_only=True)
+class SubqueryRef(FromItem):
+    query: Select
+
+
+@attrs.frozen(kw_only=True)
+class TableFunctionRef(FromItem):
+    call: FunctionCall
+
+
+@attrs.frozen(kw_only=True)
+class Select(Node):
+    items: tuple[SelectItem, ...]
+    from_: FromItem
+    where: Expr | None = None
+    group_by: tuple[Expr, ...] = ()
+    having: Expr | None = None
+    distinct: bool = False
+
+
+# ---------------------------------------------------------------- statements
+
+
+@attrs.frozen(kw_only=True)
+class Statement(Node):
+    pass
+
+
+@attrs.frozen(kw_only=True)
+class ColumnDef(Node):
+    name: str
+    type: pa.DataType
+    nullable: bool = True
+
+
+@attrs.frozen(kw_only=True)
+class ComputedColumn(Node):
+    name: str
+    expr: Expr
+
+
+@attrs.frozen(kw_only=True)
+class WatermarkDef(Node):
+    column: str
+    expr: Expr
+
+
+@attrs.frozen(kw_only=True)
+class Property(Node):
+    key: str
+    value: str
+
+
+@attrs.frozen(kw_only=True)
+class CreateTable(Statement):
+    name: str
+    columns: tuple[ColumnDef | ComputedColumn, ...]
+    watermark: WatermarkDef | None = None
+    primary_key: tuple[str, ...] = ()
+    partitioned_by: tuple[str, ...] = ()
+    options: tuple[Property, ...] = ()
+    if_not_exists: bool = False
+    temporary: bool = False
+
+
+@attrs.frozen(kw_only=True)
+class CreateView(Statement):
+    name: str
+    query: Select
+    if_not_exists: bool = False
+    temporary: bool = False
+
+
+@attrs.frozen(kw_only=True)
+class SetStmt(Statement):
+    key: str
+    value: str
+
+
+@attrs.frozen(kw_only=True)
+class Insert(Statement):
+    table: str
+    query: Select
+    table_span: Span | None = _extra_span
+
+
+@attrs.frozen(kw_only=True)
+class Query(Statement):
+    query: Select
+
+
+@attrs.frozen(kw_only=True)
+class Explain(Statement):
+    statement: Insert | Query
+
+
+@attrs.frozen(kw_only=True)
+class Script(Node):
+    """Every statement of one file, in order."""
+
+    statements: tuple[Statement, ...]

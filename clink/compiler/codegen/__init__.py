@@ -1,0 +1,1 @@
+"""Physical plan → the text of a generated Python module."""

@@ -1,0 +1,186 @@
+"""IR expression → ``pyarrow.compute`` source text.
+
+``emit(expr, columns)`` returns Python source that evaluates ``expr`` over a batch whose columns
+are held in the variables ``columns`` (by position). Each IR function name has one emitter.
+Semantics that ``pyarrow.compute`` does not give directly (SQL NULL rules, division by zero,
+1-based positions) live in ``clink.runtime.kernels``, called as ``K.<name>``.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Callable
+
+import pyarrow as pa
+import pyarrow.types as pt
+
+from clink.compiler import ir
+from clink.errors import CompilerBug
+
+
+def type_py(t: pa.DataType) -> str:
+    """Source text that builds the Arrow type ``t``."""
+    if pt.is_null(t):
+        return "pa.null()"
+    if pt.is_boolean(t):
+        return "pa.bool_()"
+    simple = {pa.int8(): "int8", pa.int16(): "int16", pa.int32(): "int32", pa.int64(): "int64",
+              pa.float32(): "float32", pa.float64(): "float64", pa.string(): "string", pa.binary(): "binary",
+              pa.date32(): "date32", pa.large_string(): "large_string"}
+    if t in simple:
+        return f"pa.{simple[t]}()"
+    if pt.is_decimal(t):
+        return f"pa.decimal128({t.precision}, {t.scale})"
+    if pt.is_timestamp(t):
+        return f"pa.timestamp({t.unit!r}, tz={t.tz!r})" if t.tz else f"pa.timestamp({t.unit!r})"
+    if pt.is_time32(t):
+        return f"pa.time32({t.unit!r})"
+    if pt.is_time64(t):
+        return f"pa.time64({t.unit!r})"
+    if pt.is_duration(t):
+        return f"pa.duration({t.unit!r})"
+    if pt.is_interval(t):
+        return "pa.month_day_nano_interval()"
+    if pt.is_struct(t):
+        fields = ", ".join(field_py(t.field(i)) for i in range(t.num_fields))
+        return f"pa.struct([{fields}])"
+    if pt.is_list(t):
+        return f"pa.list_({type_py(t.value_type)})"
+    if pt.is_map(t):
+        return f"pa.map_({type_py(t.key_type)}, {type_py(t.item_type)})"
+    raise CompilerBug(f"no source form for Arrow type {t}")
+
+
+def field_py(f: pa.Field) -> str:
+    nullable = "" if f.nullable else ", nullable=False"
+    return f"pa.field({f.name!r}, {type_py(f.type)}{nullable})"
+
+
+def literal_py(value: object, t: pa.DataType) -> str:
+    if value is None:
+        return f"pa.scalar(None, {type_py(t)})"
+    if isinstance(value, dt.datetime):
+        text = f"dt.datetime({value.year}, {value.month}, {value.day}, {value.hour}, {value.minute}, " \
+               f"{value.second}, {value.microsecond})"
+        return f"pa.scalar({text}, {type_py(t)})"
+    if isinstance(value, dt.date):
+        return f"pa.scalar(dt.date({value.year}, {value.month}, {value.day}), {type_py(t)})"
+    if isinstance(value, dt.time):
+        return f"pa.scalar(dt.time({value.hour}, {value.minute}, {value.second}, {value.microsecond}), {type_py(t)})"
+    if isinstance(value, float) and value != value:
+        return f"pa.scalar(float('nan'), {type_py(t)})"
+    return f"pa.scalar({value!r}, {type_py(t)})"
+
+
+Emitter = Callable[[ir.Call, list[str]], str]
+
+
+def _pc(name: str) -> Emitter:
+    return lambda e, a: f"pc.{name}({', '.join(a)})"
+
+
+def _k(name: str) -> Emitter:
+    return lambda e, a: f"K.{name}({', '.join(a)})"
+
+
+def _k_params(name: str) -> Emitter:
+    return lambda e, a: f"K.{name}({', '.join([*a, *(repr(p) for p in e.params)])})"
+
+
+def _arith(checked: str, plain: str) -> Emitter:
+    def emit(e: ir.Call, a: list[str]) -> str:
+        # Integers fail on overflow instead of wrapping around; floats and times use plain kernels.
+        return f"pc.{checked if pt.is_integer(e.type) else plain}({', '.join(a)})"
+
+    return emit
+
+
+def _cast(e: ir.Call, a: list[str]) -> str:
+    (try_,) = e.params
+    return f"K.cast({a[0]}, {type_py(e.type)}{', try_=True' if try_ else ''})"
+
+
+def _case(e: ir.Call, a: list[str]) -> str:
+    n, has_else = e.params
+    conditions, results = a[:n], a[n:]
+    else_ = results[-1] if has_else else f"pa.scalar(None, {type_py(e.type)})"
+    return f"K.case_when([{', '.join(conditions)}], [{', '.join(results[:n])}], {else_}, {type_py(e.type)})"
+
+
+EMITTERS: dict[str, Emitter] = {
+    "add": _arith("add_checked", "add"),
+    "subtract": _arith("subtract_checked", "subtract"),
+    "multiply": _arith("multiply_checked", "multiply"),
+    "divide": _k("divide"),
+    "mod": _k("mod"),
+    "negate": _arith("negate_checked", "negate"),
+    "interval_multiply": _k("interval_multiply"),
+    "interval_divide": _k("interval_divide"),
+    "eq": _pc("equal"),
+    "ne": _pc("not_equal"),
+    "lt": _pc("less"),
+    "le": _pc("less_equal"),
+    "gt": _pc("greater"),
+    "ge": _pc("greater_equal"),
+    "and": _pc("and_kleene"),
+    "or": _pc("or_kleene"),
+    "not": _pc("invert"),
+    "is_null": _pc("is_null"),
+    "is_not_null": _pc("is_valid"),
+    "is_true": lambda e, a: f"pc.fill_null({a[0]}, False)",
+    "is_not_true": lambda e, a: f"pc.invert(pc.fill_null({a[0]}, False))",
+    "is_false": lambda e, a: f"pc.fill_null(pc.invert({a[0]}), False)",
+    "is_not_false": lambda e, a: f"pc.fill_null({a[0]}, True)",
+    "in": lambda e, a: f"K.in_list({a[0]}, [{', '.join(a[1:])}])",
+    "like": _k_params("like"),
+    "cast": _cast,
+    "case": _case,
+    "concat": lambda e, a: f"pc.binary_join_element_wise({', '.join(a)}, '', null_handling='emit_null')",
+    "upper": _pc("utf8_upper"),
+    "lower": _pc("utf8_lower"),
+    "trim": lambda e, a: f"pc.utf8_trim({a[0]}, characters=' ')",
+    "ltrim": lambda e, a: f"pc.utf8_ltrim({a[0]}, characters=' ')",
+    "rtrim": lambda e, a: f"pc.utf8_rtrim({a[0]}, characters=' ')",
+    "char_length": _pc("utf8_length"),
+    "substring": _k_params("substring"),
+    "replace": lambda e, a: f"pc.replace_substring({a[0]}, pattern={e.params[0]!r}, replacement={e.params[1]!r})",
+    "split_index": _k_params("split_index"),
+    "abs": _arith("abs_checked", "abs"),
+    "round": _k_params("round_half_up"),
+    "floor": _k("floor"),
+    "ceil": _k("ceil"),
+    "power": _pc("power"),
+    "sqrt": _pc("sqrt"),
+    "coalesce": _pc("coalesce"),
+    "nullif": _k("nullif"),
+    "if": _k("if_"),
+    "date_format": _k_params("date_format"),
+    "extract": _k_params("extract"),
+    "field": lambda e, a: f"pc.struct_field({a[0]}, [{e.params[0]}])",
+    "element_at": _k("element_at"),
+    "map_get": _k_params("map_get"),
+    "current_timestamp": lambda e, a: "K.current_timestamp(ctx)",
+    "localtimestamp": lambda e, a: "K.local_timestamp(ctx)",
+    "current_date": lambda e, a: "K.current_date(ctx)",
+    "current_time": lambda e, a: "K.current_time(ctx)",
+}
+
+
+def emit(e: ir.Expr, columns: list[str]) -> str:
+    """Source text evaluating ``e``; ``columns[i]`` is the variable holding input column ``i``."""
+    match e:
+        case ir.Column(index=i):
+            return columns[i]
+        case ir.Literal(value=v):
+            return literal_py(v, e.type)
+        case ir.Call(fn=fn, args=args):
+            emitter = EMITTERS.get(fn)
+            if emitter is None:
+                raise CompilerBug(f"no emitter for function {fn!r}")
+            return emitter(e, [emit(a, columns) for a in args])
+    raise CompilerBug(f"cannot emit {type(e).__name__}")
+
+
+def is_constant(e: ir.Expr) -> bool:
+    """True when ``e`` reads no column: it evaluates to a scalar that must be spread over the batch."""
+    return not any(isinstance(x, ir.Column) for x in ir.walk(e))

@@ -1,0 +1,111 @@
+"""Plans as indented text: EXPLAIN output, golden files, and the rewrite trace."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import pyarrow as pa
+
+from clink.compiler import ir
+from clink.compiler import types as T
+from clink.compiler.physical import ChainOp, PhysicalPlan, SinkOp, SourceOp
+
+_INFIX = {"add": "+", "subtract": "-", "multiply": "*", "divide": "/", "mod": "%", "eq": "=", "ne": "<>",
+          "lt": "<", "le": "<=", "gt": ">", "ge": ">=", "and": "AND", "or": "OR"}
+
+
+def expr_sql(e: ir.Expr, names: tuple[str, ...]) -> str:
+    """``e`` written back as SQL-like text over the input column ``names``."""
+    match e:
+        case ir.Column(index=i):
+            return names[i] if i < len(names) else f"${i}"
+        case ir.Literal(value=None):
+            return "NULL" if T.is_null(e.type) else f"CAST(NULL AS {T.sql_name(e.type)})"
+        case ir.Literal(value=v):
+            return _literal_sql(v, e.type)
+        case ir.Call(fn=fn, args=args) if fn in _INFIX:
+            return f"({expr_sql(args[0], names)} {_INFIX[fn]} {expr_sql(args[1], names)})"
+        case ir.Call(fn="not", args=(a,)):
+            return f"NOT {expr_sql(a, names)}"
+        case ir.Call(fn="negate", args=(a,)):
+            return f"-{expr_sql(a, names)}"
+        case ir.Call(fn="cast", args=(a,), params=(try_,)):
+            return f"{'TRY_CAST' if try_ else 'CAST'}({expr_sql(a, names)} AS {T.sql_name(e.type)})"
+        case ir.Call(fn="field", args=(a,), params=(idx,)):
+            return f"{expr_sql(a, names)}.{a.type.field(idx).name}"
+        case ir.Call(fn=fn, args=args, params=params):
+            inner = ", ".join([expr_sql(a, names) for a in args] + [repr(p) for p in params])
+            return f"{fn.upper()}({inner})"
+    return repr(e)
+
+
+def _literal_sql(v: object, t: pa.DataType) -> str:
+    if isinstance(v, str):
+        return "'" + v.replace("'", "''") + "'"
+    if isinstance(v, bool):
+        return "TRUE" if v else "FALSE"
+    if isinstance(v, dt.datetime):
+        return f"TIMESTAMP '{v.replace(tzinfo=None).isoformat(sep=' ')}'"
+    if isinstance(v, dt.date):
+        return f"DATE '{v.isoformat()}'"
+    if isinstance(v, dt.time):
+        return f"TIME '{v.isoformat()}'"
+    if pa.types.is_duration(t):
+        return f"INTERVAL '{v / 1000:g}' SECOND"
+    return repr(v)
+
+
+def explain_logical(node: ir.Rel, indent: int = 0) -> str:
+    pad = "  " * indent
+    names = node.inputs[0].schema.names if node.inputs else ()
+    match node:
+        case ir.Sink():
+            line = f"Sink(table=[{node.name}], connector=[{node.connector}], columns=[{', '.join(node.schema.names)}])"
+        case ir.Calc():
+            parts = []
+            if node.predicate is not None:
+                parts.append(f"where=[{expr_sql(node.predicate, names)}]")
+            parts.append(f"select=[{_select_list(node.exprs, node.names, names)}]")
+            line = f"Calc({', '.join(parts)})"
+        case ir.Project():
+            line = f"Project(select=[{_select_list(node.exprs, node.names, names)}])"
+        case ir.Filter():
+            line = f"Filter(where=[{expr_sql(node.predicate, names)}])"
+        case ir.Scan():
+            line = f"Scan(table=[{node.table.name}], columns=[{', '.join(node.schema.names)}]"
+            if node.predicate is not None:
+                line += f", where=[{expr_sql(node.predicate, node.schema.names)}]"
+            line += ")"
+        case _:
+            line = type(node).__name__
+    return "\n".join([pad + line, *(explain_logical(child, indent + 1) for child in node.inputs)])
+
+
+def _select_list(exprs: tuple[ir.Expr, ...], out: tuple[str, ...], names: tuple[str, ...]) -> str:
+    items = []
+    for e, name in zip(exprs, out, strict=True):
+        text = expr_sql(e, names)
+        items.append(text if text == name else f"{text} AS {name}")
+    return ", ".join(items)
+
+
+def explain_physical(plan: PhysicalPlan) -> str:
+    lines = []
+    for op in plan.ops:
+        match op:
+            case SourceOp(scan=scan):
+                line = (f"[{op.id}] Source table=[{scan.table.name}] connector=[{scan.table.connector}] "
+                        f"columns=[{', '.join(scan.schema.names)}]")
+            case ChainOp():
+                kinds = (["Filter"] if op.scan_predicate is not None else []) + [
+                    ("Filter -> Project" if s.predicate is not None else "Project") for s in op.steps]
+                line = f"[{op.id}] Chain chain_{op.id} <- [{op.input}] {op.partitioning}: {' -> '.join(kinds)}"
+            case SinkOp(sink=sink):
+                line = f"[{op.id}] Sink table=[{sink.name}] connector=[{sink.connector}] <- [{op.input}]"
+        lines.append(f"{line} parallelism={op.parallelism}")
+    return "\n".join(lines)
+
+
+def explain(roots: tuple[ir.Sink, ...], physical: PhysicalPlan) -> str:
+    logical = "\n".join(explain_logical(r) for r in roots)
+    return f"== Logical plan ==\n{logical}\n\n== Physical plan ==\n{explain_physical(physical)}\n"

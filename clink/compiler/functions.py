@@ -1,0 +1,381 @@
+"""Scalar functions: argument checks, result types and NULL rules.
+
+Each entry binds a call: it receives the bound arguments and returns the typed IR node (usually a
+``Call`` whose ``fn`` names an emitter in ``codegen/exprs.py``). Unless said otherwise a function
+returns NULL when any argument is NULL, as SQL functions do.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import attrs
+import pyarrow as pa
+import pyarrow.types as pt
+
+from clink.compiler import ir
+from clink.compiler import types as T
+from clink.errors import Span, SqlError
+
+Binder = Callable[[str, list[ir.Expr], Span], ir.Expr]
+
+
+def _nullable(args: list[ir.Expr]) -> bool:
+    return any(a.nullable for a in args)
+
+
+def cast_to(expr: ir.Expr, typ: pa.DataType) -> ir.Expr:
+    """``expr`` as ``typ``: literals are converted at compile time, the rest get a cast node."""
+    if expr.type == typ:
+        return expr
+    if isinstance(expr, ir.Literal) and expr.value is None:
+        return ir.Literal(value=None, type=typ, nullable=True, span=expr.span)
+    if isinstance(expr, ir.Literal) and T.is_numeric(expr.type) and T.is_numeric(typ):
+        # Fold the cast of a numeric literal now, so generated code compares with a typed constant.
+        try:
+            value = pa.scalar(expr.value, expr.type).cast(typ).as_py()
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+            pass
+        else:
+            return ir.Literal(value=value, type=typ, nullable=False, span=expr.span)
+    return ir.Call(fn="cast", args=(expr,), params=(False,), type=typ, nullable=expr.nullable, span=expr.span)
+
+
+def _arity(name: str, args: list[ir.Expr], span: Span, low: int, high: int | None = None) -> None:
+    high = low if high is None else high
+    if not low <= len(args) <= high:
+        want = str(low) if low == high else f"{low} to {high}"
+        raise SqlError(f"{name} takes {want} argument{'s' if high != 1 else ''}, got {len(args)}", span)
+
+
+def _need(name: str, arg: ir.Expr, ok: Callable[[pa.DataType], bool], what: str, position: int) -> None:
+    if not (ok(arg.type) or T.is_null(arg.type)):
+        raise SqlError(f"argument {position} of {name} must be {what}, got {T.sql_name(arg.type)}", arg.span)
+
+
+def _literal(name: str, arg: ir.Expr, position: int, what: str) -> object:
+    if not isinstance(arg, ir.Literal):
+        raise SqlError(f"argument {position} of {name} must be a constant {what}", arg.span,
+                       f"{name} takes a literal here, not a column or an expression")
+    return arg.value
+
+
+def _string_fn(fn: str) -> Binder:
+    def bind(name: str, args: list[ir.Expr], span: Span) -> ir.Expr:
+        _arity(name, args, span, 1)
+        _need(name, args[0], T.is_string, "a STRING", 1)
+        return ir.Call(fn=fn, args=(cast_to(args[0], pa.string()),), type=pa.string(),
+                       nullable=_nullable(args), span=span)
+
+    return bind
+
+
+def _char_length(name: str, args: list[ir.Expr], span: Span) -> ir.Expr:
+    _arity(name, args, span, 1)
+    _need(name, args[0], T.is_string, "a STRING", 1)
+    return ir.Call(fn="char_length", args=(cast_to(args[0], pa.string()),), type=pa.int32(),
+                   nullable=_nullable(args), span=span)
+
+
+def _substring(name: str, args: list[ir.Expr], span: Span) -> ir.Expr:
+    _arity(name, args, span, 2, 3)
+    _need(name, args[0], T.is_string, "a STRING", 1)
+    start = _literal(name, args[1], 2, "integer")
+    length = _literal(name, args[2], 3, "integer") if len(args) == 3 else None
+    if not isinstance(start, int) or (length is not None and not isinstance(length, int)):
+        raise SqlError(f"{name} takes integer positions", span)
+    if length is not None and length < 0:
+        raise SqlError(f"the length given to {name} must not be negative, got {length}", args[2].span)
+    return ir.Call(fn="substring", args=(cast_to(args[0], pa.string()),), params=(start, length),
+                   type=pa.string(), nullable=args[0].nullable, span=span)
+
+
+def _concat(name: str, args: list[ir.Expr], span: Span) -> ir.Expr:
+    if not args:
+        raise SqlError(f"{name} takes at least 1 argument", span)
+    for i, a in enumerate(args, 1):
+        _need(name, a, T.is_string, "a STRING", i)
+    return ir.Call(fn="concat", args=tuple(cast_to(a, pa.string()) for a in args), type=pa.string(),
+                   nullable=_nullable(args), span=span)
+
+
+def _replace(name: str, args: list[ir.Expr], span: Span) -> ir.Expr:
+    _arity(name, args, span, 3)
+    _need(name, args[0], T.is_string, "a STRING", 1)
+    search = _literal(name, args[1], 2, "string")
+    replacement = _literal(name, args[2], 3, "string")
+    if search is None or replacement is None:
+        return ir.Literal(value=None, type=pa.string(), span=span)
+    return ir.Call(fn="replace", args=(cast_to(args[0], pa.string()),), params=(search, replacement),
+                   type=pa.string(), nullable=args[0].nullable, span=span)
+
+
+def _split_index(name: str, args: list[ir.Expr], span: Span) -> ir.Expr:
+    _arity(name, args, span, 3)
+    _need(name, args[0], T.is_string, "a STRING", 1)
+    sep = _literal(name, args[1], 2, "string")
+    index = _literal(name, args[2], 3, "integer")
+    if sep is None or index is None:
+        return ir.Literal(value=None, type=pa.string(), span=span)
+    if not isinstance(index, int):
+        raise SqlError(f"argument 3 of {name} must be an integer", args[2].span)
+    return ir.Call(fn="split_index", args=(cast_to(args[0], pa.string()),), params=(sep, index),
+                   type=pa.string(), nullable=True, span=span)
+
+
+def _numeric_same(fn: str) -> Binder:
+    def bind(name: str, args: list[ir.Expr], span: Span) -> ir.Expr:
+        _arity(name, args, span, 1)
+        _need(name, args[0], T.is_numeric, "a number", 1)
+        typ = args[0].type if not T.is_null(args[0].type) else pa.float64()
+        return ir.Call(fn=fn, args=(cast_to(args[0], typ),), type=typ, nullable=_nullable(args), span=span)
+
+    return bind
+
+
+def _round(name: str, args: list[ir.Expr], span: Span) -> ir.Expr:
+    _arity(name, args, span, 1, 2)
+    _need(name, args[0], T.is_numeric, "a number", 1)
+    digits = _literal(name, args[1], 2, "integer") if len(args) == 2 else 0
+    if not isinstance(digits, int):
+        raise SqlError(f"argument 2 of {name} must be an integer", args[1].span)
+    typ = args[0].type if not T.is_null(args[0].type) else pa.float64()
+    return ir.Call(fn="round", args=(cast_to(args[0], typ),), params=(digits,), type=typ,
+                   nullable=args[0].nullable, span=span)
+
+
+def _double_fn(fn: str, arity: int) -> Binder:
+    def bind(name: str, args: list[ir.Expr], span: Span) -> ir.Expr:
+        _arity(name, args, span, arity)
+        for i, a in enumerate(args, 1):
+            _need(name, a, T.is_numeric, "a number", i)
+        return ir.Call(fn=fn, args=tuple(cast_to(a, pa.float64()) for a in args), type=pa.float64(),
+                       nullable=_nullable(args), span=span)
+
+    return bind
+
+
+def _mod(name: str, args: list[ir.Expr], span: Span) -> ir.Expr:
+    _arity(name, args, span, 2)
+    return arithmetic("%", args[0], args[1], span)
+
+
+def _coalesce(name: str, args: list[ir.Expr], span: Span) -> ir.Expr:
+    if not args:
+        raise SqlError(f"{name} takes at least 1 argument", span)
+    typ = common_of(name, args)
+    return ir.Call(fn="coalesce", args=tuple(cast_to(a, typ) for a in args), type=typ,
+                   nullable=all(a.nullable for a in args), span=span)
+
+
+def _nullif(name: str, args: list[ir.Expr], span: Span) -> ir.Expr:
+    _arity(name, args, span, 2)
+    typ = common_of(name, args)
+    return ir.Call(fn="nullif", args=tuple(cast_to(a, typ) for a in args), type=typ, nullable=True, span=span)
+
+
+def _if(name: str, args: list[ir.Expr], span: Span) -> ir.Expr:
+    _arity(name, args, span, 3)
+    _need(name, args[0], pt.is_boolean, "a BOOLEAN condition", 1)
+    typ = common_of(name, args[1:])
+    return ir.Call(fn="if", args=(cast_to(args[0], pa.bool_()), cast_to(args[1], typ), cast_to(args[2], typ)),
+                   type=typ, nullable=args[1].nullable or args[2].nullable, span=span)
+
+
+#: Java date-time pattern letters (DATE_FORMAT's patterns, as in Flink) → strftime directives.
+_JAVA_PATTERN = (
+    ("yyyy", "%Y"), ("yy", "%y"), ("MM", "%m"), ("dd", "%d"), ("HH", "%H"), ("hh", "%I"),
+    ("mm", "%M"), ("ss", "%S"), ("a", "%p"), ("EEEE", "%A"), ("EEE", "%a"), ("MMMM", "%B"), ("MMM", "%b"),
+    ("D", "%j"),
+)
+
+
+def java_to_strftime(pattern: str) -> tuple[str, bool]:
+    """Translate a Java date-time pattern; the flag says whether it ends in milliseconds (SSS)."""
+    out, i, millis = [], 0, False
+    while i < len(pattern):
+        if pattern[i] == "'":
+            end = pattern.find("'", i + 1)
+            end = len(pattern) if end < 0 else end
+            out.append(pattern[i + 1:end].replace("%", "%%") or "'")
+            i = end + 1
+            continue
+        if pattern.startswith("SSS", i):
+            if i != len(pattern) - 3:
+                raise ValueError("SSS (milliseconds) is supported only at the end of the pattern")
+            millis = True
+            i += 3
+            continue
+        for java, c in _JAVA_PATTERN:
+            if pattern.startswith(java, i):
+                out.append(c)
+                i += len(java)
+                break
+        else:
+            out.append("%%" if pattern[i] == "%" else pattern[i])
+            i += 1
+    return "".join(out), millis
+
+
+def _date_format(name: str, args: list[ir.Expr], span: Span) -> ir.Expr:
+    _arity(name, args, span, 2)
+    _need(name, args[0], lambda t: pt.is_timestamp(t) or pt.is_date(t) or T.is_string(t), "a TIMESTAMP", 1)
+    fmt = _literal(name, args[1], 2, "format string")
+    if fmt is None:
+        return ir.Literal(value=None, type=pa.string(), span=span)
+    try:
+        strftime, millis = java_to_strftime(str(fmt))
+    except ValueError as exc:
+        raise SqlError(f"unsupported DATE_FORMAT pattern {fmt!r}: {exc}", args[1].span) from None
+    arg = args[0]
+    if T.is_string(arg.type):
+        arg = ir.Call(fn="cast", args=(arg,), params=(False,), type=pa.timestamp("ms"), nullable=arg.nullable,
+                      span=arg.span)
+    return ir.Call(fn="date_format", args=(arg,), params=(strftime, millis), type=pa.string(),
+                   nullable=arg.nullable, span=span)
+
+
+EXTRACT_UNITS = {
+    "YEAR": "year", "QUARTER": "quarter", "MONTH": "month", "WEEK": "iso_week", "DAY": "day",
+    "DAYOFMONTH": "day", "DAYOFWEEK": "dayofweek", "DAYOFYEAR": "day_of_year", "HOUR": "hour",
+    "MINUTE": "minute", "SECOND": "second", "MILLISECOND": "millisecond",
+}
+_DATE_UNITS = {"YEAR", "QUARTER", "MONTH", "WEEK", "DAY", "DAYOFMONTH", "DAYOFWEEK", "DAYOFYEAR"}
+
+
+def extract(unit: str, arg: ir.Expr, span: Span) -> ir.Expr:
+    """``EXTRACT(unit FROM arg)`` as BIGINT; DAYOFWEEK counts Sunday as 1, as Flink does."""
+    if unit not in EXTRACT_UNITS:
+        raise SqlError(f"cannot extract {unit}", span, f"units: {', '.join(sorted(EXTRACT_UNITS))}")
+    ok = pt.is_timestamp(arg.type) or (pt.is_date(arg.type) and unit in _DATE_UNITS) or (
+        pt.is_time(arg.type) and unit not in _DATE_UNITS) or T.is_null(arg.type)
+    if not ok:
+        raise SqlError(f"cannot extract {unit} from {T.sql_name(arg.type)}", arg.span)
+    return ir.Call(fn="extract", args=(arg,), params=(EXTRACT_UNITS[unit],), type=pa.int64(),
+                   nullable=arg.nullable, span=span)
+
+
+def _extract_fn(unit: str) -> Binder:
+    def bind(name: str, args: list[ir.Expr], span: Span) -> ir.Expr:
+        _arity(name, args, span, 1)
+        return extract(unit, args[0], span)
+
+    return bind
+
+
+def common_of(name: str, args: list[ir.Expr]) -> pa.DataType:
+    typ = args[0].type
+    for a in args[1:]:
+        nxt = T.common_type(typ, a.type)
+        if nxt is None:
+            raise SqlError(f"{name} mixes {T.sql_name(typ)} and {T.sql_name(a.type)}", a.span,
+                           "CAST the arguments to one type")
+        typ = nxt
+    return typ
+
+
+def arithmetic(op: str, left: ir.Expr, right: ir.Expr, span: Span) -> ir.Expr:
+    """``left op right`` for ``+ - * / %``. Integer ``/`` truncates (as in Flink); division or
+    modulo by zero gives NULL; integer overflow fails the pipeline rather than wrapping."""
+    lt, rt = left.type, right.type
+    if T.is_null(lt) and T.is_null(rt):
+        return ir.Literal(value=None, type=pa.null(), span=span)
+    if T.is_null(lt):
+        lt = rt
+    if T.is_null(rt):
+        rt = lt
+    if T.is_numeric(lt) and T.is_numeric(rt):
+        typ = T.common_numeric(lt, rt)
+        if pt.is_decimal(typ) and op in "*/%":
+            # Decimal products and quotients change scale; DOUBLE keeps the rules simple and matches
+            # what most pipelines need. Exact decimal arithmetic beyond + and - is not offered yet.
+            typ = pa.float64()
+        fn = {"+": "add", "-": "subtract", "*": "multiply", "/": "divide", "%": "mod"}[op]
+        return ir.Call(fn=fn, args=(cast_to(left, typ), cast_to(right, typ)), type=typ,
+                       nullable=True if op in "/%" else left.nullable or right.nullable, span=span)
+    if pt.is_timestamp(lt) and T.is_interval(rt) and op in "+-":
+        return _timestamp_interval(op, left, right, span)
+    if T.is_interval(lt) and pt.is_timestamp(rt) and op == "+":
+        return _timestamp_interval(op, right, left, span)
+    if pt.is_duration(lt) and pt.is_duration(rt) and op in "+-":
+        fn = "add" if op == "+" else "subtract"
+        return ir.Call(fn=fn, args=(left, right), type=lt, nullable=left.nullable or right.nullable, span=span)
+    if pt.is_duration(lt) and T.is_numeric(rt) and op in "*/":
+        fn = "interval_multiply" if op == "*" else "interval_divide"
+        return ir.Call(fn=fn, args=(left, cast_to(right, pa.float64())), type=lt, nullable=True, span=span)
+    raise SqlError(
+        f"cannot apply '{op}' to {T.sql_name(left.type)} and {T.sql_name(right.type)}", span,
+        "use || to join strings" if op == "+" and (T.is_string(lt) or T.is_string(rt)) else
+        "CAST one side so both are numbers" if T.is_string(lt) or T.is_string(rt) else None,
+    )
+
+
+def _timestamp_interval(op: str, ts: ir.Expr, interval: ir.Expr, span: Span) -> ir.Expr:
+    if pt.is_interval(interval.type):
+        raise SqlError("adding a YEAR or MONTH interval to a TIMESTAMP is not supported yet", interval.span,
+                       "use a DAY, HOUR, MINUTE or SECOND interval")
+    unit = ts.type.unit
+    delta = cast_to(interval, pa.duration(unit)) if interval.type != pa.duration(unit) else interval
+    fn = "add" if op == "+" else "subtract"
+    return ir.Call(fn=fn, args=(ts, delta), type=ts.type, nullable=ts.nullable or interval.nullable, span=span)
+
+
+def _current(fn: str, typ: pa.DataType) -> Binder:
+    def bind(name: str, args: list[ir.Expr], span: Span) -> ir.Expr:
+        _arity(name, args, span, 0)
+        return ir.Call(fn=fn, args=(), type=typ, nullable=False, span=span)
+
+    return bind
+
+
+FUNCTIONS: dict[str, Binder] = {
+    "UPPER": _string_fn("upper"),
+    "LOWER": _string_fn("lower"),
+    "TRIM": _string_fn("trim"),
+    "LTRIM": _string_fn("ltrim"),
+    "RTRIM": _string_fn("rtrim"),
+    "CHAR_LENGTH": _char_length,
+    "CHARACTER_LENGTH": _char_length,
+    "SUBSTRING": _substring,
+    "SUBSTR": _substring,
+    "CONCAT": _concat,
+    "REPLACE": _replace,
+    "SPLIT_INDEX": _split_index,
+    "ABS": _numeric_same("abs"),
+    "ROUND": _round,
+    "FLOOR": _numeric_same("floor"),
+    "CEIL": _numeric_same("ceil"),
+    "CEILING": _numeric_same("ceil"),
+    "MOD": _mod,
+    "POWER": _double_fn("power", 2),
+    "SQRT": _double_fn("sqrt", 1),
+    "COALESCE": _coalesce,
+    "NULLIF": _nullif,
+    "IF": _if,
+    "DATE_FORMAT": _date_format,
+    "YEAR": _extract_fn("YEAR"),
+    "QUARTER": _extract_fn("QUARTER"),
+    "MONTH": _extract_fn("MONTH"),
+    "WEEK": _extract_fn("WEEK"),
+    "DAYOFMONTH": _extract_fn("DAY"),
+    "DAYOFWEEK": _extract_fn("DAYOFWEEK"),
+    "DAYOFYEAR": _extract_fn("DAYOFYEAR"),
+    "HOUR": _extract_fn("HOUR"),
+    "MINUTE": _extract_fn("MINUTE"),
+    "SECOND": _extract_fn("SECOND"),
+    "NOW": _current("current_timestamp", pa.timestamp("ms", tz="UTC")),
+}
+
+#: Aggregate and window functions: recognised so that using one outside GROUP BY / OVER gets a
+#: clear message rather than "unknown function".
+AGGREGATES = frozenset({
+    "COUNT", "SUM", "MIN", "MAX", "AVG", "FIRST_VALUE", "LAST_VALUE", "STDDEV_POP", "STDDEV_SAMP",
+    "VAR_POP", "VAR_SAMP", "LISTAGG", "ROW_NUMBER", "RANK", "DENSE_RANK", "COLLECT",
+})
+
+#: Table functions, which appear in ``FROM TABLE(...)``.
+TABLE_FUNCTIONS = frozenset({"TUMBLE", "HOP", "CUMULATE", "SESSION"})
+
+
+def with_span(expr: ir.Expr, span: Span) -> ir.Expr:
+    return attrs.evolve(expr, span=span)

@@ -1,0 +1,728 @@
+"""Text → syntax tree.
+
+Lark parses with the dialect's LALR grammar; ``_Builder`` turns its tree into ``clink.compiler.ast``
+nodes, one method per grammar rule. A syntax error becomes a ``SqlError`` that points at the
+offending token and says in words what could have come there instead.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import decimal
+import re
+
+import lark
+import pyarrow as pa
+from lark import Token, Transformer, v_args
+
+from clink.compiler import ast
+from clink.compiler import types as T
+from clink.errors import Span, SqlError
+from clink.grammar import parser
+
+__all__ = ["parse_script"]
+
+
+def parse_script(text: str, file: str = "<sql>") -> ast.Script:
+    """Parse every statement of ``text``.
+
+    >>> parse_script("SET 'a' = 'b';").statements[0].key
+    'a'
+    """
+    try:
+        tree = parser().parse(text)
+    except lark.exceptions.UnexpectedInput as exc:
+        raise _syntax_error(exc, text, file) from None
+    try:
+        return _Builder(file).transform(tree)
+    except lark.exceptions.VisitError as exc:
+        if isinstance(exc.orig_exc, SqlError):
+            raise exc.orig_exc from None
+        raise
+
+
+# ---------------------------------------------------------------- syntax errors
+
+_WORDS = {
+    "IDENT": "a name",
+    "QUOTED_IDENT": "a `quoted name`",
+    "INTEGER_LIT": "a number",
+    "DECIMAL_LIT": "a number",
+    "STRING": "a string literal",
+    "COMP_OP": "a comparison (=, <>, <, ...)",
+    "ADD_OP": "'+' or '-'",
+    "MUL_OP": "'*', '/' or '%'",
+    "CONCAT_OP": "'||'",
+    "LPAR": "'('",
+    "RPAR": "')'",
+    "COMMA": "','",
+    "SEMICOLON": "';'",
+    "DOT": "'.'",
+    "STAR": "'*'",
+    "EQ": "'='",
+    "LT": "'<'",
+    "GT": "'>'",
+    "LSQB": "'['",
+    "RSQB": "']'",
+    "$END": "the end of the input",
+}
+
+# Terminals that stand for "an expression could start here": listed as one phrase.
+_EXPRESSION_STARTERS = {
+    "IDENT", "QUOTED_IDENT", "INTEGER_LIT", "DECIMAL_LIT", "STRING", "CAST", "CASE", "INTERVAL",
+    "TRUE", "FALSE", "NULL", "NOT", "EXTRACT", "CURRENT_TIMESTAMP", "TIMESTAMP", "DATE", "TIME",
+}
+
+
+def _describe_expected(expected: set[str]) -> str:
+    if len(expected & _EXPRESSION_STARTERS) >= 5:
+        words = ["an expression (a column, a literal or a function call)"]
+        expected = expected - _EXPRESSION_STARTERS - {
+            "ADD_OP", "LPAR", "TIMESTAMP_LTZ", "TRY_CAST", "LOCALTIMESTAMP", "NOW", "CURRENT_DATE",
+            "CURRENT_TIME", "DESCRIPTOR", "TABLE", "IF", "LEFT", "RIGHT", "TRUNCATE",
+        }
+        expected = {e for e in expected if _WORDS.get(e) or not e.isupper() or e in ("STAR",)}
+    else:
+        words = []
+    soft = {"YEAR", "MONTH", "DAY", "HOUR", "MINUTE", "SECOND", "YEARS", "MONTHS", "DAYS", "HOURS",
+            "MINUTES", "SECONDS", "MILLISECOND", "MILLISECONDS", "WEEK", "QUARTER", "COMMENT",
+            "TEMPORARY", "WATERMARK", "ENFORCED", "PRECISION", "LOCAL", "ZONE", "ESCAPE",
+            "DESCRIPTOR", "UNBOUNDED", "PRECEDING", "ROWS", "RANGE", "ROW", "PARTITION", "KEY",
+            "NOW", "CURRENT", "TRY_CAST", "PARTITIONED", "EXPLAIN", "SET", "VIEW"}
+    if "IDENT" in expected:
+        # Where any name fits, the soft keywords are names too; listing them is noise.
+        expected = expected - soft
+    for name in sorted(expected, key=lambda n: (n not in _WORDS, n)):
+        words.append(_WORDS.get(name, name.removesuffix("_KW")))
+    if len(words) > 12:
+        words = words[:12] + ["..."]
+    return ", ".join(words)
+
+
+def _syntax_error(exc: lark.exceptions.UnexpectedInput, text: str, file: str) -> SqlError:
+    if isinstance(exc, lark.exceptions.UnexpectedToken):
+        token = exc.token
+        if token.type == "$END":
+            line, col = _end_position(text)
+            span = Span(file, line, col, line, col + 1)
+            message = "unexpected end of input"
+        else:
+            span = Span(file, token.line, token.column, token.end_line or token.line,
+                        token.end_column or token.column + len(token))
+            message = f"unexpected {_token_words(token)}"
+        expected = _describe_expected(set(exc.expected))
+        hint = _hint_for(exc, text)
+        return SqlError(message, span, hint or f"expected {expected}")
+    if isinstance(exc, lark.exceptions.UnexpectedCharacters):
+        char = text[exc.pos_in_stream] if exc.pos_in_stream < len(text) else ""
+        span = Span(file, exc.line, exc.column, exc.line, exc.column + 1)
+        if char == "'":
+            return SqlError("unterminated string literal", span,
+                            "close it with ' (write '' for a quote inside a string)")
+        if char == "`":
+            return SqlError("unterminated quoted name", span, "close it with `")
+        if char == '"':
+            return SqlError("unexpected '\"'", span,
+                            "strings use single quotes ('text'); names with odd characters use backquotes (`name`)")
+        allowed = _describe_expected(set(exc.allowed or ()))
+        return SqlError(f"unexpected character {char!r}", span, f"expected {allowed}" if allowed else None)
+    if isinstance(exc, lark.exceptions.UnexpectedEOF):
+        line, col = _end_position(text)
+        return SqlError("unexpected end of input", Span(file, line, col, line, col + 1),
+                        f"expected {_describe_expected(set(exc.expected))}")
+    return SqlError(str(exc), Span(file, getattr(exc, "line", 1), getattr(exc, "column", 1)))
+
+
+def _token_words(token: Token) -> str:
+    if token.type in ("IDENT", "QUOTED_IDENT"):
+        return f"name {token.value!r}"
+    if token.type in ("STRING", "INTEGER_LIT", "DECIMAL_LIT"):
+        return f"{_WORDS[token.type].removeprefix('a ')} {token.value}"
+    if token.value.isalpha() or "_" in token.value:
+        return token.value.upper()
+    return repr(token.value)
+
+
+def _hint_for(exc: lark.exceptions.UnexpectedToken, text: str) -> str | None:
+    """Known mistakes, recognised from the token and what came just before it."""
+    token = exc.token
+    before = text[: token.start_pos].rstrip() if token.start_pos is not None else text.rstrip()
+    if token.type == "FROM" and before.endswith(","):
+        line = text[: len(before)].count("\n") + 1
+        return f"expected another select item — is there a trailing comma on line {line}?"
+    if token.type == "$END" and before and not before.endswith(";"):
+        open_parens = before.count("(") - before.count(")")
+        if open_parens > 0:
+            return f"{open_parens} '(' not closed"
+    if token.type in ("IDENT", "QUOTED_IDENT") and exc.expected and "FROM" in exc.expected and "COMMA" in exc.expected:
+        return "a ',' may be missing between select items, or 'AS' before an alias"
+    if (token.type not in _VALUE_TOKENS and token.value.replace("_", "").isalpha()
+            and exc.expected and "IDENT" in exc.expected):
+        return f"{token.value.upper()} is a reserved word; to use it as a name, write it in backquotes: `{token.value}`"
+    if token.type == "STRING" and exc.expected and "IDENT" in exc.expected:
+        return "names are written bare or in backquotes (`name`); single quotes make a string"
+    return None
+
+
+def _end_position(text: str) -> tuple[int, int]:
+    stripped = text.rstrip()
+    lines = stripped.splitlines() or [""]
+    return len(lines), len(lines[-1]) + 1
+
+
+# ---------------------------------------------------------------- tree → AST
+
+
+def _unquote(s: str) -> str:
+    return s[1:-1].replace("''", "'")
+
+
+def _strip_keywords(children: list) -> list:
+    """Drop keyword tokens (upper-case terminal names other than values); keep nodes and values."""
+    return [c for c in children if not (isinstance(c, Token) and c.type not in _VALUE_TOKENS)]
+
+
+_VALUE_TOKENS = {"STRING", "INTEGER_LIT", "DECIMAL_LIT", "IDENT", "QUOTED_IDENT", "COMP_OP", "ADD_OP",
+                 "MUL_OP", "CONCAT_OP"}
+
+_UNITS = {
+    "YEARS": "YEAR", "MONTHS": "MONTH", "DAYS": "DAY", "HOURS": "HOUR", "MINUTES": "MINUTE",
+    "SECONDS": "SECOND", "MILLISECONDS": "MILLISECOND",
+}
+
+
+class _Name(str):
+    """An identifier with the span it was written at."""
+
+    span: Span
+
+
+@v_args(meta=True)
+class _Builder(Transformer):
+    def __init__(self, file: str) -> None:
+        super().__init__()
+        self.file = file
+
+    def _span(self, meta) -> Span:
+        if getattr(meta, "empty", False):
+            return Span(self.file, 1, 1, 1, 2)
+        return Span(self.file, meta.line, meta.column, meta.end_line, meta.end_column)
+
+    def _tspan(self, token: Token) -> Span:
+        return Span(self.file, token.line, token.column, token.end_line, token.end_column)
+
+    # -- names
+
+    def _name(self, token: Token, value: str) -> _Name:
+        name = _Name(value)
+        name.span = self._tspan(token)
+        return name
+
+    def ident(self, meta, children):
+        return self._name(children[0], str(children[0]))
+
+    def quoted_ident(self, meta, children):
+        return self._name(children[0], children[0][1:-1].replace("``", "`"))
+
+    def soft_keyword(self, meta, children):
+        return self._name(children[0], str(children[0]))
+
+    keyword_name = soft_keyword
+
+    def qualified_name(self, meta, children):
+        name = _Name(".".join(children))
+        name.span = self._span(meta)
+        return name
+
+    def name_list(self, meta, children):
+        return tuple(children)
+
+    # -- script and statements
+
+    def start(self, meta, children):
+        return ast.Script(statements=tuple(c for c in children if isinstance(c, ast.Statement)),
+                          span=self._span(meta))
+
+    def create_table(self, meta, children):
+        flags = {c.data if isinstance(c, lark.Tree) else c for c in children if isinstance(c, (str, lark.Tree))}
+        name = next(c for c in children if isinstance(c, _Name))
+        columns, watermark, pk, partitioned, options = [], None, (), (), ()
+        for child in children:
+            match child:
+                case ast.ColumnDef() | ast.ComputedColumn():
+                    columns.append(child)
+                case ast.WatermarkDef():
+                    if watermark is not None:
+                        raise SqlError("a table can have only one WATERMARK", child.span)
+                    watermark = child
+                case ("primary_key", names):
+                    if pk:
+                        raise SqlError("a table can have only one PRIMARY KEY", self._span(meta))
+                    pk = names
+                case ("partitioned_by", names):
+                    partitioned = names
+                case ("with", props):
+                    options = props
+        return ast.CreateTable(
+            name=str(name), columns=tuple(columns), watermark=watermark, primary_key=pk,
+            partitioned_by=partitioned, options=options, if_not_exists="if_not_exists" in flags,
+            temporary="temporary" in flags, span=self._span(meta),
+        )
+
+    def temporary(self, meta, children):
+        return "temporary"
+
+    def if_not_exists(self, meta, children):
+        return "if_not_exists"
+
+    def column_def(self, meta, children):
+        name, typ, *rest = _strip_keywords(children)
+        nullable = not any(r == "not_null" for r in rest)
+        return ast.ColumnDef(name=str(name), type=typ, nullable=nullable, span=self._span(meta))
+
+    def not_null(self, meta, children):
+        return "not_null"
+
+    def comment(self, meta, children):
+        return "comment"
+
+    def computed_column(self, meta, children):
+        name, expr, *_ = _strip_keywords(children)
+        return ast.ComputedColumn(name=str(name), expr=expr, span=self._span(meta))
+
+    def watermark_def(self, meta, children):
+        name, expr = _strip_keywords(children)
+        return ast.WatermarkDef(column=str(name), expr=expr, span=self._span(meta))
+
+    def primary_key(self, meta, children):
+        (names,) = _strip_keywords(children)
+        return ("primary_key", tuple(str(n) for n in names))
+
+    def partitioned_by(self, meta, children):
+        (names,) = _strip_keywords(children)
+        return ("partitioned_by", tuple(str(n) for n in names))
+
+    def with_clause(self, meta, children):
+        props = tuple(c for c in children if isinstance(c, ast.Property))
+        seen: dict[str, ast.Property] = {}
+        for p in props:
+            if p.key in seen:
+                raise SqlError(f"option {p.key!r} is given twice", p.span)
+            seen[p.key] = p
+        return ("with", props)
+
+    def property(self, meta, children):
+        key, value = [c for c in children if c.type == "STRING"]
+        return ast.Property(key=_unquote(key), value=_unquote(value), span=self._span(meta))
+
+    def create_view(self, meta, children):
+        flags = {c for c in children if isinstance(c, str) and c in ("temporary", "if_not_exists")}
+        name = next(c for c in children if isinstance(c, _Name))
+        query = next(c for c in children if isinstance(c, ast.Select))
+        return ast.CreateView(name=str(name), query=query, if_not_exists="if_not_exists" in flags,
+                              temporary="temporary" in flags, span=self._span(meta))
+
+    def set_stmt(self, meta, children):
+        key, value = [c for c in children if isinstance(c, Token) and c.type == "STRING"]
+        return ast.SetStmt(key=_unquote(key), value=_unquote(value), span=self._span(meta))
+
+    def insert_stmt(self, meta, children):
+        name, query = _strip_keywords(children)
+        return ast.Insert(table=str(name), query=query, table_span=name.span, span=self._span(meta))
+
+    def query_stmt(self, meta, children):
+        return ast.Query(query=children[0], span=self._span(meta))
+
+    def explain_stmt(self, meta, children):
+        (inner,) = _strip_keywords(children)
+        if isinstance(inner, ast.Select):
+            inner = ast.Query(query=inner, span=inner.span)
+        return ast.Explain(statement=inner, span=self._span(meta))
+
+    # -- types
+
+    def simple_type(self, meta, children):
+        return T.simple_type(children[0].type.removesuffix("_KW"))
+
+    def decimal_type(self, meta, children):
+        nums = [int(c) for c in _strip_keywords(children)]
+        precision = nums[0] if nums else 10
+        scale = nums[1] if len(nums) > 1 else 0
+        span = self._span(meta)
+        if not 1 <= precision <= 38:
+            raise SqlError(f"DECIMAL precision must be between 1 and 38, got {precision}", span)
+        if not 0 <= scale <= precision:
+            raise SqlError(f"DECIMAL scale must be between 0 and the precision ({precision}), got {scale}", span)
+        return pa.decimal128(precision, scale)
+
+    def sized_type(self, meta, children):
+        kind = children[0].type
+        nums = [int(c) for c in _strip_keywords(children)]
+        if kind == "TIME":
+            precision = nums[0] if nums else 0
+            if not 0 <= precision <= 9:
+                raise SqlError(f"TIME precision must be between 0 and 9, got {precision}", self._span(meta))
+            return T.time_type(precision)
+        if nums and nums[0] < 1:
+            raise SqlError(f"{kind} length must be at least 1, got {nums[0]}", self._span(meta))
+        return T.simple_type(kind)
+
+    def timestamp_type(self, meta, children):
+        kind = children[0].type
+        nums = [int(c) for c in _strip_keywords(children) if isinstance(c, Token)]
+        precision = nums[0] if nums else 6
+        if not 0 <= precision <= 9:
+            raise SqlError(f"{kind} precision must be between 0 and 9, got {precision}", self._span(meta))
+        local = kind == "TIMESTAMP_LTZ" or "with_local_time_zone" in children
+        return T.timestamp_type(precision, local_time_zone=local)
+
+    def without_time_zone(self, meta, children):
+        return "without_time_zone"
+
+    def with_local_time_zone(self, meta, children):
+        return "with_local_time_zone"
+
+    def row_type(self, meta, children):
+        fields = [c for c in children if isinstance(c, pa.Field)]
+        names = [f.name for f in fields]
+        if len(set(names)) != len(names):
+            raise SqlError("a ROW type has two fields with the same name", self._span(meta))
+        return pa.struct(fields)
+
+    def row_field(self, meta, children):
+        name, typ, *rest = _strip_keywords(children)
+        return pa.field(str(name), typ, nullable=not rest)
+
+    def array_type(self, meta, children):
+        (inner,) = _strip_keywords(children)
+        return pa.list_(inner)
+
+    def map_type(self, meta, children):
+        key, value = _strip_keywords(children)
+        return pa.map_(key, value)
+
+    # -- queries
+
+    def select(self, meta, children):
+        distinct = any(c == "distinct" for c in children)
+        items, from_, where, group_by, having = [], None, None, (), None
+        for child in children:
+            match child:
+                case ast.SelectItem():
+                    items.append(child)
+                case ast.FromItem():
+                    from_ = child
+                case ("where", e):
+                    where = e
+                case ("group_by", es):
+                    group_by = es
+                case ("having", e):
+                    having = e
+        return ast.Select(items=tuple(items), from_=from_, where=where, group_by=group_by,
+                          having=having, distinct=distinct, span=self._span(meta))
+
+    def distinct(self, meta, children):
+        return "distinct"
+
+    def star(self, meta, children):
+        return ast.Star(span=self._span(meta))
+
+    def aliased_expr(self, meta, children):
+        parts = _strip_keywords(children)
+        expr = parts[0]
+        alias = str(parts[1]) if len(parts) > 1 else None
+        if isinstance(expr, ast.QualifiedStar):
+            if alias is not None:
+                raise SqlError("'.*' cannot have an alias", self._span(meta))
+            qualifier = expr.qualifier
+            if not isinstance(qualifier, ast.ColumnRef):
+                raise SqlError("'.*' needs a table name or alias before it", expr.span)
+            return ast.Star(qualifier=qualifier.name, span=expr.span)
+        return ast.AliasedExpr(expr=expr, alias=alias, span=self._span(meta))
+
+    def where(self, meta, children):
+        return ("where", _strip_keywords(children)[0])
+
+    def group_by(self, meta, children):
+        return ("group_by", tuple(_strip_keywords(children)))
+
+    def having(self, meta, children):
+        return ("having", _strip_keywords(children)[0])
+
+    def _alias(self, parts: list) -> str | None:
+        names = [p for p in parts if isinstance(p, _Name)]
+        return str(names[-1]) if names else None
+
+    def table_ref(self, meta, children):
+        parts = _strip_keywords(children)
+        name = parts[0]
+        alias = str(parts[1]) if len(parts) > 1 else None
+        return ast.TableRef(name=str(name), alias=alias, span=self._span(meta))
+
+    def subquery_ref(self, meta, children):
+        parts = _strip_keywords(children)
+        alias = str(parts[1]) if len(parts) > 1 else None
+        return ast.SubqueryRef(query=parts[0], alias=alias, span=self._span(meta))
+
+    def table_function_ref(self, meta, children):
+        parts = _strip_keywords(children)
+        alias = str(parts[1]) if len(parts) > 1 else None
+        return ast.TableFunctionRef(call=parts[0], alias=alias, span=self._span(meta))
+
+    # -- expressions
+
+    def or_(self, meta, children):
+        left, right = _strip_keywords(children)
+        return ast.Or(left=left, right=right, span=self._span(meta))
+
+    def and_(self, meta, children):
+        left, right = _strip_keywords(children)
+        return ast.And(left=left, right=right, span=self._span(meta))
+
+    def not_(self, meta, children):
+        (operand,) = _strip_keywords(children)
+        return ast.Not(operand=operand, span=self._span(meta))
+
+    def not_kw(self, meta, children):
+        return "not"
+
+    def comparison(self, meta, children):
+        left, op, right = children
+        op = {"!=": "<>"}.get(str(op), str(op))
+        return ast.Comparison(op=op, left=left, right=right, span=self._span(meta))
+
+    def is_null(self, meta, children):
+        return ast.IsNull(operand=children[0], negated="not" in children, span=self._span(meta))
+
+    def is_true(self, meta, children):
+        return ast.IsBool(operand=children[0], value=True, negated="not" in children, span=self._span(meta))
+
+    def is_false(self, meta, children):
+        return ast.IsBool(operand=children[0], value=False, negated="not" in children, span=self._span(meta))
+
+    def between(self, meta, children):
+        operand, low, high = [c for c in _strip_keywords(children) if c != "not"]
+        return ast.Between(operand=operand, low=low, high=high, negated="not" in children,
+                           span=self._span(meta))
+
+    def in_list(self, meta, children):
+        operand, *items = [c for c in _strip_keywords(children) if c != "not"]
+        return ast.InList(operand=operand, items=tuple(items), negated="not" in children,
+                          span=self._span(meta))
+
+    def like(self, meta, children):
+        parts = [c for c in children if c != "not" and not (isinstance(c, Token) and c.type in ("LIKE", "ESCAPE"))]
+        operand, pattern = parts[0], parts[1]
+        escape = _unquote(parts[2]) if len(parts) > 2 else None
+        span = self._span(meta)
+        if escape is not None and len(escape) != 1:
+            raise SqlError(f"the ESCAPE character must be a single character, got {escape!r}", span)
+        return ast.Like(operand=operand, pattern=pattern, escape=escape, negated="not" in children, span=span)
+
+    def binary_op(self, meta, children):
+        left, op, right = children
+        return ast.BinaryOp(op=str(op), left=left, right=right, span=self._span(meta))
+
+    def unary_op(self, meta, children):
+        op, operand = children
+        # Fold a sign into a numeric literal, so '-9223372036854775808' stays a BIGINT.
+        if isinstance(operand, ast.Literal) and operand.kind in ("int", "decimal"):
+            value = -operand.value if str(op) == "-" else operand.value
+            return ast.Literal(kind=operand.kind, value=value, span=self._span(meta))
+        return ast.UnaryOp(op=str(op), operand=operand, span=self._span(meta))
+
+    def field_access(self, meta, children):
+        expr, name = children
+        return ast.FieldAccess(expr=expr, name=str(name), span=self._span(meta))
+
+    def qualified_star(self, meta, children):
+        return ast.QualifiedStar(qualifier=children[0], span=self._span(meta))
+
+    def subscript(self, meta, children):
+        expr, index = children
+        return ast.Subscript(expr=expr, index=index, span=self._span(meta))
+
+    def column_ref(self, meta, children):
+        name = children[0]
+        return ast.ColumnRef(name=str(name), span=name.span)
+
+    def _call(self, meta, children, *, distinct=False, star=False):
+        parts = _strip_keywords(children)
+        name = parts[0]
+        over = None
+        args = []
+        for p in parts[1:]:
+            if isinstance(p, ast.WindowSpec):
+                over = p
+            elif p != "distinct":
+                args.append(p)
+        return ast.FunctionCall(name=str(name).upper(), args=tuple(args), distinct=distinct, star=star,
+                                over=over, name_span=name.span, span=self._span(meta))
+
+    def function_call(self, meta, children):
+        return self._call(meta, children)
+
+    def function_call_distinct(self, meta, children):
+        return self._call(meta, children, distinct=True)
+
+    def function_call_star(self, meta, children):
+        return self._call(meta, children, star=True)
+
+    def cast(self, meta, children, try_=False):
+        operand, typ = _strip_keywords(children)
+        return ast.Cast(operand=operand, type=typ, try_=try_, span=self._span(meta))
+
+    def try_cast(self, meta, children):
+        return self.cast(meta, children, try_=True)
+
+    def extract(self, meta, children):
+        unit, operand = _strip_keywords(children)
+        return ast.Extract(unit=unit, operand=operand, span=self._span(meta))
+
+    def time_unit(self, meta, children):
+        word = children[0].type
+        return _UNITS.get(word, word)
+
+    def case_simple(self, meta, children):
+        parts = _strip_keywords(children)
+        operand = parts[0]
+        whens = tuple(p[1] for p in parts[1:] if isinstance(p, tuple) and p[0] == "when")
+        else_ = next((p[1] for p in parts if isinstance(p, tuple) and p[0] == "else"), None)
+        return ast.Case(operand=operand, whens=whens, else_=else_, span=self._span(meta))
+
+    def case_searched(self, meta, children):
+        parts = _strip_keywords(children)
+        whens = tuple(p[1] for p in parts if isinstance(p, tuple) and p[0] == "when")
+        else_ = next((p[1] for p in parts if isinstance(p, tuple) and p[0] == "else"), None)
+        return ast.Case(operand=None, whens=whens, else_=else_, span=self._span(meta))
+
+    def when_clause(self, meta, children):
+        cond, result = _strip_keywords(children)
+        return ("when", (cond, result))
+
+    def else_clause(self, meta, children):
+        return ("else", _strip_keywords(children)[0])
+
+    def interval(self, meta, children):
+        parts = _strip_keywords(children)
+        text = _unquote(parts[0])
+        units = [p for p in parts[1:] if isinstance(p, str)]
+        return ast.IntervalLiteral(text=text, unit=units[0], to_unit=units[1] if len(units) > 1 else None,
+                                   span=self._span(meta))
+
+    def interval_number(self, meta, children):
+        parts = _strip_keywords(children)
+        sign = ""
+        if isinstance(parts[0], Token) and parts[0].type == "ADD_OP":
+            sign = str(parts.pop(0)).replace("+", "")
+        number, unit = parts
+        return ast.IntervalLiteral(text=f"{sign}{number.value}", unit=unit, span=self._span(meta))
+
+    def current_timestamp(self, meta, children):
+        return ast.CurrentTime(kind=children[0].type, span=self._span(meta))
+
+    def descriptor(self, meta, children):
+        names = next(c for c in children if isinstance(c, tuple))
+        return ast.Descriptor(names=tuple(str(n) for n in names), span=self._span(meta))
+
+    def table_arg(self, meta, children):
+        (name,) = _strip_keywords(children)
+        return ast.TableArg(name=str(name), span=self._span(meta))
+
+    def over(self, meta, children):
+        partition, order, frame = (), (), None
+        for child in children:
+            match child:
+                case ("partition_by", es):
+                    partition = es
+                case ("order_by", items):
+                    order = items
+                case ("frame", f):
+                    frame = f
+        return ast.WindowSpec(partition_by=partition, order_by=order, frame=frame, span=self._span(meta))
+
+    def partition_by(self, meta, children):
+        return ("partition_by", tuple(_strip_keywords(children)))
+
+    def order_by(self, meta, children):
+        return ("order_by", tuple(c for c in children if isinstance(c, tuple)))
+
+    def order_item(self, meta, children):
+        desc = any(isinstance(c, Token) and c.type == "DESC" for c in children)
+        return (_strip_keywords(children)[0], desc)
+
+    def frame(self, meta, children):
+        kind = children[0].type
+        bound = next((c for c in children if isinstance(c, tuple)), None)
+        return ("frame", (kind, bound))
+
+    def frame_bound(self, meta, children):
+        parts = _strip_keywords(children)
+        return ("bound", parts[0] if parts else None)
+
+    # -- literals
+
+    def number(self, meta, children):
+        text = str(children[0])
+        span = self._span(meta)
+        if children[0].type == "INTEGER_LIT":
+            return ast.Literal(kind="int", value=int(text), span=span)
+        return ast.Literal(kind="decimal", value=decimal.Decimal(text), span=span)
+
+    def string(self, meta, children):
+        return ast.Literal(kind="string", value=_unquote(children[0]), span=self._span(meta))
+
+    def true(self, meta, children):
+        return ast.Literal(kind="bool", value=True, span=self._span(meta))
+
+    def false(self, meta, children):
+        return ast.Literal(kind="bool", value=False, span=self._span(meta))
+
+    def null(self, meta, children):
+        return ast.Literal(kind="null", value=None, span=self._span(meta))
+
+    def date_literal(self, meta, children):
+        text = _unquote(children[1])
+        span = self._span(meta)
+        try:
+            return ast.Literal(kind="date", value=dt.date.fromisoformat(text.strip()), span=span)
+        except ValueError:
+            raise SqlError(f"{text!r} is not a DATE", span, "write DATE 'yyyy-mm-dd'") from None
+
+    def time_literal(self, meta, children):
+        text = _unquote(children[1])
+        span = self._span(meta)
+        try:
+            return ast.Literal(kind="time", value=dt.time.fromisoformat(text.strip()), span=span)
+        except ValueError:
+            raise SqlError(f"{text!r} is not a TIME", span, "write TIME 'hh:mm:ss[.fff]'") from None
+
+    def timestamp_literal(self, meta, children, kind="timestamp"):
+        text = _unquote(children[1])
+        span = self._span(meta)
+        value = parse_timestamp_text(text)
+        if value is None:
+            raise SqlError(f"{text!r} is not a TIMESTAMP", span, "write TIMESTAMP 'yyyy-mm-dd hh:mm:ss[.fff]'")
+        return ast.Literal(kind=kind, value=value, span=span)
+
+    def timestamp_ltz_literal(self, meta, children):
+        return self.timestamp_literal(meta, children, kind="timestamp_ltz")
+
+
+_TS = re.compile(r"^\s*\d{4}-\d{2}-\d{2}([ T]\d{2}:\d{2}(:\d{2}(\.\d{1,9})?)?)?\s*$")
+
+
+def parse_timestamp_text(text: str) -> tuple[dt.datetime, int] | None:
+    """``(datetime, precision)`` for 'yyyy-mm-dd[ hh:mm[:ss[.fff]]]', or None. Precision counts
+    the fraction digits, at least 3, so the literal keeps what was written."""
+    if not _TS.match(text):
+        return None
+    text = text.strip().replace("T", " ")
+    fraction = text.rsplit(".", 1)[1] if "." in text else ""
+    try:
+        value = dt.datetime.fromisoformat(text[: len(text) - len(fraction) - 1] if fraction else text)
+    except ValueError:
+        return None
+    nanos = int(fraction.ljust(9, "0")) if fraction else 0
+    precision = max(3, len(fraction))
+    return value.replace(microsecond=nanos // 1000), precision if precision <= 6 else 9

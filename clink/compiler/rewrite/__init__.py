@@ -1,0 +1,59 @@
+"""Rewrites run in this order. Each keeps the plan's output schema; the driver checks it."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import attrs
+
+from clink.compiler import ir
+from clink.compiler.rewrite.fuse_stateless import fuse_stateless
+from clink.compiler.rewrite.merge_projections import merge_projections
+from clink.compiler.rewrite.prune_projections import prune_projections
+from clink.compiler.rewrite.push_filter_into_scan import push_filter_into_scan
+from clink.compiler.rewrite.push_filter_through_project import push_filter_through_project
+from clink.errors import CompilerBug
+
+__all__ = ["RULES", "Rewrite", "run_rewrites", "transform_up"]
+
+
+@attrs.frozen
+class Rewrite:
+    """A named rule. ``whole_plan`` rules get the root and do their own traversal."""
+
+    name: str
+    fn: Callable[[ir.Rel], ir.Rel]
+    whole_plan: bool = False
+
+
+RULES: tuple[Rewrite, ...] = (
+    Rewrite("push_filter_through_project", push_filter_through_project),
+    Rewrite("merge_projections", merge_projections),
+    Rewrite("push_filter_into_scan", push_filter_into_scan),
+    Rewrite("prune_projections", prune_projections, whole_plan=True),
+    Rewrite("fuse_stateless", fuse_stateless),
+)
+
+
+def transform_up(node: ir.Rel, fn: Callable[[ir.Rel], ir.Rel]) -> ir.Rel:
+    """Apply ``fn`` to every node, children first (so ``fn`` sees rewritten inputs)."""
+    inputs = tuple(transform_up(child, fn) for child in node.inputs)
+    if inputs != node.inputs:
+        node = node.with_inputs(inputs)
+    return fn(node)
+
+
+def run_rewrites(plan: ir.Rel, rules: Sequence[Rewrite] = RULES, *,
+                 trace: list[tuple[str, ir.Rel]] | None = None) -> ir.Rel:
+    """Run ``rules`` in order; with ``trace``, record the plan after each rule that changed it."""
+    for rule in rules:
+        new = rule.fn(plan) if rule.whole_plan else transform_up(plan, rule.fn)
+        if new.schema != plan.schema:
+            raise CompilerBug(
+                f"rewrite {rule.name!r} changed the output schema\n"
+                f"  before: {plan.schema}\n  after:  {new.schema}"
+            )
+        if trace is not None and new != plan:
+            trace.append((rule.name, new))
+        plan = new
+    return plan

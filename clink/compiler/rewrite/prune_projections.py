@@ -1,0 +1,57 @@
+"""Read only the columns the plan uses.
+
+Walks from the root down, carrying the set of input columns each node needs; a scan keeps just
+those (projection pushdown: Parquet and CSV then skip decoding the rest), and the expressions
+above are renumbered to match. Filters and projections in between drop unused columns too.
+"""
+
+from __future__ import annotations
+
+import attrs
+
+from clink.compiler import ir
+from clink.errors import CompilerBug
+
+
+def prune_projections(root: ir.Rel) -> ir.Rel:
+    if isinstance(root, ir.Sink):
+        new_input, mapping = _prune(root.input, set(range(len(root.input.schema))))
+        assert mapping == {i: i for i in range(len(root.input.schema))}
+        return root.with_inputs((new_input,))
+    new, _ = _prune(root, set(range(len(root.schema))))
+    return new
+
+
+def _prune(node: ir.Rel, needed: set[int]) -> tuple[ir.Rel, dict[int, int]]:
+    """Rebuild ``node`` producing at least the ``needed`` columns; return the new node and
+    old-position → new-position for the columns it kept."""
+    match node:
+        case ir.Scan(columns=columns, predicate=predicate):
+            keep = set(needed) | (ir.columns_used(predicate) if predicate is not None else set())
+            kept = sorted(keep)
+            mapping = {old: new for new, old in enumerate(kept)}
+            new_pred = ir.remap(predicate, mapping) if predicate is not None else None
+            return attrs.evolve(node, columns=tuple(columns[i] for i in kept), predicate=new_pred), mapping
+        case ir.Filter(input=child, predicate=predicate):
+            new_child, mapping = _prune(child, set(needed) | ir.columns_used(predicate))
+            return ir.Filter(input=new_child, predicate=ir.remap(predicate, mapping), span=node.span), mapping
+        case ir.Project(input=child, exprs=exprs, names=names) | ir.Calc(input=child, exprs=exprs, names=names):
+            # The outputs are the plan's contract with the node above: keep all of them unless
+            # this projection feeds another node that does not need them.
+            kept = sorted(needed)
+            used: set[int] = set()
+            for i in kept:
+                used |= ir.columns_used(exprs[i])
+            predicate = node.predicate if isinstance(node, ir.Calc) else None
+            if predicate is not None:
+                used |= ir.columns_used(predicate)
+            new_child, mapping = _prune(child, used)
+            new_exprs = tuple(ir.remap(exprs[i], mapping) for i in kept)
+            new_names = tuple(names[i] for i in kept)
+            if isinstance(node, ir.Calc):
+                new_node = attrs.evolve(node, input=new_child, exprs=new_exprs, names=new_names,
+                                        predicate=ir.remap(predicate, mapping) if predicate is not None else None)
+            else:
+                new_node = ir.Project(input=new_child, exprs=new_exprs, names=new_names, span=node.span)
+            return new_node, {old: new for new, old in enumerate(kept)}
+    raise CompilerBug(f"prune_projections does not know {type(node).__name__}")

@@ -1,0 +1,178 @@
+"""Errors that users see, and the source positions they point at.
+
+This module imports only the standard library and attrs: the compiler, the runtime and the
+generated modules all raise these, and none of them may pull in the others through it.
+
+Every error has an ``exit_code`` the command line uses: 2 for a usage or SQL mistake, 1 for a
+pipeline that failed while running.
+"""
+
+from __future__ import annotations
+
+import attrs
+
+__all__ = [
+    "ClinkError",
+    "CompilerBug",
+    "ConnectorError",
+    "PipelineError",
+    "RecordError",
+    "Span",
+    "SqlError",
+    "SqlErrors",
+    "UsageError",
+]
+
+
+@attrs.frozen
+class Span:
+    """A region of a source file: 1-based line and column, end column exclusive."""
+
+    file: str
+    line: int
+    col: int
+    end_line: int = -1
+    end_col: int = -1
+
+    def __str__(self) -> str:
+        return f"{self.file}:{self.line}:{self.col}"
+
+    @property
+    def width(self) -> int:
+        if self.end_line == self.line and self.end_col > self.col:
+            return self.end_col - self.col
+        return 1
+
+
+class ClinkError(Exception):
+    """Base class of every error clink reports to a user."""
+
+    exit_code: int = 1
+
+    def render(self, sources: dict[str, str] | None = None) -> str:
+        """The message as the command line prints it."""
+        return f"error: {self}"
+
+
+class UsageError(ClinkError):
+    """A command was called with arguments that cannot work (a missing file, a bad flag)."""
+
+    exit_code = 2
+
+
+class SqlError(ClinkError):
+    """A mistake in the user's SQL, with the place it was found."""
+
+    exit_code = 2
+
+    def __init__(self, message: str, span: Span | None, hint: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.span = span
+        self.hint = hint
+
+    def __str__(self) -> str:
+        where = f"{self.span}: " if self.span else ""
+        text = f"{where}{self.message}"
+        if self.hint:
+            text += f" (hint: {self.hint})"
+        return text
+
+    def render(self, sources: dict[str, str] | None = None) -> str:
+        """Render as ``file:line:col: error: message``, the source line, a caret, then the hint.
+
+        ``sources`` maps file names to their text; without the text only the first line is shown.
+        """
+        span = self.span
+        if span is None:
+            lines = [f"error: {self.message}"]
+        else:
+            lines = [f"{span}: error: {self.message}"]
+            text = (sources or {}).get(span.file)
+            if text is not None:
+                source_lines = text.splitlines()
+                if 0 < span.line <= len(source_lines):
+                    line = source_lines[span.line - 1].expandtabs(1)
+                    gutter = " " * len(str(span.line))
+                    width = span.width
+                    if span.end_line == span.line:
+                        width = max(1, min(width, len(line) - span.col + 1))
+                    else:
+                        width = max(1, len(line) - span.col + 1)
+                    lines.append(f" {span.line} | {line}")
+                    lines.append(f" {gutter} | {' ' * (span.col - 1)}{'^' * width}")
+        if self.hint:
+            lines.append(f"hint: {self.hint}")
+        return "\n".join(lines)
+
+
+class SqlErrors(SqlError):
+    """Several SQL mistakes found in one pass, so a user can fix them all at once."""
+
+    def __init__(self, errors: list[SqlError]) -> None:
+        assert errors, "SqlErrors needs at least one error"
+        first = errors[0]
+        super().__init__(first.message, first.span, first.hint)
+        self.errors = list(errors)
+
+    def __str__(self) -> str:
+        return "\n".join(str(e) for e in self.errors)
+
+    def render(self, sources: dict[str, str] | None = None) -> str:
+        return "\n\n".join(e.render(sources) for e in self.errors)
+
+
+class RecordError(ClinkError):
+    """A record in a source that cannot be read: names the file, the line and the reason."""
+
+    exit_code = 1
+
+    def __init__(self, reason: str, *, file: str | None = None, line: int | None = None,
+                 table: str | None = None) -> None:
+        self.reason = reason
+        self.file = file
+        self.line = line
+        self.table = table
+        super().__init__(str(self))
+
+    def __str__(self) -> str:
+        where = ""
+        if self.file is not None:
+            where = f"{self.file}:{self.line}: " if self.line is not None else f"{self.file}: "
+        table = f" (table {self.table!r})" if self.table else ""
+        return f"{where}bad record{table}: {self.reason}"
+
+    def render(self, sources: dict[str, str] | None = None) -> str:
+        return (f"error: {self}\n"
+                "hint: set 'format.ignore-parse-errors' = 'true' on the table to skip and count bad records")
+
+
+class ConnectorError(ClinkError):
+    """A connector cannot do its job (a missing file, an unwritable directory)."""
+
+    exit_code = 1
+
+
+class PipelineError(ClinkError):
+    """A pipeline failed while running; ``where`` is the SQL position being evaluated, if known."""
+
+    exit_code = 1
+
+    def __init__(self, message: str, where: str | None = None) -> None:
+        self.message = message
+        self.where = where
+        super().__init__(str(self))
+
+    def __str__(self) -> str:
+        if self.where:
+            return f"{self.message}\n  while evaluating {self.where}"
+        return self.message
+
+
+class CompilerBug(ClinkError):
+    """An invariant inside clink was violated: this is a bug in clink, not in the user's SQL."""
+
+    exit_code = 1
+
+    def __init__(self, message: str) -> None:
+        super().__init__(f"{message}\nthis is a bug in clink; please report it with the SQL that caused it")

@@ -1,0 +1,153 @@
+"""The connector contract: option specs, source readers, sink writers, and the registry.
+
+A connector is registered by name in a ``ConnectorRegistry`` that travels in the
+``RuntimeContext``. The compiler reads the option specs to check a table's ``WITH`` options
+before anything runs; the runtime asks the connector for readers and writers.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+from collections.abc import Callable, Iterable, Mapping
+from typing import TYPE_CHECKING, Any
+
+import attrs
+import pyarrow as pa
+
+if TYPE_CHECKING:
+    from clink.runtime.context import RuntimeContext
+
+__all__ = [
+    "Connector",
+    "ConnectorRegistry",
+    "OptionSpec",
+    "SinkWriter",
+    "SourceReader",
+    "TableSpec",
+]
+
+
+@attrs.frozen(kw_only=True)
+class OptionSpec:
+    """One ``WITH`` option a connector accepts.
+
+    ``name`` may contain ``#`` where a column name goes (``fields.#.kind``). ``choices``, when
+    set, lists the accepted values (compared case-insensitively).
+    """
+
+    name: str
+    description: str
+    default: str | None = None
+    required: bool = False
+    choices: tuple[str, ...] | None = None
+
+    def matches(self, key: str, columns: Iterable[str]) -> bool:
+        if "#" not in self.name:
+            return key == self.name
+        return any(key == self.name.replace("#", c) for c in columns) or fnmatch.fnmatchcase(
+            key, self.name.replace("#", "*")
+        )
+
+
+@attrs.frozen(kw_only=True)
+class TableSpec:
+    """What a connector is given to read or write one table.
+
+    ``schema``: the columns to produce (a source) or that arrive (a sink), in order.
+    ``table_schema``: all physical columns of the table as declared (CSV matches by position).
+    ``predicate``: an optional ``pyarrow.compute.Expression``; a source may drop rows for which
+    it is not true, and need not.
+    """
+
+    name: str
+    schema: pa.Schema
+    table_schema: pa.Schema
+    options: Mapping[str, str] = attrs.field(factory=dict)
+    predicate: Any = None
+
+
+class SourceReader:
+    """Reads one table. The executor polls it in turn with other sources.
+
+    ``poll`` returns a batch with ``spec.schema`` exactly, or ``None`` when nothing is ready
+    now. Once ``finished`` is true the reader has no more rows (a bounded source). A bad record
+    raises ``clink.errors.RecordError`` naming the file and line, unless the table's options
+    say to skip bad records, in which case they are counted in ``metrics['skipped_records']``.
+    """
+
+    finished: bool = False
+
+    def __init__(self) -> None:
+        self.metrics: dict[str, int] = {}
+
+    def poll(self) -> pa.RecordBatch | None:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        """Release files and handles; called once, also after a failure."""
+
+
+class SinkWriter:
+    """Writes one table. ``write`` gets batches with ``spec.schema``.
+
+    ``close`` is called after the last batch of a successful run and must make the output
+    complete and visible; ``abort`` is called instead when the run fails and must leave no
+    half-written file under a final name.
+    """
+
+    def __init__(self) -> None:
+        self.metrics: dict[str, int] = {}
+
+    def write(self, batch: pa.RecordBatch) -> None:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        pass
+
+    def abort(self) -> None:
+        pass
+
+
+@attrs.frozen(kw_only=True)
+class Connector:
+    """A named connector: its options, and factories for readers and writers.
+
+    A connector that cannot be a source (or a sink) leaves that factory ``None``.
+    """
+
+    name: str
+    description: str
+    source_options: tuple[OptionSpec, ...] = ()
+    sink_options: tuple[OptionSpec, ...] = ()
+    create_source: Callable[[TableSpec, RuntimeContext], SourceReader] | None = None
+    create_sink: Callable[[TableSpec, RuntimeContext], SinkWriter] | None = None
+    #: Checks the option values (not just names) for a table; returns error messages keyed by
+    #: option name. Called by the compiler, so a bad value is reported before anything runs.
+    validate: Callable[[Mapping[str, str], pa.Schema, str], dict[str, str]] | None = None
+
+    def options_for(self, role: str) -> tuple[OptionSpec, ...]:
+        return self.source_options if role == "source" else self.sink_options
+
+
+class ConnectorRegistry:
+    """Connectors by name. Each ``RuntimeContext`` has its own; nothing here is global."""
+
+    def __init__(self, connectors: Iterable[Connector] = ()) -> None:
+        self._connectors: dict[str, Connector] = {}
+        for connector in connectors:
+            self.register(connector)
+
+    def register(self, connector: Connector) -> None:
+        self._connectors[connector.name] = connector
+
+    def get(self, name: str) -> Connector | None:
+        return self._connectors.get(name)
+
+    def names(self) -> list[str]:
+        return sorted(self._connectors)
+
+    def __contains__(self, name: str) -> bool:
+        return name in self._connectors
+
+    def as_mapping(self) -> Mapping[str, Connector]:
+        return dict(self._connectors)

@@ -1,0 +1,138 @@
+"""The ``print`` sink: one Flink-style line per row, on the job's standard output.
+
+A row prints as ``+I[1, 2.5, EU]``: the change kind, then the values in column order separated
+by ``", "``. Nulls print as ``null``, timestamps as ISO dates with ``T`` (the fraction omitted
+when it is zero), rows as ``(a, b)``, arrays as ``[a, b]`` and maps as ``{k=v}``. With
+``print-identifier`` every line starts with ``<identifier>> ``.
+
+A batch with a ``_rowkind`` string column (a changelog stream) prints that column's value in
+place of ``+I`` and does not print the column itself.
+
+Rows are printed as they arrive, so output is at-least-once: a job restarted from a checkpoint
+prints again the rows that came after that checkpoint.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from clink.errors import ConnectorError
+from clink.runtime.connectors.base import Connector, OptionSpec, SinkWriter, TableSpec
+from clink.runtime.connectors.filesystem import concatenated, join_list_text
+
+if TYPE_CHECKING:
+    from clink.runtime.context import RuntimeContext
+
+__all__ = ["PRINT", "PrintWriter", "render_text"]
+
+ROWKIND_COLUMN = "_rowkind"
+
+SINK_OPTIONS = (
+    OptionSpec(name="print-identifier", description="text printed before every line, followed by '> '"),
+    OptionSpec(name="standard-error", default="false", choices=("true", "false"),
+               description="'true': print to standard error instead of standard output"),
+)
+
+
+def validate(options: Mapping[str, str], table_schema: pa.Schema, role: str) -> dict[str, str]:
+    """Check the print sink's option values."""
+    value = options.get("standard-error", "false").strip().lower()
+    if value not in ("true", "false"):
+        return {"standard-error": f"expected 'true' or 'false', found {options['standard-error']!r}"}
+    return {}
+
+
+def render_text(arr: pa.Array) -> pa.Array:
+    """Render every value of ``arr`` as the print sink shows it (a string array without nulls).
+
+    >>> render_text(pa.array([1.0, None, 2.5])).to_pylist()
+    ['1.0', 'null', '2.5']
+    """
+    t = arr.type
+    if pa.types.is_null(t):
+        return pa.array(["null"] * len(arr), pa.string())
+    if pa.types.is_floating(t):
+        text = arr.cast(pa.string())
+        # Java prints whole doubles with ".0" and spells the special values out.
+        text = pc.replace_substring_regex(text, r"^(-?[0-9]+)$", r"\1.0")
+        text = pc.replace_substring(text, "nan", "NaN")
+        text = pc.replace_substring(text, "inf", "Infinity")
+    elif pa.types.is_binary(t) or pa.types.is_large_binary(t):
+        text = pa.array([None if v is None else f"x'{v.hex()}'" for v in arr.to_pylist()], pa.string())
+    elif pa.types.is_timestamp(t):
+        text = pc.replace_substring(arr.cast(pa.string()), " ", "T", max_replacements=1)
+        text = pc.replace_substring_regex(text, r"\.0+(Z?)$", r"\1")
+    elif pa.types.is_time(t):
+        text = pc.replace_substring_regex(arr.cast(pa.string()), r"\.0+$", "")
+    elif pa.types.is_struct(t):
+        parts: list[object] = ["("]
+        for i, child in enumerate(arr.flatten()):
+            if i:
+                parts.append(", ")
+            parts.append(render_text(child))
+        parts.append(")")
+        text = pc.binary_join_element_wise(*parts, "")
+    elif pa.types.is_map(t):
+        def entries(values: pa.Array) -> pa.Array:
+            keys, items = values.flatten()
+            return pc.binary_join_element_wise(render_text(keys), "=", render_text(items), "")
+        text = pc.binary_join_element_wise("{", join_list_text(arr, entries, ", "), "}", "")
+    elif pa.types.is_list(t) or pa.types.is_large_list(t):
+        text = pc.binary_join_element_wise("[", join_list_text(arr, render_text, ", "), "]", "")
+    else:
+        text = arr.cast(pa.string())
+    if arr.null_count:
+        text = pc.if_else(arr.is_null(), "null", text)
+    return text
+
+
+class PrintWriter(SinkWriter):
+    """Formats each batch as lines in one go, then writes them to the chosen stream."""
+
+    def __init__(self, spec: TableSpec, ctx: RuntimeContext) -> None:
+        super().__init__()
+        if problems := validate(spec.options, spec.table_schema, "sink"):
+            raise ConnectorError(f"table {spec.name!r}: {'; '.join(problems.values())}")
+        to_stderr = spec.options.get("standard-error", "false").strip().lower() == "true"
+        self._stream = sys.stderr if to_stderr else ctx.stdout
+        identifier = spec.options.get("print-identifier")
+        self._prefix = f"{identifier}> " if identifier else ""
+        self.metrics["rows_out"] = 0
+
+    def write(self, batch: pa.RecordBatch) -> None:
+        if batch.num_rows == 0:
+            return
+        names = batch.schema.names
+        kind: object = "+I"
+        if ROWKIND_COLUMN in names:
+            kind = batch.column(ROWKIND_COLUMN).cast(pa.string())
+        parts: list[object] = [self._prefix, kind, "["]
+        values = [render_text(c) for n, c in zip(names, batch.columns, strict=True) if n != ROWKIND_COLUMN]
+        for i, value in enumerate(values):
+            if i:
+                parts.append(", ")
+            parts.append(value)
+        parts.append("]\n")
+        if not isinstance(kind, pa.Array) and not values:
+            text = "".join(str(p) for p in parts) * batch.num_rows
+        else:
+            text = concatenated(pc.binary_join_element_wise(*parts, "")).to_pybytes().decode()
+        self._stream.write(text)
+        self.metrics["rows_out"] += batch.num_rows
+
+    def close(self) -> None:
+        self._stream.flush()
+
+
+PRINT = Connector(
+    name="print",
+    description="prints every row to standard output, Flink style (+I[...])",
+    sink_options=SINK_OPTIONS,
+    create_sink=PrintWriter,
+    validate=validate,
+)

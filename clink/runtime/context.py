@@ -1,0 +1,69 @@
+"""The explicit context a pipeline runs in: configuration, connectors, clock, output streams.
+
+Nothing in the runtime reads global state; whatever a connector or an operator needs from its
+surroundings arrives through a ``RuntimeContext`` (for the whole job) or a ``TaskContext``
+(for one node).
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, TextIO
+
+import attrs
+import pyarrow as pa
+
+if TYPE_CHECKING:
+    from clink.runtime.connectors.base import ConnectorRegistry
+
+__all__ = ["RuntimeContext", "TaskContext", "system_clock_ms"]
+
+
+def system_clock_ms() -> int:
+    """Wall-clock time in milliseconds since the epoch."""
+    return time.time_ns() // 1_000_000
+
+
+def _default_registry() -> ConnectorRegistry:
+    from clink.runtime.connectors import default_registry
+
+    return default_registry()
+
+
+@attrs.define(kw_only=True)
+class RuntimeContext:
+    """Everything a job may use from outside itself.
+
+    ``config`` holds the string settings (``SET 'k' = 'v'`` in SQL, then overrides from the
+    caller). ``clock`` gives processing time in milliseconds; tests pass a fixed one.
+    """
+
+    config: dict[str, str] = attrs.field(factory=dict)
+    connectors: ConnectorRegistry = attrs.field(factory=_default_registry)
+    clock: Callable[[], int] = system_clock_ms
+    stdout: TextIO = attrs.field(factory=lambda: sys.stdout)
+    state_dir: Path | None = None
+    #: Receives the rows of bare ``SELECT`` queries (the ``collect`` sink): (query name, batch).
+    on_result: Callable[[str, pa.RecordBatch], None] | None = None
+
+    def get(self, key: str, default: str | None = None) -> str | None:
+        return self.config.get(key, default)
+
+    def with_config(self, extra: Mapping[str, str]) -> RuntimeContext:
+        return attrs.evolve(self, config={**self.config, **extra})
+
+
+@attrs.define(kw_only=True)
+class TaskContext:
+    """What one running node sees: the job's context, its own id, and its metrics."""
+
+    runtime: RuntimeContext
+    node_id: int
+    metrics: dict[str, int] = attrs.field(factory=dict)
+
+    def now(self) -> int:
+        """Processing time in milliseconds since the epoch."""
+        return self.runtime.clock()

@@ -1,0 +1,221 @@
+"""The local executor: runs a plan's DAG in the calling thread.
+
+Sources are polled in turn; each batch is pushed through the chains below it to the sinks.
+When a bounded source ends it sends a final watermark and ``EndOfInput``; a sink closes (and
+makes its output visible) once every input has ended. A failure anywhere aborts every sink, so
+no half-written output appears under a final name.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import defaultdict
+
+import attrs
+import pyarrow as pa
+
+from clink.errors import ClinkError, CompilerBug, PipelineError, UsageError
+from clink.runtime.connectors.base import SinkWriter, SourceReader, TableSpec
+from clink.runtime.context import RuntimeContext, TaskContext
+from clink.runtime.elements import MAX_WATERMARK
+from clink.runtime.kernels import EvaluationError
+from clink.runtime.loader import sql_position_of
+from clink.runtime.plan import Chain, Plan, Sink, Source
+
+
+@attrs.define
+class Metrics:
+    """Counters of a run: rows read per source, written per sink, bad records skipped."""
+
+    records_in: dict[str, int] = attrs.field(factory=dict)
+    records_out: dict[str, int] = attrs.field(factory=dict)
+    skipped_records: dict[str, int] = attrs.field(factory=dict)
+    watermark: int | None = None
+    seconds: float = 0.0
+
+    def summary(self) -> str:
+        rows_in = sum(self.records_in.values())
+        rows_out = sum(self.records_out.values())
+        text = f"{rows_in} rows in, {rows_out} rows out in {self.seconds:.2f} s"
+        skipped = sum(self.skipped_records.values())
+        if skipped:
+            text += f"; {skipped} bad records skipped ({', '.join(f'{k}: {v}' for k, v in self.skipped_records.items() if v)})"
+        return text
+
+
+class Job:
+    """One run of a plan. ``step()`` does a bounded amount of work; ``run()`` runs to the end."""
+
+    def __init__(self, plan: Plan, ctx: RuntimeContext) -> None:
+        self.plan = plan
+        self.ctx = ctx.with_config({**plan.config, **ctx.config})
+        self.metrics = Metrics()
+        self._readers: dict[int, SourceReader] = {}
+        self._writers: dict[int, SinkWriter] = {}
+        self._tasks: dict[int, TaskContext] = {}
+        self._downstream: dict[int, list[int]] = defaultdict(list)
+        self._open_inputs: dict[int, int] = {}
+        self._ended: set[int] = set()
+        self._started = time.perf_counter()
+        self.finished = False
+        self._failed = False
+        try:
+            self._open()
+        except BaseException:
+            self._abort()
+            raise
+
+    # -- set-up
+
+    def _open(self) -> None:
+        for node in self.plan.nodes:
+            self._tasks[node.id] = TaskContext(runtime=self.ctx, node_id=node.id)
+            for upstream in node.inputs:
+                self._downstream[upstream].append(node.id)
+            self._open_inputs[node.id] = len(node.inputs)
+        for node in self.plan.nodes:
+            if isinstance(node, Source):
+                connector = self._connector(node.connector)
+                if connector.create_source is None:
+                    raise UsageError(f"connector {node.connector!r} cannot be read (table {node.table!r})")
+                spec = TableSpec(name=node.table, schema=node.schema, table_schema=node.table_schema,
+                                 options=node.options, predicate=node.predicate() if node.predicate else None)
+                self._readers[node.id] = connector.create_source(spec, self.ctx)
+            elif isinstance(node, Sink):
+                connector = self._connector(node.connector)
+                if connector.create_sink is None:
+                    raise UsageError(f"connector {node.connector!r} cannot be written (table {node.table!r})")
+                spec = TableSpec(name=node.table, schema=node.schema, table_schema=node.schema, options=node.options)
+                self._writers[node.id] = connector.create_sink(spec, self.ctx)
+
+    def _connector(self, name: str):
+        connector = self.ctx.connectors.get(name)
+        if connector is None:
+            raise UsageError(f"unknown connector {name!r}; this context has: {', '.join(self.ctx.connectors.names())}")
+        return connector
+
+    @property
+    def unbounded_sources(self) -> list[str]:
+        return [self.plan.node(i).table for i, r in self._readers.items() if not getattr(r, "bounded", True)]
+
+    # -- running
+
+    def step(self) -> bool:
+        """Poll every source once and push what they give; True if any work was done."""
+        if self.finished:
+            return False
+        progressed = False
+        try:
+            for node_id, reader in self._readers.items():
+                if node_id in self._ended:
+                    continue
+                batch = reader.poll()
+                if batch is not None and batch.num_rows:
+                    progressed = True
+                    self._push(node_id, batch)
+                if reader.finished:
+                    progressed = True
+                    self._end(node_id)
+        except BaseException as exc:
+            self._fail(exc)
+        if len(self._ended) == len(self.plan.nodes):
+            self._finish()
+        return progressed
+
+    def run(self, *, idle_sleep: float = 0.005) -> Metrics:
+        """Run until every source has ended (forever, for an unbounded source)."""
+        try:
+            while not self.finished:
+                if not self.step():
+                    time.sleep(idle_sleep)
+        except KeyboardInterrupt:
+            self.cancel()
+            raise
+        return self.metrics
+
+    def cancel(self) -> None:
+        """Stop now: sinks are aborted, so nothing half-written stays behind."""
+        if not self.finished:
+            self._abort()
+            self.finished = True
+
+    def _push(self, node_id: int, batch: pa.RecordBatch) -> None:
+        for target_id in self._downstream[node_id]:
+            node = self.plan.node(target_id)
+            if isinstance(node, Chain):
+                out = self._run_chain(node, batch)
+                if out.num_rows:
+                    self._push(target_id, out)
+            elif isinstance(node, Sink):
+                self._writers[target_id].write(batch)
+            else:
+                raise CompilerBug(f"node {target_id} of type {type(node).__name__} cannot take a batch")
+
+    def _run_chain(self, node: Chain, batch: pa.RecordBatch) -> pa.RecordBatch:
+        try:
+            return node.fn(batch, self._tasks[node.id])
+        except ClinkError:
+            raise
+        except (EvaluationError, pa.ArrowException, ArithmeticError, ValueError, TypeError) as exc:
+            where = sql_position_of(exc)
+            message = str(exc).split("\n")[0]
+            if isinstance(exc, pa.ArrowInvalid) and "overflow" in message:
+                message = f"integer overflow: {message}"
+            raise PipelineError(message, where) from exc
+
+    def _end(self, node_id: int) -> None:
+        """``node_id`` has no more input: pass the end (and the final watermark) downstream."""
+        if node_id in self._ended:
+            return
+        self._ended.add(node_id)
+        self.metrics.watermark = MAX_WATERMARK
+        node = self.plan.node(node_id)
+        if isinstance(node, Sink):
+            self._writers[node_id].close()
+            self._collect_metrics()
+            return
+        for target in self._downstream[node_id]:
+            self._open_inputs[target] -= 1
+            if self._open_inputs[target] == 0:
+                self._end(target)
+
+    def _finish(self) -> None:
+        self.finished = True
+        self._close_readers()
+        self._collect_metrics()
+
+    def _collect_metrics(self) -> None:
+        for node_id, reader in self._readers.items():
+            table = self.plan.node(node_id).table
+            self.metrics.records_in[table] = reader.metrics.get("records_in", 0)
+            self.metrics.skipped_records[table] = reader.metrics.get("skipped_records", 0)
+        for node_id, writer in self._writers.items():
+            self.metrics.records_out[self.plan.node(node_id).table] = writer.metrics.get("rows_out", 0)
+        self.metrics.seconds = time.perf_counter() - self._started
+
+    def _fail(self, exc: BaseException) -> None:
+        self._failed = True
+        self._abort()
+        self.finished = True
+        raise exc
+
+    def _abort(self) -> None:
+        for node_id, writer in self._writers.items():
+            if node_id not in self._ended:
+                try:
+                    writer.abort()
+                except Exception:  # noqa: BLE001 - the first failure is the one to report
+                    pass
+        self._close_readers()
+
+    def _close_readers(self) -> None:
+        for reader in self._readers.values():
+            try:
+                reader.close()
+            except Exception:  # noqa: BLE001
+                pass
+
+
+def run_plan(plan: Plan, ctx: RuntimeContext) -> Metrics:
+    """Run ``plan`` to completion in this thread."""
+    return Job(plan, ctx).run()

@@ -1,0 +1,369 @@
+"""Vectorized helpers that generated code calls as ``K.<name>``.
+
+Each one gives SQL semantics where ``pyarrow.compute`` alone does not: NULL instead of an error
+on division by zero, 1-based string positions, three-valued IN, casts that fail with the value
+that did not convert. All work on whole arrays (or scalars); none loops over rows except on an
+error path.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from clink.runtime.context import TaskContext
+
+Value = pa.Array | pa.ChunkedArray | pa.Scalar
+
+
+class EvaluationError(Exception):
+    """A value could not be computed (a cast that does not fit, an overflow): fails the pipeline."""
+
+
+def filter(batch: pa.RecordBatch, keep: Value) -> pa.RecordBatch:  # noqa: A001 - mirrors RecordBatch.filter
+    """Rows of ``batch`` where ``keep`` is TRUE (FALSE and NULL drop the row)."""
+    if isinstance(keep, pa.Scalar):
+        return batch if keep.is_valid and keep.as_py() else batch.slice(0, 0)
+    if keep.null_count == 0 and pc.all(keep).as_py():
+        return batch
+    return batch.filter(keep, null_selection_behavior="drop")
+
+
+def broadcast(value: Value, n: int, type: pa.DataType) -> pa.Array:  # noqa: A002
+    """A column of ``n`` copies of a scalar (arrays pass through)."""
+    if isinstance(value, pa.Scalar):
+        if value.type != type:
+            value = value.cast(type)
+        return pa.repeat(value, n) if value.is_valid else pa.nulls(n, type)
+    return value
+
+
+def _zero_to_null(divisor: Value) -> Value:
+    zero = pc.equal(divisor, pa.scalar(0, divisor.type))
+    if isinstance(divisor, pa.Scalar):
+        return pa.scalar(None, divisor.type) if zero.as_py() else divisor
+    return pc.if_else(zero, pa.scalar(None, divisor.type), divisor)
+
+
+def divide(a: Value, b: Value) -> Value:
+    """``a / b``; integers truncate toward zero; division by zero is NULL."""
+    b = _zero_to_null(b)
+    if pa.types.is_integer(a.type):
+        return pc.divide_checked(a, b)
+    return pc.divide(a, b)
+
+
+def mod(a: Value, b: Value) -> Value:
+    """``a % b`` with the sign of ``a`` (as in SQL); modulo by zero is NULL."""
+    return pc.remainder(a, _zero_to_null(b))
+
+
+def interval_multiply(a: Value, b: Value) -> Value:
+    ms = pc.multiply(pc.cast(a, pa.int64()), b)
+    return pc.cast(pc.round(ms), pa.int64()).cast(a.type)
+
+
+def interval_divide(a: Value, b: Value) -> Value:
+    ms = divide(pc.cast(pc.cast(a, pa.int64()), pa.float64()), b)
+    return pc.cast(pc.round(ms), pa.int64()).cast(a.type)
+
+
+def in_list(a: Value, items: list[Value]) -> Value:
+    """``a IN (items)`` with three-valued logic: TRUE if any item equals ``a``; else NULL if
+    ``a`` or any item is NULL; else FALSE."""
+    if all(isinstance(i, pa.Scalar) for i in items):
+        values = [i for i in items if i.is_valid]
+        found = pc.is_in(a, value_set=pa.array([v.as_py() for v in values], a.type)) if values else None
+        if found is None:
+            found = pc.equal(a, pa.scalar(None, a.type))
+        if len(values) != len(items):
+            # A NULL in the list makes a miss unknown rather than false.
+            found = pc.if_else(found, True, pa.scalar(None, pa.bool_()))
+        return pc.if_else(pc.is_null(a), pa.scalar(None, pa.bool_()), found)
+    result: Value = pa.scalar(False)
+    for item in items:
+        result = pc.or_kleene(result, pc.equal(a, item))
+    return result
+
+
+def like(a: Value, pattern: str, escape: str | None = None) -> Value:
+    """SQL LIKE: ``%`` any run, ``_`` one character; ``escape`` makes the next character literal."""
+    if escape is not None and escape != "\\":
+        out, i = [], 0
+        while i < len(pattern):
+            ch = pattern[i]
+            if ch == escape and i + 1 < len(pattern):
+                nxt = pattern[i + 1]
+                out.append("\\" + nxt if nxt in "%_\\" else nxt)
+                i += 2
+                continue
+            out.append("\\\\" if ch == "\\" else ch)
+            i += 1
+        pattern = "".join(out)
+    elif escape is None:
+        # Without ESCAPE a backslash is an ordinary character.
+        pattern = pattern.replace("\\", "\\\\")
+    return pc.match_like(a, pattern)
+
+
+def case_when(conditions: list[Value], results: list[Value], else_: Value, type: pa.DataType) -> Value:  # noqa: A002
+    """Searched CASE: the result of the first TRUE condition (NULL counts as not true), else ``else_``."""
+    values = [*results, else_]
+    arrays = [v for v in [*conditions, *values] if not isinstance(v, pa.Scalar)]
+    if not arrays:
+        for cond, res in zip(conditions, results, strict=True):
+            if cond.is_valid and cond.as_py():
+                return res.cast(type) if res.type != type else res
+        return else_.cast(type) if else_.type != type else else_
+    n = len(arrays[0])
+    conds = [broadcast(c, n, pa.bool_()) for c in conditions]
+    vals = [broadcast(v, n, type) for v in values]
+    return pc.case_when(pc.make_struct(*conds, field_names=[f"c{i}" for i in range(len(conds))]), *vals)
+
+
+def if_(cond: Value, a: Value, b: Value) -> Value:
+    """IF(cond, a, b): a NULL condition picks ``b``."""
+    return pc.if_else(pc.fill_null(cond, False), a, b)
+
+
+def nullif(a: Value, b: Value) -> Value:
+    """NULL where ``a = b`` is TRUE, else ``a``."""
+    same = pc.fill_null(pc.equal(a, b), False)
+    return pc.if_else(same, pa.scalar(None, a.type), a)
+
+
+def substring(a: Value, start: int, length: int | None = None) -> Value:
+    """SUBSTRING(a, start[, length]), 1-based. A start below 1 counts positions before the string
+    (so SUBSTRING('abc', 0, 2) is 'a'), as the SQL standard defines it."""
+    begin = start - 1
+    stop = None if length is None else begin + length
+    if begin < 0:
+        begin = 0
+    if stop is not None and stop <= begin:
+        return pc.utf8_slice_codeunits(a, 0, 0)
+    return pc.utf8_slice_codeunits(a, begin, stop) if stop is not None else pc.utf8_slice_codeunits(a, begin)
+
+
+def split_index(a: Value, sep: str, index: int) -> Value:
+    """The ``index``-th (0-based) piece of ``a`` split on ``sep``; NULL when there is no such piece."""
+    if index < 0 or sep == "":
+        return pc.cast(pc.if_else(pc.is_valid(a), pa.scalar(None, pa.string()), pa.scalar(None, pa.string())),
+                       pa.string())
+    parts = pc.split_pattern(a, pattern=sep)
+    lengths = pc.list_value_length(parts)
+    has = pc.greater(lengths, index)
+    # list_element fails on short lists, so give those a placeholder element first.
+    safe = pc.if_else(pc.fill_null(has, False), parts, pa.scalar([None] * (index + 1), parts.type))
+    picked = pc.list_element(safe, index)
+    return pc.if_else(pc.fill_null(has, False), picked, pa.scalar(None, pa.string()))
+
+
+def round_half_up(a: Value, digits: int = 0) -> Value:
+    """ROUND: halves go away from zero, as in SQL. Integers with digits >= 0 are unchanged."""
+    if pa.types.is_integer(a.type):
+        if digits >= 0:
+            return a
+        return pc.cast(pc.round(pc.cast(a, pa.float64()), ndigits=digits, round_mode="half_towards_infinity"),
+                       a.type)
+    return pc.round(a, ndigits=digits, round_mode="half_towards_infinity")
+
+
+def floor(a: Value) -> Value:
+    return a if pa.types.is_integer(a.type) else pc.floor(a)
+
+
+def ceil(a: Value) -> Value:
+    return a if pa.types.is_integer(a.type) else pc.ceil(a)
+
+
+def element_at(a: Value, index: Value) -> Value:
+    """``a[index]``, 1-based; NULL when out of range."""
+    lengths = pc.list_value_length(a)
+    ok = pc.and_(pc.greater_equal(index, 1), pc.less_equal(index, lengths))
+    ok = pc.fill_null(ok, False)
+    arr = a if not isinstance(a, pa.Scalar) else pa.array([a.as_py()], a.type)
+    idx = index if not isinstance(index, pa.Scalar) else pa.repeat(index, len(arr))
+    okarr = ok if not isinstance(ok, pa.Scalar) else pa.repeat(ok, len(arr))
+    # Vectorized gather: the flat position of each wanted element in the list values.
+    offsets = np.asarray(arr.offsets)[:-1]
+    flat = offsets + np.nan_to_num(np.asarray(pc.subtract(idx, 1).to_numpy(zero_copy_only=False), dtype=float),
+                                   nan=0).astype(np.int64)
+    flat = np.where(np.asarray(okarr.to_numpy(zero_copy_only=False), dtype=bool), flat, 0)
+    values = arr.flatten() if arr.offset == 0 else pc.list_flatten(arr)
+    if len(values) == 0:
+        return pa.nulls(len(arr), a.type.value_type)
+    picked = values.take(pa.array(np.clip(flat - int(np.asarray(arr.offsets)[0]), 0, len(values) - 1)))
+    out = pc.if_else(okarr, picked, pa.scalar(None, a.type.value_type))
+    return out[0] if isinstance(a, pa.Scalar) else out
+
+
+def map_get(a: Value, key: Any) -> Value:
+    """``m['key']``: the value for ``key``, NULL if absent."""
+    return pc.map_lookup(a, pa.scalar(key, a.type.key_type), "first")
+
+
+_UNIT_FN = {
+    "year": pc.year, "quarter": pc.quarter, "month": pc.month, "iso_week": pc.iso_week, "day": pc.day,
+    "day_of_year": pc.day_of_year, "hour": pc.hour, "minute": pc.minute, "second": pc.second,
+    "millisecond": pc.millisecond,
+}
+
+
+def extract(a: Value, unit: str) -> Value:
+    """EXTRACT(unit FROM a) as BIGINT. DAYOFWEEK counts Sunday as 1 through Saturday as 7."""
+    if unit == "dayofweek":
+        out = pc.add(pc.day_of_week(a, count_from_zero=True, week_start=7), 1)
+    else:
+        out = _UNIT_FN[unit](a)
+    return pc.cast(out, pa.int64())
+
+
+def date_format(a: Value, fmt: str, millis: bool = False) -> Value:
+    """Format a TIMESTAMP with a strftime pattern (translated from Java's by the compiler)."""
+    if pa.types.is_timestamp(a.type) and a.type.tz is not None:
+        a = pc.cast(a, pa.timestamp(a.type.unit))
+    if pa.types.is_date(a.type):
+        a = pc.cast(a, pa.timestamp("s"))
+    # %S of a sub-second timestamp prints fractional seconds; drop them unless SSS asked for them.
+    secs = pc.cast(pc.floor_temporal(a, unit="second"), pa.timestamp("s")) if a.type.unit != "s" else a
+    text = pc.strftime(secs, format=fmt)
+    if millis:
+        ms = pc.utf8_lpad(pc.cast(pc.millisecond(a), pa.string()), width=3, padding="0")
+        text = pc.binary_join_element_wise(text, ms, "")
+    return text
+
+
+def current_timestamp(ctx: TaskContext) -> pa.Scalar:
+    return pa.scalar(ctx.now(), pa.int64()).cast(pa.timestamp("ms", tz="UTC"))
+
+
+def local_timestamp(ctx: TaskContext) -> pa.Scalar:
+    return pa.scalar(ctx.now(), pa.int64()).cast(pa.timestamp("ms"))
+
+
+def current_date(ctx: TaskContext) -> pa.Scalar:
+    return pa.scalar(dt.datetime.fromtimestamp(ctx.now() / 1000, dt.timezone.utc).date(), pa.date32())
+
+
+def current_time(ctx: TaskContext) -> pa.Scalar:
+    return pa.scalar((ctx.now() % 86_400_000), pa.int32()).cast(pa.time32("ms"))
+
+
+# ---------------------------------------------------------------- casts
+
+
+def cast(a: Value, to: pa.DataType, try_: bool = False) -> Value:
+    """CAST with SQL semantics: a float to an integer truncates toward zero; a string is trimmed
+    and must spell a value of the target type, or the pipeline fails naming the value
+    (TRY_CAST gives NULL instead). Numbers that do not fit the target fail likewise."""
+    src = a.type
+    if src == to:
+        return a
+    if pa.types.is_null(src):
+        return pa.scalar(None, to) if isinstance(a, pa.Scalar) else pa.nulls(len(a), to)
+    if pa.types.is_string(to) or pa.types.is_large_string(to):
+        return _to_string(a, src)
+    if pa.types.is_string(src) or pa.types.is_large_string(src):
+        a = pc.utf8_trim(a, characters=" ")
+        if pa.types.is_boolean(to):
+            return _string_to_bool(a, try_)
+        if pa.types.is_timestamp(to) or pa.types.is_date(to):
+            a = pc.replace_substring(a, pattern="T", replacement=" ", max_replacements=1)
+    if pa.types.is_floating(src) and (pa.types.is_integer(to) or pa.types.is_decimal(to)):
+        if pa.types.is_integer(to):
+            a = pc.trunc(a)
+    if pa.types.is_timestamp(src) and pa.types.is_integer(to):
+        # A timestamp as a number counts seconds since the epoch, as in Flink.
+        return _checked(pc.divide(pc.cast(a, pa.int64()), _per_second(src.unit)), to, try_)
+    if pa.types.is_integer(src) and pa.types.is_timestamp(to):
+        return pc.cast(pc.multiply_checked(pc.cast(a, pa.int64()), _per_second(to.unit)), to)
+    if pa.types.is_timestamp(src) and pa.types.is_timestamp(to) and src.tz != to.tz:
+        a = pc.cast(pc.cast(a, pa.int64()), pa.timestamp(src.unit, tz=to.tz))
+        return pc.cast(a, to, safe=False) if a.type != to else a
+    if pa.types.is_timestamp(src) and pa.types.is_timestamp(to):
+        return pc.cast(a, to, safe=False)
+    if pa.types.is_timestamp(src) and pa.types.is_date(to):
+        return pc.cast(pc.cast(a, pa.timestamp(src.unit)), to, safe=False)
+    if pa.types.is_timestamp(src) and pa.types.is_time(to):
+        since_midnight = pc.subtract(pc.cast(a, pa.int64()), pc.cast(pc.floor_temporal(a, unit="day"), pa.int64()))
+        return pc.cast(pc.cast(since_midnight, _time_of(src.unit)), to, safe=False)
+    return _checked(a, to, try_)
+
+
+def _time_of(unit: str) -> pa.DataType:
+    return pa.time32(unit) if unit in ("s", "ms") else pa.time64(unit)
+
+
+def _per_second(unit: str) -> pa.Scalar:
+    return pa.scalar({"s": 1, "ms": 1000, "us": 1_000_000, "ns": 1_000_000_000}[unit], pa.int64())
+
+
+def _checked(a: Value, to: pa.DataType, try_: bool) -> Value:
+    try:
+        return pc.cast(a, to)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
+        if not try_:
+            bad = _first_bad(a, to)
+            raise EvaluationError(f"cannot CAST {bad!r} to {_sql(to)}" if bad is not None else
+                                  f"cannot CAST to {_sql(to)}: {exc}") from None
+    # TRY_CAST: convert what converts, NULL for the rest (the error path, row by row).
+    values = a.to_pylist() if not isinstance(a, pa.Scalar) else [a.as_py()]
+    out = []
+    for v in values:
+        try:
+            out.append(pc.cast(pa.array([v], a.type), to)[0].as_py())
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+            out.append(None)
+    arr = pa.array(out, to)
+    return arr[0] if isinstance(a, pa.Scalar) else arr
+
+
+def _first_bad(a: Value, to: pa.DataType) -> Any:
+    values = a.to_pylist() if not isinstance(a, pa.Scalar) else [a.as_py()]
+    for v in values:
+        try:
+            pc.cast(pa.array([v], a.type), to)
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+            return v
+    return None
+
+
+def _sql(t: pa.DataType) -> str:
+    names = {pa.int8(): "TINYINT", pa.int16(): "SMALLINT", pa.int32(): "INT", pa.int64(): "BIGINT",
+             pa.float32(): "FLOAT", pa.float64(): "DOUBLE", pa.bool_(): "BOOLEAN", pa.date32(): "DATE"}
+    return names.get(t, str(t).upper())
+
+
+_TRUE = pa.array(["true", "t", "yes", "y", "1"])
+_FALSE = pa.array(["false", "f", "no", "n", "0"])
+
+
+def _string_to_bool(a: Value, try_: bool) -> Value:
+    low = pc.utf8_lower(a)
+    is_true = pc.is_in(low, value_set=_TRUE)
+    is_false = pc.is_in(low, value_set=_FALSE)
+    bad = pc.and_(pc.is_valid(a), pc.invert(pc.or_(is_true, is_false)))
+    if not try_ and pc.any(bad).as_py():
+        first = pc.filter(a, bad)[0] if not isinstance(a, pa.Scalar) else a
+        raise EvaluationError(f"cannot CAST {first.as_py()!r} to BOOLEAN")
+    return pc.if_else(is_true, True, pc.if_else(is_false, False, pa.scalar(None, pa.bool_())))
+
+
+def _to_string(a: Value, src: pa.DataType) -> Value:
+    if pa.types.is_boolean(src):
+        return pc.if_else(a, "TRUE", "FALSE")
+    if pa.types.is_timestamp(src):
+        fmt = "%Y-%m-%d %H:%M:%S"
+        if src.tz is not None:
+            a = pc.cast(a, pa.timestamp(src.unit))
+        return pc.strftime(a, format=fmt)
+    if pa.types.is_floating(src):
+        # Whole floats print with one decimal ('2.0'), not as integers.
+        text = pc.cast(a, pa.string())
+        whole = pc.and_(pc.equal(pc.trunc(a), a), pc.invert(pc.match_substring_regex(text, r"[.eEn]")))
+        return pc.if_else(whole, pc.binary_join_element_wise(text, ".0", ""), text)
+    return pc.cast(a, pa.string())
