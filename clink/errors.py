@@ -154,7 +154,11 @@ class ConnectorError(ClinkError):
 
 
 class PipelineError(ClinkError):
-    """A pipeline failed while running; ``where`` is the SQL position being evaluated, if known."""
+    """A pipeline failed while running.
+
+    ``where`` is the SQL being evaluated (``file:line:col  text``), when known; ``render`` then
+    shows that line of the SQL with a caret, as a SQL error does.
+    """
 
     exit_code = 1
 
@@ -163,10 +167,32 @@ class PipelineError(ClinkError):
         self.where = where
         super().__init__(str(self))
 
+    @property
+    def span(self) -> Span | None:
+        if not self.where:
+            return None
+        place = self.where.split()[0]
+        file, _, rest = place.rpartition(":")
+        file, _, line = file.rpartition(":")
+        try:
+            return Span(file, int(line), int(rest))
+        except ValueError:
+            return None
+
     def __str__(self) -> str:
         if self.where:
             return f"{self.message}\n  while evaluating {self.where}"
         return self.message
+
+    def render(self, sources: dict[str, str] | None = None) -> str:
+        span = self.span
+        if span is None:
+            return f"error: {self.message}"
+        sql = self.where.split(None, 1)[1] if len(self.where.split(None, 1)) > 1 else ""
+        width = len(sql) if sql and not sql.endswith("...") else 1
+        located = SqlError(self.message, Span(span.file, span.line, span.col, span.line, span.col + width))
+        text = located.render(sources)
+        return text.replace(f"{span}: error:", f"{span}: error: pipeline failed:", 1)
 
 
 class CompilerBug(ClinkError):

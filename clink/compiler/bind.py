@@ -122,6 +122,7 @@ class _Binder:
     def _raise_collected(self) -> None:
         if self.errors:
             errors, self.errors = self.errors, []
+            errors.sort(key=lambda e: (e.span.line, e.span.col) if e.span else (0, 0))
             raise errors[0] if len(errors) == 1 else SqlErrors(errors)
 
     def create_table(self, stmt: ast.CreateTable) -> None:
@@ -344,10 +345,14 @@ class _Binder:
     # ------------------------------------------------------------ expressions
 
     def expr(self, e: ast.Expr, scope: _Scope) -> ir.Expr:
-        """Bind ``e``; an unknown name is recorded and stands as a NULL so binding can go on."""
+        """Bind ``e``; a mistake in it is recorded and ``e`` stands as a NULL so binding can go on."""
         try:
             return self._expr(e, scope)
         except _Unresolved:
+            return ir.Literal(value=None, type=pa.null(), span=e.span)
+        except SqlError as exc:
+            # Keep going, so one pass reports every mistake in the statement.
+            self.errors.append(exc)
             return ir.Literal(value=None, type=pa.null(), span=e.span)
 
     def _expr(self, e: ast.Expr, scope: _Scope) -> ir.Expr:

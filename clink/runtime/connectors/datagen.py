@@ -65,7 +65,8 @@ SOURCE_OPTIONS = (
     OptionSpec(name="fields.#.end", description="last value of a sequence (inclusive); bounds the table"),
     OptionSpec(name="fields.#.length", default="10",
                description="length of random strings and byte strings"),
-    OptionSpec(name="fields.#.null-rate", default="0.0", description="fraction of rows that are null, 0.0 to 1.0"),
+    OptionSpec(name="fields.#.null-rate", default="0.0",
+               description="fraction of rows that are null, 0.0 to 1.0"),
 )
 
 
@@ -104,13 +105,15 @@ def _parse_bound(text: str, t: pa.DataType) -> float | int:
         try:
             if pa.types.is_time(t):
                 value = dt.time.fromisoformat(text)
-                return ((value.hour * 60 + value.minute) * 60 + value.second) * 1000 + value.microsecond // 1000
+                seconds = (value.hour * 60 + value.minute) * 60 + value.second
+                return seconds * 1000 + value.microsecond // 1000
             if pa.types.is_date(t):
                 return (dt.date.fromisoformat(text) - dt.date(1970, 1, 1)).days
             stamp = dt.datetime.fromisoformat(text.replace(" ", "T").removesuffix("Z"))
             return (stamp.replace(tzinfo=None) - dt.datetime(1970, 1, 1)) // dt.timedelta(milliseconds=1)
         except ValueError:
-            raise ValueError(f"expected an ISO date or time such as '2024-01-01 12:00:00', found {text!r}") from None
+            raise ValueError(
+                f"expected an ISO date or time such as '2024-01-01 12:00:00', found {text!r}") from None
     if pa.types.is_integer(t):
         try:
             return int(text)
@@ -133,7 +136,8 @@ def _int_range(t: pa.DataType) -> tuple[int, int]:
 def _parse_field(name: str, t: pa.DataType, options: Mapping[str, str]) -> FieldOptions:
     """Parse the ``fields.<name>.*`` options of one column; raises ``ValueError`` naming the option."""
     prefix = f"fields.{name}."
-    raw = {k[len(prefix):]: v for k, v in options.items() if k.startswith(prefix) and "." not in k[len(prefix):]}
+    raw = {k[len(prefix):]: v for k, v in options.items()
+           if k.startswith(prefix) and "." not in k[len(prefix):]}
     values: dict[str, object] = {}
 
     def fail(key: str, message: str) -> ValueError:
@@ -145,6 +149,13 @@ def _parse_field(name: str, t: pa.DataType, options: Mapping[str, str]) -> Field
     values["kind"] = kind
     if kind == "sequence" and not _is_sequence_type(t):
         raise fail("kind", f"a sequence needs a numeric or string column, and {name!r} is {t}")
+    numeric = pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_decimal(t)
+    applies = {"min": numeric or _is_temporal(t), "max": numeric or _is_temporal(t),
+               "max-past": pa.types.is_timestamp(t) or pa.types.is_date(t),
+               "length": pa.types.is_string(t) or pa.types.is_binary(t)}
+    for key, ok in applies.items():
+        if key in raw and not ok:
+            raise fail(key, f"does not apply to column {name!r} of type {t}")
     for key in ("min", "max"):
         if key in raw:
             try:
@@ -190,7 +201,9 @@ class DatagenConfig:
     fields: Mapping[str, FieldOptions]
 
 
-def _parse(options: Mapping[str, str], table_schema: pa.Schema) -> tuple[DatagenConfig | None, dict[str, str]]:
+def _parse(options: Mapping[str, str],
+           table_schema: pa.Schema) -> tuple[DatagenConfig | None, dict[str, str]]:
+    """Parse datagen's options; returns the config, or ``None`` and the errors keyed by option."""
     errors: dict[str, str] = {}
 
     def integer(key: str, default: int | None, minimum: int) -> int | None:
@@ -212,9 +225,9 @@ def _parse(options: Mapping[str, str], table_schema: pa.Schema) -> tuple[Datagen
     if "rows-per-second" in options:
         try:
             rate = float(options["rows-per-second"])
-            if not rate > 0 or not math.isfinite(rate):
-                errors["rows-per-second"] = f"expected a positive number, found {options['rows-per-second']!r}"
         except ValueError:
+            rate = math.nan
+        if not (rate > 0 and math.isfinite(rate)):
             errors["rows-per-second"] = f"expected a positive number, found {options['rows-per-second']!r}"
 
     names = set(table_schema.names)
@@ -328,8 +341,13 @@ def generate(t: pa.DataType, rng: np.random.Generator, n: int, field: FieldOptio
         values = rng.integers(lo, hi, size=n, dtype=t.to_pandas_dtype(), endpoint=True)
         return pa.array(values, type=t, mask=mask)
     if pa.types.is_floating(t):
-        lo_f = float(field.min) if field.min is not None else (float(field.max) - 1 if field.max is not None else 0.0)
-        hi_f = float(field.max) if field.max is not None else lo_f + 1
+        # With one bound given, the other is one unit away, so the range is never empty.
+        if field.min is not None:
+            lo_f = float(field.min)
+            hi_f = float(field.max) if field.max is not None else lo_f + 1
+        else:
+            hi_f = float(field.max) if field.max is not None else 1.0
+            lo_f = hi_f - 1
         return pa.array(rng.uniform(lo_f, hi_f, n).astype(t.to_pandas_dtype()), type=t, mask=mask)
     if pa.types.is_decimal(t):
         digits = min(t.precision, 18)  # unscaled values are drawn as int64
@@ -364,7 +382,8 @@ def generate(t: pa.DataType, rng: np.random.Generator, n: int, field: FieldOptio
         return pa.array(values, type=t, mask=mask)
     if pa.types.is_struct(t):
         children = [generate(child.type, rng, n) for child in t]
-        return pa.StructArray.from_arrays(children, fields=list(t), mask=pa.array(mask) if mask is not None else None)
+        struct_mask = pa.array(mask) if mask is not None else None
+        return pa.StructArray.from_arrays(children, fields=list(t), mask=struct_mask)
     if pa.types.is_list(t) or pa.types.is_map(t):
         lengths = rng.integers(0, _MAX_NESTED_LENGTH, size=n, dtype=np.int32, endpoint=True)
         if mask is not None:
@@ -405,7 +424,9 @@ class DatagenReader(SourceReader):
         self._block: pa.RecordBatch | None = None
         # Emit throttled rows in chunks worth about a tenth of a second, not row by row.
         rate = config.rows_per_second
-        self._chunk = max(1, min(config.batch_size, int(rate // 10))) if rate is not None else config.batch_size
+        self._chunk = config.batch_size if rate is None else max(1, min(config.batch_size, int(rate // 10)))
+        #: Read by the executor: an unbounded source keeps a job running until it is cancelled.
+        self.bounded = self._total is not None
         self.metrics.update(records_in=0, skipped_records=0)
         if self._total == 0:
             self.finished = True

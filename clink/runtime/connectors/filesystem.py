@@ -24,6 +24,7 @@ is a directory (or ends with ``/``) receives a new ``part-<id>-0.<ext>`` file pe
 from __future__ import annotations
 
 import base64
+import contextlib
 import io
 import json
 import os
@@ -59,9 +60,12 @@ _IGNORE_KEYS = ("format.ignore-parse-errors", "csv.ignore-parse-errors", "json.i
 
 OPTIONS = (
     OptionSpec(name="path", required=True,
-               description="file or directory to read or write; a directory is read file by file in name order"),
-    OptionSpec(name="format", required=True, choices=FORMATS, description="file format: csv, json or parquet"),
-    OptionSpec(name="csv.field-delimiter", default=",", description="CSV field separator, one character ('\\t' for tab)"),
+               description=("file or directory to read or write; a directory is read file by file "
+                            "in name order")),
+    OptionSpec(name="format", required=True, choices=FORMATS,
+               description="file format: csv, json or parquet"),
+    OptionSpec(name="csv.field-delimiter", default=",",
+               description="CSV field separator, one character ('\\t' for tab)"),
     OptionSpec(name="csv.quote-character", default='"',
                description="CSV quote character (writing always quotes with '\"')"),
     OptionSpec(name="csv.null-literal", description=(
@@ -268,6 +272,10 @@ def _describe(value: object) -> str:
     return text if len(text) <= 60 else text[:57] + "..."
 
 
+def _cannot_read(value: object, f: pa.Field) -> str:
+    return f"cannot read {_describe(value)} as {sql_type_name(f.type)} in column {f.name!r}"
+
+
 # --- source ---------------------------------------------------------------------------------
 
 
@@ -293,6 +301,7 @@ class FileSourceReader(SourceReader):
         self._spec = spec
         self._files = list_files(self._settings.path)
         self._batches = self._all_batches()
+        self.bounded = True
         self.metrics.update(records_in=0, skipped_records=0)
 
     def poll(self) -> pa.RecordBatch | None:
@@ -346,7 +355,8 @@ class FileSourceReader(SourceReader):
             if lenient:
                 self._skip()
                 return "skip"
-            bad_row.append((row.number, f"expected {row.expected_columns} fields, found {row.actual_columns}"))
+            reason = f"expected {row.expected_columns} fields, found {row.actual_columns}"
+            bad_row.append((row.number, reason))
             return "error"
 
         header = 1 if s.header else 0
@@ -358,7 +368,8 @@ class FileSourceReader(SourceReader):
                 parse_options=pa_csv.ParseOptions(delimiter=s.delimiter, quote_char=s.quote,
                                                   invalid_row_handler=on_invalid_row),
                 convert_options=pa_csv.ConvertOptions(column_types=types, include_columns=names,
-                                                      null_values=null_values, true_values=["true", "TRUE", "True", "1"],
+                                                      null_values=null_values,
+                                                      true_values=["true", "TRUE", "True", "1"],
                                                       false_values=["false", "FALSE", "False", "0"],
                                                       strings_can_be_null=strings_can_be_null,
                                                       quoted_strings_can_be_null=False))
@@ -388,22 +399,19 @@ class FileSourceReader(SourceReader):
                         bad_rows.update(bad)
                     else:
                         try:
-                            arrays.append(cast_text(column, f.type, empty_is_null=empty_is_null, base64_binary=True))
+                            arrays.append(cast_text(column, f.type, empty_is_null=empty_is_null,
+                                                    base64_binary=True))
                         except BadValue:
                             # Values that only fail together (mixed timestamp styles) pass here.
                             converted, bad = cast_text_lenient(column, f.type, empty_is_null=empty_is_null,
                                                                base64_binary=True)
                             if bad:
                                 value = column[bad[0]].as_py()
-                                raise self._record_error(
-                                    f"cannot read {_describe(value)} as {sql_type_name(f.type)} in column {f.name!r}",
-                                    path, rows_before + bad[0] + 1) from None
+                                line = rows_before + bad[0] + 1
+                                raise self._record_error(_cannot_read(value, f), path, line) from None
                             arrays.append(converted)
                 rows_before += batch.num_rows
-                if schema.names:
-                    out = pa.RecordBatch.from_arrays(arrays, schema=schema)
-                else:
-                    out = batch.select([])
+                out = pa.RecordBatch.from_arrays(arrays, schema=schema) if schema.names else batch.select([])
                 if bad_rows:
                     self._skip(len(bad_rows))
                     keep = np.ones(out.num_rows, dtype=bool)
@@ -413,10 +421,11 @@ class FileSourceReader(SourceReader):
         finally:
             reader.close()
 
-    _CONVERSION = re.compile(r"In CSV column #(\d+): Row #(\d+): CSV conversion error to [^:]+: invalid value '(.*)'",
-                             re.DOTALL)
+    _CONVERSION = re.compile(
+        r"In CSV column #(\d+): Row #(\d+): CSV conversion error to [^:]+: invalid value '(.*)'", re.DOTALL)
 
-    def _csv_error(self, error: pa.ArrowInvalid, bad_row: list[tuple[int | None, str]], path: str) -> RecordError:
+    def _csv_error(self, error: pa.ArrowInvalid, bad_row: list[tuple[int | None, str]],
+                   path: str) -> RecordError:
         """Translate pyarrow's message about the first bad CSV record into a ``RecordError``."""
         if bad_row:
             line, reason = bad_row[0]
@@ -424,8 +433,7 @@ class FileSourceReader(SourceReader):
         message = str(error)
         if m := self._CONVERSION.search(message):
             f = self._spec.table_schema.field(int(m.group(1)))
-            reason = f"cannot read {_describe(m.group(3))} as {sql_type_name(f.type)} in column {f.name!r}"
-            return self._record_error(reason, path, int(m.group(2)))
+            return self._record_error(_cannot_read(m.group(3), f), path, int(m.group(2)))
         line = None
         if m := re.search(r"Row #(\d+)", message):
             line = int(m.group(1))
@@ -436,9 +444,12 @@ class FileSourceReader(SourceReader):
     def _json_batches(self, path: str) -> Iterator[pa.RecordBatch]:
         schema = self._spec.schema
         # Types pyarrow's JSON reader does not read from strings as we want are read as text.
-        self._json_text = {f.name for f in schema if pa.types.is_temporal(f.type) or pa.types.is_binary(f.type)}
-        read_schema = pa.schema([pa.field(f.name, pa.string()) if f.name in self._json_text else f for f in schema])
-        self._json_options = pa_json.ParseOptions(explicit_schema=read_schema, unexpected_field_behavior="ignore")
+        self._json_text = {f.name for f in schema
+                           if pa.types.is_temporal(f.type) or pa.types.is_binary(f.type)}
+        read_schema = pa.schema([pa.field(f.name, pa.string()) if f.name in self._json_text else f
+                                 for f in schema])
+        self._json_options = pa_json.ParseOptions(explicit_schema=read_schema,
+                                                  unexpected_field_behavior="ignore")
         try:
             handle = open(path, "rb")  # noqa: SIM115 - closed in the finally below, across yields
         except OSError as e:
@@ -468,7 +479,8 @@ class FileSourceReader(SourceReader):
 
     def _decode_json(self, data: bytes) -> pa.Table:
         table = pa_json.read_json(io.BytesIO(data),
-                                  read_options=pa_json.ReadOptions(use_threads=False, block_size=len(data) + 1),
+                                  read_options=pa_json.ReadOptions(use_threads=False,
+                                                                   block_size=len(data) + 1),
                                   parse_options=self._json_options)
         table = table.combine_chunks()
         if not self._json_text:
@@ -477,8 +489,9 @@ class FileSourceReader(SourceReader):
         for f in self._spec.schema:
             column = table.column(f.name)
             if f.name in self._json_text:
-                column = cast_text(column.chunk(0) if column.num_chunks else pa.array([], pa.string()), f.type,
-                                   empty_is_null=False, base64_binary=pa.types.is_binary(f.type))
+                text = column.chunk(0) if column.num_chunks else pa.array([], pa.string())
+                column = cast_text(text, f.type, empty_is_null=False,
+                                   base64_binary=pa.types.is_binary(f.type))
             columns.append(column)
         return pa.Table.from_arrays(columns, schema=self._spec.schema)
 
@@ -527,7 +540,7 @@ class FileSourceReader(SourceReader):
             try:
                 self._decode_json(json.dumps({f.name: record[f.name]}).encode())
             except (pa.ArrowInvalid, pa.ArrowNotImplementedError, BadValue):
-                return f"cannot read {_describe(record[f.name])} as {sql_type_name(f.type)} in column {f.name!r}"
+                return _cannot_read(record[f.name], f)
         return f"cannot read the record: {error}"
 
     # Parquet
@@ -580,7 +593,8 @@ def join_list_text(arr: pa.Array, encode: Callable[[pa.Array], pa.Array], separa
 
 
 def _base64_text(arr: pa.Array) -> pa.Array:
-    return pa.array([None if v is None else base64.b64encode(v).decode() for v in arr.to_pylist()], pa.string())
+    return pa.array([None if v is None else base64.b64encode(v).decode() for v in arr.to_pylist()],
+                    pa.string())
 
 
 def _json_quote(arr: pa.Array) -> pa.Array:
@@ -637,7 +651,8 @@ def json_text(arr: pa.Array, iso_timestamps: bool) -> pa.Array:
         def entries(values: pa.Array) -> pa.Array:
             keys, items = values.flatten()
             key_text = keys if _is_text(keys.type) else keys.cast(pa.string())
-            return pc.binary_join_element_wise(_json_quote(key_text), ":", json_text(items, iso_timestamps), "")
+            return pc.binary_join_element_wise(_json_quote(key_text), ":",
+                                               json_text(items, iso_timestamps), "")
         text = pc.binary_join_element_wise("{", join_list_text(arr, entries, ","), "}", "")
     elif pa.types.is_list(t) or pa.types.is_large_list(t):
         text = pc.binary_join_element_wise(
@@ -663,9 +678,11 @@ def concatenated(lines: pa.Array) -> pa.Buffer:
 class _CsvFormat:
     def __init__(self, path: str, schema: pa.Schema, s: Settings) -> None:
         # Bytes are written as base64 text (value by value), as Flink's CSV format does.
-        self._binary = [i for i, f in enumerate(schema) if pa.types.is_binary(f.type) or pa.types.is_large_binary(f.type)]
+        self._binary = [i for i, f in enumerate(schema)
+                        if pa.types.is_binary(f.type) or pa.types.is_large_binary(f.type)]
         if self._binary:
-            schema = pa.schema([pa.field(f.name, pa.string()) if i in self._binary else f for i, f in enumerate(schema)])
+            schema = pa.schema([pa.field(f.name, pa.string()) if i in self._binary else f
+                                for i, f in enumerate(schema)])
         self._schema = schema
         self._file = pa.OSFile(path, "wb")
         self._writer = pa_csv.CSVWriter(self._file, schema, write_options=pa_csv.WriteOptions(
@@ -689,7 +706,8 @@ class _JsonFormat:
     def __init__(self, path: str, schema: pa.Schema, s: Settings) -> None:
         self._file = pa.OSFile(path, "wb")
         self._iso = s.iso_timestamps
-        self._prefixes = [("{" if i == 0 else ",") + json.dumps(name) + ":" for i, name in enumerate(schema.names)]
+        self._prefixes = [("{" if i == 0 else ",") + json.dumps(name) + ":"
+                          for i, name in enumerate(schema.names)]
 
     def write(self, batch: pa.RecordBatch) -> None:
         if batch.num_rows == 0:
@@ -787,17 +805,14 @@ class FileSinkWriter(SinkWriter):
         if not self._open:
             return
         self._open = False
-        try:
+        # The run has failed already, and the file is discarded whatever closing it says.
+        with contextlib.suppress(Exception):
             self._format.close()
-        except Exception:  # noqa: BLE001 - the run failed already; the file is discarded anyway
-            pass
         self._discard()
 
     def _discard(self) -> None:
-        try:
+        with contextlib.suppress(FileNotFoundError):
             os.unlink(self._in_progress)
-        except FileNotFoundError:
-            pass
 
 
 FILESYSTEM = Connector(

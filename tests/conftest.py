@@ -1,0 +1,17 @@
+"""Shared fixtures and options."""
+
+from __future__ import annotations
+
+import pytest
+
+collect_ignore_glob = ["golden/*/module.py"]  # goldens are data, not tests
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--update-golden", action="store_true",
+                     help="rewrite golden files from the current output (then review the diff)")
+
+
+@pytest.fixture
+def update_golden(request: pytest.FixtureRequest) -> bool:
+    return request.config.getoption("--update-golden")
