@@ -499,8 +499,12 @@ class _Binder:
             tables = sorted(scope.qualifiers())
             where = f" in table {qualifier or tables[0]!r}" if (qualifier or len(tables) == 1) else ""
             near = nearest(name, candidates)
-            hint = f"did you mean {near!r}? " if near else ""
-            hint += f"(columns: {', '.join(candidates)})" if candidates else ""
+            owner = f"columns of {qualifier or tables[0]!r}" if (qualifier or len(tables) == 1) else "columns"
+            listing = ", ".join(candidates if len(candidates) <= 12 else [*candidates[:12], "..."])
+            if near:
+                hint = f"did you mean {near!r}? ({owner}: {listing})"
+            else:
+                hint = f"{owner}: {listing}" if candidates else ""
             self.errors.append(SqlError(f"unknown column {name!r}{where}", span, hint.strip() or None))
             raise _Unresolved
         i, c = matches[0]

@@ -17,7 +17,7 @@ import pyarrow as pa
 from clink.errors import ClinkError, CompilerBug, PipelineError, UsageError
 from clink.runtime.connectors.base import SinkWriter, SourceReader, TableSpec
 from clink.runtime.context import RuntimeContext, TaskContext
-from clink.runtime.elements import MAX_WATERMARK
+from clink.runtime.elements import MAX_WATERMARK, Barrier, Batch, Element, EndOfInput, Watermark
 from clink.runtime.kernels import EvaluationError
 from clink.runtime.loader import sql_position_of
 from clink.runtime.plan import Chain, Plan, Sink, Source
@@ -55,6 +55,9 @@ class Job:
         self._tasks: dict[int, TaskContext] = {}
         self._downstream: dict[int, list[int]] = defaultdict(list)
         self._open_inputs: dict[int, int] = {}
+        # Per node: the watermark of each input, and the watermark the node last forwarded.
+        self._input_watermarks: dict[int, dict[int, int]] = defaultdict(dict)
+        self._watermarks: dict[int, int] = {}
         self._ended: set[int] = set()
         self._started = time.perf_counter()
         self.finished = False
@@ -96,7 +99,7 @@ class Job:
 
     @property
     def unbounded_sources(self) -> list[str]:
-        return [self.plan.node(i).table for i, r in self._readers.items() if not getattr(r, "bounded", True)]
+        return [self.plan.node(i).table for i, r in self._readers.items() if not r.bounded]
 
     # -- running
 
@@ -140,16 +143,45 @@ class Job:
             self.finished = True
 
     def _push(self, node_id: int, batch: pa.RecordBatch) -> None:
+        self._emit(node_id, Batch(batch))
+
+    def _emit(self, node_id: int, element: Element) -> None:
+        """Send ``element``, produced by ``node_id``, to every node downstream of it."""
         for target_id in self._downstream[node_id]:
-            node = self.plan.node(target_id)
-            if isinstance(node, Chain):
-                out = self._run_chain(node, batch)
-                if out.num_rows:
-                    self._push(target_id, out)
-            elif isinstance(node, Sink):
-                self._writers[target_id].write(batch)
-            else:
-                raise CompilerBug(f"node {target_id} of type {type(node).__name__} cannot take a batch")
+            self._receive(target_id, node_id, element)
+
+    def _receive(self, target_id: int, from_id: int, element: Element) -> None:
+        node = self.plan.node(target_id)
+        match element:
+            case Batch(data=batch):
+                if isinstance(node, Chain):
+                    out = self._run_chain(node, batch)
+                    if out.num_rows:
+                        self._emit(target_id, Batch(out))
+                elif isinstance(node, Sink):
+                    self._writers[target_id].write(batch)
+                else:
+                    raise CompilerBug(f"node {target_id} of type {type(node).__name__} cannot take a batch")
+            case Watermark(ts=ts):
+                # A node's watermark is the minimum over its inputs; forward it when it advances.
+                inputs = self._input_watermarks[target_id]
+                inputs[from_id] = max(ts, inputs.get(from_id, ts))
+                if len(inputs) == len(node.inputs):
+                    low = min(inputs.values())
+                    if low > self._watermarks.get(target_id, -(2**63)):
+                        self._watermarks[target_id] = low
+                        if isinstance(node, Sink):
+                            self.metrics.watermark = low
+                        else:
+                            self._emit(target_id, Watermark(low))
+            case Barrier():
+                # Stateless chains and sinks without a commit protocol pass barriers straight on.
+                if not isinstance(node, Sink):
+                    self._emit(target_id, element)
+            case EndOfInput():
+                self._open_inputs[target_id] -= 1
+                if self._open_inputs[target_id] == 0:
+                    self._end(target_id)
 
     def _run_chain(self, node: Chain, batch: pa.RecordBatch) -> pa.RecordBatch:
         try:
@@ -164,20 +196,19 @@ class Job:
             raise PipelineError(message, where) from exc
 
     def _end(self, node_id: int) -> None:
-        """``node_id`` has no more input: pass the end (and the final watermark) downstream."""
+        """``node_id`` has no more input: close it, or pass the end downstream."""
         if node_id in self._ended:
             return
         self._ended.add(node_id)
-        self.metrics.watermark = MAX_WATERMARK
         node = self.plan.node(node_id)
         if isinstance(node, Sink):
             self._writers[node_id].close()
             self._collect_metrics()
             return
-        for target in self._downstream[node_id]:
-            self._open_inputs[target] -= 1
-            if self._open_inputs[target] == 0:
-                self._end(target)
+        if isinstance(node, Source):
+            # A bounded source ends with the final watermark, so every open window fires.
+            self._emit(node_id, Watermark(MAX_WATERMARK))
+        self._emit(node_id, EndOfInput())
 
     def _finish(self) -> None:
         self.finished = True

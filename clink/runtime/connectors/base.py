@@ -76,6 +76,8 @@ class SourceReader:
     """
 
     finished: bool = False
+    #: False for a source that never ends by itself (datagen without 'number-of-rows').
+    bounded: bool = True
 
     def __init__(self) -> None:
         self.metrics: dict[str, int] = {}
