@@ -187,7 +187,7 @@ _VALUE_TOKENS = {"STRING", "INTEGER_LIT", "DECIMAL_LIT", "IDENT", "QUOTED_IDENT"
 
 _UNITS = {
     "YEARS": "YEAR", "MONTHS": "MONTH", "DAYS": "DAY", "HOURS": "HOUR", "MINUTES": "MINUTE",
-    "SECONDS": "SECOND", "MILLISECONDS": "MILLISECOND",
+    "SECONDS": "SECOND", "MILLISECONDS": "MILLISECOND", "DOW": "DAYOFWEEK", "DOY": "DAYOFYEAR",
 }
 
 
@@ -577,7 +577,8 @@ class _Builder(Transformer):
 
     def extract(self, meta, children):
         unit, operand = _strip_keywords(children)
-        return ast.Extract(unit=unit, operand=operand, span=self._span(meta))
+        word = str(unit).upper()
+        return ast.Extract(unit=_UNITS.get(word, word), operand=operand, span=self._span(meta))
 
     def time_unit(self, meta, children):
         word = children[0].type

@@ -163,13 +163,37 @@ def split_index(a: Value, sep: str, index: int) -> Value:
 
 
 def round_half_up(a: Value, digits: int = 0) -> Value:
-    """ROUND: halves go away from zero, as in SQL. Integers with digits >= 0 are unchanged."""
+    """ROUND: halves go away from zero, as in SQL, judged on the exact value of a DOUBLE (so
+    79.55, stored as 79.549999..., rounds to 79.5). Integers with digits >= 0 are unchanged."""
     if pa.types.is_integer(a.type):
         if digits >= 0:
             return a
-        return pc.cast(pc.round(pc.cast(a, pa.float64()), ndigits=digits, round_mode="half_towards_infinity"),
-                       a.type)
-    return pc.round(a, ndigits=digits, round_mode="half_towards_infinity")
+        return pc.cast(round_half_up(pc.cast(a, pa.float64()), digits), a.type)
+    rounded = pc.round(a, ndigits=digits, round_mode="half_towards_infinity")
+    if not pa.types.is_floating(a.type) or isinstance(a, pa.Scalar):
+        return rounded if not isinstance(a, pa.Scalar) or not pa.types.is_floating(a.type) else \
+            pa.scalar(_round_exact(a.as_py(), digits), a.type)
+    # Scaling by 10**digits can turn a value just below a half into an exact half; only those
+    # rows are decided again, exactly, from the binary value (few rows, on this path only).
+    values = a.to_numpy(zero_copy_only=False)
+    with np.errstate(invalid="ignore", over="ignore"):
+        scaled = np.abs(values * (10.0 ** digits))
+        ties = np.flatnonzero((scaled - np.floor(scaled)) == 0.5)
+    if len(ties) == 0:
+        return rounded
+    fixed = rounded.to_numpy(zero_copy_only=False).copy()
+    for i in ties:
+        fixed[i] = _round_exact(float(values[i]), digits)
+    return pa.array(fixed, a.type, mask=pc.is_null(a).to_numpy(zero_copy_only=False))
+
+
+def _round_exact(x: float | None, digits: int) -> float | None:
+    import decimal
+
+    if x is None or x != x or x in (float("inf"), float("-inf")):
+        return x
+    quantum = decimal.Decimal(1).scaleb(-digits)
+    return float(decimal.Decimal(x).quantize(quantum, rounding=decimal.ROUND_HALF_UP))
 
 
 def floor(a: Value) -> Value:
