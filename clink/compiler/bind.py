@@ -253,7 +253,8 @@ class _Binder:
                 f"the table has {len(columns)}: {', '.join(columns.names)}", stmt.query.span)
         exprs = []
         for i, (got, want) in enumerate(zip(rel.schema.fields, columns.fields, strict=True)):
-            col = ir.Column(index=i, name=got.name, type=got.type, nullable=got.nullable, span=stmt.query.span)
+            # No span of its own: once merged, the column keeps the span of the select item it names.
+            col = ir.Column(index=i, name=got.name, type=got.type, nullable=got.nullable, span=None)
             if not T.implicitly_castable(got.type, want.type):
                 item = stmt.query.items[i] if i < len(stmt.query.items) else stmt.query
                 raise SqlError(f"column {want.name!r} of {stmt.table!r} is {T.sql_name(want.type)}, "

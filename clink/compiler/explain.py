@@ -33,6 +33,19 @@ def expr_sql(e: ir.Expr, names: tuple[str, ...]) -> str:
             return f"{'TRY_CAST' if try_ else 'CAST'}({expr_sql(a, names)} AS {T.sql_name(e.type)})"
         case ir.Call(fn="field", args=(a,), params=(idx,)):
             return f"{expr_sql(a, names)}.{a.type.field(idx).name}"
+        case ir.Call(fn="like", args=(a,), params=(pattern, escape)):
+            tail = f" ESCAPE {_literal_sql(escape, pa.string())}" if escape else ""
+            return f"({expr_sql(a, names)} LIKE {_literal_sql(pattern, pa.string())}{tail})"
+        case ir.Call(fn="in", args=(a, *items)):
+            return f"({expr_sql(a, names)} IN ({', '.join(expr_sql(i, names) for i in items)}))"
+        case ir.Call(fn="is_null" | "is_not_null" | "is_true" | "is_not_true" | "is_false" | "is_not_false",
+                     args=(a,)):
+            return f"({expr_sql(a, names)} {e.fn.upper().replace('_', ' ')})"
+        case ir.Call(fn="case", args=args, params=(n, has_else)):
+            whens = " ".join(f"WHEN {expr_sql(c, names)} THEN {expr_sql(r, names)}"
+                             for c, r in zip(args[:n], args[n:2 * n], strict=True))
+            tail = f" ELSE {expr_sql(args[-1], names)}" if has_else else ""
+            return f"CASE {whens}{tail} END"
         case ir.Call(fn=fn, args=args, params=params):
             inner = ", ".join([expr_sql(a, names) for a in args] + [repr(p) for p in params])
             return f"{fn.upper()}({inner})"

@@ -151,7 +151,11 @@ def substitute(expr: Expr, exprs: tuple[Expr, ...]) -> Expr:
 
     def fn(e: Expr) -> Expr:
         if isinstance(e, Column):
-            return exprs[e.index]
+            replacement = exprs[e.index]
+            # A plain column passed through keeps the position where the outer query named it.
+            if isinstance(replacement, Column) and e.span is not None:
+                return attrs.evolve(replacement, span=e.span)
+            return replacement
         return e
 
     return transform(expr, fn)

@@ -297,6 +297,9 @@ def cast(a: Value, to: pa.DataType, try_: bool = False) -> Value:
             return _string_to_bool(a, try_)
         if pa.types.is_timestamp(to) or pa.types.is_date(to):
             a = pc.replace_substring(a, pattern="T", replacement=" ", max_replacements=1)
+        if pa.types.is_integer(to):
+            # Arrow's integer parser rejects an explicit plus sign, which SQL accepts ('+12').
+            a = pc.replace_substring_regex(a, pattern=r"^\+([0-9])", replacement=r"\1")
     if pa.types.is_floating(src) and (pa.types.is_integer(to) or pa.types.is_decimal(to)):
         if pa.types.is_integer(to):
             a = pc.trunc(a)
