@@ -216,12 +216,19 @@ class Job:
         self._collect_metrics()
 
     def _collect_metrics(self) -> None:
+        # Keyed by table; two sources reading one table (two queries over it) add up.
+        records_in: dict[str, int] = defaultdict(int)
+        skipped: dict[str, int] = defaultdict(int)
+        records_out: dict[str, int] = defaultdict(int)
         for node_id, reader in self._readers.items():
             table = self.plan.node(node_id).table
-            self.metrics.records_in[table] = reader.metrics.get("records_in", 0)
-            self.metrics.skipped_records[table] = reader.metrics.get("skipped_records", 0)
+            records_in[table] += reader.metrics.get("records_in", 0)
+            skipped[table] += reader.metrics.get("skipped_records", 0)
         for node_id, writer in self._writers.items():
-            self.metrics.records_out[self.plan.node(node_id).table] = writer.metrics.get("rows_out", 0)
+            records_out[self.plan.node(node_id).table] += writer.metrics.get("rows_out", 0)
+        self.metrics.records_in = dict(records_in)
+        self.metrics.skipped_records = dict(skipped)
+        self.metrics.records_out = dict(records_out)
         self.metrics.seconds = time.perf_counter() - self._started
 
     def _fail(self, exc: BaseException) -> None:

@@ -300,6 +300,9 @@ def cast(a: Value, to: pa.DataType, try_: bool = False) -> Value:
         if pa.types.is_integer(to):
             # Arrow's integer parser rejects an explicit plus sign, which SQL accepts ('+12').
             a = pc.replace_substring_regex(a, pattern=r"^\+([0-9])", replacement=r"\1")
+    if pa.types.is_floating(to) and (pa.types.is_integer(src) or pa.types.is_floating(src) or pa.types.is_decimal(src)):
+        # Widening to a float rounds to the nearest representable value; it never fails.
+        return pc.cast(a, to, safe=False)
     if pa.types.is_floating(src) and (pa.types.is_integer(to) or pa.types.is_decimal(to)):
         if pa.types.is_integer(to):
             a = pc.trunc(a)
