@@ -106,6 +106,9 @@ def _replace(name: str, args: list[ir.Expr], span: Span) -> ir.Expr:
     replacement = _literal(name, args[2], 3, "string")
     if search is None or replacement is None:
         return ir.Literal(value=None, type=pa.string(), span=span)
+    if search == "":
+        # Nothing to find, so nothing changes (Arrow's replace_substring never ends on an empty pattern).
+        return cast_to(args[0], pa.string())
     return ir.Call(fn="replace", args=(cast_to(args[0], pa.string()),), params=(search, replacement),
                    type=pa.string(), nullable=args[0].nullable, span=span)
 

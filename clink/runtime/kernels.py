@@ -154,7 +154,8 @@ def split_index(a: Value, sep: str, index: int) -> Value:
         return pc.cast(pc.if_else(pc.is_valid(a), pa.scalar(None, pa.string()), pa.scalar(None, pa.string())),
                        pa.string())
     parts = pc.split_pattern(a, pattern=sep)
-    lengths = pc.list_value_length(parts)
+    # An empty string has no pieces at all (as in Flink), not one empty piece.
+    lengths = pc.if_else(pc.equal(a, ""), 0, pc.list_value_length(parts))
     has = pc.greater(lengths, index)
     # list_element fails on short lists, so give those a placeholder element first.
     safe = pc.if_else(pc.fill_null(has, False), parts, pa.scalar([None] * (index + 1), parts.type))
@@ -298,8 +299,10 @@ def cast(a: Value, to: pa.DataType, try_: bool = False) -> Value:
         if pa.types.is_timestamp(to) or pa.types.is_date(to):
             a = pc.replace_substring(a, pattern="T", replacement=" ", max_replacements=1)
         if pa.types.is_integer(to):
-            # Arrow's integer parser rejects an explicit plus sign, which SQL accepts ('+12').
-            a = pc.replace_substring_regex(a, pattern=r"^\+([0-9])", replacement=r"\1")
+            # Read as Flink does: an explicit plus sign is allowed and a fraction of digits is
+            # dropped ('+12' is 12, '1.5' is 1, '.5' is 0); Arrow's parser accepts neither.
+            a = pc.replace_substring_regex(a, pattern=r"^\+([0-9.])", replacement=r"\1")
+            a = pc.replace_substring_regex(a, pattern=r"^(-?)([0-9]*)\.[0-9]*$", replacement=r"\10\2")
     if pa.types.is_floating(to) and (pa.types.is_integer(src) or pa.types.is_floating(src) or pa.types.is_decimal(src)):
         # Widening to a float rounds to the nearest representable value; it never fails.
         return pc.cast(a, to, safe=False)
@@ -320,7 +323,10 @@ def cast(a: Value, to: pa.DataType, try_: bool = False) -> Value:
         return pc.cast(pc.cast(a, pa.timestamp(src.unit)), to, safe=False)
     if pa.types.is_timestamp(src) and pa.types.is_time(to):
         since_midnight = pc.subtract(pc.cast(a, pa.int64()), pc.cast(pc.floor_temporal(a, unit="day"), pa.int64()))
-        return pc.cast(pc.cast(since_midnight, _time_of(src.unit)), to, safe=False)
+        time_type = _time_of(src.unit)
+        # Arrow casts to TIME only from the integer of the same width (int32 for time32).
+        since_midnight = pc.cast(since_midnight, pa.int32() if pa.types.is_time32(time_type) else pa.int64())
+        return pc.cast(pc.cast(since_midnight, time_type), to, safe=False)
     return _checked(a, to, try_)
 
 
