@@ -548,7 +548,8 @@ class FileSourceReader(SourceReader):
     def _parquet_batches(self, path: str) -> Iterator[pa.RecordBatch]:
         schema = self._spec.schema
         try:
-            file = pq.ParquetFile(path, pre_buffer=False)  # pre-buffering keeps every row group read until close
+            # Without pre_buffer=False, iter_batches keeps every row group it has read until close.
+            file = pq.ParquetFile(path, pre_buffer=False)
         except (OSError, pa.ArrowInvalid) as e:
             raise ConnectorError(f"table {self._spec.name!r}: cannot read {path!r} as Parquet: {e}") from None
         try:
