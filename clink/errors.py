@@ -90,9 +90,9 @@ class SqlError(ClinkError):
             lines = [f"{span}: error: {self.message}"]
             text = (sources or {}).get(span.file)
             if text is not None:
-                source_lines = text.splitlines()
+                source_lines = text.split("\n")  # the lexer counts only \n as a line break
                 if 0 < span.line <= len(source_lines):
-                    line = source_lines[span.line - 1].expandtabs(1)
+                    line = source_lines[span.line - 1].rstrip("\r").expandtabs(1)
                     gutter = " " * len(str(span.line))
                     width = span.width
                     if span.end_line == span.line:

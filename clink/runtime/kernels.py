@@ -309,6 +309,10 @@ def cast(a: Value, to: pa.DataType, try_: bool = False) -> Value:
     if pa.types.is_floating(src) and (pa.types.is_integer(to) or pa.types.is_decimal(to)):
         if pa.types.is_integer(to):
             a = pc.trunc(a)
+    if pa.types.is_integer(src) and pa.types.is_decimal(to):
+        # Arrow wants room for the integer type's widest value; go through the widest decimal,
+        # then narrow, which fails only for values that really do not fit.
+        return _checked(pc.cast(a, pa.decimal128(38, to.scale)), to, try_)
     if pa.types.is_timestamp(src) and pa.types.is_integer(to):
         # A timestamp as a number counts seconds since the epoch, as in Flink.
         return _checked(pc.divide(pc.cast(a, pa.int64()), _per_second(src.unit)), to, try_)
@@ -344,7 +348,8 @@ def _checked(a: Value, to: pa.DataType, try_: bool) -> Value:
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
         if not try_:
             bad = _first_bad(a, to)
-            raise EvaluationError(f"cannot CAST {bad!r} to {_sql(to)}" if bad is not None else
+            shown = repr(bad) if isinstance(bad, str) else str(bad)
+            raise EvaluationError(f"cannot CAST {shown} to {_sql(to)}" if bad is not None else
                                   f"cannot CAST to {_sql(to)}: {exc}") from None
     # TRY_CAST: convert what converts, NULL for the rest (the error path, row by row).
     values = a.to_pylist() if not isinstance(a, pa.Scalar) else [a.as_py()]
@@ -371,6 +376,8 @@ def _first_bad(a: Value, to: pa.DataType) -> Any:
 def _sql(t: pa.DataType) -> str:
     names = {pa.int8(): "TINYINT", pa.int16(): "SMALLINT", pa.int32(): "INT", pa.int64(): "BIGINT",
              pa.float32(): "FLOAT", pa.float64(): "DOUBLE", pa.bool_(): "BOOLEAN", pa.date32(): "DATE"}
+    if pa.types.is_decimal(t):
+        return f"DECIMAL({t.precision}, {t.scale})"
     return names.get(t, str(t).upper())
 
 

@@ -12,7 +12,7 @@ class SourceWriter:
     def __init__(self, sources: dict[str, str]) -> None:
         self._lines: list[str] = []
         self._indent = 0
-        self._sources = {name: text.splitlines() for name, text in sources.items()}
+        self._sources = {name: text.split("\n") for name, text in sources.items()}
 
     def line(self, text: str = "", *, span: Span | None = None) -> None:
         if not text:

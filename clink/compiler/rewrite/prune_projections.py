@@ -28,6 +28,9 @@ def _prune(node: ir.Rel, needed: set[int]) -> tuple[ir.Rel, dict[int, int]]:
     match node:
         case ir.Scan(columns=columns, predicate=predicate):
             keep = set(needed) | (ir.columns_used(predicate) if predicate is not None else set())
+            if not keep and columns:
+                # A query that reads no column (SELECT 1 FROM t) still needs the rows: read one.
+                keep = {0}
             kept = sorted(keep)
             mapping = {old: new for new, old in enumerate(kept)}
             new_pred = ir.remap(predicate, mapping) if predicate is not None else None
