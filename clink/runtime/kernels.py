@@ -302,7 +302,8 @@ def cast(a: Value, to: pa.DataType, try_: bool = False) -> Value:
             # Read as Flink does: an explicit plus sign is allowed and a fraction of digits is
             # dropped ('+12' is 12, '1.5' is 1, '.5' is 0); Arrow's parser accepts neither.
             a = pc.replace_substring_regex(a, pattern=r"^\+([0-9.])", replacement=r"\1")
-            a = pc.replace_substring_regex(a, pattern=r"^(-?)([0-9]*)\.[0-9]*$", replacement=r"\10\2")
+            a = pc.replace_substring_regex(a, pattern=r"^(-?[0-9]+)\.[0-9]*$", replacement=r"\1")
+            a = pc.replace_substring_regex(a, pattern=r"^(-?)\.[0-9]*$", replacement=r"\10")
     if pa.types.is_floating(to) and (pa.types.is_integer(src) or pa.types.is_floating(src) or pa.types.is_decimal(src)):
         # Widening to a float rounds to the nearest representable value; it never fails.
         return pc.cast(a, to, safe=False)

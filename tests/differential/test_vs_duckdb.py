@@ -2,7 +2,7 @@
 
 Each case is ``(id, clink_sql, reference)``. The reference is DuckDB SQL, or ``None`` when the
 query means the same in both dialects, or a Python function of the input table when DuckDB has no
-equivalent (``TRY_CAST`` of '1.5' to INT is NULL in Flink and 2 in DuckDB). Every case runs over
+equivalent (``TRY_CAST`` of '1.5' to INT is 1 in Flink and 2 in DuckDB). Every case runs over
 two tables with the same schema: a mostly dense one and one where 30-50% of every column is NULL.
 Rows are compared as multisets; floats as 9 significant digits.
 
@@ -16,7 +16,13 @@ Where the dialects differ, the DuckDB text translates clink's (Flink's) meaning:
   by the list length (``split_part`` is 1-based and gives '' past the end);
 - ``CONCAT`` is NULL if any argument is: DuckDB ``||`` (DuckDB's ``concat`` skips NULLs);
 - ``CAST(boolean AS STRING)`` is 'TRUE'/'FALSE': DuckDB gives lower case, hence ``upper``;
-- ``DAYOFWEEK`` counts Sunday as 1: DuckDB's ``dayofweek`` counts it as 0.
+- ``DAYOFWEEK`` counts Sunday as 1: DuckDB's ``dayofweek`` counts it as 0;
+- ``CAST(string AS INT)`` reads digits and drops a fraction ('1.5' is 1, '1e3' fails): DuckDB rounds
+  '1.5' to 2 and reads '1e3', hence a pattern guard and ``trunc``;
+- ``CAST(timestamp AS TIME)`` is TIME(0) and ``CAST(timestamp AS BIGINT)`` counts whole seconds:
+  DuckDB keeps the milliseconds, hence ``date_trunc('second', ts)`` and ``trunc(epoch(ts))``;
+- ``CAST(timestamp AS STRING)`` prints a TIMESTAMP(3) with three fraction digits always, which no
+  DuckDB cast does: a Python reference.
 """
 
 from __future__ import annotations

@@ -13,6 +13,7 @@ from collections import Counter
 import duckdb
 import pyarrow as pa
 from hypothesis import HealthCheck, given, settings
+
 # tests/strategies.py: pytest puts tests/ on sys.path, as it holds the root conftest.py.
 from strategies import Sql, arithmetic_exprs, bool_exprs, int_exprs, int_tables, mixed_tables, string_exprs
 
