@@ -300,6 +300,11 @@ def arithmetic(op: str, left: ir.Expr, right: ir.Expr, span: Span) -> ir.Expr:
         return _timestamp_interval(op, left, right, span)
     if T.is_interval(lt) and pt.is_timestamp(rt) and op == "+":
         return _timestamp_interval(op, right, left, span)
+    if pt.is_date(lt) and pt.is_duration(rt) and op in "+-" or pt.is_duration(lt) and pt.is_date(rt) and op == "+":
+        date, interval = (left, right) if pt.is_date(lt) else (right, left)
+        # DATE ± a day-time interval is a DATE: whole days move it; a part day rounds down.
+        return ir.Call(fn="date_add", args=(date, interval), params=(op == "-",), type=pa.date32(),
+                       nullable=date.nullable or interval.nullable, span=span)
     if pt.is_duration(lt) and pt.is_duration(rt) and op in "+-":
         fn = "add" if op == "+" else "subtract"
         return ir.Call(fn=fn, args=(left, right), type=lt, nullable=left.nullable or right.nullable, span=span)

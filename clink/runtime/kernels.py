@@ -62,6 +62,14 @@ def mod(a: Value, b: Value) -> Value:
     return pc.remainder(a, _zero_to_null(b))
 
 
+def date_add(date: Value, interval: Value, subtract: bool = False) -> Value:
+    """DATE ± a day-time interval, as a DATE (a part day rounds down to the day before)."""
+    ts = pc.cast(date, pa.timestamp("ms"))
+    delta = pc.cast(interval, pa.duration("ms")) if interval.type != pa.duration("ms") else interval
+    moved = pc.subtract(ts, delta) if subtract else pc.add(ts, delta)
+    return pc.cast(pc.floor_temporal(moved, unit="day"), pa.date32())
+
+
 def interval_multiply(a: Value, b: Value) -> Value:
     ms = pc.multiply(pc.cast(a, pa.int64()), b)
     return pc.cast(pc.round(ms), pa.int64()).cast(a.type)
@@ -137,15 +145,19 @@ def nullif(a: Value, b: Value) -> Value:
 
 
 def substring(a: Value, start: int, length: int | None = None) -> Value:
-    """SUBSTRING(a, start[, length]), 1-based. A start below 1 counts positions before the string
-    (so SUBSTRING('abc', 0, 2) is 'a'), as the SQL standard defines it."""
-    begin = start - 1
-    stop = None if length is None else begin + length
-    if begin < 0:
-        begin = 0
-    if stop is not None and stop <= begin:
+    """SUBSTRING(a, start[, length]), 1-based, as Flink reads it: a start of 0 is the first
+    character; a negative start counts from the end (SUBSTRING('hello', -3, 2) is 'll'), and one
+    before the beginning of the string gives ''."""
+    if length == 0:
         return pc.utf8_slice_codeunits(a, 0, 0)
-    return pc.utf8_slice_codeunits(a, begin, stop) if stop is not None else pc.utf8_slice_codeunits(a, begin)
+    if start >= 0:
+        begin = max(start - 1, 0)
+        return pc.utf8_slice_codeunits(a, begin, None if length is None else begin + length)
+    # Arrow slices like Python: a negative start counts from the end.
+    stop = None if length is None or start + length >= 0 else start + length
+    sliced = pc.utf8_slice_codeunits(a, start, stop)
+    too_short = pc.less(pc.utf8_length(a), -start)
+    return pc.if_else(too_short, pa.scalar("", pa.string()), sliced)
 
 
 def split_index(a: Value, sep: str, index: int) -> Value:
@@ -164,37 +176,40 @@ def split_index(a: Value, sep: str, index: int) -> Value:
 
 
 def round_half_up(a: Value, digits: int = 0) -> Value:
-    """ROUND: halves go away from zero, as in SQL, judged on the exact value of a DOUBLE (so
-    79.55, stored as 79.549999..., rounds to 79.5). Integers with digits >= 0 are unchanged."""
+    """ROUND: halves go away from zero, judged on the shortest decimal that prints the DOUBLE,
+    as Flink does (ROUND(79.55, 1) is 79.6 and ROUND(1.005, 2) is 1.01, although both are
+    stored a little below the half). Integers with digits >= 0 are unchanged."""
     if pa.types.is_integer(a.type):
         if digits >= 0:
             return a
         return pc.cast(round_half_up(pc.cast(a, pa.float64()), digits), a.type)
+    if not pa.types.is_floating(a.type):
+        return pc.round(a, ndigits=digits, round_mode="half_towards_infinity")
+    if isinstance(a, pa.Scalar):
+        return pa.scalar(_round_decimal(a.as_py(), digits), a.type)
     rounded = pc.round(a, ndigits=digits, round_mode="half_towards_infinity")
-    if not pa.types.is_floating(a.type) or isinstance(a, pa.Scalar):
-        return rounded if not isinstance(a, pa.Scalar) or not pa.types.is_floating(a.type) else \
-            pa.scalar(_round_exact(a.as_py(), digits), a.type)
-    # Scaling by 10**digits can turn a value just below a half into an exact half; only those
-    # rows are decided again, exactly, from the binary value (few rows, on this path only).
+    # Scaling by 10**digits in binary can land a hair to either side of a half; only rows that
+    # come that close are decided again, exactly, from their decimal form (few rows).
     values = a.to_numpy(zero_copy_only=False)
     with np.errstate(invalid="ignore", over="ignore"):
         scaled = np.abs(values * (10.0 ** digits))
-        ties = np.flatnonzero((scaled - np.floor(scaled)) == 0.5)
+        near = np.abs((scaled - np.floor(scaled)) - 0.5) <= np.maximum(1e-9, scaled * 1e-12)
+    ties = np.flatnonzero(near)
     if len(ties) == 0:
         return rounded
     fixed = rounded.to_numpy(zero_copy_only=False).copy()
     for i in ties:
-        fixed[i] = _round_exact(float(values[i]), digits)
+        fixed[i] = _round_decimal(float(values[i]), digits)
     return pa.array(fixed, a.type, mask=pc.is_null(a).to_numpy(zero_copy_only=False))
 
 
-def _round_exact(x: float | None, digits: int) -> float | None:
+def _round_decimal(x: float | None, digits: int) -> float | None:
     import decimal
 
     if x is None or x != x or x in (float("inf"), float("-inf")):
         return x
     quantum = decimal.Decimal(1).scaleb(-digits)
-    return float(decimal.Decimal(x).quantize(quantum, rounding=decimal.ROUND_HALF_UP))
+    return float(decimal.Decimal(repr(x)).quantize(quantum, rounding=decimal.ROUND_HALF_UP))
 
 
 def floor(a: Value) -> Value:
@@ -282,9 +297,9 @@ def current_time(ctx: TaskContext) -> pa.Scalar:
 
 
 def cast(a: Value, to: pa.DataType, try_: bool = False) -> Value:
-    """CAST with SQL semantics: a float to an integer truncates toward zero; a string is trimmed
-    and must spell a value of the target type, or the pipeline fails naming the value
-    (TRY_CAST gives NULL instead). Numbers that do not fit the target fail likewise."""
+    """CAST with SQL semantics, read as Flink does: a float to an integer truncates toward zero;
+    a string is trimmed and must spell a value of the target type, or the pipeline fails naming
+    the value (TRY_CAST gives NULL instead). Numbers that do not fit the target fail likewise."""
     src = a.type
     if src == to:
         return a

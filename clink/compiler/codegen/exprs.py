@@ -115,6 +115,7 @@ EMITTERS: dict[str, Emitter] = {
     "mod": _k("mod"),
     "negate": _arith("negate_checked", "negate"),
     "interval_multiply": _k("interval_multiply"),
+    "date_add": _k_params("date_add"),
     "interval_divide": _k("interval_divide"),
     "eq": _pc("equal"),
     "ne": _pc("not_equal"),
