@@ -6,6 +6,7 @@ not logic.
 
 from __future__ import annotations
 
+import time
 from collections import deque
 from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
@@ -127,8 +128,6 @@ class Result:
             if self._job.finished:
                 return
             if not self._job.step():
-                import time
-
                 time.sleep(0.005)
 
     def __iter__(self) -> Iterator[pa.RecordBatch]:

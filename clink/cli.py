@@ -145,31 +145,29 @@ def _run(args: argparse.Namespace, sources: dict[str, str]) -> int:
         sys.stdout.write(text)
     ctx = RuntimeContext(config=config)
     queries = [s for s in plan.sinks if s.connector == "collect"]
-    table_mode = sys.stdout.isatty() and len(queries) == 1
     collected: dict[str, list] = {q.table: [] for q in queries}
-    printers = {}
-    if not table_mode:
+    printers: dict[str, object] = {}
+
+    def stream_rows() -> None:
+        """Print each query's rows as they come, in the print connector's format."""
         print_connector = ctx.connectors.get("print")
         for q in queries:
-            spec = TableSpec(name=q.table, schema=q.schema, table_schema=q.schema,
-                             options={"print-identifier": q.table} if len(queries) > 1 else {})
+            options = {"print-identifier": q.table} if len(queries) > 1 else {}
+            spec = TableSpec(name=q.table, schema=q.schema, table_schema=q.schema, options=options)
             printers[q.table] = print_connector.create_sink(spec, ctx)
 
     def deliver(name: str, batch) -> None:
-        if table_mode:
-            collected[name].append(batch)
-        else:
+        if name in printers:
             printers[name].write(batch)
+        else:
+            collected[name].append(batch)
 
     ctx.on_result = deliver
     job = Job(plan, ctx)
-    if table_mode and job.unbounded_sources:
-        # An endless query cannot wait for the end to show a table: stream its rows instead.
-        table_mode = False
-        print_connector = ctx.connectors.get("print")
-        for q in queries:
-            printers[q.table] = print_connector.create_sink(
-                TableSpec(name=q.table, schema=q.schema, table_schema=q.schema), ctx)
+    # A table is shown at the end, so only for one bounded query on a terminal; otherwise stream.
+    table_mode = sys.stdout.isatty() and len(queries) == 1 and not job.unbounded_sources
+    if not table_mode:
+        stream_rows()
     if not plan.sinks:
         return 0
     if args.progress:
@@ -201,7 +199,7 @@ def _run_with_progress(job) -> None:
                 time.sleep(0.005)
             now = time.perf_counter()
             if now - last > 0.25:
-                job._collect_metrics()
+                job.refresh_metrics()
                 live.update(f"running: {job.metrics.summary()}")
                 last = now
 

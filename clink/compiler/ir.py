@@ -206,6 +206,21 @@ class Rel:
         raise NotImplementedError
 
 
+@attrs.frozen(kw_only=True)
+class Unary(Rel):
+    """A relation over exactly one input."""
+
+    input: Rel
+
+    @property
+    def inputs(self) -> tuple[Rel, ...]:
+        return (self.input,)
+
+    def with_inputs(self, inputs: tuple[Rel, ...]) -> Rel:
+        (new_input,) = inputs
+        return attrs.evolve(self, input=new_input)
+
+
 @attrs.frozen
 class TableInfo:
     """What a scan needs to know of a table: its connector, options and physical columns."""
@@ -233,19 +248,10 @@ class Scan(Rel):
 
 
 @attrs.frozen(kw_only=True)
-class Filter(Rel):
+class Filter(Unary):
     """Keep the rows of ``input`` whose ``predicate`` is TRUE; FALSE and NULL drop the row."""
 
-    input: Rel
     predicate: Expr = attrs.field(validator=_is_boolean)
-
-    @property
-    def inputs(self) -> tuple[Rel, ...]:
-        return (self.input,)
-
-    def with_inputs(self, inputs: tuple[Rel, ...]) -> Filter:
-        (new_input,) = inputs
-        return attrs.evolve(self, input=new_input)
 
     @functools.cached_property
     def schema(self) -> Schema:
@@ -253,20 +259,11 @@ class Filter(Rel):
 
 
 @attrs.frozen(kw_only=True)
-class Project(Rel):
+class Project(Unary):
     """Compute ``exprs`` over each row of ``input``, naming the results ``names``."""
 
-    input: Rel
     exprs: tuple[Expr, ...]
     names: tuple[str, ...]
-
-    @property
-    def inputs(self) -> tuple[Rel, ...]:
-        return (self.input,)
-
-    def with_inputs(self, inputs: tuple[Rel, ...]) -> Project:
-        (new_input,) = inputs
-        return attrs.evolve(self, input=new_input)
 
     @functools.cached_property
     def schema(self) -> Schema:
@@ -274,22 +271,13 @@ class Project(Rel):
 
 
 @attrs.frozen(kw_only=True)
-class Calc(Rel):
+class Calc(Unary):
     """A fused filter and projection: keep the rows where ``predicate`` is TRUE, then compute
     ``exprs`` (both over ``input``'s columns). Made by ``fuse_stateless``."""
 
-    input: Rel
     predicate: Expr | None = attrs.field(validator=_is_boolean)
     exprs: tuple[Expr, ...]
     names: tuple[str, ...]
-
-    @property
-    def inputs(self) -> tuple[Rel, ...]:
-        return (self.input,)
-
-    def with_inputs(self, inputs: tuple[Rel, ...]) -> Calc:
-        (new_input,) = inputs
-        return attrs.evolve(self, input=new_input)
 
     @functools.cached_property
     def schema(self) -> Schema:
@@ -300,22 +288,13 @@ class Calc(Rel):
 
 
 @attrs.frozen(kw_only=True)
-class Sink(Rel):
+class Sink(Unary):
     """Write ``input`` to a table (``INSERT INTO``) or back to the caller (``collect``)."""
 
-    input: Rel
     name: str
     connector: str
     options: tuple[tuple[str, str], ...] = ()
     target: Schema | None = None
-
-    @property
-    def inputs(self) -> tuple[Rel, ...]:
-        return (self.input,)
-
-    def with_inputs(self, inputs: tuple[Rel, ...]) -> Sink:
-        (new_input,) = inputs
-        return attrs.evolve(self, input=new_input)
 
     @functools.cached_property
     def schema(self) -> Schema:

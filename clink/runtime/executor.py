@@ -203,7 +203,7 @@ class Job:
         node = self.plan.node(node_id)
         if isinstance(node, Sink):
             self._writers[node_id].close()
-            self._collect_metrics()
+            self.refresh_metrics()
             return
         if isinstance(node, Source):
             # A bounded source ends with the final watermark, so every open window fires.
@@ -213,9 +213,10 @@ class Job:
     def _finish(self) -> None:
         self.finished = True
         self._close_readers()
-        self._collect_metrics()
+        self.refresh_metrics()
 
-    def _collect_metrics(self) -> None:
+    def refresh_metrics(self) -> None:
+        """Bring ``metrics`` up to date with the readers and writers (the run does it at the end)."""
         # Keyed by table; two sources reading one table (two queries over it) add up.
         records_in: dict[str, int] = defaultdict(int)
         skipped: dict[str, int] = defaultdict(int)
