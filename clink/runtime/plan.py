@@ -15,7 +15,8 @@ import pyarrow as pa
 if TYPE_CHECKING:
     from clink.runtime.context import TaskContext
 
-__all__ = ["BROADCAST", "Chain", "FORWARD", "Node", "Plan", "SINGLE", "Sink", "Source", "TaskContext", "hash_by"]
+__all__ = ["AggSpec", "BROADCAST", "Chain", "FORWARD", "Node", "Plan", "SINGLE", "Sink", "Source", "TaskContext",
+           "WindowAggregate", "WindowSpec", "hash_by"]
 
 #: How a node's input is distributed over its parallel instances.
 FORWARD = ("forward",)
@@ -77,6 +78,79 @@ class Chain(Node):
     schema: pa.Schema
     partitioning: tuple[str, ...] = FORWARD
     description: str = ""
+
+    @property
+    def inputs(self) -> tuple[int, ...]:
+        return (self.input,)
+
+
+@attrs.frozen(kw_only=True)
+class WindowSpec:
+    """Which windows an event belongs to; all lengths in milliseconds.
+
+    ``tumble``: [start, start + size) with start = ts - (ts - offset) mod size.
+    ``hop``: windows of ``size`` every ``slide`` (an event is in size / slide of them).
+    ``cumulate``: windows [start, start + k * slide) for k = 1 .. size / slide, start as tumble(size).
+    ``session``: per key, events closer than ``gap`` share a window [first, last + gap).
+    """
+
+    kind: str
+    size: int = 0
+    slide: int = 0
+    offset: int = 0
+    gap: int = 0
+
+    def describe(self) -> str:
+        match self.kind:
+            case "tumble":
+                return f"TUMBLE(size={self.size} ms{f', offset={self.offset} ms' if self.offset else ''})"
+            case "hop":
+                return f"HOP(slide={self.slide} ms, size={self.size} ms)"
+            case "cumulate":
+                return f"CUMULATE(step={self.slide} ms, max size={self.size} ms)"
+            case "session":
+                return f"SESSION(gap={self.gap} ms)"
+        return self.kind
+
+
+@attrs.frozen(kw_only=True)
+class AggSpec:
+    """One aggregate of a window aggregation.
+
+    ``fn``: count_star, count, count_distinct, sum, min, max, avg, first_value, last_value,
+    stddev_pop, stddev_samp, var_pop, var_samp. ``arg``: the input column it reads (None for
+    count_star). ``filter``: an input BOOLEAN column; only rows where it is TRUE count
+    (``FILTER (WHERE ...)``). ``type``: the result type. NULL arguments are skipped; an
+    aggregate over no non-NULL value is NULL (COUNT: 0).
+    """
+
+    fn: str
+    arg: int | None
+    type: pa.DataType
+    filter: int | None = None
+    name: str = ""
+
+
+@attrs.frozen(kw_only=True)
+class WindowAggregate(Node):
+    """Group the input by ``keys`` and by window, aggregate, and emit each window once the
+    watermark passes its end.
+
+    Input columns are addressed by position: ``time`` is the event-time column (a timestamp),
+    ``keys`` the grouping columns, each AggSpec's ``arg``/``filter`` its inputs. The output
+    ``schema`` is: the keys, then window_start, window_end, window_time (window_end - 1 ms), then
+    one column per aggregate. Rows whose every window has already fired (with
+    ``allowed_lateness``) are late: dropped and counted.
+    """
+
+    input: int
+    window: WindowSpec
+    time: int
+    keys: tuple[int, ...]
+    aggs: tuple[AggSpec, ...]
+    schema: pa.Schema
+    allowed_lateness: int = 0
+    partitioning: tuple[str, ...] = FORWARD
 
     @property
     def inputs(self) -> tuple[int, ...]:
