@@ -172,6 +172,7 @@ class FunctionCall(Expr):
     distinct: bool = False
     star: bool = False
     over: WindowSpec | None = None
+    filter: Expr | None = None
     name_span: Span | None = _extra_span
 
 
@@ -212,7 +213,10 @@ class Descriptor(Expr):
 
 @attrs.frozen(kw_only=True)
 class TableArg(Expr):
+    """``TABLE t [PARTITION BY k, ...]``: the table argument of a window table function."""
+
     name: str
+    partition_by: tuple[str, ...] = ()
 
 
 # ---------------------------------------------------------------- queries

@@ -65,6 +65,8 @@ class _ScopeColumn:
     qualifier: str | None
     name: str
     field: ir.Field
+    #: An event-time attribute: a table's watermark column, or window_time of a window.
+    rowtime: bool = False
 
 
 @attrs.frozen
@@ -91,6 +93,7 @@ class _Binder:
         self.config: dict[str, str] = {}
         self.errors: list[SqlError] = []
         self.query_count = 0
+        self._agg: _AggContext | None = None
 
     # ------------------------------------------------------------ statements
 
@@ -179,6 +182,11 @@ class _Binder:
         if not pt.is_timestamp(expr.type):
             raise SqlError(f"a watermark expression must be a TIMESTAMP, got {T.sql_name(expr.type)}", wm.expr.span,
                            f"for example: WATERMARK FOR {wm.column} AS {wm.column} - INTERVAL '5' SECOND")
+        # The source evaluates the watermark on the batches it reads, before computed columns
+        # exist: express it over the physical columns.
+        physical_exprs = tuple(ir.Column(index=i, name=f.name, type=f.type, nullable=f.nullable, span=wm.span)
+                               for i, f in enumerate(physical))
+        expr = ir.substitute(expr, physical_exprs + tuple(e for _, e in computed))
         return wm.column, expr
 
     def _check_connector(self, stmt: ast.CreateTable, options: Mapping[str, ast.Property],
@@ -228,9 +236,9 @@ class _Binder:
             if stmt.if_not_exists:
                 return
             raise SqlError(f"table or view {stmt.name!r} already exists", stmt.span)
-        rel = self.select(stmt.query)
+        rel, rowtime = self._select(stmt.query)
         self._raise_collected()
-        self.catalog.views[stmt.name] = CatalogView(name=stmt.name, rel=rel)
+        self.catalog.views[stmt.name] = CatalogView(name=stmt.name, rel=rel, rowtime=rowtime)
 
     def insert(self, stmt: ast.Insert) -> ir.Sink:
         target = self.catalog.lookup(stmt.table)
@@ -275,10 +283,10 @@ class _Binder:
     # ------------------------------------------------------------ queries
 
     def select(self, q: ast.Select) -> ir.Rel:
-        if q.group_by or q.having is not None:
-            clause = "GROUP BY" if q.group_by else "HAVING"
-            raise SqlError(f"{clause} is not supported yet", q.span,
-                           "this version runs stateless pipelines: SELECT ... FROM ... WHERE")
+        return self._select(q)[0]
+
+    def _select(self, q: ast.Select) -> tuple[ir.Rel, frozenset[str]]:
+        """Bind a query; also return the names of its output columns that carry event time."""
         if q.distinct:
             raise SqlError("SELECT DISTINCT is not supported yet", q.span)
         rel, scope = self.from_item(q.from_)
@@ -289,6 +297,10 @@ class _Binder:
                                             q.where.span))
             else:
                 rel = ir.Filter(input=rel, predicate=cast_to(pred, pa.bool_()), span=q.where.span)
+        if q.group_by or q.having is not None or _has_aggregate(q.items):
+            return self._aggregate(q, rel, scope)
+        if isinstance(rel, ir.WindowTVF) and rel.window.kind == "session":
+            raise SqlError("a SESSION window is only usable with GROUP BY window_start, window_end", q.from_.span)
         exprs: list[ir.Expr] = []
         names: list[str] = []
         for item in q.items:
@@ -307,7 +319,10 @@ class _Binder:
                     exprs.append(bound)
                     names.append(alias or _derive_name(e, len(names)))
         self._raise_collected()
-        return ir.Project(input=rel, exprs=tuple(exprs), names=_unique(names), span=q.span)
+        unique = _unique(names)
+        rowtime = frozenset(n for n, e in zip(unique, exprs, strict=True)
+                            if isinstance(e, ir.Column) and scope.columns[e.index].rowtime)
+        return ir.Project(input=rel, exprs=tuple(exprs), names=unique, span=q.span), rowtime
 
     def from_item(self, item: ast.FromItem) -> tuple[ir.Rel, _Scope]:
         match item:
@@ -318,20 +333,253 @@ class _Binder:
                                    _did_you_mean(name, self.catalog.names(), "tables and views"))
                 qualifier = item.alias or name.split(".")[-1]
                 if isinstance(entry, CatalogView):
-                    rel = entry.rel
+                    rel, rowtime = entry.rel, entry.rowtime
                 else:
                     rel = self._scan(entry, item.span)
-                return rel, _Scope(tuple(_ScopeColumn(qualifier, f.name, f) for f in rel.schema.fields))
+                    rowtime = frozenset([entry.info.watermark[0]]) if entry.info.watermark else frozenset()
+                return rel, _Scope(tuple(_ScopeColumn(qualifier, f.name, f, f.name in rowtime)
+                                         for f in rel.schema.fields))
             case ast.SubqueryRef(query=query, alias=alias):
-                rel = self.select(query)
-                return rel, _Scope(tuple(_ScopeColumn(alias, f.name, f) for f in rel.schema.fields))
+                rel, rowtime = self._select(query)
+                return rel, _Scope(tuple(_ScopeColumn(alias, f.name, f, f.name in rowtime) for f in rel.schema.fields))
             case ast.TableFunctionRef(call=call):
                 if call.name in TABLE_FUNCTIONS:
-                    raise SqlError(f"window table function {call.name} is not supported yet", call.span,
-                                   "this version runs stateless pipelines")
-                raise SqlError(f"unknown table function {call.name}", call.span,
+                    return self._window_tvf(call, item.alias)
+                raise SqlError(f"unknown table function {call.name}", call.name_span or call.span,
                                f"table functions: {', '.join(sorted(TABLE_FUNCTIONS))}")
         raise SqlError(f"unsupported FROM item {type(item).__name__}", item.span)
+
+    # ------------------------------------------------------------ windows
+
+    def _window_tvf(self, call: ast.FunctionCall, alias: str | None) -> tuple[ir.Rel, _Scope]:
+        """``TUMBLE(TABLE t, DESCRIPTOR(ts), size [, offset])``, ``HOP(..., slide, size [, offset])``,
+        ``CUMULATE(..., step, max_size [, offset])``, ``SESSION(TABLE t [PARTITION BY k], ..., gap)``."""
+        name = call.name
+        usage = {
+            "TUMBLE": "TUMBLE(TABLE t, DESCRIPTOR(ts), INTERVAL '10' SECOND [, offset])",
+            "HOP": "HOP(TABLE t, DESCRIPTOR(ts), slide, size [, offset])",
+            "CUMULATE": "CUMULATE(TABLE t, DESCRIPTOR(ts), step, max_size [, offset])",
+            "SESSION": "SESSION(TABLE t [PARTITION BY k], DESCRIPTOR(ts), gap)",
+        }[name]
+        args = call.args
+        wanted = {"TUMBLE": (3, 4), "HOP": (4, 5), "CUMULATE": (4, 5), "SESSION": (3, 3)}[name]
+        if not wanted[0] <= len(args) <= wanted[1]:
+            raise SqlError(f"{name} takes {wanted[0]}{'' if wanted[0] == wanted[1] else f' or {wanted[1]}'} "
+                           f"arguments, got {len(args)}", call.span, f"write {usage}")
+        table_arg, descriptor, *lengths = args
+        if not isinstance(table_arg, ast.TableArg):
+            raise SqlError(f"the first argument of {name} must be TABLE <name>", table_arg.span, f"write {usage}")
+        if not isinstance(descriptor, ast.Descriptor) or len(descriptor.names) != 1:
+            raise SqlError(f"the second argument of {name} must be DESCRIPTOR(<time column>)", descriptor.span,
+                           f"write {usage}")
+        if table_arg.partition_by and name != "SESSION":
+            raise SqlError(f"PARTITION BY applies to SESSION windows only, not {name}", table_arg.span)
+        rel, scope = self.from_item(ast.TableRef(name=table_arg.name, alias=alias, span=table_arg.span))
+        time_name = descriptor.names[0]
+        matches = [i for i, c in enumerate(scope.columns) if c.name == time_name]
+        if not matches:
+            raise SqlError(f"unknown column {time_name!r} in {table_arg.name!r}", descriptor.span,
+                           _did_you_mean(time_name, [c.name for c in scope.columns], "columns"))
+        time = matches[0]
+        if not scope.columns[time].rowtime:
+            entry = self.catalog.lookup(table_arg.name)
+            declared = isinstance(entry, CatalogTable) and entry.info.watermark is not None
+            raise SqlError(
+                f"column {time_name!r} of {table_arg.name!r} is not an event-time attribute", descriptor.span,
+                (f"windows run on the watermark column of the table ({entry.info.watermark[0]!r})" if declared else
+                 f"{table_arg.name!r} has no event time: declare WATERMARK FOR {time_name} AS "
+                 f"{time_name} - INTERVAL '5' SECOND in its CREATE TABLE"))
+        ms = [self._window_length(name, a) for a in lengths]
+        match name:
+            case "TUMBLE":
+                window = ir.WindowDef("tumble", size=ms[0], offset=ms[1] if len(ms) > 1 else 0)
+            case "HOP":
+                window = ir.WindowDef("hop", slide=ms[0], size=ms[1], offset=ms[2] if len(ms) > 2 else 0)
+                if window.size % window.slide:
+                    raise SqlError("a HOP window's size must be a whole multiple of its slide", call.span)
+            case "CUMULATE":
+                window = ir.WindowDef("cumulate", slide=ms[0], size=ms[1], offset=ms[2] if len(ms) > 2 else 0)
+                if window.size % window.slide:
+                    raise SqlError("a CUMULATE window's max size must be a whole multiple of its step", call.span)
+            case _:
+                window = ir.WindowDef("session", gap=ms[0])
+        partition = []
+        for key in table_arg.partition_by:
+            found = [i for i, c in enumerate(scope.columns) if c.name == key]
+            if not found:
+                raise SqlError(f"unknown column {key!r} in PARTITION BY", table_arg.span,
+                               _did_you_mean(key, [c.name for c in scope.columns], "columns"))
+            partition.append(found[0])
+        tvf = ir.WindowTVF(input=rel, window=window, time=time, partition_by=tuple(partition), span=call.span)
+        columns = tuple(attrs.evolve(c, rowtime=False) for c in scope.columns)
+        columns += tuple(_ScopeColumn(alias, f.name, f, f.name == "window_time")
+                         for f in tvf.schema.fields[len(scope.columns):])
+        return tvf, _Scope(columns)
+
+    def _window_length(self, function: str, arg: ast.Expr) -> int:
+        value = self._expr(arg, _Scope(()))
+        if not (isinstance(value, ir.Literal) and pt.is_duration(value.type)):
+            raise SqlError(f"{function} takes interval literals for its lengths, like INTERVAL '10' SECOND",
+                           arg.span)
+        if value.value <= 0:
+            raise SqlError(f"a {function} window length must be positive, got {value.value} ms", arg.span)
+        return value.value
+
+    def _legacy_window(self, call: ast.FunctionCall, scope: _Scope) -> tuple[ir.WindowDef, int]:
+        """``GROUP BY TUMBLE(ts, size)``, ``HOP(ts, slide, size)``, ``SESSION(ts, gap)``."""
+        wanted = {"TUMBLE": 2, "HOP": 3, "SESSION": 2, "CUMULATE": 3}[call.name]
+        if len(call.args) != wanted:
+            raise SqlError(f"{call.name} in GROUP BY takes {wanted} arguments, got {len(call.args)}", call.span)
+        time = self._expr(call.args[0], scope)
+        if not isinstance(time, ir.Column) or not scope.columns[time.index].rowtime:
+            raise SqlError(f"the first argument of {call.name} must be an event-time column "
+                           "(the table's WATERMARK column)", call.args[0].span)
+        ms = [self._window_length(call.name, a) for a in call.args[1:]]
+        match call.name:
+            case "TUMBLE":
+                window = ir.WindowDef("tumble", size=ms[0])
+            case "HOP":
+                window = ir.WindowDef("hop", slide=ms[0], size=ms[1])
+                if window.size % window.slide:
+                    raise SqlError("a HOP window's size must be a whole multiple of its slide", call.span)
+            case "CUMULATE":
+                window = ir.WindowDef("cumulate", slide=ms[0], size=ms[1])
+            case _:
+                window = ir.WindowDef("session", gap=ms[0])
+        return window, time.index
+
+    def _aggregate(self, q: ast.Select, rel: ir.Rel, scope: _Scope) -> tuple[ir.Rel, frozenset[str]]:
+        """A window aggregation: GROUP BY window_start, window_end (of a window table function)
+        or a group window (``GROUP BY TUMBLE(ts, ...)``), plus any keys."""
+        group = list(q.group_by)
+        legacy = [g for g in group if isinstance(g, ast.FunctionCall) and g.name in TABLE_FUNCTIONS]
+        window_cols: dict[int, int] = {}
+        if isinstance(rel, ir.WindowTVF):
+            if legacy:
+                raise SqlError("GROUP BY a window function over a window table function", legacy[0].span,
+                               "group by window_start, window_end instead")
+            window, time, below = rel.window, rel.time, rel.input
+            n = len(below.schema)
+            window_cols = {n: 0, n + 1: 1, n + 2: 2}
+        elif legacy:
+            if len(legacy) > 1:
+                raise SqlError("GROUP BY can have only one window", legacy[1].span)
+            group.remove(legacy[0])
+            window, time = self._legacy_window(legacy[0], scope)
+            below = rel
+        else:
+            where = q.group_by[0].span if q.group_by else q.span
+            raise SqlError("GROUP BY without a window is not supported yet", where,
+                           "aggregate over windows: FROM TABLE(TUMBLE(TABLE t, DESCRIPTOR(ts), INTERVAL '1' MINUTE)) "
+                           "... GROUP BY window_start, window_end, ...")
+        keys: list[ir.Expr] = []
+        key_names: list[str] = []
+        seen: set[int] = set()
+        for g in group:
+            e = self.expr(g, scope)
+            if isinstance(e, ir.Column) and e.index in window_cols:
+                seen.add(window_cols[e.index])
+                continue
+            if any(c in window_cols for c in ir.columns_used(e)):
+                raise SqlError("window columns can be grouped by only as they are (window_start, window_end)",
+                               g.span)
+            if e not in keys:
+                keys.append(e)
+                key_names.append(_derive_name(g, len(key_names)) if not isinstance(g, ast.ColumnRef) else g.name)
+        if window_cols and not {0, 1} <= seen:
+            where = q.group_by[0].span if q.group_by else q.span
+            raise SqlError("a window aggregation must GROUP BY window_start and window_end", where,
+                           "add window_start, window_end to GROUP BY")
+        if window.kind == "session":
+            self._check_session_keys(rel, keys, q)
+        self._raise_collected()
+        context = _AggContext(base=len(keys) + 1)
+        previous, self._agg = self._agg, context
+        try:
+            bound = [(item, self.expr(item.expr, scope)) for item in q.items if isinstance(item, ast.AliasedExpr)]
+            having = self.expr(q.having, scope) if q.having is not None else None
+        finally:
+            self._agg = previous
+        for item in q.items:
+            if isinstance(item, ast.Star):
+                self.errors.append(SqlError("'*' cannot be used with GROUP BY", item.span,
+                                            "name the grouped columns and aggregates"))
+        self._raise_collected()
+        num_keys = len(keys)
+        key_index = {k: i for i, k in enumerate(keys)}
+
+        def rebase(e: ir.Expr) -> ir.Expr:
+            if e in key_index:
+                i = key_index[e]
+                return ir.Column(index=i, name=key_names[i], type=e.type, nullable=e.nullable, span=e.span)
+            match e:
+                case ir.Call(fn="__agg__", params=(i,)):
+                    return ir.Column(index=num_keys + 3 + i, name=f"agg{i}", type=e.type, nullable=e.nullable,
+                                     span=e.span)
+                case ir.Call(fn="__window__", params=(i,)):
+                    return ir.Column(index=num_keys + i, name=ir.WINDOW_COLUMNS[i], type=e.type, nullable=False,
+                                     span=e.span)
+                case ir.Column(index=i) if i in window_cols:
+                    j = window_cols[i]
+                    return ir.Column(index=num_keys + j, name=ir.WINDOW_COLUMNS[j], type=e.type, nullable=False,
+                                     span=e.span)
+                case ir.Column(name=name):
+                    raise SqlError(f"column {name!r} must be in GROUP BY or inside an aggregate function", e.span,
+                                   f"add {name} to GROUP BY, or aggregate it, e.g. MAX({name})")
+            children = tuple(rebase(c) for c in e.children)
+            return e.with_children(children) if children != e.children else e
+
+        inputs = [*keys, ir.Column(index=time, name=below.schema[time].name, type=below.schema[time].type,
+                                   nullable=below.schema[time].nullable, span=q.span), *context.inputs]
+        pre = ir.Project(input=below, exprs=tuple(inputs),
+                         names=_unique([*key_names, "__time", *(f"__arg{i}" for i in range(len(context.inputs)))]),
+                         span=q.span)
+        agg_rel: ir.Rel = ir.WindowAggregate(
+            input=pre, window=window, num_keys=num_keys, time=num_keys, aggs=tuple(context.aggs),
+            agg_names=tuple(f"agg{i}" for i in range(len(context.aggs))),
+            allowed_lateness=self._allowed_lateness(q), span=q.span)
+        exprs, names = [], []
+        for item, e in bound:
+            try:
+                exprs.append(rebase(e))
+                names.append(item.alias or _derive_name(item.expr, len(names)))
+            except SqlError as exc:
+                self.errors.append(exc)
+        if having is not None:
+            try:
+                condition = rebase(having)
+                if not (pt.is_boolean(condition.type) or T.is_null(condition.type)):
+                    raise SqlError(f"HAVING needs a BOOLEAN condition, got {T.sql_name(condition.type)}",
+                                   q.having.span)
+                agg_rel = ir.Filter(input=agg_rel, predicate=cast_to(condition, pa.bool_()), span=q.having.span)
+            except SqlError as exc:
+                self.errors.append(exc)
+        self._raise_collected()
+        unique = _unique(names)
+        rowtime = frozenset(n for n, e in zip(unique, exprs, strict=True)
+                            if isinstance(e, ir.Column) and e.index == num_keys + 2)
+        return ir.Project(input=agg_rel, exprs=tuple(exprs), names=unique, span=q.span), rowtime
+
+    def _check_session_keys(self, rel: ir.Rel, keys: list[ir.Expr], q: ast.Select) -> None:
+        # Sessions are kept per group key; Flink's SESSION(TABLE t PARTITION BY k, ...) means the same
+        # when the partition keys are the grouping keys.
+        if not isinstance(rel, ir.WindowTVF):
+            return
+        key_columns = {k.index for k in keys if isinstance(k, ir.Column)}
+        if set(rel.partition_by) != key_columns or len(key_columns) != len(keys):
+            raise SqlError("a SESSION window needs PARTITION BY the same columns the query groups by",
+                           q.from_.span, "write SESSION(TABLE t PARTITION BY k, ...) ... GROUP BY window_start, "
+                                         "window_end, k")
+
+    def _allowed_lateness(self, q: ast.Select) -> int:
+        text = self.config.get("table.exec.allowed-lateness")
+        if text is None:
+            return 0
+        ms = parse_duration(text)
+        if ms is None:
+            raise SqlError(f"'table.exec.allowed-lateness' must be a duration like '5 s' or '1 min', got {text!r}",
+                           q.span)
+        return ms
 
     def _scan(self, table: CatalogTable, span: Span) -> ir.Rel:
         info = table.info
@@ -550,9 +798,16 @@ class _Binder:
 
     def _call(self, e: ast.FunctionCall, scope: _Scope) -> ir.Expr:
         span = e.name_span or e.span
+        if e.over is not None:
+            raise SqlError(f"{e.name}(...) OVER (...) is not supported yet", e.over.span)
         if e.name in AGGREGATES:
-            raise SqlError(f"aggregate function {e.name} is not supported yet", span,
-                           "this version runs stateless pipelines: GROUP BY and OVER come later")
+            return self._aggregate_call(e, scope)
+        if m := _WINDOW_PROPERTY.fullmatch(e.name):
+            if self._agg is None:
+                raise SqlError(f"{e.name} is only usable in a query that groups by {m[1]}(...)", span)
+            which = {"START": 0, "END": 1, "ROWTIME": 2}[m[2]]
+            return ir.Call(fn="__window__", args=(), params=(which,), type=ir.WINDOW_TIME_TYPE, nullable=False,
+                           span=e.span)
         if e.name in TABLE_FUNCTIONS:
             raise SqlError(f"{e.name} is a table function: use it in FROM TABLE({e.name}(...))", span)
         binder = FUNCTIONS.get(e.name)
@@ -563,6 +818,142 @@ class _Binder:
             raise SqlError(f"{e.name} is a scalar function: DISTINCT, * and OVER do not apply", e.span)
         args = [self._expr(a, scope) for a in e.args]
         return binder(e.name, args, e.span)
+
+
+    def _aggregate_call(self, e: ast.FunctionCall, scope: _Scope) -> ir.Expr:
+        context = self._agg
+        span = e.name_span or e.span
+        if context is None:
+            raise SqlError(f"aggregate function {e.name} is not allowed here", span,
+                           "aggregates belong in the SELECT list or HAVING of a GROUP BY query")
+        if context.inside:
+            raise SqlError(f"aggregate function {e.name} inside another aggregate", span)
+        context.inside = True
+        try:
+            args = [self._expr(a, scope) for a in e.args]
+            condition = self._expr(e.filter, scope) if e.filter is not None else None
+        finally:
+            context.inside = False
+        fn, typ, nullable = aggregate_signature(e, args)
+        if condition is not None and not (pt.is_boolean(condition.type) or T.is_null(condition.type)):
+            raise SqlError(f"FILTER needs a BOOLEAN condition, got {T.sql_name(condition.type)}", e.filter.span)
+        arg = context.add_input(args[0]) if args else None
+        filter_ = context.add_input(cast_to(condition, pa.bool_())) if condition is not None else None
+        call = ir.AggCall(fn=fn, arg=arg, filter=filter_, type=typ, nullable=nullable,
+                          sql=_agg_sql(e))
+        return ir.Call(fn="__agg__", args=(), params=(context.add_agg(call),), type=typ, nullable=nullable,
+                       span=e.span)
+
+
+_WINDOW_PROPERTY = re.compile(r"(TUMBLE|HOP|SESSION|CUMULATE)_(START|END|ROWTIME)")
+
+
+@attrs.define
+class _AggContext:
+    """While binding the SELECT list and HAVING of an aggregation: the aggregates found, and
+    the extra input columns they read (placed after the keys and the time column)."""
+
+    base: int
+    aggs: list[ir.AggCall] = attrs.field(factory=list)
+    inputs: list[ir.Expr] = attrs.field(factory=list)
+    inside: bool = False
+
+    def add_input(self, expr: ir.Expr) -> int:
+        if expr not in self.inputs:
+            self.inputs.append(expr)
+        return self.base + self.inputs.index(expr)
+
+    def add_agg(self, call: ir.AggCall) -> int:
+        if call not in self.aggs:
+            self.aggs.append(call)
+        return self.aggs.index(call)
+
+
+def aggregate_signature(e: ast.FunctionCall, args: list[ir.Expr]) -> tuple[str, pa.DataType, bool]:
+    """The runtime name, result type and nullability of an aggregate call.
+
+    SUM of integers is BIGINT, of floats DOUBLE, of DECIMAL(p, s) DECIMAL(38, s); AVG, STDDEV and
+    VAR are DOUBLE; MIN, MAX, FIRST_VALUE and LAST_VALUE keep the argument's type; COUNT is a
+    BIGINT that is never NULL.
+    """
+    name = e.name
+    span = e.name_span or e.span
+    if e.star:
+        if name != "COUNT":
+            raise SqlError(f"{name}(*) is not valid; only COUNT(*) is", e.span)
+        return "count_star", pa.int64(), False
+    if name in ("ROW_NUMBER", "RANK", "DENSE_RANK"):
+        raise SqlError(f"{name} needs OVER (...), which is not supported yet", span)
+    if name in ("LISTAGG", "COLLECT"):
+        raise SqlError(f"aggregate function {name} is not supported yet", span)
+    if len(args) != 1:
+        raise SqlError(f"{name} takes 1 argument, got {len(args)}", e.span)
+    (arg,) = args
+    t = arg.type
+    if e.distinct and name != "COUNT":
+        raise SqlError(f"{name}(DISTINCT ...) is not supported yet; COUNT(DISTINCT ...) is", e.span)
+    match name:
+        case "COUNT":
+            return ("count_distinct" if e.distinct else "count"), pa.int64(), False
+        case "SUM":
+            if not (T.is_numeric(t) or T.is_null(t)):
+                raise SqlError(f"SUM needs a number, got {T.sql_name(t)}", arg.span)
+            if pt.is_decimal(t):
+                return "sum", pa.decimal128(38, t.scale), True
+            return "sum", pa.int64() if T.is_integer(t) else pa.float64(), True
+        case "AVG" | "STDDEV_POP" | "STDDEV_SAMP" | "VAR_POP" | "VAR_SAMP":
+            if not (T.is_numeric(t) or T.is_null(t)):
+                raise SqlError(f"{name} needs a number, got {T.sql_name(t)}", arg.span)
+            return name.lower(), pa.float64(), True
+        case "MIN" | "MAX":
+            if pt.is_struct(t) or pt.is_list(t) or pt.is_map(t):
+                raise SqlError(f"{name} cannot compare {T.sql_name(t)} values", arg.span)
+            return name.lower(), t if not T.is_null(t) else pa.int32(), True
+        case "FIRST_VALUE" | "LAST_VALUE":
+            return name.lower(), t if not T.is_null(t) else pa.int32(), True
+    raise SqlError(f"aggregate function {name} is not supported yet", span)
+
+
+def _agg_sql(e: ast.FunctionCall) -> str:
+    if e.star:
+        return f"{e.name}(*)"
+    return f"{e.name}({'DISTINCT ' if e.distinct else ''}...)"
+
+
+def _ast_walk(node: object):
+    yield node
+    if attrs.has(type(node)):
+        for field in attrs.fields(type(node)):
+            value = getattr(node, field.name)
+            for child in value if isinstance(value, tuple) else (value,):
+                if isinstance(child, tuple):
+                    for grandchild in child:
+                        if isinstance(grandchild, ast.Node):
+                            yield from _ast_walk(grandchild)
+                elif isinstance(child, ast.Node):
+                    yield from _ast_walk(child)
+
+
+def _has_aggregate(items: tuple[ast.SelectItem, ...]) -> bool:
+    return any(isinstance(n, ast.FunctionCall) and (n.name in AGGREGATES or _WINDOW_PROPERTY.fullmatch(n.name))
+               for item in items for n in _ast_walk(item))
+
+
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|milliseconds?|s|sec|seconds?|min|minutes?|h|hours?|d|days?)?\s*$")
+
+
+def parse_duration(text: str) -> int | None:
+    """Milliseconds in a duration setting such as '5 s', '500 ms', '1 min' (a bare number is ms)."""
+    m = _DURATION.match(text.lower())
+    if not m:
+        return None
+    unit = m[2] or "ms"
+    factor = 1
+    for prefix, ms in (("ms", 1), ("mil", 1), ("s", 1000), ("min", 60_000), ("h", 3_600_000), ("d", 86_400_000)):
+        if unit.startswith(prefix):
+            factor = ms
+            break
+    return round(float(m[1]) * factor)
 
 
 class _Unresolved(Exception):

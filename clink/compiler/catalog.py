@@ -26,6 +26,8 @@ class CatalogView:
 
     name: str
     rel: ir.Rel
+    #: Output columns that carry event time (a table's watermark column passed through as is).
+    rowtime: frozenset[str] = frozenset()
 
 
 @attrs.define

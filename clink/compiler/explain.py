@@ -8,7 +8,7 @@ import pyarrow as pa
 
 from clink.compiler import ir
 from clink.compiler import types as T
-from clink.compiler.physical import ChainOp, PhysicalPlan, SinkOp, SourceOp
+from clink.compiler.physical import ChainOp, PhysicalPlan, SinkOp, SourceOp, WindowAggOp
 
 _INFIX = {"add": "+", "subtract": "-", "multiply": "*", "divide": "/", "mod": "%", "eq": "=", "ne": "<>",
           "lt": "<", "le": "<=", "gt": ">", "ge": ">=", "and": "AND", "or": "OR"}
@@ -84,6 +84,19 @@ def explain_logical(node: ir.Rel, indent: int = 0) -> str:
             line = f"Project(select=[{_select_list(node.exprs, node.names, names)}])"
         case ir.Filter():
             line = f"Filter(where=[{expr_sql(node.predicate, names)}])"
+        case ir.WindowTVF():
+            line = f"WindowTVF(window=[{node.window.sql()}], time=[{names[node.time]}]"
+            if node.partition_by:
+                line += f", partition_by=[{', '.join(names[i] for i in node.partition_by)}]"
+            line += ")"
+        case ir.WindowAggregate():
+            keys = names[: node.num_keys]
+            aggs = ", ".join(_agg_sql(a, names) for a in node.aggs)
+            line = (f"WindowAggregate(window=[{node.window.sql()}], time=[{names[node.time]}], "
+                    f"keys=[{', '.join(keys)}], aggs=[{aggs}]")
+            if node.allowed_lateness:
+                line += f", allowed_lateness=[{node.allowed_lateness} ms]"
+            line += ")"
         case ir.Scan():
             line = f"Scan(table=[{node.table.name}], columns=[{', '.join(node.schema.names)}]"
             if node.predicate is not None:
@@ -92,6 +105,15 @@ def explain_logical(node: ir.Rel, indent: int = 0) -> str:
         case _:
             line = type(node).__name__
     return "\n".join([pad + line, *(explain_logical(child, indent + 1) for child in node.inputs)])
+
+
+def _agg_sql(a: ir.AggCall, names: tuple[str, ...]) -> str:
+    name = {"count_star": "COUNT", "count_distinct": "COUNT"}.get(a.fn, a.fn.upper())
+    inner = "*" if a.arg is None else ("DISTINCT " if a.fn == "count_distinct" else "") + names[a.arg]
+    text = f"{name}({inner})"
+    if a.filter is not None:
+        text += f" FILTER (WHERE {names[a.filter]})"
+    return text
 
 
 def _select_list(exprs: tuple[ir.Expr, ...], out: tuple[str, ...], names: tuple[str, ...]) -> str:
@@ -110,13 +132,25 @@ def explain_physical(plan: PhysicalPlan) -> str:
                 line = (f"[{op.id}] Source table=[{scan.table.name}] connector=[{scan.table.connector}] "
                         f"columns=[{', '.join(scan.schema.names)}]")
             case ChainOp():
-                kinds = (["Filter"] if op.scan_predicate is not None else []) + [
-                    ("Filter -> Project" if s.predicate is not None else "Project") for s in op.steps]
-                line = f"[{op.id}] Chain chain_{op.id} <- [{op.input}] {op.partitioning}: {' -> '.join(kinds)}"
+                line = f"[{op.id}] Chain chain_{op.id} <- [{op.input}] {op.partitioning}: {' -> '.join(chain_kinds(op))}"
+            case WindowAggOp(agg=agg):
+                keys = agg.input.schema.names[: agg.num_keys]
+                line = (f"[{op.id}] WindowAggregate {agg.window.sql()} state keys=[{', '.join(keys) or '(none)'}] "
+                        f"<- [{op.input}] {op.partitioning}")
             case SinkOp(sink=sink):
                 line = f"[{op.id}] Sink table=[{sink.name}] connector=[{sink.connector}] <- [{op.input}]"
         lines.append(f"{line} parallelism={op.parallelism}")
     return "\n".join(lines)
+
+
+def chain_kinds(op: ChainOp) -> list[str]:
+    kinds = ["Filter"] if op.scan_predicate is not None else []
+    for step in op.steps:
+        if isinstance(step, ir.WindowTVF):
+            kinds.append(f"Windows {step.window.sql()}")
+        else:
+            kinds.append("Filter -> Project" if step.predicate is not None else "Project")
+    return kinds
 
 
 def explain(roots: tuple[ir.Sink, ...], physical: PhysicalPlan) -> str:

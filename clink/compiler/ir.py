@@ -229,8 +229,14 @@ class TableInfo:
     connector: str
     options: tuple[tuple[str, str], ...]
     columns: Schema
+    #: The event-time column's name and the watermark expression over the physical columns.
     watermark: tuple[str, Expr] | None = None
     primary_key: tuple[str, ...] = ()
+
+    @property
+    def watermark_columns(self) -> set[int]:
+        """Physical columns the watermark expression reads: every scan of the table reads them."""
+        return columns_used(self.watermark[1]) if self.watermark is not None else set()
 
 
 @attrs.frozen(kw_only=True)
@@ -299,3 +305,92 @@ class Sink(Unary):
     @functools.cached_property
     def schema(self) -> Schema:
         return self.target if self.target is not None else self.input.schema
+
+
+# ---------------------------------------------------------------- windows
+
+#: The columns a window adds: window_start, window_end, window_time (window_end - 1 ms, the
+#: event time of the window's result).
+WINDOW_COLUMNS = ("window_start", "window_end", "window_time")
+WINDOW_TIME_TYPE = pa.timestamp("ms")
+
+
+@attrs.frozen
+class WindowDef:
+    """A window, all lengths in milliseconds (see ``clink.runtime.plan.WindowSpec``)."""
+
+    kind: str
+    size: int = 0
+    slide: int = 0
+    offset: int = 0
+    gap: int = 0
+
+    def sql(self) -> str:
+        match self.kind:
+            case "tumble":
+                text = f"TUMBLE(size={_ms(self.size)}"
+                return text + (f", offset={_ms(self.offset)})" if self.offset else ")")
+            case "hop":
+                return f"HOP(slide={_ms(self.slide)}, size={_ms(self.size)})"
+            case "cumulate":
+                return f"CUMULATE(step={_ms(self.slide)}, max_size={_ms(self.size)})"
+        return f"SESSION(gap={_ms(self.gap)})"
+
+
+def _ms(value: int) -> str:
+    for unit, ms in (("d", 86_400_000), ("h", 3_600_000), ("min", 60_000), ("s", 1000)):
+        if value % ms == 0:
+            return f"{value // ms} {unit}"
+    return f"{value} ms"
+
+
+def _window_fields() -> tuple[Field, ...]:
+    return tuple(Field(name, WINDOW_TIME_TYPE, False) for name in WINDOW_COLUMNS)
+
+
+@attrs.frozen(kw_only=True)
+class WindowTVF(Unary):
+    """A window table function used as a relation: every row of ``input`` once per window that
+    contains its event time ``time``, with the window's columns appended."""
+
+    window: WindowDef
+    time: int
+    #: SESSION only: the input columns whose values each have their own sessions.
+    partition_by: tuple[int, ...] = ()
+
+    @functools.cached_property
+    def schema(self) -> Schema:
+        return Schema(self.input.schema.fields + _window_fields())
+
+
+@attrs.frozen(kw_only=True)
+class AggCall:
+    """An aggregate over the input of a WindowAggregate: ``fn`` (count_star, count, sum, ...)
+    reading column ``arg``, counting only rows where column ``filter`` is TRUE."""
+
+    fn: str
+    arg: int | None
+    type: pa.DataType
+    nullable: bool
+    filter: int | None = None
+    sql: str = attrs.field(default="", eq=False)
+
+
+@attrs.frozen(kw_only=True)
+class WindowAggregate(Unary):
+    """Group by the first ``num_keys`` input columns and by ``window`` over the event time in
+    column ``time``; aggregate with ``aggs``. Output: the keys, window_start, window_end,
+    window_time, then one column per aggregate (``agg_names``)."""
+
+    window: WindowDef
+    num_keys: int
+    time: int
+    aggs: tuple[AggCall, ...]
+    agg_names: tuple[str, ...]
+    allowed_lateness: int = 0
+
+    @functools.cached_property
+    def schema(self) -> Schema:
+        keys = self.input.schema.fields[: self.num_keys]
+        aggs = tuple(Field(n, a.type, a.nullable) for n, a in zip(self.agg_names, self.aggs, strict=True))
+        return Schema(keys + _window_fields() + aggs)

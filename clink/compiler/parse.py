@@ -88,7 +88,7 @@ def _describe_expected(expected: set[str]) -> str:
             "MINUTES", "SECONDS", "MILLISECOND", "MILLISECONDS", "WEEK", "QUARTER", "COMMENT",
             "TEMPORARY", "WATERMARK", "ENFORCED", "PRECISION", "LOCAL", "ZONE", "ESCAPE",
             "DESCRIPTOR", "UNBOUNDED", "PRECEDING", "ROWS", "RANGE", "ROW", "PARTITION", "KEY",
-            "NOW", "CURRENT", "TRY_CAST", "PARTITIONED", "EXPLAIN", "SET", "VIEW"}
+            "NOW", "CURRENT", "TRY_CAST", "PARTITIONED", "EXPLAIN", "SET", "VIEW", "FILTER"}
     if "IDENT" in expected:
         # Where any name fits, the soft keywords are names too; listing them is noise.
         expected = expected - soft
@@ -550,14 +550,20 @@ class _Builder(Transformer):
         parts = _strip_keywords(children)
         name = parts[0]
         over = None
+        filter_ = None
         args = []
         for p in parts[1:]:
             if isinstance(p, ast.WindowSpec):
                 over = p
+            elif isinstance(p, tuple) and p[0] == "filter":
+                filter_ = p[1]
             elif p != "distinct":
                 args.append(p)
         return ast.FunctionCall(name=str(name).upper(), args=tuple(args), distinct=distinct, star=star,
-                                over=over, name_span=name.span, span=self._span(meta))
+                                over=over, filter=filter_, name_span=name.span, span=self._span(meta))
+
+    def filter_clause(self, meta, children):
+        return ("filter", _strip_keywords(children)[0])
 
     def function_call(self, meta, children):
         return self._call(meta, children)
@@ -627,8 +633,10 @@ class _Builder(Transformer):
         return ast.Descriptor(names=tuple(str(n) for n in names), span=self._span(meta))
 
     def table_arg(self, meta, children):
-        (name,) = _strip_keywords(children)
-        return ast.TableArg(name=str(name), span=self._span(meta))
+        name, *rest = _strip_keywords(children)
+        keys = rest[0] if rest else ()
+        partition = (str(keys),) if isinstance(keys, str) else tuple(str(n) for n in keys)
+        return ast.TableArg(name=str(name), partition_by=partition, span=self._span(meta))
 
     def over(self, meta, children):
         partition, order, frame = (), (), None

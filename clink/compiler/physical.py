@@ -27,12 +27,13 @@ class SourceOp:
 
 @attrs.frozen(kw_only=True)
 class ChainOp:
-    """Evaluate ``scan_predicate`` (pushed into the scan) and then each Calc of ``steps``, in order."""
+    """Evaluate ``scan_predicate`` (pushed into the scan) and then each step, in order: a Calc,
+    or a WindowTVF that gives each row its windows."""
 
     id: int
     input: int
     scan_predicate: ir.Expr | None
-    steps: tuple[ir.Calc, ...]
+    steps: tuple[ir.Calc | ir.WindowTVF, ...]
     input_schema: ir.Schema
     table: str
     target: str
@@ -42,6 +43,25 @@ class ChainOp:
     @property
     def schema(self) -> ir.Schema:
         return self.steps[-1].schema if self.steps else self.input_schema
+
+
+@attrs.frozen(kw_only=True)
+class WindowAggOp:
+    """The stateful window aggregation; its input is hash-partitioned by the group keys."""
+
+    id: int
+    input: int
+    agg: ir.WindowAggregate
+    parallelism: int = 1
+
+    @property
+    def schema(self) -> ir.Schema:
+        return self.agg.schema
+
+    @property
+    def partitioning(self) -> str:
+        keys = self.agg.input.schema.names[: self.agg.num_keys]
+        return f"hash({', '.join(keys)})" if keys else "single"
 
 
 @attrs.frozen(kw_only=True)
@@ -56,7 +76,7 @@ class SinkOp:
         return self.sink.schema
 
 
-PhysicalOp = SourceOp | ChainOp | SinkOp
+PhysicalOp = SourceOp | ChainOp | WindowAggOp | SinkOp
 
 
 @attrs.frozen(kw_only=True)
@@ -67,25 +87,35 @@ class PhysicalPlan:
 
 def plan_physical(script: BoundScript, roots: tuple[ir.Sink, ...]) -> PhysicalPlan:
     ops: list[PhysicalOp] = []
-    next_id = 1
     for sink in roots:
-        node = sink.input
-        steps: list[ir.Calc] = []
-        while isinstance(node, ir.Calc):
-            steps.append(node)
-            node = node.input
-        if not isinstance(node, ir.Scan):
-            raise CompilerBug(f"physical planning expected a scan under the chain, found {type(node).__name__}")
-        source = SourceOp(id=next_id, scan=node)
-        ops.append(source)
-        upstream = source.id
-        next_id += 1
-        if steps or node.predicate is not None:
-            chain = ChainOp(id=next_id, input=upstream, scan_predicate=node.predicate, steps=tuple(reversed(steps)),
-                            input_schema=node.schema, table=node.table.name, target=sink.name)
-            ops.append(chain)
-            upstream = chain.id
-            next_id += 1
-        ops.append(SinkOp(id=next_id, input=upstream, sink=sink))
-        next_id += 1
+        upstream = _build(sink.input, ops, target=sink.name)
+        ops.append(SinkOp(id=len(ops) + 1, input=upstream, sink=sink))
     return PhysicalPlan(ops=tuple(ops))
+
+
+def _build(rel: ir.Rel, ops: list[PhysicalOp], *, target: str) -> int:
+    """Add the operators that produce ``rel`` to ``ops``; return the id of the last one."""
+    steps: list[ir.Calc | ir.WindowTVF] = []
+    node = rel
+    while isinstance(node, (ir.Calc, ir.WindowTVF)):
+        steps.append(node)
+        node = node.input
+    scan_predicate = None
+    match node:
+        case ir.Scan():
+            source = SourceOp(id=len(ops) + 1, scan=node)
+            ops.append(source)
+            upstream, table, scan_predicate = source.id, node.table.name, node.predicate
+        case ir.WindowAggregate():
+            below = _build(node.input, ops, target="a window aggregate")
+            op = WindowAggOp(id=len(ops) + 1, input=below, agg=node)
+            ops.append(op)
+            upstream, table = op.id, f"window aggregate {op.id}"
+        case _:
+            raise CompilerBug(f"physical planning does not know {type(node).__name__}")
+    if steps or scan_predicate is not None:
+        chain = ChainOp(id=len(ops) + 1, input=upstream, scan_predicate=scan_predicate,
+                        steps=tuple(reversed(steps)), input_schema=node.schema, table=table, target=target)
+        ops.append(chain)
+        upstream = chain.id
+    return upstream

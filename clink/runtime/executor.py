@@ -18,9 +18,9 @@ from clink.errors import ClinkError, CompilerBug, PipelineError, UsageError
 from clink.runtime.connectors.base import SinkWriter, SourceReader, TableSpec
 from clink.runtime.context import RuntimeContext, TaskContext
 from clink.runtime.elements import MAX_WATERMARK, Barrier, Batch, Element, EndOfInput, Watermark
-from clink.runtime.kernels import EvaluationError
+from clink.runtime.kernels import EvaluationError, max_epoch_ms
 from clink.runtime.loader import sql_position_of
-from clink.runtime.plan import Chain, Plan, Sink, Source
+from clink.runtime.plan import Chain, Plan, Sink, Source, WindowAggregate
 
 
 @attrs.define
@@ -30,17 +30,35 @@ class Metrics:
     records_in: dict[str, int] = attrs.field(factory=dict)
     records_out: dict[str, int] = attrs.field(factory=dict)
     skipped_records: dict[str, int] = attrs.field(factory=dict)
+    #: Rows that arrived after every window they belong to had fired (dropped), per operator id.
+    late_records: dict[int, int] = attrs.field(factory=dict)
+    #: The largest watermark that reached a sink (ms since the epoch; MAX_WATERMARK at the end).
     watermark: int | None = None
+    #: The largest state any window operator held at once, in bytes.
+    peak_state_bytes: int = 0
     seconds: float = 0.0
 
     def summary(self) -> str:
         rows_in = sum(self.records_in.values())
         rows_out = sum(self.records_out.values())
         text = f"{rows_in} rows in, {rows_out} rows out in {self.seconds:.2f} s"
+        if self.watermark is not None:
+            text += f"; watermark {format_watermark(self.watermark)}"
+        late = sum(self.late_records.values())
+        if self.late_records:
+            text += f"; {late} late rows dropped"
         skipped = sum(self.skipped_records.values())
         if skipped:
             text += f"; {skipped} bad records skipped ({', '.join(f'{k}: {v}' for k, v in self.skipped_records.items() if v)})"
         return text
+
+
+def format_watermark(ms: int) -> str:
+    if ms >= MAX_WATERMARK:
+        return "end of input"
+    import datetime as dt
+
+    return dt.datetime.fromtimestamp(ms / 1000, dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3]
 
 
 class Job:
@@ -52,6 +70,7 @@ class Job:
         self.metrics = Metrics()
         self._readers: dict[int, SourceReader] = {}
         self._writers: dict[int, SinkWriter] = {}
+        self._operators: dict[int, object] = {}
         self._tasks: dict[int, TaskContext] = {}
         self._downstream: dict[int, list[int]] = defaultdict(list)
         self._open_inputs: dict[int, int] = {}
@@ -84,6 +103,10 @@ class Job:
                 spec = TableSpec(name=node.table, schema=node.schema, table_schema=node.table_schema,
                                  options=node.options, predicate=node.predicate() if node.predicate else None)
                 self._readers[node.id] = connector.create_source(spec, self.ctx)
+            elif isinstance(node, WindowAggregate):
+                from clink.runtime.operators.window import WindowAggregateOperator
+
+                self._operators[node.id] = WindowAggregateOperator(node, self._tasks[node.id])
             elif isinstance(node, Sink):
                 connector = self._connector(node.connector)
                 if connector.create_sink is None:
@@ -116,6 +139,7 @@ class Job:
                 if batch is not None and batch.num_rows:
                     progressed = True
                     self._push(node_id, batch)
+                    self._advance_source_watermark(node_id, batch)
                 if reader.finished:
                     progressed = True
                     self._end(node_id)
@@ -142,6 +166,20 @@ class Job:
             self._abort()
             self.finished = True
 
+    def _advance_source_watermark(self, node_id: int, batch: pa.RecordBatch) -> None:
+        """Emit the source's watermark after a batch, if the batch moved it forward."""
+        node = self.plan.node(node_id)
+        if node.watermark is None:
+            return
+        try:
+            candidate = max_epoch_ms(node.watermark(batch, self._tasks[node_id]))
+        except (pa.ArrowException, ValueError, TypeError) as exc:
+            raise PipelineError(f"cannot compute the watermark of {node.table!r}: {exc}",
+                                sql_position_of(exc)) from exc
+        if candidate is not None and candidate > self._watermarks.get(node_id, -(2**63)):
+            self._watermarks[node_id] = candidate
+            self._emit(node_id, Watermark(candidate))
+
     def _push(self, node_id: int, batch: pa.RecordBatch) -> None:
         self._emit(node_id, Batch(batch))
 
@@ -160,6 +198,12 @@ class Job:
                         self._emit(target_id, Batch(out))
                 elif isinstance(node, Sink):
                     self._writers[target_id].write(batch)
+                elif isinstance(node, WindowAggregate):
+                    operator = self._operators[target_id]
+                    self._emit_all(target_id, operator.process(batch))
+                    operator.late_rows.clear()
+                    self.metrics.peak_state_bytes = max(self.metrics.peak_state_bytes,
+                                                        operator.metrics.get("state_bytes", 0))
                 else:
                     raise CompilerBug(f"node {target_id} of type {type(node).__name__} cannot take a batch")
             case Watermark(ts=ts):
@@ -173,6 +217,9 @@ class Job:
                         if isinstance(node, Sink):
                             self.metrics.watermark = low
                         else:
+                            if isinstance(node, WindowAggregate):
+                                # Windows that end at or before the watermark fire before it passes on.
+                                self._emit_all(target_id, self._operators[target_id].on_watermark(low))
                             self._emit(target_id, Watermark(low))
             case Barrier():
                 # Stateless chains and sinks without a commit protocol pass barriers straight on.
@@ -182,6 +229,11 @@ class Job:
                 self._open_inputs[target_id] -= 1
                 if self._open_inputs[target_id] == 0:
                     self._end(target_id)
+
+    def _emit_all(self, node_id: int, batches: list[pa.RecordBatch]) -> None:
+        for batch in batches:
+            if batch.num_rows:
+                self._emit(node_id, Batch(batch))
 
     def _run_chain(self, node: Chain, batch: pa.RecordBatch) -> pa.RecordBatch:
         try:
@@ -227,6 +279,8 @@ class Job:
             skipped[table] += reader.metrics.get("skipped_records", 0)
         for node_id, writer in self._writers.items():
             records_out[self.plan.node(node_id).table] += writer.metrics.get("rows_out", 0)
+        for node_id, operator in self._operators.items():
+            self.metrics.late_records[node_id] = operator.metrics.get("late_records", 0)
         self.metrics.records_in = dict(records_in)
         self.metrics.skipped_records = dict(skipped)
         self.metrics.records_out = dict(records_out)

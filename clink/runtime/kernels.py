@@ -33,6 +33,16 @@ def filter(batch: pa.RecordBatch, keep: Value) -> pa.RecordBatch:  # noqa: A001 
     return batch.filter(keep, null_selection_behavior="drop")
 
 
+def max_epoch_ms(values: Value) -> int | None:
+    """The largest timestamp in ``values`` as milliseconds since the epoch (None if all NULL)."""
+    if isinstance(values, pa.Scalar):
+        values = pa.array([values.as_py()], values.type)
+    top = pc.max(values)
+    if not top.is_valid:
+        return None
+    return pc.cast(pc.cast(top, pa.timestamp("ms", tz=values.type.tz)), pa.int64()).as_py()
+
+
 def broadcast(value: Value, n: int, type: pa.DataType) -> pa.Array:  # noqa: A002
     """A column of ``n`` copies of a scalar (arrays pass through)."""
     if isinstance(value, pa.Scalar):
@@ -426,3 +436,54 @@ def _to_string(a: Value, src: pa.DataType) -> Value:
         whole = pc.and_(pc.equal(pc.trunc(a), a), pc.invert(pc.match_substring_regex(text, r"[.eEn]")))
         return pc.if_else(whole, pc.binary_join_element_wise(text, ".0", ""), text)
     return pc.cast(a, pa.string())
+
+
+# ---------------------------------------------------------------- windows
+
+
+def window_starts(ts: np.ndarray, spec) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """For event times ``ts`` (int64 ms): (row index, window start, window end) of every window
+    each row belongs to, per ``spec`` (a ``plan.WindowSpec``; not SESSION). Start inclusive, end
+    exclusive."""
+    rows = np.arange(len(ts), dtype=np.int64)
+    if spec.kind == "tumble":
+        start = ts - np.mod(ts - spec.offset, spec.size)
+        return rows, start, start + spec.size
+    if spec.kind == "hop":
+        count = spec.size // spec.slide
+        last = ts - np.mod(ts - spec.offset, spec.slide)
+        rows = np.repeat(rows, count)
+        back = np.tile(np.arange(count, dtype=np.int64) * spec.slide, len(ts))
+        start = last[rows] - back
+        return rows, start, start + spec.size
+    if spec.kind == "cumulate":
+        steps = spec.size // spec.slide
+        start = ts - np.mod(ts - spec.offset, spec.size)
+        first = (ts - start) // spec.slide + 1  # the first step whose end lies after ts
+        counts = steps - first + 1
+        rows = np.repeat(rows, counts)
+        # k runs from first .. steps for each row: offsets within each row's run.
+        run = np.arange(len(rows), dtype=np.int64) - np.repeat(np.cumsum(counts) - counts, counts)
+        k = first[rows] + run
+        begin = start[rows]
+        return rows, begin, begin + k * spec.slide
+    raise ValueError(f"cannot assign {spec.kind} windows row by row")
+
+
+def assign_windows(batch: pa.RecordBatch, time: int, spec) -> pa.RecordBatch:
+    """Each row of ``batch`` once per window containing its event time (column ``time``), with
+    window_start, window_end and window_time (window_end - 1 ms) appended. Rows with a NULL
+    event time belong to no window."""
+    column = batch.column(time)
+    if column.null_count:
+        batch = batch.filter(pc.is_valid(column))
+        column = batch.column(time)
+    ts = pc.cast(pc.cast(column, pa.timestamp("ms", tz=column.type.tz)), pa.int64()).to_numpy()
+    rows, start, end = window_starts(ts, spec)
+    if len(rows) != batch.num_rows or not np.array_equal(rows, np.arange(batch.num_rows)):
+        batch = batch.take(pa.array(rows))
+    stamp = pa.timestamp("ms")
+    columns = [*batch.columns, pa.array(start, pa.int64()).cast(stamp), pa.array(end, pa.int64()).cast(stamp),
+               pa.array(end - 1, pa.int64()).cast(stamp)]
+    names = [*batch.schema.names, "window_start", "window_end", "window_time"]
+    return pa.RecordBatch.from_arrays(columns, names=names)

@@ -66,7 +66,9 @@ class Source(Node):
     table_schema: pa.Schema
     options: Mapping[str, str] = attrs.field(factory=dict, converter=_frozen_options)
     predicate: Callable[[], Any] | None = None
-    watermark: Callable[[pa.RecordBatch], Any] | None = None
+    #: ``watermark(batch, ctx)`` gives, per row, the watermark the row allows (``ts - delay``);
+    #: the source's watermark is the largest seen so far. None: the table has no event time.
+    watermark: Callable[[pa.RecordBatch, Any], Any] | None = None
 
 
 @attrs.frozen(kw_only=True)

@@ -10,8 +10,8 @@ from clink import __version__
 from clink.compiler import ir
 from clink.compiler.codegen.exprs import emit, field_py, is_constant, type_py
 from clink.compiler.codegen.writer import SourceWriter
-from clink.compiler.explain import expr_sql
-from clink.compiler.physical import ChainOp, PhysicalPlan, SinkOp, SourceOp
+from clink.compiler.explain import chain_kinds, expr_sql
+from clink.compiler.physical import ChainOp, PhysicalPlan, SinkOp, SourceOp, WindowAggOp
 
 HEADER_NOTE = "do not edit; run `clink compile` again."
 
@@ -41,6 +41,10 @@ def generate_module(plan: PhysicalPlan, *, name: str, sources: dict[str, str], f
     w.line()
     schema_names = _emit_schemas(w, plan)
     for op in plan.ops:
+        if isinstance(op, SourceOp) and op.scan.table.watermark is not None:
+            w.line()
+            w.line()
+            _emit_watermark(w, op)
         if isinstance(op, ChainOp):
             w.line()
             w.line()
@@ -66,6 +70,8 @@ def _emit_schemas(w: SourceWriter, plan: PhysicalPlan) -> dict[int, str]:
                 texts = [(f"{base}_TABLE", scan.table.columns), (f"{base}_READ", scan.schema)]
             case ChainOp():
                 texts = [(f"SCHEMA_CHAIN_{op.id}", op.schema)]
+            case WindowAggOp():
+                texts = [(f"SCHEMA_WINDOW_{op.id}", op.schema)]
             case SinkOp(sink=sink):
                 texts = [(f"SCHEMA_{_const_name(sink.name)}", sink.schema)]
         for i, (const, schema) in enumerate(texts):
@@ -104,23 +110,55 @@ def _var(name: str, taken: set[str]) -> str:
 
 
 def _emit_chain(w: SourceWriter, op: ChainOp, schema_names: dict[int, str]) -> None:
-    kinds = (["Filter"] if op.scan_predicate is not None else []) + [
-        "Filter -> Project" if s.predicate is not None else "Project" for s in op.steps]
     w.line(f"def chain_{op.id}(batch: pa.RecordBatch, ctx: P.TaskContext) -> pa.RecordBatch:")
     with w.indent():
-        w.line(f'"""Operator {op.id}: {" -> ".join(kinds)}, reading `{op.table}`, writing `{op.target}`."""')
+        w.line(f'"""Operator {op.id}: {" -> ".join(chain_kinds(op))}, reading `{op.table}`, '
+               f'writing `{op.target}`."""')
         schema = op.input_schema
         if op.scan_predicate is not None:
             _emit_filter(w, op.scan_predicate, schema, note="pushed into the scan")
         for i, step in enumerate(op.steps):
+            last = i == len(op.steps) - 1
+            if isinstance(step, ir.WindowTVF):
+                window = _window_py(step.window)
+                w.line(f"batch = K.assign_windows(batch, {step.time}, {window})", span=step.span)
+                if last:
+                    w.line(f"return batch.cast({schema_names[op.id * 10]})")
+                schema = step.schema
+                continue
             if step.predicate is not None:
                 _emit_filter(w, step.predicate, schema, note="WHERE")
-            last = i == len(op.steps) - 1
             target = schema_names[op.id * 10] if last else None
             _emit_project(w, step, schema, target=target, last=last)
             schema = step.schema
         if not op.steps:
             w.line("return batch")
+
+
+def _window_py(window: ir.WindowDef) -> str:
+    parts = [f"kind={window.kind!r}"]
+    parts += [f"{name}={getattr(window, name)}" for name in ("size", "slide", "offset", "gap")
+              if getattr(window, name)]
+    return f"P.WindowSpec({', '.join(parts)})"
+
+
+def _agg_py(agg: ir.AggCall, name: str) -> str:
+    parts = [f"fn={agg.fn!r}", f"arg={agg.arg}", f"type={type_py(agg.type)}"]
+    if agg.filter is not None:
+        parts.append(f"filter={agg.filter}")
+    parts.append(f"name={name!r}")
+    return f"P.AggSpec({', '.join(parts)})"
+
+
+def _emit_watermark(w: SourceWriter, op: SourceOp) -> None:
+    scan = op.scan
+    column, expr = scan.table.watermark
+    expr = ir.remap(expr, {physical: position for position, physical in enumerate(scan.columns)})
+    w.line(f"def watermark_{op.id}(batch: pa.RecordBatch, ctx: P.TaskContext) -> pa.Array:")
+    with w.indent():
+        w.line(f'"""Watermark of `{scan.table.name}` (event time `{column}`): the largest value of this, per batch."""')
+        columns = _load_columns(w, ir.columns_used(expr), scan.schema)
+        w.line(f"return {emit(expr, columns)}", span=expr.span)
 
 
 def _load_columns(w: SourceWriter, used: set[int], schema: ir.Schema) -> list[str]:
@@ -192,12 +230,28 @@ def _emit_plan(w: SourceWriter, plan: PhysicalPlan, schema_names: dict[int, str]
                         with w.indent():
                             w.line(f"schema={schema_names[op.id * 10 + 1]}, table_schema={schema_names[op.id * 10]},")
                             w.line(f"options={options!r},")
+                            if scan.table.watermark is not None:
+                                w.line(f"watermark=watermark_{op.id},")
                             w.line(f"parallelism={op.parallelism}, span={str(scan.span or '')!r}),")
                     case ChainOp():
                         w.line(f"P.Chain(id={op.id}, fn=chain_{op.id}, input={op.input}, "
                                f"schema={schema_names[op.id * 10]},")
                         with w.indent():
                             w.line(f"partitioning=P.FORWARD, parallelism={op.parallelism}),")
+                    case WindowAggOp(agg=agg):
+                        keys = agg.input.schema.names[: agg.num_keys]
+                        partitioning = f"P.hash_by({', '.join(repr(k) for k in keys)})" if keys else "P.SINGLE"
+                        w.line(f"P.WindowAggregate(id={op.id}, input={op.input}, window={_window_py(agg.window)},",
+                               span=agg.span)
+                        with w.indent():
+                            w.line(f"time={agg.time}, keys={tuple(range(agg.num_keys))!r},")
+                            w.line("aggs=(")
+                            with w.indent():
+                                for a, name in zip(agg.aggs, agg.agg_names, strict=True):
+                                    w.line(f"{_agg_py(a, name)},")
+                            w.line("),")
+                            w.line(f"schema={schema_names[op.id * 10]}, allowed_lateness={agg.allowed_lateness},")
+                            w.line(f"partitioning={partitioning}, parallelism={op.parallelism}),")
                     case SinkOp(sink=sink):
                         w.line(f"P.Sink(id={op.id}, table={sink.name!r}, connector={sink.connector!r}, "
                                f"input={op.input},")

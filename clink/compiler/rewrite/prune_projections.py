@@ -28,6 +28,8 @@ def _prune(node: ir.Rel, needed: set[int]) -> tuple[ir.Rel, dict[int, int]]:
     match node:
         case ir.Scan(columns=columns, predicate=predicate):
             keep = set(needed) | (ir.columns_used(predicate) if predicate is not None else set())
+            # The source computes the watermark from the batches it reads.
+            keep |= {columns.index(p) for p in node.table.watermark_columns if p in columns}
             if not keep and columns:
                 # A query that reads no column (SELECT 1 FROM t) still needs the rows: read one.
                 keep = {0}
@@ -57,4 +59,18 @@ def _prune(node: ir.Rel, needed: set[int]) -> tuple[ir.Rel, dict[int, int]]:
             else:
                 new_node = ir.Project(input=new_child, exprs=new_exprs, names=new_names, span=node.span)
             return new_node, {old: new for new, old in enumerate(kept)}
+        case ir.WindowAggregate(input=child):
+            # Its input was built for it (keys, time, arguments): every column is used.
+            new_child, mapping = _prune(child, set(range(len(child.schema))))
+            assert all(k == v for k, v in mapping.items())
+            return node.with_inputs((new_child,)), {i: i for i in range(len(node.schema))}
+        case ir.WindowTVF(input=child, time=time, partition_by=partition):
+            width = len(child.schema)
+            used = {i for i in needed if i < width} | {time, *partition}
+            new_child, mapping = _prune(child, used)
+            out = dict(mapping)
+            out.update({width + j: len(new_child.schema) + j for j in range(3)})
+            new_node = ir.WindowTVF(input=new_child, window=node.window, time=mapping[time],
+                                    partition_by=tuple(mapping[p] for p in partition), span=node.span)
+            return new_node, out
     raise CompilerBug(f"prune_projections does not know {type(node).__name__}")
