@@ -251,8 +251,16 @@ class TableRef(FromItem):
 
 
 @attrs.frozen(kw_only=True)
+class Union(Node):
+    """``left UNION ALL right``: the rows of both, columns matched by position."""
+
+    left: Select | Union
+    right: Select | Union
+
+
+@attrs.frozen(kw_only=True)
 class SubqueryRef(FromItem):
-    query: Select
+    query: Select | Union
 
 
 @attrs.frozen(kw_only=True)
@@ -318,7 +326,7 @@ class CreateTable(Statement):
 @attrs.frozen(kw_only=True)
 class CreateView(Statement):
     name: str
-    query: Select
+    query: Select | Union
     if_not_exists: bool = False
     temporary: bool = False
 
@@ -332,13 +340,13 @@ class SetStmt(Statement):
 @attrs.frozen(kw_only=True)
 class Insert(Statement):
     table: str
-    query: Select
+    query: Select | Union
     table_span: Span | None = _extra_span
 
 
 @attrs.frozen(kw_only=True)
 class Query(Statement):
-    query: Select
+    query: Select | Union
 
 
 @attrs.frozen(kw_only=True)

@@ -149,9 +149,12 @@ class _Binder:
         physical = [attrs.evolve(f, nullable=False) if f.name in stmt.primary_key else f for f in physical]
         options = {p.key: p for p in stmt.options}
         connector = self._check_connector(stmt, options, ir.Schema(tuple(physical)))
+        idle = options.get("scan.watermark.idle-timeout")
         info = ir.TableInfo(name=stmt.name, connector=connector,
-                            options=tuple((k, p.value) for k, p in options.items() if k != "connector"),
-                            columns=ir.Schema(tuple(physical)), primary_key=stmt.primary_key)
+                            options=tuple((k, p.value) for k, p in options.items()
+                                          if k != "connector" and k not in SOURCE_OPTIONS),
+                            columns=ir.Schema(tuple(physical)), primary_key=stmt.primary_key,
+                            idle_timeout=parse_duration(idle.value) if idle is not None else None)
         # Computed columns see the physical columns, in declaration order.
         scope = _Scope(tuple(_ScopeColumn(stmt.name, f.name, f) for f in physical))
         computed: list[tuple[str, ir.Expr]] = []
@@ -205,6 +208,11 @@ class _Binder:
         for key, p in options.items():
             if key == "connector":
                 continue
+            if key in SOURCE_OPTIONS:
+                if SOURCE_OPTIONS[key](p.value) is None:
+                    errors.append(SqlError(f"option {key!r} must be a duration like '30 s' or '1 min', "
+                                           f"got {p.value!r}", p.span))
+                continue
             if not any(s.matches(key, names) for s in specs):
                 valid = sorted({s.name.replace("#", "<column>") for s in specs})
                 near = nearest(key, valid)
@@ -236,7 +244,7 @@ class _Binder:
             if stmt.if_not_exists:
                 return
             raise SqlError(f"table or view {stmt.name!r} already exists", stmt.span)
-        rel, rowtime = self._select(stmt.query)
+        rel, rowtime = self._query(stmt.query)
         self._raise_collected()
         self.catalog.views[stmt.name] = CatalogView(name=stmt.name, rel=rel, rowtime=rowtime)
 
@@ -282,8 +290,39 @@ class _Binder:
 
     # ------------------------------------------------------------ queries
 
-    def select(self, q: ast.Select) -> ir.Rel:
-        return self._select(q)[0]
+    def select(self, q: ast.Select | ast.Union) -> ir.Rel:
+        return self._query(q)[0]
+
+    def _query(self, q: ast.Select | ast.Union) -> tuple[ir.Rel, frozenset[str]]:
+        if isinstance(q, ast.Select):
+            return self._select(q)
+        left, left_times = self._query(q.left)
+        right, right_times = self._query(q.right)
+        if len(left.schema) != len(right.schema):
+            raise SqlError(f"the two sides of UNION ALL have {len(left.schema)} and {len(right.schema)} columns",
+                           q.right.span)
+        types = []
+        for i, (a, b) in enumerate(zip(left.schema.fields, right.schema.fields, strict=True)):
+            common = T.common_type(a.type, b.type)
+            if common is None:
+                raise SqlError(f"column {i + 1} of UNION ALL is {T.sql_name(a.type)} on the left and "
+                               f"{T.sql_name(b.type)} on the right", q.right.span, "CAST one side")
+            types.append(common if not T.is_null(common) else pa.int32())
+        sides = [self._cast_columns(side, types, left.schema.names) for side in (left, right)]
+        inputs: list[ir.Rel] = []
+        for side in sides:
+            inputs.extend(side.all_inputs if isinstance(side, ir.Union) else (side,))
+        rowtime = frozenset(name for k, name in enumerate(left.schema.names)
+                            if name in left_times and right.schema.names[k] in right_times)
+        return ir.Union(all_inputs=tuple(inputs), span=q.span), rowtime
+
+    def _cast_columns(self, rel: ir.Rel, types: list[pa.DataType], names: tuple[str, ...]) -> ir.Rel:
+        """``rel`` with its columns cast to ``types`` and named ``names`` (a Project if needed)."""
+        if [f.type for f in rel.schema.fields] == types and rel.schema.names == names:
+            return rel
+        exprs = tuple(cast_to(ir.Column(index=i, name=f.name, type=f.type, nullable=f.nullable, span=None), t)
+                      for i, (f, t) in enumerate(zip(rel.schema.fields, types, strict=True)))
+        return ir.Project(input=rel, exprs=exprs, names=names, span=rel.span)
 
     def _select(self, q: ast.Select) -> tuple[ir.Rel, frozenset[str]]:
         """Bind a query; also return the names of its output columns that carry event time."""
@@ -340,7 +379,7 @@ class _Binder:
                 return rel, _Scope(tuple(_ScopeColumn(qualifier, f.name, f, f.name in rowtime)
                                          for f in rel.schema.fields))
             case ast.SubqueryRef(query=query, alias=alias):
-                rel, rowtime = self._select(query)
+                rel, rowtime = self._query(query)
                 return rel, _Scope(tuple(_ScopeColumn(alias, f.name, f, f.name in rowtime) for f in rel.schema.fields))
             case ast.TableFunctionRef(call=call):
                 if call.name in TABLE_FUNCTIONS:
@@ -844,6 +883,9 @@ class _Binder:
         return ir.Call(fn="__agg__", args=(), params=(context.add_agg(call),), type=typ, nullable=nullable,
                        span=e.span)
 
+
+#: Options every source table accepts, whatever its connector, with their value parsers.
+SOURCE_OPTIONS = {"scan.watermark.idle-timeout": lambda v: parse_duration(v)}
 
 _WINDOW_PROPERTY = re.compile(r"(TUMBLE|HOP|SESSION|CUMULATE)_(START|END|ROWTIME)")
 

@@ -8,7 +8,7 @@ import pyarrow as pa
 
 from clink.compiler import ir
 from clink.compiler import types as T
-from clink.compiler.physical import ChainOp, PhysicalPlan, SinkOp, SourceOp, WindowAggOp
+from clink.compiler.physical import ChainOp, PhysicalPlan, SinkOp, SourceOp, UnionOp, WindowAggOp
 
 _INFIX = {"add": "+", "subtract": "-", "multiply": "*", "divide": "/", "mod": "%", "eq": "=", "ne": "<>",
           "lt": "<", "le": "<=", "gt": ">", "ge": ">=", "and": "AND", "or": "OR"}
@@ -97,6 +97,8 @@ def explain_logical(node: ir.Rel, indent: int = 0) -> str:
             if node.allowed_lateness:
                 line += f", allowed_lateness=[{node.allowed_lateness} ms]"
             line += ")"
+        case ir.Union():
+            line = f"Union(all=[true], columns=[{', '.join(node.schema.names)}])"
         case ir.Scan():
             line = f"Scan(table=[{node.table.name}], columns=[{', '.join(node.schema.names)}]"
             if node.predicate is not None:
@@ -137,6 +139,8 @@ def explain_physical(plan: PhysicalPlan) -> str:
                 keys = agg.input.schema.names[: agg.num_keys]
                 line = (f"[{op.id}] WindowAggregate {agg.window.sql()} state keys=[{', '.join(keys) or '(none)'}] "
                         f"<- [{op.input}] {op.partitioning}")
+            case UnionOp(inputs=inputs):
+                line = f"[{op.id}] Union <- [{', '.join(str(i) for i in inputs)}]"
             case SinkOp(sink=sink):
                 line = f"[{op.id}] Sink table=[{sink.name}] connector=[{sink.connector}] <- [{op.input}]"
         lines.append(f"{line} parallelism={op.parallelism}")

@@ -232,6 +232,8 @@ class TableInfo:
     #: The event-time column's name and the watermark expression over the physical columns.
     watermark: tuple[str, Expr] | None = None
     primary_key: tuple[str, ...] = ()
+    #: 'scan.watermark.idle-timeout' in milliseconds, if set.
+    idle_timeout: int | None = None
 
     @property
     def watermark_columns(self) -> set[int]:
@@ -288,6 +290,26 @@ class Calc(Unary):
     @functools.cached_property
     def schema(self) -> Schema:
         return Schema(tuple(Field(n, e.type, e.nullable) for n, e in zip(self.names, self.exprs, strict=True)))
+
+
+@attrs.frozen(kw_only=True)
+class Union(Rel):
+    """Every row of every input (UNION ALL); the inputs have the same column types."""
+
+    all_inputs: tuple[Rel, ...]
+
+    @property
+    def inputs(self) -> tuple[Rel, ...]:
+        return self.all_inputs
+
+    def with_inputs(self, inputs: tuple[Rel, ...]) -> Union:
+        return attrs.evolve(self, all_inputs=inputs)
+
+    @functools.cached_property
+    def schema(self) -> Schema:
+        first = self.all_inputs[0].schema
+        nullable = [any(i.schema[k].nullable for i in self.all_inputs) for k in range(len(first))]
+        return Schema(tuple(attrs.evolve(f, nullable=n) for f, n in zip(first.fields, nullable, strict=True)))
 
 
 # ---------------------------------------------------------------- sinks (statement roots)

@@ -318,7 +318,7 @@ class _Builder(Transformer):
     def create_view(self, meta, children):
         flags = {c for c in children if isinstance(c, str) and c in ("temporary", "if_not_exists")}
         name = next(c for c in children if isinstance(c, _Name))
-        query = next(c for c in children if isinstance(c, ast.Select))
+        query = next(c for c in children if isinstance(c, (ast.Select, ast.Union)))
         return ast.CreateView(name=str(name), query=query, if_not_exists="if_not_exists" in flags,
                               temporary="temporary" in flags, span=self._span(meta))
 
@@ -335,7 +335,7 @@ class _Builder(Transformer):
 
     def explain_stmt(self, meta, children):
         (inner,) = _strip_keywords(children)
-        if isinstance(inner, ast.Select):
+        if isinstance(inner, (ast.Select, ast.Union)):
             inner = ast.Query(query=inner, span=inner.span)
         return ast.Explain(statement=inner, span=self._span(meta))
 
@@ -420,6 +420,14 @@ class _Builder(Transformer):
                     having = e
         return ast.Select(items=tuple(items), from_=from_, where=where, group_by=group_by,
                           having=having, distinct=distinct, span=self._span(meta))
+
+    def union_all(self, meta, children):
+        left, right = _strip_keywords(children)
+        return ast.Union(left=left, right=right, span=self._span(meta))
+
+    def union_distinct(self, meta, children):
+        raise SqlError("UNION (without ALL) is not supported yet", self._span(meta),
+                       "UNION ALL keeps every row of both sides")
 
     def distinct(self, meta, children):
         return "distinct"

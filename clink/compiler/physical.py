@@ -65,6 +65,20 @@ class WindowAggOp:
 
 
 @attrs.frozen(kw_only=True)
+class UnionOp:
+    """Rows of every input, in arrival order; its watermark is the minimum over its inputs."""
+
+    id: int
+    inputs: tuple[int, ...]
+    union: ir.Union
+    parallelism: int = 1
+
+    @property
+    def schema(self) -> ir.Schema:
+        return self.union.schema
+
+
+@attrs.frozen(kw_only=True)
 class SinkOp:
     id: int
     input: int
@@ -76,7 +90,7 @@ class SinkOp:
         return self.sink.schema
 
 
-PhysicalOp = SourceOp | ChainOp | WindowAggOp | SinkOp
+PhysicalOp = SourceOp | ChainOp | WindowAggOp | UnionOp | SinkOp
 
 
 @attrs.frozen(kw_only=True)
@@ -111,6 +125,11 @@ def _build(rel: ir.Rel, ops: list[PhysicalOp], *, target: str) -> int:
             op = WindowAggOp(id=len(ops) + 1, input=below, agg=node)
             ops.append(op)
             upstream, table = op.id, f"window aggregate {op.id}"
+        case ir.Union(all_inputs=children):
+            ids = tuple(_build(child, ops, target="a union") for child in children)
+            op = UnionOp(id=len(ops) + 1, inputs=ids, union=node)
+            ops.append(op)
+            upstream, table = op.id, f"union {op.id}"
         case _:
             raise CompilerBug(f"physical planning does not know {type(node).__name__}")
     if steps or scan_predicate is not None:

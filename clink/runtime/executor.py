@@ -20,7 +20,7 @@ from clink.runtime.context import RuntimeContext, TaskContext
 from clink.runtime.elements import MAX_WATERMARK, Barrier, Batch, Element, EndOfInput, Watermark
 from clink.runtime.kernels import EvaluationError, max_epoch_ms
 from clink.runtime.loader import sql_position_of
-from clink.runtime.plan import Chain, Plan, Sink, Source, WindowAggregate
+from clink.runtime.plan import Chain, Plan, Sink, Source, Union, WindowAggregate
 
 
 @attrs.define
@@ -53,6 +53,19 @@ class Metrics:
         return text
 
 
+def _duration_ms(text: str | None) -> int | None:
+    """'5 s', '500 ms', '1 min' → milliseconds; None or '0' → None."""
+    if not text:
+        return None
+    import re
+
+    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*(ms|s|sec|min|h|d)?\s*", text.lower())
+    if not m:
+        raise UsageError(f"cannot read the duration {text!r}; write it like '5 s', '500 ms' or '1 min'")
+    factor = {"ms": 1, None: 1, "s": 1000, "sec": 1000, "min": 60_000, "h": 3_600_000, "d": 86_400_000}[m[2]]
+    return round(float(m[1]) * factor) or None
+
+
 def format_watermark(ms: int) -> str:
     if ms >= MAX_WATERMARK:
         return "end of input"
@@ -77,6 +90,10 @@ class Job:
         # Per node: the watermark of each input, and the watermark the node last forwarded.
         self._input_watermarks: dict[int, dict[int, int]] = defaultdict(dict)
         self._watermarks: dict[int, int] = {}
+        # Sources that have had no rows for their idle timeout do not hold watermarks back.
+        self._idle: set[int] = set()
+        self._last_active: dict[int, int] = {}
+        self._idle_timeouts: dict[int, int] = {}
         self._ended: set[int] = set()
         self._started = time.perf_counter()
         self.finished = False
@@ -103,6 +120,10 @@ class Job:
                 spec = TableSpec(name=node.table, schema=node.schema, table_schema=node.table_schema,
                                  options=node.options, predicate=node.predicate() if node.predicate else None)
                 self._readers[node.id] = connector.create_source(spec, self.ctx)
+                timeout = node.idle_timeout if node.idle_timeout is not None else _duration_ms(
+                    self.ctx.get("table.exec.source.idle-timeout"))
+                if timeout:
+                    self._idle_timeouts[node.id] = timeout
             elif isinstance(node, WindowAggregate):
                 from clink.runtime.operators.window import WindowAggregateOperator
 
@@ -136,7 +157,9 @@ class Job:
                 if node_id in self._ended:
                     continue
                 batch = reader.poll()
-                if batch is not None and batch.num_rows:
+                has_rows = batch is not None and batch.num_rows > 0
+                self._check_idle(node_id, has_rows)
+                if has_rows:
                     progressed = True
                     self._push(node_id, batch)
                     self._advance_source_watermark(node_id, batch)
@@ -198,6 +221,8 @@ class Job:
                         self._emit(target_id, Batch(out))
                 elif isinstance(node, Sink):
                     self._writers[target_id].write(batch)
+                elif isinstance(node, Union):
+                    self._emit(target_id, element)
                 elif isinstance(node, WindowAggregate):
                     operator = self._operators[target_id]
                     self._emit_all(target_id, operator.process(batch))
@@ -207,20 +232,9 @@ class Job:
                 else:
                     raise CompilerBug(f"node {target_id} of type {type(node).__name__} cannot take a batch")
             case Watermark(ts=ts):
-                # A node's watermark is the minimum over its inputs; forward it when it advances.
                 inputs = self._input_watermarks[target_id]
                 inputs[from_id] = max(ts, inputs.get(from_id, ts))
-                if len(inputs) == len(node.inputs):
-                    low = min(inputs.values())
-                    if low > self._watermarks.get(target_id, -(2**63)):
-                        self._watermarks[target_id] = low
-                        if isinstance(node, Sink):
-                            self.metrics.watermark = low
-                        else:
-                            if isinstance(node, WindowAggregate):
-                                # Windows that end at or before the watermark fire before it passes on.
-                                self._emit_all(target_id, self._operators[target_id].on_watermark(low))
-                            self._emit(target_id, Watermark(low))
+                self._evaluate_watermark(target_id)
             case Barrier():
                 # Stateless chains and sinks without a commit protocol pass barriers straight on.
                 if not isinstance(node, Sink):
@@ -229,6 +243,48 @@ class Job:
                 self._open_inputs[target_id] -= 1
                 if self._open_inputs[target_id] == 0:
                     self._end(target_id)
+
+    def _evaluate_watermark(self, node_id: int) -> None:
+        """A node's watermark is the minimum over its inputs that are not idle; when it advances,
+        windows that end at or before it fire, and it passes on."""
+        node = self.plan.node(node_id)
+        inputs = self._input_watermarks[node_id]
+        active = [i for i in node.inputs if not self._is_idle(i)]
+        if not active or any(i not in inputs for i in active):
+            return
+        low = min(inputs[i] for i in active)
+        if low <= self._watermarks.get(node_id, -(2**63)):
+            return
+        self._watermarks[node_id] = low
+        if isinstance(node, Sink):
+            self.metrics.watermark = low
+            return
+        if isinstance(node, WindowAggregate):
+            self._emit_all(node_id, self._operators[node_id].on_watermark(low))
+        self._emit(node_id, Watermark(low))
+
+    def _is_idle(self, node_id: int) -> bool:
+        node = self.plan.node(node_id)
+        if isinstance(node, Source):
+            return node_id in self._idle
+        return bool(node.inputs) and all(self._is_idle(i) for i in node.inputs)
+
+    def _check_idle(self, node_id: int, active: bool) -> None:
+        """Mark a source idle after its idle timeout without rows, and active again when rows come."""
+        timeout = self._idle_timeouts.get(node_id)
+        if timeout is None:
+            return
+        now = self.ctx.clock()
+        if active:
+            self._last_active[node_id] = now
+            self._idle.discard(node_id)
+            return
+        last = self._last_active.setdefault(node_id, now)
+        if node_id not in self._idle and now - last >= timeout:
+            self._idle.add(node_id)
+            # Without this source, the nodes below may be able to move on.
+            for target in self._downstream[node_id]:
+                self._evaluate_watermark(target)
 
     def _emit_all(self, node_id: int, batches: list[pa.RecordBatch]) -> None:
         for batch in batches:

@@ -16,7 +16,7 @@ if TYPE_CHECKING:
     from clink.runtime.context import TaskContext
 
 __all__ = ["AggSpec", "BROADCAST", "Chain", "FORWARD", "Node", "Plan", "SINGLE", "Sink", "Source", "TaskContext",
-           "WindowAggregate", "WindowSpec", "hash_by"]
+           "Union", "WindowAggregate", "WindowSpec", "hash_by"]
 
 #: How a node's input is distributed over its parallel instances.
 FORWARD = ("forward",)
@@ -69,6 +69,9 @@ class Source(Node):
     #: ``watermark(batch, ctx)`` gives, per row, the watermark the row allows (``ts - delay``);
     #: the source's watermark is the largest seen so far. None: the table has no event time.
     watermark: Callable[[pa.RecordBatch, Any], Any] | None = None
+    #: Milliseconds without rows after which the source is idle: it stops holding back the
+    #: watermark of the nodes below it until rows come again. None: never idle.
+    idle_timeout: int | None = None
 
 
 @attrs.frozen(kw_only=True)
@@ -84,6 +87,18 @@ class Chain(Node):
     @property
     def inputs(self) -> tuple[int, ...]:
         return (self.input,)
+
+
+@attrs.frozen(kw_only=True)
+class Union(Node):
+    """Every batch of every input passes on unchanged (UNION ALL); the schemas are equal."""
+
+    all_inputs: tuple[int, ...] = attrs.field(alias="inputs")
+    schema: pa.Schema
+
+    @property
+    def inputs(self) -> tuple[int, ...]:
+        return self.all_inputs
 
 
 @attrs.frozen(kw_only=True)

@@ -11,7 +11,7 @@ from clink.compiler import ir
 from clink.compiler.codegen.exprs import emit, field_py, is_constant, type_py
 from clink.compiler.codegen.writer import SourceWriter
 from clink.compiler.explain import chain_kinds, expr_sql
-from clink.compiler.physical import ChainOp, PhysicalPlan, SinkOp, SourceOp, WindowAggOp
+from clink.compiler.physical import ChainOp, PhysicalPlan, SinkOp, SourceOp, UnionOp, WindowAggOp
 
 HEADER_NOTE = "do not edit; run `clink compile` again."
 
@@ -72,6 +72,8 @@ def _emit_schemas(w: SourceWriter, plan: PhysicalPlan) -> dict[int, str]:
                 texts = [(f"SCHEMA_CHAIN_{op.id}", op.schema)]
             case WindowAggOp():
                 texts = [(f"SCHEMA_WINDOW_{op.id}", op.schema)]
+            case UnionOp():
+                texts = [(f"SCHEMA_UNION_{op.id}", op.schema)]
             case SinkOp(sink=sink):
                 texts = [(f"SCHEMA_{_const_name(sink.name)}", sink.schema)]
         for i, (const, schema) in enumerate(texts):
@@ -232,6 +234,8 @@ def _emit_plan(w: SourceWriter, plan: PhysicalPlan, schema_names: dict[int, str]
                             w.line(f"options={options!r},")
                             if scan.table.watermark is not None:
                                 w.line(f"watermark=watermark_{op.id},")
+                            if scan.table.idle_timeout is not None:
+                                w.line(f"idle_timeout={scan.table.idle_timeout},")
                             w.line(f"parallelism={op.parallelism}, span={str(scan.span or '')!r}),")
                     case ChainOp():
                         w.line(f"P.Chain(id={op.id}, fn=chain_{op.id}, input={op.input}, "
@@ -252,6 +256,9 @@ def _emit_plan(w: SourceWriter, plan: PhysicalPlan, schema_names: dict[int, str]
                             w.line("),")
                             w.line(f"schema={schema_names[op.id * 10]}, allowed_lateness={agg.allowed_lateness},")
                             w.line(f"partitioning={partitioning}, parallelism={op.parallelism}),")
+                    case UnionOp(inputs=inputs):
+                        w.line(f"P.Union(id={op.id}, inputs={inputs!r}, schema={schema_names[op.id * 10]}, "
+                               f"parallelism={op.parallelism}),", span=op.union.span)
                     case SinkOp(sink=sink):
                         w.line(f"P.Sink(id={op.id}, table={sink.name!r}, connector={sink.connector!r}, "
                                f"input={op.input},")

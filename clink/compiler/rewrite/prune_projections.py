@@ -59,6 +59,20 @@ def _prune(node: ir.Rel, needed: set[int]) -> tuple[ir.Rel, dict[int, int]]:
             else:
                 new_node = ir.Project(input=new_child, exprs=new_exprs, names=new_names, span=node.span)
             return new_node, {old: new for new, old in enumerate(kept)}
+        case ir.Union(all_inputs=children):
+            # Every input must keep the same columns in the same places: prune each to ``needed``
+            # through a projection that the input's own pruning then merges away.
+            kept = sorted(needed)
+            pruned = []
+            for child in children:
+                new_child, mapping = _prune(child, set(kept))
+                exprs = tuple(ir.Column(index=mapping[i], name=child.schema[i].name, type=child.schema[i].type,
+                                        nullable=child.schema[i].nullable, span=None) for i in kept)
+                if [mapping[i] for i in kept] != list(range(len(new_child.schema))):
+                    new_child = ir.Project(input=new_child, exprs=exprs, names=tuple(child.schema[i].name for i in kept),
+                                           span=child.span)
+                pruned.append(new_child)
+            return node.with_inputs(tuple(pruned)), {old: new for new, old in enumerate(kept)}
         case ir.WindowAggregate(input=child):
             # Its input was built for it (keys, time, arguments): every column is used.
             new_child, mapping = _prune(child, set(range(len(child.schema))))
