@@ -111,3 +111,55 @@ def test_step_does_bounded_work_and_finishes() -> None:
     job.step()
     assert job.finished and writer.state == "closed"
     assert not job.step()
+
+
+class SilentReader(SourceReader):
+    """A source that never ends and never has rows: an idle input."""
+
+    bounded = False
+
+    def poll(self) -> pa.RecordBatch | None:
+        return None
+
+
+def test_an_idle_source_stops_holding_the_watermark_back() -> None:
+    from clink.runtime.plan import Union
+
+    ts_schema = pa.schema([pa.field("ts", pa.timestamp("ms"))])
+    batches = [pa.record_batch([pa.array([t], pa.timestamp("ms"))], schema=ts_schema) for t in (1000, 5000, 9000)]
+    busy, writer = ListReader(batches), ListWriter()
+    busy.bounded = False
+    busy_poll = busy.poll
+
+    def never_finish() -> pa.RecordBatch | None:
+        batch = busy_poll()
+        busy.finished = False  # an endless stream that has nothing more for now
+        return batch
+
+    busy.poll = never_finish
+    now = [0]
+    registry = ConnectorRegistry([
+        Connector(name="busy", description="test", create_source=lambda spec, ctx: busy),
+        Connector(name="silent", description="test", create_source=lambda spec, ctx: SilentReader()),
+        Connector(name="list", description="test", create_sink=lambda spec, ctx: writer),
+    ])
+    watermark = lambda batch, ctx: batch.column(0)  # noqa: E731 - the event time itself
+    plan = Plan(nodes=(
+        Source(id=1, table="busy", connector="busy", schema=ts_schema, table_schema=ts_schema,
+               watermark=watermark, idle_timeout=1000),
+        Source(id=2, table="silent", connector="silent", schema=ts_schema, table_schema=ts_schema,
+               watermark=watermark, idle_timeout=1000),
+        Union(id=3, inputs=(1, 2), schema=ts_schema),
+        Sink(id=4, table="dst", connector="list", input=3, schema=ts_schema),
+    ))
+    job = Job(plan, RuntimeContext(connectors=registry, clock=lambda: now[0], stdout=io.StringIO()))
+    job.step()
+    # The silent source has sent no watermark and is not idle yet: the union cannot move.
+    assert job.metrics.watermark is None
+    now[0] = 500
+    job.step()
+    assert job.metrics.watermark is None
+    now[0] = 1500  # past the silent source's idle timeout
+    job.step()
+    assert job.metrics.watermark == 9000
+    assert len(writer.rows) == 3
