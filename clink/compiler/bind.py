@@ -570,13 +570,20 @@ class _Binder:
 
         inputs = [*keys, ir.Column(index=time, name=below.schema[time].name, type=below.schema[time].type,
                                    nullable=below.schema[time].nullable, span=q.span), *context.inputs]
-        pre = ir.Project(input=below, exprs=tuple(inputs),
-                         names=_unique([*key_names, "__time", *(f"__arg{i}" for i in range(len(context.inputs)))]),
-                         span=q.span)
+        names = [*key_names, "__time", *(f"__arg{i}" for i in range(len(context.inputs)))]
+        late = self._late_output(q, below)
+        late_columns: tuple[int, ...] = ()
+        if late is not None:
+            # Late rows go out whole: the operator's input carries every column of the relation.
+            late_columns = tuple(range(len(inputs), len(inputs) + len(below.schema)))
+            inputs += [ir.Column(index=i, name=f.name, type=f.type, nullable=f.nullable, span=None)
+                       for i, f in enumerate(below.schema.fields)]
+            names += [f"__late_{f.name}" for f in below.schema.fields]
+        pre = ir.Project(input=below, exprs=tuple(inputs), names=_unique(names), span=q.span)
         agg_rel: ir.Rel = ir.WindowAggregate(
             input=pre, window=window, num_keys=num_keys, time=num_keys, aggs=tuple(context.aggs),
             agg_names=tuple(f"agg{i}" for i in range(len(context.aggs))),
-            allowed_lateness=self._allowed_lateness(q), span=q.span)
+            allowed_lateness=self._allowed_lateness(q), late_sink=late, late_columns=late_columns, span=q.span)
         exprs, names = [], []
         for item, e in bound:
             try:
@@ -609,6 +616,33 @@ class _Binder:
             raise SqlError("a SESSION window needs PARTITION BY the same columns the query groups by",
                            q.from_.span, "write SESSION(TABLE t PARTITION BY k, ...) ... GROUP BY window_start, "
                                          "window_end, k")
+
+    def _late_output(self, q: ast.Select, below: ir.Rel) -> ir.Sink | None:
+        """With SET 'table.exec.late-events' = 'side-output', the sink late rows go to: the table
+        named by 'table.exec.late-events.table', whose columns match the window's input rows."""
+        mode = self.config.get("table.exec.late-events", "drop").lower()
+        if mode == "drop":
+            return None
+        if mode != "side-output":
+            raise SqlError(f"'table.exec.late-events' must be 'drop' or 'side-output', got {mode!r}", q.span)
+        name = self.config.get("table.exec.late-events.table")
+        if not name:
+            raise SqlError("'table.exec.late-events' = 'side-output' needs 'table.exec.late-events.table', "
+                           "the table late rows go to", q.span)
+        target = self.catalog.tables.get(name)
+        if target is None:
+            raise SqlError(f"unknown table {name!r} in 'table.exec.late-events.table'", q.span,
+                           _did_you_mean(name, sorted(self.catalog.tables), "tables"))
+        connector = self.connectors.get(target.info.connector)
+        if connector is None or connector.create_sink is None:
+            raise SqlError(f"late rows cannot be written to {name!r}: its connector cannot be written", q.span)
+        got, want = below.schema, target.info.columns
+        if len(got) != len(want) or not all(T.implicitly_castable(a.type, b.type)
+                                            for a, b in zip(got.fields, want.fields, strict=True)):
+            raise SqlError(f"late rows have the columns ({_describe(got)}), but {name!r} has ({_describe(want)})",
+                           q.span, "declare the late-events table with the same columns as the window's input")
+        return ir.Sink(input=below, name=name, connector=target.info.connector, options=target.info.options,
+                       target=want, span=q.span)
 
     def _allowed_lateness(self, q: ast.Select) -> int:
         text = self.config.get("table.exec.allowed-lateness")
@@ -1000,6 +1034,10 @@ def parse_duration(text: str) -> int | None:
 
 class _Unresolved(Exception):
     """An unknown name was recorded; the enclosing expression cannot be typed."""
+
+
+def _describe(schema: ir.Schema) -> str:
+    return ", ".join(f"{f.name} {T.sql_name(f.type)}" for f in schema.fields)
 
 
 def _did_you_mean(name: str, candidates: list[str], what: str = "names") -> str | None:

@@ -410,6 +410,10 @@ class WindowAggregate(Unary):
     aggs: tuple[AggCall, ...]
     agg_names: tuple[str, ...]
     allowed_lateness: int = 0
+    #: Where late rows go (a sink whose ``input`` only describes their schema), and which input
+    #: columns they are; None: late rows are dropped and counted.
+    late_sink: Sink | None = attrs.field(default=None, eq=False)
+    late_columns: tuple[int, ...] = ()
 
     @functools.cached_property
     def schema(self) -> Schema:

@@ -11,6 +11,7 @@ import attrs
 
 from clink.compiler import ir
 from clink.compiler.bind import BoundScript
+from clink.compiler.functions import cast_to
 from clink.errors import CompilerBug
 
 
@@ -52,6 +53,7 @@ class WindowAggOp:
     id: int
     input: int
     agg: ir.WindowAggregate
+    late_output: int | None = None
     parallelism: int = 1
 
     @property
@@ -107,6 +109,22 @@ def plan_physical(script: BoundScript, roots: tuple[ir.Sink, ...]) -> PhysicalPl
     return PhysicalPlan(ops=tuple(ops))
 
 
+def _build_late_output(op: WindowAggOp, ops: list[PhysicalOp]) -> None:
+    """Late rows leave the window operator with its input's columns; a chain picks the
+    relation's own columns, cast to the late-events table's types, and a sink writes them."""
+    agg = op.agg
+    sink = agg.late_sink
+    schema = agg.input.schema
+    exprs = tuple(cast_to(ir.Column(index=i, name=schema[i].name, type=schema[i].type, nullable=schema[i].nullable,
+                                    span=None), field.type)
+                  for i, field in zip(agg.late_columns, sink.target.fields, strict=True))
+    calc = ir.Calc(input=agg.input, predicate=None, exprs=exprs, names=sink.target.names, span=sink.span)
+    chain = ChainOp(id=len(ops) + 1, input=op.id, scan_predicate=None, steps=(calc,), input_schema=schema,
+                    table=f"late rows of window aggregate {op.id}", target=sink.name)
+    ops.append(chain)
+    ops.append(SinkOp(id=len(ops) + 1, input=chain.id, sink=attrs.evolve(sink, input=calc)))
+
+
 def _build(rel: ir.Rel, ops: list[PhysicalOp], *, target: str) -> int:
     """Add the operators that produce ``rel`` to ``ops``; return the id of the last one."""
     steps: list[ir.Calc | ir.WindowTVF] = []
@@ -122,9 +140,12 @@ def _build(rel: ir.Rel, ops: list[PhysicalOp], *, target: str) -> int:
             upstream, table, scan_predicate = source.id, node.table.name, node.predicate
         case ir.WindowAggregate():
             below = _build(node.input, ops, target="a window aggregate")
-            op = WindowAggOp(id=len(ops) + 1, input=below, agg=node)
+            op = WindowAggOp(id=len(ops) + 1, input=below, agg=node,
+                             late_output=len(ops) + 2 if node.late_sink is not None else None)
             ops.append(op)
             upstream, table = op.id, f"window aggregate {op.id}"
+            if node.late_sink is not None:
+                _build_late_output(op, ops)
         case ir.Union(all_inputs=children):
             ids = tuple(_build(child, ops, target="a union") for child in children)
             op = UnionOp(id=len(ops) + 1, inputs=ids, union=node)

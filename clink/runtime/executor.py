@@ -84,6 +84,7 @@ class Job:
         self._readers: dict[int, SourceReader] = {}
         self._writers: dict[int, SinkWriter] = {}
         self._operators: dict[int, object] = {}
+        self._late_outputs: dict[int, int] = {}
         self._tasks: dict[int, TaskContext] = {}
         self._downstream: dict[int, list[int]] = defaultdict(list)
         self._open_inputs: dict[int, int] = {}
@@ -128,6 +129,8 @@ class Job:
                 from clink.runtime.operators.window import WindowAggregateOperator
 
                 self._operators[node.id] = WindowAggregateOperator(node, self._tasks[node.id])
+                if node.late_output is not None:
+                    self._late_outputs[node.id] = node.late_output
             elif isinstance(node, Sink):
                 connector = self._connector(node.connector)
                 if connector.create_sink is None:
@@ -207,8 +210,12 @@ class Job:
         self._emit(node_id, Batch(batch))
 
     def _emit(self, node_id: int, element: Element) -> None:
-        """Send ``element``, produced by ``node_id``, to every node downstream of it."""
+        """Send ``element``, produced by ``node_id``, to every node downstream of it (a window's
+        late-row output gets its late rows only, and every other element)."""
+        late_output = self._late_outputs.get(node_id)
         for target_id in self._downstream[node_id]:
+            if target_id == late_output and isinstance(element, Batch):
+                continue
             self._receive(target_id, node_id, element)
 
     def _receive(self, target_id: int, from_id: int, element: Element) -> None:
@@ -226,7 +233,13 @@ class Job:
                 elif isinstance(node, WindowAggregate):
                     operator = self._operators[target_id]
                     self._emit_all(target_id, operator.process(batch))
-                    operator.late_rows.clear()
+                    if operator.late_rows:
+                        late_output = self._late_outputs.get(target_id)
+                        if late_output is not None:
+                            for rows in operator.late_rows:
+                                if rows.num_rows:
+                                    self._receive(late_output, target_id, Batch(rows))
+                        operator.late_rows.clear()
                     self.metrics.peak_state_bytes = max(self.metrics.peak_state_bytes,
                                                         operator.metrics.get("state_bytes", 0))
                 else:

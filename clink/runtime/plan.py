@@ -167,6 +167,8 @@ class WindowAggregate(Node):
     aggs: tuple[AggSpec, ...]
     schema: pa.Schema
     allowed_lateness: int = 0
+    #: The node that receives late rows (with the input's columns) instead of dropping them.
+    late_output: int | None = None
     partitioning: tuple[str, ...] = FORWARD
 
     @property
