@@ -1,0 +1,101 @@
+"""Key groups: deterministic across processes, spread evenly, NULL-safe, several columns."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from decimal import Decimal
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+from clink.runtime.state.keygroups import hash_columns, key_groups
+
+
+def test_same_value_same_group_whatever_the_chunking_or_slicing() -> None:
+    values = pa.array([3, 1, None, 3, 7, 1])
+    groups = key_groups([values])
+    assert groups.dtype == np.int32
+    assert groups[0] == groups[3] and groups[1] == groups[5]
+    assert key_groups([values.slice(3)]).tolist() == groups[3:].tolist()
+    chunked = pa.chunked_array([values.slice(0, 2), values.slice(2)])
+    assert key_groups([chunked]).tolist() == groups.tolist()
+
+
+def test_the_same_in_another_process() -> None:
+    """Python's hash() is salted per process; key groups must not be."""
+    code = ("import pyarrow as pa; from clink.runtime.state.keygroups import hash_columns; "
+            "print(hash_columns([pa.array(['a', 'bb', None, 'é']), pa.array([1, 2, 3, None])]).tolist())")
+    runs = {subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                           env={"PYTHONHASHSEED": seed}).stdout for seed in ("1", "2")}
+    assert len(runs) == 1
+    local = hash_columns([pa.array(["a", "bb", None, "é"]), pa.array([1, 2, 3, None])]).tolist()
+    assert runs == {f"{local}\n"}
+
+
+def test_known_values_do_not_drift() -> None:
+    """State written by one version must land in the same key groups in the next."""
+    assert key_groups([pa.array([0, 1, 2, None])]).tolist() == key_groups([pa.array([0, 1, 2, None])]).tolist()
+    pinned = key_groups([pa.array([0, 1, 2, 42, None]), pa.array(["x", "y", "", "z", None])]).tolist()
+    assert pinned == [39, 9, 125, 64, 57]
+
+
+@pytest.mark.parametrize("values", [
+    pa.array(np.arange(20_000)),
+    pa.array([f"user-{i}" for i in range(20_000)]),
+    pa.array(np.arange(20_000) * 0.5),
+    pa.array(np.arange(20_000) * 1000, pa.timestamp("ms")),
+], ids=["int", "string", "float", "timestamp"])
+def test_roughly_uniform_over_128_groups(values: pa.Array) -> None:
+    counts = np.bincount(key_groups([values]), minlength=128)
+    expected = len(values) / 128
+    chi2 = ((counts - expected) ** 2 / expected).sum()
+    # 127 degrees of freedom: the 99.9th percentile of chi-square is about 181.
+    assert chi2 < 181, counts
+
+
+def test_nulls_hash_alike_whatever_the_type() -> None:
+    for arr in (pa.array([None, None], pa.int64()), pa.array([None, None], pa.string()),
+                pa.array([None, None], pa.float64()), pa.array([None, None], pa.bool_()), pa.nulls(2)):
+        groups = key_groups([arr])
+        assert groups[0] == groups[1]
+
+
+def test_equal_values_of_different_widths_share_a_group() -> None:
+    assert key_groups([pa.array([5, -5], pa.int8())]).tolist() == key_groups([pa.array([5, -5])]).tolist()
+    assert key_groups([pa.array([-0.0, float("nan")])]).tolist() == \
+        key_groups([pa.array([0.0, float("nan")], pa.float32())]).tolist()
+    assert key_groups([pa.array(["ab"], pa.large_string())]).tolist() == key_groups([pa.array(["ab"])]).tolist()
+    dictionary = pa.array(["x", "y", "x"]).dictionary_encode()
+    assert key_groups([dictionary]).tolist() == key_groups([pa.array(["x", "y", "x"])]).tolist()
+
+
+def test_other_types() -> None:
+    for arr in (pa.array([True, False, None]), pa.array([Decimal("1.5"), Decimal(-2), None], pa.decimal128(10, 2)),
+                pa.array([b"\x00", b"\x00\x00", b""]), pa.array([1, 2, None], pa.date32())):
+        groups = key_groups([arr], max_parallelism=1 << 15)
+        assert len(set(groups.tolist())) == 3
+    with pytest.raises(TypeError, match="cannot hash a key column"):
+        key_groups([pa.array([[1], [2]])])
+
+
+def test_strings_depend_on_order_and_length() -> None:
+    h = hash_columns([pa.array(["ab", "ba", "a", "a\x00", "", "abc" * 50])]).tolist()
+    assert len(set(h)) == len(h)
+
+
+def test_several_columns_combine_in_order() -> None:
+    a, b = pa.array([1, 2, None, 1]), pa.array(["x", "x", "x", None])
+    h = hash_columns([a, b])
+    assert len(set(h.tolist())) == 4
+    assert hash_columns([a, b]).tolist() != hash_columns([b, a]).tolist()
+    pairs = hash_columns([pa.array(np.repeat(np.arange(100), 100)), pa.array(np.tile(np.arange(100), 100))])
+    assert len(np.unique(pairs)) == 10_000
+    assert (key_groups([a, b], max_parallelism=7) < 7).all()
+
+
+def test_no_columns_means_one_group() -> None:
+    assert len(set(key_groups([], num_rows=5).tolist())) == 1
+    with pytest.raises(ValueError):
+        key_groups([pa.array([1])], max_parallelism=0)
