@@ -14,6 +14,7 @@ from pathlib import Path
 import pyarrow as pa
 
 from clink.errors import UsageError
+from clink.runtime.connectors.base import ConnectorRegistry
 from clink.runtime.context import RuntimeContext
 from clink.runtime.executor import Job, Metrics
 from clink.runtime.loader import load_generated, load_plan_file
@@ -137,7 +138,8 @@ class Result:
         self._job.cancel()
 
 
-def compile(text: str | Iterable[str], *, name: str = "<sql>") -> Plan:  # noqa: A001 - the public verb
+def compile(text: str | Iterable[str], *, name: str = "<sql>",  # noqa: A001 - the public verb
+            connectors: ConnectorRegistry | None = None) -> Plan:
     """Compile SQL (one string, or several statements) into a ``Plan``.
 
     >>> plan = compile("CREATE TABLE t (a INT) WITH ('connector' = 'datagen', 'number-of-rows' = '2');"
@@ -149,7 +151,7 @@ def compile(text: str | Iterable[str], *, name: str = "<sql>") -> Plan:  # noqa:
 
     if not isinstance(text, str):
         text = ";\n".join(s.strip().rstrip(";") for s in text)
-    compiled = compile_text(text, name=name)
+    compiled = compile_text(text, name=name, connectors=connectors)
     module = load_generated(compiled.source, name=name, fingerprint=compiled.fingerprint)
     runtime_plan = module.PLAN
     return Plan(runtime_plan, source=compiled.source, explain_text=compiled.explain())
@@ -165,7 +167,9 @@ def sql(text: str | Iterable[str], *, config: Mapping[str, str] | None = None,
     >>> r.to_arrow().column("b").to_pylist()
     [10, 20, 30]
     """
-    return compile(text, name=name).run(config=config, context=context)
+    # Connectors registered in the context are usable in the SQL, and their options are checked.
+    connectors = context.connectors if context is not None else None
+    return compile(text, name=name, connectors=connectors).run(config=config, context=context)
 
 
 def load(path: str | Path) -> Plan:

@@ -1,0 +1,97 @@
+"""Late events through whole pipelines: dropped and counted, sent to a table, or (within the
+allowed lateness) updating a window that already fired."""
+
+from __future__ import annotations
+
+import io
+
+import pyarrow as pa
+
+import clink
+from clink.runtime.connectors.base import Connector, OptionSpec, SinkWriter, SourceReader
+from clink.runtime.connectors import default_registry
+from clink.runtime.context import RuntimeContext
+
+SCHEMA = pa.schema([pa.field("k", pa.int64()), pa.field("ts", pa.timestamp("ms"))])
+S = 1000
+
+
+class BatchesReader(SourceReader):
+    """One batch per poll, in the order given: the test decides where watermarks fall."""
+
+    def __init__(self, batches: list[list[tuple[int, int]]], schema: pa.Schema) -> None:
+        super().__init__()
+        self.batches = [pa.record_batch([pa.array([k for k, _ in b], pa.int64()),
+                                         pa.array([t for _, t in b], pa.int64()).cast(pa.timestamp("ms"))],
+                                        schema=SCHEMA).select(schema.names) for b in batches]
+
+    def poll(self) -> pa.RecordBatch | None:
+        if not self.batches:
+            self.finished = True
+            return None
+        return self.batches.pop(0)
+
+
+class Collect(SinkWriter):
+    rows: list[dict] = []
+
+    def write(self, batch: pa.RecordBatch) -> None:
+        Collect.rows.extend(batch.to_pylist())
+
+
+def run(batches: list[list[tuple[int, int]]], *settings: str, late_table: bool = False) -> clink.Result:
+    registry = default_registry()
+    registry.register(Connector(
+        name="batches", description="test batches", source_options=(OptionSpec(name="x", description=""),),
+        create_source=lambda spec, ctx: BatchesReader(batches, spec.schema)))
+    registry.register(Connector(name="collect_late", description="test sink",
+                                sink_options=(OptionSpec(name="x", description=""),),
+                                create_sink=lambda spec, ctx: Collect()))
+    Collect.rows = []
+    sql = [
+        "CREATE TABLE e (k BIGINT, ts TIMESTAMP(3), WATERMARK FOR ts AS ts) WITH ('connector' = 'batches')",
+        "CREATE TABLE late_e (k BIGINT, ts TIMESTAMP(3)) WITH ('connector' = 'collect_late')",
+        *settings,
+        "SELECT k, window_start, COUNT(*) AS n FROM TABLE(TUMBLE(TABLE e, DESCRIPTOR(ts), INTERVAL '10' SECOND)) "
+        "GROUP BY window_start, window_end, k",
+    ]
+    return clink.sql(sql, context=RuntimeContext(connectors=registry, stdout=io.StringIO()))
+
+
+def counts(table: pa.Table) -> list[tuple[int, int, int]]:
+    return [(r["k"], int(r["window_start"].timestamp()), r["n"]) for r in table.to_pylist()]
+
+
+# Window [0, 10 s) fires when the watermark (= the largest ts, no delay) reaches 10 s; the
+# event at 3 s that arrives after that is late.
+BATCHES = [[(1, 1 * S), (1, 2 * S)], [(1, 12 * S)], [(1, 3 * S)], [(1, 25 * S)]]
+
+
+def test_late_events_are_dropped_and_counted() -> None:
+    result = run(BATCHES)
+    assert counts(result.to_arrow()) == [(1, 0, 2), (1, 10, 1), (1, 20, 1)]
+    assert sum(result.metrics.late_records.values()) == 1
+    assert Collect.rows == []
+
+
+def test_late_events_can_go_to_a_table() -> None:
+    result = run(BATCHES, "SET 'table.exec.late-events' = 'side-output'",
+                 "SET 'table.exec.late-events.table' = 'late_e'")
+    assert counts(result.to_arrow()) == [(1, 0, 2), (1, 10, 1), (1, 20, 1)]
+    assert [(r["k"], r["ts"].second) for r in Collect.rows] == [(1, 3)]
+
+
+def test_allowed_lateness_updates_a_fired_window() -> None:
+    result = run(BATCHES, "SET 'table.exec.allowed-lateness' = '5 s'")
+    rows = counts(result.to_arrow())
+    # The first result of [0, 10 s) is 2; the late event within 5 s of lateness re-emits it as 3.
+    assert rows[:2] == [(1, 0, 2), (1, 0, 3)]
+    assert sorted(rows[2:]) == [(1, 10, 1), (1, 20, 1)]
+    assert sum(result.metrics.late_records.values()) == 0
+
+
+def test_an_event_later_than_the_allowed_lateness_is_still_dropped() -> None:
+    late = [[(1, 1 * S)], [(1, 30 * S)], [(1, 2 * S)], [(1, 31 * S)]]
+    result = run(late, "SET 'table.exec.allowed-lateness' = '5 s'")
+    assert counts(result.to_arrow()) == [(1, 0, 1), (1, 30, 2)]
+    assert sum(result.metrics.late_records.values()) == 1
