@@ -108,7 +108,7 @@ class WindowSpec:
     ``tumble``: [start, start + size) with start = ts - (ts - offset) mod size.
     ``hop``: windows of ``size`` every ``slide`` (an event is in size / slide of them).
     ``cumulate``: windows [start, start + k * slide) for k = 1 .. size / slide, start as tumble(size).
-    ``session``: per key, events closer than ``gap`` share a window [first, last + gap).
+    ``session``: per key, events at most ``gap`` apart share a window [first, last + gap).
     """
 
     kind: str

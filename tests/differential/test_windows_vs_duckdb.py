@@ -92,10 +92,11 @@ def _cumulate(step: int, size: int) -> str:
 
 
 def _session(gap: int, keys: str) -> str:
-    # Gaps and islands: a new session starts when the previous event of the key is gap or more before.
+    # Gaps and islands: a new session starts when the previous event of the key is more than gap before
+    # (events exactly gap apart share a session, as in Flink).
     return f"""
         WITH marked AS (
-            SELECT *, CASE WHEN {MS} - lag({MS}) OVER (PARTITION BY {keys} ORDER BY ts, rn) < {gap}
+            SELECT *, CASE WHEN {MS} - lag({MS}) OVER (PARTITION BY {keys} ORDER BY ts, rn) <= {gap}
                            THEN 0 ELSE 1 END AS new_session
             FROM t),
         numbered AS (

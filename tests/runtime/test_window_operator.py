@@ -135,7 +135,7 @@ def windows_of(window: plan.WindowSpec, ts: int) -> list[tuple[int, int]]:
 
 
 def sessions_of(gap: int, rows: list[dict[str, Any]]) -> list[tuple[int, int]]:
-    """Per row, the session it ends up in: per key, rows closer than ``gap`` merge."""
+    """Per row, the session it ends up in: per key, rows at most ``gap`` apart merge (as in Flink)."""
     by_key: dict[Any, list[int]] = defaultdict(list)
     for i, r in enumerate(rows):
         by_key[r.get("k")].append(i)
@@ -144,7 +144,7 @@ def sessions_of(gap: int, rows: list[dict[str, Any]]) -> list[tuple[int, int]]:
         members.sort(key=lambda i: rows[i]["ts"])
         group: list[int] = []
         for i in [*members, None]:
-            if group and (i is None or rows[i]["ts"] - rows[group[-1]]["ts"] >= gap):
+            if group and (i is None or rows[i]["ts"] - rows[group[-1]]["ts"] > gap):
                 span = (rows[group[0]]["ts"], rows[group[-1]]["ts"] + gap)
                 for j in group:
                     out[j] = span
@@ -370,9 +370,10 @@ def test_bad_windows_are_rejected(window: plan.WindowSpec) -> None:
 def test_sessions_are_per_key() -> None:
     op = make_op(plan.WindowSpec(kind="session", gap=1_000), [A(fn="count_star", arg=None, type=pa.int64())])
     op.process(batch([{"ts": 0, "k": "a"}, {"ts": 500, "k": "b"}, {"ts": 900, "k": "a"}, {"ts": 1_900, "k": "a"},
-                      {"ts": 2_000, "k": "b"}]))
+                      {"ts": 3_000, "k": "a"}, {"ts": 2_000, "k": "b"}]))
     assert as_rows(op.on_watermark(MAX_WATERMARK)) == [
-        ("a", 0, 1_900, 1_899, 2), ("a", 1_900, 2_900, 2_899, 1),  # 900 -> 1900 is not closer than the gap
+        ("a", 0, 2_900, 2_899, 3),  # 900 -> 1900 is exactly the gap: one session
+        ("a", 3_000, 4_000, 3_999, 1),  # 1900 -> 3000 is more than the gap
         ("b", 500, 1_500, 1_499, 1), ("b", 2_000, 3_000, 2_999, 1)]
 
 
@@ -383,9 +384,9 @@ def test_a_bridging_event_merges_two_sessions() -> None:
     op.process(batch([{"ts": 10_000, "k": "a", "v": 2}, {"ts": 1_000, "k": "b", "v": 7}]))
     op.process(batch([{"ts": 0, "k": "a", "v": 1}]))  # arrives later than the row at 10 000
     assert op.on_watermark(4_000) == []
-    op.process(batch([{"ts": 5_000, "k": "a", "v": 4}]))  # 5000 from each side: not closer than the gap
-    assert op.state.num_rows() == 4
-    op.process(batch([{"ts": 4_999, "k": "a", "v": 8}]))  # closer than the gap to 0 and to 5000
+    op.process(batch([{"ts": 5_500, "k": "a", "v": 4}]))  # 4500 from 10 000: joins that session only
+    assert as_rows(op.on_watermark(4_500)) == []
+    op.process(batch([{"ts": 4_999, "k": "a", "v": 8}]))  # within the gap of 0 and of 5500
     op.process(batch([{"ts": 9_000, "k": "a", "v": None}]))  # and this one bridges to 10 000
     # first/last value in arrival order: 2 came first, 8 last (NULL is skipped)
     assert as_rows(op.on_watermark(MAX_WATERMARK)) == [("a", 0, 15_000, 14_999, 5, 15, 2, 8),

@@ -17,6 +17,8 @@ See docs/windows.md for the semantics.
 
 from __future__ import annotations
 
+import itertools
+from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -354,26 +356,47 @@ class WindowAggregateOperator:
             partials = self._preaggregate(pa.table(cols), [_END])
         elif self._by_pane:
             cols["_p"] = pa.array(pane_start)
-            partials = self._preaggregate(pa.table(cols), ["_p"])
-            index, ends = self._expand(partials["_p"].to_numpy())
-            partials = partials.drop_columns(["_p"]).take(index).append_column(_END, pa.array(ends))
+            return self._store(self._pane_windows(self._preaggregate(pa.table(cols), ["_p"])), horizon)
         else:
             index, ends = self._expand(pane_start)
             cols["_p"] = pa.array(pane_start)
             rows = pa.table(cols).take(index).drop_columns(["_p"]).append_column(_END, pa.array(ends))
             partials = self._preaggregate(rows, [_END])
-        if self._watermark is not None:
-            # A row that is not late may still belong to some windows that are finished.
-            open_ = partials[_END].to_numpy() > horizon
-            if not open_.all():
-                partials = partials.filter(pa.array(open_))
-        return self._store(partials)
+        return self._store(split_by_window(partials, _END), horizon)
 
-    def _store(self, partials: pa.Table) -> list[pa.RecordBatch]:
-        """Add partials (with a ``_w`` column) to state, window by window; for a window that has
+    def _pane_windows(self, partials: pa.Table) -> list[tuple[int, pa.Table]]:
+        """Pane partials (with a ``_p`` column) as (window end, partials) per window, ascending.
+
+        The panes of a HOP or CUMULATE window are consecutive, so once the partials are sorted
+        by pane each window's partials are one zero-copy slice.
+        """
+        panes = partials["_p"].to_numpy()
+        if (panes[1:] < panes[:-1]).any():
+            order = np.argsort(panes, kind="stable")
+            partials, panes = partials.take(order), panes[order]
+        partials = partials.drop_columns(["_p"])
+        unique, first_row = np.unique(panes, return_index=True)
+        bounds = np.append(first_row, len(panes))
+        index, ends = self._expand(unique)
+        order = np.lexsort((index, ends))
+        index, ends = index[order], ends[order]
+        cuts = [0, *(np.flatnonzero(ends[1:] != ends[:-1]) + 1).tolist(), len(ends)]
+        out = []
+        for lo, hi in itertools.pairwise(cuts):
+            a, b = int(index[lo]), int(index[hi - 1])
+            assert b - a + 1 == hi - lo, "the panes of a window must be consecutive"
+            out.append((int(ends[lo]), partials.slice(bounds[a], bounds[b + 1] - bounds[a])))
+        return out
+
+    def _store(self, windows: Iterable[tuple[int, pa.Table]], horizon: int) -> list[pa.RecordBatch]:
+        """Add partials to state, window by window (ends ascending). Windows at or below the
+        horizon are finished: a row that is not late may still belong to some of them (a HOP
+        row whose early windows are done), and counts only in the others. For a window that has
         already fired, merge at once and return the updated rows."""
         out: list[pa.RecordBatch] = []
-        for end, part in split_by_window(partials, _END):
+        for end, part in windows:
+            if end <= horizon:
+                continue
             if self._watermark is None or end > self._watermark:
                 self._state.add(end, part)
                 continue
@@ -489,8 +512,8 @@ class WindowAggregateOperator:
                     if window_end > horizon:
                         self._state.add(window_end, part)
                 out.append(self._finish(merged))
-                self.metrics["windows_fired"] += (merged.num_rows if self._kind == "session"
-                                                  else len(np.unique(merged[_END].to_numpy())))
+                # Every end in the chunk holds state; for SESSION each key's session is a window.
+                self.metrics["windows_fired"] += merged.num_rows if self._kind == "session" else len(chunk)
             chunk, rows = [], 0
         return out
 
@@ -617,7 +640,8 @@ def _pick_by_order(order: pa.ChunkedArray, gid: np.ndarray, n_groups: int, lowes
 def _merge_intervals(gid: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Union the intervals [start, end) that overlap within each group id; return, per input
     interval, the start and end of the union it belongs to. Touching intervals (one ends where
-    the next starts) stay apart: session members must be closer than the gap.
+    the next starts) merge, as Flink's session windows do: events exactly the gap apart share
+    a session.
 
     Sorted by (group, start), an interval opens a new union when it starts at or after the
     running maximum of the ends before it in its group. The running maximum per group is one
@@ -636,7 +660,7 @@ def _merge_intervals(gid: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> t
     if n > 1:
         previous = running[:-1] - g[1:] * width
         previous = np.where(first_of_group[1:], 0, previous)
-        opens[1:] |= s[1:] >= unique_ends[previous]
+        opens[1:] |= s[1:] > unique_ends[previous]
     heads = np.flatnonzero(opens)
     session = np.cumsum(opens) - 1
     union_start = np.empty(n, dtype=np.int64)
