@@ -134,6 +134,17 @@ class Result:
     def __iter__(self) -> Iterator[pa.RecordBatch]:
         return self.batches()
 
+    def step(self) -> bool:
+        """Do one round of work (poll every source once); True if anything happened."""
+        return self._job.step()
+
+    def take(self, query: str | None = None) -> list[pa.RecordBatch]:
+        """The batches of ``query`` produced so far and not yet taken."""
+        pending = self._pending[self._query_name(query)]
+        batches = list(pending)
+        pending.clear()
+        return batches
+
     def cancel(self) -> None:
         self._job.cancel()
 

@@ -295,8 +295,15 @@ class Job:
         last = self._last_active.setdefault(node_id, now)
         if node_id not in self._idle and now - last >= timeout:
             self._idle.add(node_id)
-            # Without this source, the nodes below may be able to move on.
-            for target in self._downstream[node_id]:
+            self._went_idle(node_id)
+
+    def _went_idle(self, node_id: int) -> None:
+        """Without ``node_id``, the nodes below may be able to move on; a node all of whose
+        inputs are idle is idle too, and passes that on."""
+        for target in self._downstream[node_id]:
+            if self._is_idle(target):
+                self._went_idle(target)
+            else:
                 self._evaluate_watermark(target)
 
     def _emit_all(self, node_id: int, batches: list[pa.RecordBatch]) -> None:
