@@ -10,6 +10,7 @@ from clink.compiler import ir
 from clink.compiler.rewrite.fuse_stateless import fuse_stateless
 from clink.compiler.rewrite.merge_projections import merge_projections
 from clink.compiler.rewrite.prune_projections import prune_projections
+from clink.compiler.rewrite.push_filter_below_windows import push_filter_below_windows
 from clink.compiler.rewrite.push_filter_into_scan import push_filter_into_scan
 from clink.compiler.rewrite.push_filter_through_project import push_filter_through_project
 from clink.errors import CompilerBug
@@ -27,6 +28,8 @@ class Rewrite:
 
 
 RULES: tuple[Rewrite, ...] = (
+    Rewrite("push_filter_through_project", push_filter_through_project),
+    Rewrite("push_filter_below_windows", push_filter_below_windows),
     Rewrite("push_filter_through_project", push_filter_through_project),
     Rewrite("merge_projections", merge_projections),
     Rewrite("push_filter_into_scan", push_filter_into_scan),
