@@ -1,4 +1,4 @@
-"""The ``clink`` command: compile | run | explain.
+"""The ``clink`` command: compile | run | explain | checkpoints.
 
 Exit codes: 0 success, 1 the pipeline failed while running, 2 a usage or SQL error. Errors are
 printed as ``file:line:col: error: ...`` with the source line and a caret; ``--debug`` adds the
@@ -32,6 +32,9 @@ def _parser() -> argparse.ArgumentParser:
                    help="a configuration setting, as SET 'KEY' = 'VALUE' would (repeatable)")
     p.add_argument("--progress", action="store_true", help="show rows in and out while running")
 
+    p = sub.add_parser("checkpoints", help="list the checkpoints in a state directory, and whether each is valid")
+    p.add_argument("state_dir", help="the job's state directory")
+
     p = sub.add_parser("explain", help="print the logical and physical plans")
     p.add_argument("file", help="the pipeline (.sql)")
     p.add_argument("--rewrites", action="store_true", help="also print the plan after each rewrite")
@@ -52,6 +55,8 @@ def main(argv: list[str] | None = None) -> int:
             return _run(args, sources)
         if args.command == "explain":
             return _explain(args, sources)
+        if args.command == "checkpoints":
+            return _checkpoints(args)
         raise UsageError(f"unknown command {args.command!r}")
     except ClinkError as exc:
         if args.debug:
@@ -112,6 +117,27 @@ def _explain(args: argparse.Namespace, sources: dict[str, str]) -> int:
             print(step)
             print()
     sys.stdout.write(compiled.explain())
+    return 0
+
+
+def _checkpoints(args: argparse.Namespace) -> int:
+    import datetime as dt
+
+    from clink.runtime.checkpoint import CheckpointStore
+
+    root = Path(args.state_dir)
+    if not (root / "checkpoints").is_dir():
+        raise UsageError(f"{root} holds no checkpoints (no {root / 'checkpoints'} directory)")
+    infos = CheckpointStore(root).list()
+    if not infos:
+        print("no checkpoints")
+        return 0
+    print(f"{'id':>6}  {'created (UTC)':<23}  {'size':>10}  status")
+    for info in infos:
+        created = (dt.datetime.fromtimestamp(info.created_ms / 1000, dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3]
+                   if info.created_ms else "-")
+        status = "valid" if info.valid else f"INVALID: {info.problem}"
+        print(f"{info.id:>6}  {created:<23}  {info.size:>10}  {status}")
     return 0
 
 

@@ -12,9 +12,11 @@ from __future__ import annotations
 import attrs
 
 __all__ = [
+    "CheckpointCorrupted",
     "ClinkError",
     "CompilerBug",
     "ConnectorError",
+    "IncompatibleCheckpoint",
     "PipelineError",
     "RecordError",
     "Span",
@@ -193,6 +195,18 @@ class PipelineError(ClinkError):
         located = SqlError(self.message, Span(span.file, span.line, span.col, span.line, span.col + width))
         text = located.render(sources)
         return text.replace(f"{span}: error:", f"{span}: error: pipeline failed:", 1)
+
+
+class CheckpointCorrupted(ClinkError):
+    """A checkpoint's files do not match its manifest (or the manifest is missing or damaged)."""
+
+    exit_code = 1
+
+
+class IncompatibleCheckpoint(ClinkError):
+    """A checkpoint was written by a different plan or format: it cannot be restored into this one."""
+
+    exit_code = 2
 
 
 class CompilerBug(ClinkError):
