@@ -88,6 +88,17 @@ class SourceReader:
     def close(self) -> None:
         """Release files and handles; called once, also after a failure."""
 
+    def position(self) -> dict | None:
+        """Where the reader is, as JSON-able data that ``seek`` accepts: recorded in checkpoints.
+        None for a source that cannot be replayed."""
+        return None
+
+    def seek(self, position: dict) -> None:
+        """Continue from a ``position`` this kind of reader returned earlier (a restore)."""
+        from clink.errors import ConnectorError
+
+        raise ConnectorError(f"{type(self).__name__} cannot resume from a checkpoint: it is not replayable")
+
 
 class SinkWriter:
     """Writes one table. ``write`` gets batches with ``spec.schema``.

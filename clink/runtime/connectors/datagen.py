@@ -419,6 +419,7 @@ class DatagenReader(SourceReader):
                 span = fo.end - fo.start + 1
                 self._total = span if self._total is None else min(self._total, span)
         self._emitted = 0
+        self._rate_base = 0  # rows given out before the rate clock started (after a seek)
         self._started_ms: int | None = None
         self._block_index = -1
         self._block: pa.RecordBatch | None = None
@@ -444,6 +445,17 @@ class DatagenReader(SourceReader):
         assert self._block is not None
         return self._block
 
+    def position(self) -> dict:
+        # Rows are a pure function of (seed, column, block index): the count of rows given out
+        # says exactly where to continue.
+        return {"rows": self._emitted}
+
+    def seek(self, position: dict) -> None:
+        self._emitted = int(position["rows"])
+        self._rate_base = self._emitted
+        self._started_ms = None
+        self.finished = self._total is not None and self._emitted >= self._total
+
     def poll(self) -> pa.RecordBatch | None:
         if self.finished:
             return None
@@ -454,7 +466,7 @@ class DatagenReader(SourceReader):
             now = self._clock()
             if self._started_ms is None:
                 self._started_ms = now
-            due = int((now - self._started_ms) * rate / 1000) - self._emitted
+            due = int((now - self._started_ms) * rate / 1000) - (self._emitted - self._rate_base)
             if due < min(self._chunk, want):
                 return None
             want = min(want, due)

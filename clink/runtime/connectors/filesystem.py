@@ -301,6 +301,7 @@ class FileSourceReader(SourceReader):
         self._spec = spec
         self._files = list_files(self._settings.path)
         self._batches = self._all_batches()
+        self._emitted = 0
         self.bounded = True
         self.metrics.update(records_in=0, skipped_records=0)
 
@@ -310,9 +311,31 @@ class FileSourceReader(SourceReader):
         for batch in self._batches:
             if batch.num_rows:
                 self.metrics["records_in"] += batch.num_rows
+                self._emitted += batch.num_rows
                 return batch
         self.finished = True
         return None
+
+    def position(self) -> dict:
+        # Files are read in name order and bad records are skipped the same way every time, so
+        # the number of rows given out so far is a position that a new reader can reach again.
+        return {"rows": self._emitted}
+
+    def seek(self, position: dict) -> None:
+        target = int(position["rows"])
+        self._batches.close()
+        self._batches = self._skip_rows(self._all_batches(), target)
+        self._emitted = target
+        self.finished = False
+
+    @staticmethod
+    def _skip_rows(batches: Iterator[pa.RecordBatch], count: int) -> Iterator[pa.RecordBatch]:
+        for batch in batches:
+            if count >= batch.num_rows:
+                count -= batch.num_rows
+                continue
+            yield batch.slice(count) if count else batch
+            count = 0
 
     def close(self) -> None:
         self._batches.close()
