@@ -36,6 +36,9 @@ class Metrics:
     watermark: int | None = None
     #: The largest state any window operator held at once, in bytes.
     peak_state_bytes: int = 0
+    #: Checkpoints completed in this run, and the checkpoint it resumed from (None: a fresh start).
+    checkpoints: int = 0
+    restored_from: int | None = None
     seconds: float = 0.0
 
     def summary(self) -> str:
@@ -99,8 +102,11 @@ class Job:
         self._started = time.perf_counter()
         self.finished = False
         self._failed = False
+        self.warnings: list[str] = []
+        self._checkpointing: _Checkpointing | None = None
         try:
             self._open()
+            self._checkpointing = _Checkpointing.configure(self)
         except BaseException:
             self._abort()
             raise
@@ -166,14 +172,26 @@ class Job:
                     progressed = True
                     self._push(node_id, batch)
                     self._advance_source_watermark(node_id, batch)
+                    if self._checkpointing is not None:
+                        self._checkpointing.rows += batch.num_rows
                 if reader.finished:
                     progressed = True
                     self._end(node_id)
+            # Between rounds nothing is in flight: every node has handled every element sent so
+            # far, which is the point a checkpoint's barriers would align on.
+            if self._checkpointing is not None and not self._ended and self._checkpointing.due():
+                self.checkpoint()
         except BaseException as exc:
             self._fail(exc)
         if len(self._ended) == len(self.plan.nodes):
             self._finish()
         return progressed
+
+    def checkpoint(self) -> int:
+        """Take a checkpoint now; return its id. The job needs a state directory."""
+        if self._checkpointing is None:
+            raise UsageError("checkpoints need a state directory (clink run --state-dir DIR)")
+        return self._checkpointing.take()
 
     def run(self, *, idle_sleep: float = 0.005) -> Metrics:
         """Run until every source has ended (forever, for an unbounded source)."""
@@ -388,3 +406,119 @@ class Job:
 def run_plan(plan: Plan, ctx: RuntimeContext) -> Metrics:
     """Run ``plan`` to completion in this thread."""
     return Job(plan, ctx).run()
+
+
+class _Checkpointing:
+    """Takes checkpoints of a job and restores it from the newest valid one.
+
+    A checkpoint holds every source's position, every window operator's state (Arrow IPC), the
+    watermarks, and every sink's pre-commit handle; it completes when its manifest is written.
+    Only then do the sinks commit (make that output visible). Restoring seeks the sources,
+    restores the operators and lets each sink commit what the checkpoint pre-committed and
+    discard anything written after it.
+    """
+
+    def __init__(self, job: Job, store, every_rows: int | None, every_ms: int | None) -> None:
+        self.job = job
+        self.store = store
+        self.every_rows = every_rows
+        self.every_ms = every_ms
+        self.rows = 0
+        self.next_id = 1
+        self.last_ms = job.ctx.clock()
+        self.durations_ms: list[float] = []
+
+    @classmethod
+    def configure(cls, job: Job) -> _Checkpointing | None:
+        ctx = job.ctx
+        every_ms = _duration_ms(ctx.get("execution.checkpointing.interval"))
+        rows_text = ctx.get("execution.checkpointing.interval-rows")
+        every_rows = int(rows_text) if rows_text else None
+        if ctx.state_dir is None:
+            if every_ms or every_rows:
+                raise UsageError("'execution.checkpointing.interval' needs a state directory "
+                                 "(clink run --state-dir DIR, or RuntimeContext(state_dir=...))")
+            return None
+        from clink.runtime.checkpoint import CheckpointStore
+
+        store = CheckpointStore(ctx.state_dir, retained=int(ctx.get("state.checkpoints.num-retained", "3")))
+        checkpointing = cls(job, store, every_rows, every_ms)
+        checkpointing.restore()
+        return checkpointing
+
+    def due(self) -> bool:
+        if self.every_rows and self.rows >= self.every_rows:
+            return True
+        return bool(self.every_ms) and self.job.ctx.clock() - self.last_ms >= self.every_ms
+
+    def take(self) -> int:
+        import json
+
+        import pyarrow.ipc as ipc
+
+        job = self.job
+        started = time.perf_counter()
+        checkpoint_id = self.next_id
+        writer = self.store.begin(checkpoint_id, job.plan.fingerprint)
+        for source_id in job._readers:
+            job._emit(source_id, Barrier(checkpoint_id))
+        positions = {}
+        for node_id, reader in job._readers.items():
+            position = reader.position()
+            if position is None:
+                raise UsageError(f"table {job.plan.node(node_id).table!r} cannot be checkpointed: its source "
+                                 "cannot resume from a position")
+            positions[str(node_id)] = position
+        for node_id, operator in job._operators.items():
+            table = operator.snapshot()
+            path = writer.file(f"operator-{node_id}.arrow")
+            with ipc.new_file(path, table.schema) as out:
+                out.write_table(table)
+            writer.add(path.name)
+        handles = {str(node_id): w.pre_commit(checkpoint_id) for node_id, w in job._writers.items()}
+        state = {
+            "sources": positions,
+            "sinks": handles,
+            "watermarks": {str(k): v for k, v in job._watermarks.items()},
+            "input_watermarks": {str(k): {str(i): w for i, w in v.items()} for k, v in job._input_watermarks.items()},
+        }
+        writer.write_bytes("job.json", json.dumps(state, sort_keys=True).encode())
+        writer.complete()
+        # The checkpoint exists: now its output may become visible.
+        for node_id, w in job._writers.items():
+            w.commit(checkpoint_id, handles[str(node_id)])
+        self.store.prune()
+        self.next_id += 1
+        self.rows = 0
+        self.last_ms = job.ctx.clock()
+        self.durations_ms.append((time.perf_counter() - started) * 1000)
+        job.metrics.checkpoints += 1
+        return checkpoint_id
+
+    def restore(self) -> None:
+        import json
+
+        import pyarrow.ipc as ipc
+
+        job = self.job
+        info, warnings = self.store.latest(job.plan.fingerprint)
+        job.warnings.extend(warnings)
+        if info is None:
+            # Nothing to resume from; output a crashed run left unfinished is discarded.
+            for w in job._writers.values():
+                w.recover(0, None)
+            return
+        _, manifest = self.store.open(info.path, job.plan.fingerprint)
+        state = json.loads((info.path / "job.json").read_text())
+        for node_id, reader in job._readers.items():
+            reader.seek(state["sources"][str(node_id)])
+        for node_id, operator in job._operators.items():
+            with ipc.open_file(info.path / f"operator-{node_id}.arrow") as f:
+                operator.restore(f.read_all())
+        for node_id, w in job._writers.items():
+            w.recover(info.id, state["sinks"].get(str(node_id)))
+        job._watermarks.update({int(k): v for k, v in state["watermarks"].items()})
+        for k, v in state["input_watermarks"].items():
+            job._input_watermarks[int(k)].update({int(i): w for i, w in v.items()})
+        self.next_id = info.id + 1
+        job.metrics.restored_from = info.id

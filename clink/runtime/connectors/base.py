@@ -120,6 +120,22 @@ class SinkWriter:
     def abort(self) -> None:
         pass
 
+    # Two-phase commit, for exactly-once output with checkpoints. A sink that does not take part
+    # (print, blackhole) keeps these defaults and is at-least-once: after a restore it may repeat
+    # rows written after the last checkpoint.
+
+    def pre_commit(self, checkpoint_id: int) -> dict | None:
+        """Make everything written so far durable but not yet visible; return a JSON-able handle
+        that ``commit`` (now, or after a restore) uses to make it visible."""
+        return None
+
+    def commit(self, checkpoint_id: int, handle: dict | None) -> None:
+        """Make a pre-committed checkpoint's output visible. Doing it twice is a no-op."""
+
+    def recover(self, checkpoint_id: int, handle: dict | None) -> None:
+        """At a restore from ``checkpoint_id``: commit its output if that had not happened yet,
+        and discard anything written after it."""
+
 
 @attrs.frozen(kw_only=True)
 class Connector:

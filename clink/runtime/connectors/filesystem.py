@@ -788,8 +788,15 @@ class FileSinkWriter(SinkWriter):
         super().__init__()
         s = _settings_or_raise(spec, "sink")
         self._spec = spec
-        token = uuid.uuid4().hex
+        self._settings = s
         self._directory_mode = s.path.endswith(("/", os.sep)) or os.path.isdir(s.path)
+        self._start_file()
+        self._open = True
+        self.metrics["rows_out"] = 0
+
+    def _start_file(self) -> None:
+        s = self._settings
+        token = uuid.uuid4().hex
         if self._directory_mode:
             self._final = os.path.join(s.path, f"part-{token}-0.{_EXTENSIONS[s.format]}")
         else:
@@ -797,16 +804,16 @@ class FileSinkWriter(SinkWriter):
         folder, name = os.path.split(self._final)
         self._folder = folder or "."
         self._in_progress = os.path.join(self._folder, f".{name}.inprogress-{token}")
+        self._rows_in_file = 0
         try:
             os.makedirs(self._folder, exist_ok=True)
-            self._format = _FORMAT_WRITERS[s.format](self._in_progress, spec.schema, s)
+            self._format = _FORMAT_WRITERS[s.format](self._in_progress, self._spec.schema, s)
         except OSError as e:
-            raise ConnectorError(f"table {spec.name!r}: cannot write to {self._final!r}: {e}") from None
-        self._open = True
-        self.metrics["rows_out"] = 0
+            raise ConnectorError(f"table {self._spec.name!r}: cannot write to {self._final!r}: {e}") from None
 
     def write(self, batch: pa.RecordBatch) -> None:
         self._format.write(batch)
+        self._rows_in_file += batch.num_rows
         self.metrics["rows_out"] += batch.num_rows
 
     def close(self) -> None:
@@ -815,7 +822,7 @@ class FileSinkWriter(SinkWriter):
         self._open = False
         try:
             self._format.close()
-            if self._directory_mode and self.metrics["rows_out"] == 0:
+            if self._directory_mode and self._rows_in_file == 0:
                 os.unlink(self._in_progress)  # no empty part files in a directory
                 return
             _fsync(self._in_progress)
@@ -824,6 +831,47 @@ class FileSinkWriter(SinkWriter):
         except OSError as e:
             self._discard()
             raise ConnectorError(f"table {self._spec.name!r}: cannot finish {self._final!r}: {e}") from None
+
+    # -- two-phase commit: one part file per checkpoint, named after it
+
+    def pre_commit(self, checkpoint_id: int) -> dict:
+        if not self._directory_mode:
+            raise ConnectorError(f"table {self._spec.name!r}: with checkpoints, 'path' must be a directory "
+                                 "(each checkpoint commits its own part file)")
+        if self._rows_in_file == 0:
+            return {"files": []}
+        self._format.close()
+        _fsync(self._in_progress)
+        ext = _EXTENSIONS[self._settings.format]
+        final = f"part-{checkpoint_id:08d}-{uuid.uuid4().hex[:12]}.{ext}"
+        pending = os.path.join(self._folder, f".pending-{final}")
+        os.replace(self._in_progress, pending)
+        _fsync(self._folder, directory=True)
+        self._start_file()
+        return {"files": [[os.path.basename(pending), final]]}
+
+    def commit(self, checkpoint_id: int, handle: dict | None) -> None:
+        for pending, final in (handle or {}).get("files", []):
+            target = os.path.join(self._folder, final)
+            if os.path.exists(target):
+                continue  # committed already: a repeated commit changes nothing
+            source = os.path.join(self._folder, pending)
+            if not os.path.exists(source):
+                raise ConnectorError(f"table {self._spec.name!r}: the pre-committed file {pending!r} of "
+                                     f"checkpoint {checkpoint_id} is gone; its rows cannot be committed")
+            os.replace(source, target)
+        _fsync(self._folder, directory=True)
+
+    def recover(self, checkpoint_id: int, handle: dict | None) -> None:
+        self.commit(checkpoint_id, handle)
+        # Whatever was written after that checkpoint is replayed from the sources: discard it.
+        for name in os.listdir(self._folder):
+            path = os.path.join(self._folder, name)
+            if path == self._in_progress:
+                continue
+            if name.startswith(".pending-part-") or (name.startswith(".part-") and ".inprogress-" in name):
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(path)
 
     def abort(self) -> None:
         if not self._open:

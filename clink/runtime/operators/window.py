@@ -130,6 +130,24 @@ class WindowAggregateOperator:
         """The last watermark seen (ms), or None before the first."""
         return self._watermark
 
+    def snapshot(self) -> pa.Table:
+        """Everything needed to continue: the window state, with the last watermark and the
+        arrival counter in the schema metadata. Written to checkpoints as Arrow IPC."""
+        table = self._state.snapshot()
+        meta = {b"clink.watermark": str(self._watermark if self._watermark is not None else "").encode(),
+                b"clink.seq": str(getattr(self, "_seq", 0)).encode()}
+        return table.replace_schema_metadata({**(table.schema.metadata or {}), **meta})
+
+    def restore(self, table: pa.Table) -> None:
+        """Continue from a ``snapshot()``."""
+        meta = table.schema.metadata or {}
+        watermark = meta.get(b"clink.watermark", b"").decode()
+        self._watermark = int(watermark) if watermark else None
+        if hasattr(self, "_seq"):
+            self._seq = int(meta.get(b"clink.seq", b"0").decode())
+        self._state.restore(table.replace_schema_metadata(None))
+        self._update_state_metrics()
+
     @property
     def state(self) -> WindowState:
         return self._state

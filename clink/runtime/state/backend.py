@@ -1,0 +1,445 @@
+"""The keyed state contract: what an operator may keep per key, and how it is checkpointed.
+
+A ``StateBackend`` opens one ``OperatorState`` per operator, from descriptors that declare each
+state's kind, name and Arrow types. Three kinds exist:
+
+- **value state** — one value per key (``ValueState``), with batch forms ``get_many`` /
+  ``put_many`` that take key columns and return or take a value column: the forms operators use;
+- **map state** — per key, a map from user keys to values (``MapState``);
+- **list state** — per key, a list that grows by appending (``ListState``).
+
+A key is a tuple of scalar values (int, float, bool, str, bytes, Decimal, date, datetime or None)
+matching the descriptor's ``key_schema``; where the schema has one field, the bare value may stand
+for the 1-tuple. Equal keys are the same key: ``-0.0`` is ``0.0``, every NaN is one key, NULL is
+a key like any other. Values are Python values as ``pyarrow`` gives them (see ``codec``).
+
+All state is partitioned into key groups (``keygroups.key_groups``, ``max_parallelism`` of them,
+128 by default): ``OperatorState.entries(g)`` lists one group, and ``restore`` can take only some
+groups, which is how state is split and merged when parallelism changes.
+
+Checkpoints use three calls, at a barrier for ``checkpoint_id``, in this order:
+
+1. ``commit(checkpoint_id)`` — make the state as it is now the backend's durable state, in one
+   step, and remember the id (``committed_checkpoint``); for ``memory`` only the id;
+2. ``snapshot(directory)`` — write a self-contained copy of the state as files and return them
+   (the checkpoint's manifest checksums them);
+3. after a failure, ``restore(files)`` on a freshly opened state — or ``restore(files,
+   key_groups=...)`` on each task of a rescaled job.
+
+Every backend passes ``tests/contract/test_state_backends.py``; ``docs/state.md`` describes them.
+"""
+
+from __future__ import annotations
+
+import abc
+import math
+from collections.abc import Collection, Iterable, Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import attrs
+import numpy as np
+import pyarrow as pa
+
+from clink.errors import ClinkError
+from clink.runtime.state import codec
+from clink.runtime.state.keygroups import DEFAULT_MAX_PARALLELISM, key_groups
+
+__all__ = [
+    "IncompatibleState",
+    "Key",
+    "KeyColumns",
+    "ListState",
+    "ListStateDescriptor",
+    "MapState",
+    "MapStateDescriptor",
+    "OperatorState",
+    "StateBackend",
+    "StateDescriptor",
+    "ValueState",
+    "ValueStateDescriptor",
+]
+
+#: A key: one value per field of the key schema.
+Key = tuple[Any, ...]
+#: Keys of a batch: one array per key field (or the one array of a one-field key).
+KeyColumns = pa.Array | pa.ChunkedArray | Sequence[pa.Array | pa.ChunkedArray]
+
+#: Column names that snapshots use for their own purposes; key fields may not take them.
+RESERVED_NAMES = frozenset({"_key_group", "_user_key", "_value"})
+
+
+class IncompatibleState(ClinkError):
+    """Stored state does not match what the operator declares (a state's kind or types changed,
+    or files from another operator or format were given to ``restore``)."""
+
+    exit_code = 1
+
+
+# -- descriptors ----------------------------------------------------------------------------------
+
+
+def _to_key_schema(value: pa.Schema | Sequence[tuple[str, pa.DataType]] | Sequence[pa.Field]) -> pa.Schema:
+    return value if isinstance(value, pa.Schema) else pa.schema(value)
+
+
+def _check_key_schema(instance: object, attribute: attrs.Attribute, schema: pa.Schema) -> None:
+    if len(schema) == 0:
+        raise ValueError(f"{type(instance).__name__}: a key schema needs at least one field")
+    for f in schema:
+        if f.name in RESERVED_NAMES:
+            raise ValueError(f"key field {f.name!r} uses a reserved name; rename it (reserved: "
+                             f"{sorted(RESERVED_NAMES)})")
+        t = f.type
+        if not (pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_boolean(t)
+                or pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_binary(t)
+                or pa.types.is_large_binary(t) or pa.types.is_decimal(t) or pa.types.is_temporal(t)
+                or pa.types.is_fixed_size_binary(t)):
+            raise ValueError(f"key field {f.name!r} has type {t}; keys are scalars (numbers, strings, "
+                             "binary, booleans, decimals, dates, times, timestamps)")
+
+
+def _check_name(instance: object, attribute: attrs.Attribute, name: str) -> None:
+    if not name:
+        raise ValueError(f"{type(instance).__name__} needs a non-empty name")
+
+
+@attrs.frozen
+class ValueStateDescriptor:
+    """One value of ``value_type`` per key of ``key_schema``."""
+
+    name: str = attrs.field(validator=_check_name)
+    key_schema: pa.Schema = attrs.field(converter=_to_key_schema, validator=_check_key_schema)
+    value_type: pa.DataType
+
+    kind = "value"
+
+    def signature(self) -> str:
+        """The kind and types, as stored with the data and compared on restore."""
+        return f"value key=<{_schema_text(self.key_schema)}> value={self.value_type}"
+
+
+@attrs.frozen
+class MapStateDescriptor:
+    """Per key of ``key_schema``, a map from ``user_key_type`` (a scalar type) to ``value_type``."""
+
+    name: str = attrs.field(validator=_check_name)
+    key_schema: pa.Schema = attrs.field(converter=_to_key_schema, validator=_check_key_schema)
+    user_key_type: pa.DataType
+    value_type: pa.DataType
+
+    kind = "map"
+
+    def __attrs_post_init__(self) -> None:
+        _check_key_schema(self, None, pa.schema([("user_key", self.user_key_type)]))  # type: ignore[arg-type]
+
+    def signature(self) -> str:
+        return (f"map key=<{_schema_text(self.key_schema)}> user_key={self.user_key_type} "
+                f"value={self.value_type}")
+
+
+@attrs.frozen
+class ListStateDescriptor:
+    """Per key of ``key_schema``, a list of ``element_type`` values, in the order appended."""
+
+    name: str = attrs.field(validator=_check_name)
+    key_schema: pa.Schema = attrs.field(converter=_to_key_schema, validator=_check_key_schema)
+    element_type: pa.DataType
+
+    kind = "list"
+
+    def signature(self) -> str:
+        return f"list key=<{_schema_text(self.key_schema)}> element={self.element_type}"
+
+
+StateDescriptor = ValueStateDescriptor | MapStateDescriptor | ListStateDescriptor
+
+
+def _schema_text(schema: pa.Schema) -> str:
+    return ", ".join(f"{f.name}: {f.type}" for f in schema)
+
+
+# -- state handles --------------------------------------------------------------------------------
+
+
+class ValueState(abc.ABC):
+    """One value per key. Storing ``None`` deletes the key (there is no stored NULL), so a missing
+    key and a NULL read alike, in the scalar and the batch forms."""
+
+    descriptor: ValueStateDescriptor
+
+    @abc.abstractmethod
+    def get(self, key: Key | Any) -> Any:
+        """The value of ``key``, or None."""
+
+    @abc.abstractmethod
+    def put(self, key: Key | Any, value: Any) -> None:
+        """Set the value of ``key``; ``None`` deletes it."""
+
+    @abc.abstractmethod
+    def delete(self, key: Key | Any) -> None:
+        """Remove ``key``; a missing key is not an error."""
+
+    @abc.abstractmethod
+    def get_many(self, keys: KeyColumns) -> pa.Array:
+        """The value of each row's key as an array of ``value_type``, NULL where there is none.
+
+        ``keys`` holds one column per key field (a single array for a one-field key), cast to the
+        key schema's types if they differ. Rows with equal keys read the same value.
+        """
+
+    @abc.abstractmethod
+    def put_many(self, keys: KeyColumns, values: pa.Array | pa.ChunkedArray) -> None:
+        """Set each row's key to the row's value, in row order (the last row of a key wins); a
+        NULL value deletes the key."""
+
+
+class MapState(abc.ABC):
+    """Per key, a map from user keys to values. Values may be None; ``contains`` tells a stored
+    None from a missing entry."""
+
+    descriptor: MapStateDescriptor
+
+    @abc.abstractmethod
+    def get(self, key: Key | Any, user_key: Any) -> Any:
+        """The value at ``user_key`` in the map of ``key``, or None."""
+
+    @abc.abstractmethod
+    def contains(self, key: Key | Any, user_key: Any) -> bool:
+        """Whether the map of ``key`` has an entry at ``user_key``."""
+
+    @abc.abstractmethod
+    def put(self, key: Key | Any, user_key: Any, value: Any) -> None:
+        """Set the entry at ``user_key`` in the map of ``key``."""
+
+    @abc.abstractmethod
+    def remove(self, key: Key | Any, user_key: Any) -> None:
+        """Remove the entry at ``user_key``; a missing entry is not an error."""
+
+    @abc.abstractmethod
+    def items(self, key: Key | Any) -> list[tuple[Any, Any]]:
+        """The entries of the map of ``key`` (empty if none), in no promised order."""
+
+    @abc.abstractmethod
+    def clear(self, key: Key | Any) -> None:
+        """Remove the whole map of ``key``."""
+
+
+class ListState(abc.ABC):
+    """Per key, a list of values in the order they were appended. Elements may be None; an empty
+    list and a missing key read alike."""
+
+    descriptor: ListStateDescriptor
+
+    @abc.abstractmethod
+    def append(self, key: Key | Any, value: Any) -> None:
+        """Append ``value`` to the list of ``key``."""
+
+    @abc.abstractmethod
+    def extend(self, key: Key | Any, values: Iterable[Any]) -> None:
+        """Append each of ``values`` to the list of ``key``, in order."""
+
+    @abc.abstractmethod
+    def get(self, key: Key | Any) -> list[Any]:
+        """The list of ``key`` (a new list; empty if none)."""
+
+    @abc.abstractmethod
+    def clear(self, key: Key | Any) -> None:
+        """Remove the list of ``key``."""
+
+
+class OperatorState(abc.ABC):
+    """The keyed state of one operator: its named states, and the checkpoint calls.
+
+    Not thread-safe: one task owns it. Use as a context manager, or call ``close``.
+    """
+
+    operator_id: str
+    max_parallelism: int
+    descriptors: dict[str, StateDescriptor]
+
+    @abc.abstractmethod
+    def value_state(self, name: str) -> ValueState:
+        """The value state declared as ``name``."""
+
+    @abc.abstractmethod
+    def map_state(self, name: str) -> MapState:
+        """The map state declared as ``name``."""
+
+    @abc.abstractmethod
+    def list_state(self, name: str) -> ListState:
+        """The list state declared as ``name``."""
+
+    @abc.abstractmethod
+    def entries(self, key_group: int) -> Iterator[tuple[str, Key, Any]]:
+        """Every ``(state name, key, value)`` whose key is in ``key_group``, in no promised order.
+        The value is the value (value state), a ``dict`` of the entries (map state) or the
+        ``list`` (list state). Do not write to the state while iterating."""
+
+    @abc.abstractmethod
+    def clear(self) -> None:
+        """Remove every key of every state."""
+
+    @abc.abstractmethod
+    def commit(self, checkpoint_id: int) -> None:
+        """Make the state as it is now the backend's durable state, in one step, and record
+        ``checkpoint_id`` as ``committed_checkpoint``. A crash before it returns leaves the
+        previous commit in force."""
+
+    @property
+    @abc.abstractmethod
+    def committed_checkpoint(self) -> int | None:
+        """The id given to the last ``commit`` (durable backends remember it across restarts),
+        or None."""
+
+    @abc.abstractmethod
+    def snapshot(self, directory: str | Path) -> list[Path]:
+        """Write the whole state, as it is now, to new files in ``directory`` (which must exist)
+        and return their paths. The files are self-contained and never pickles."""
+
+    @abc.abstractmethod
+    def restore(self, files: Sequence[str | Path], *, key_groups: Collection[int] | None = None) -> None:
+        """Replace the whole state with the union of the snapshots in ``files`` (from this backend
+        kind and an operator with the same descriptors), keeping only ``key_groups`` if given.
+
+        Raises ``IncompatibleState`` if a file holds a state whose kind or types differ from this
+        operator's, or a state this operator does not declare. A declared state missing from the
+        files starts empty.
+        """
+
+    @abc.abstractmethod
+    def close(self) -> None:
+        """Release files and memory; uncommitted changes of a durable backend are lost."""
+
+    def __enter__(self) -> OperatorState:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class StateBackend(abc.ABC):
+    """A kind of state storage, configured once, opening one ``OperatorState`` per operator."""
+
+    max_parallelism: int = DEFAULT_MAX_PARALLELISM
+
+    @abc.abstractmethod
+    def open(self, operator_id: str, descriptors: Iterable[StateDescriptor]) -> OperatorState:
+        """Open the state of operator ``operator_id`` with the given states.
+
+        A durable backend reopens what it stored for ``operator_id`` before (as of its last
+        commit) and raises ``IncompatibleState`` if the descriptors no longer match it.
+        """
+
+
+# -- helpers shared by the backends ---------------------------------------------------------------
+
+
+#: The one NaN object keys hold, so that a NaN key finds itself in a dict.
+NAN = math.nan
+
+
+def descriptor_map(operator_id: str, descriptors: Iterable[StateDescriptor]) -> dict[str, StateDescriptor]:
+    """The descriptors by name; two states with one name are an error."""
+    by_name: dict[str, StateDescriptor] = {}
+    for d in descriptors:
+        if not isinstance(d, (ValueStateDescriptor, MapStateDescriptor, ListStateDescriptor)):
+            raise TypeError(f"operator {operator_id!r}: expected a state descriptor, got {d!r}")
+        if d.name in by_name:
+            raise ValueError(f"operator {operator_id!r} declares state {d.name!r} twice")
+        by_name[d.name] = d
+    return by_name
+
+
+def lookup(operator_id: str, descriptors: dict[str, StateDescriptor], name: str, kind: str) -> StateDescriptor:
+    """The descriptor of state ``name``, which must be of ``kind``."""
+    d = descriptors.get(name)
+    if d is None:
+        raise KeyError(f"operator {operator_id!r} has no state {name!r}; it declares {sorted(descriptors)}")
+    if d.kind != kind:
+        raise TypeError(f"state {name!r} of operator {operator_id!r} is {d.kind} state, not {kind} state")
+    return d
+
+
+class KeyHelper:
+    """Normalizes keys of one key schema and computes their key groups."""
+
+    def __init__(self, key_schema: pa.Schema, max_parallelism: int) -> None:
+        self.schema = key_schema
+        self.types = key_schema.types
+        self.width = len(self.types)
+        self.max_parallelism = max_parallelism
+        self._floats = [i for i, t in enumerate(self.types) if pa.types.is_floating(t)]
+
+    def key(self, key: Any) -> Key:
+        """``key`` as a canonical tuple (a bare value stands for a one-field key)."""
+        if not isinstance(key, tuple):
+            if self.width != 1:
+                raise TypeError(f"expected a key tuple of {self.width} values "
+                                f"({_schema_text(self.schema)}), got {key!r}")
+            key = (key,)
+        elif len(key) != self.width:
+            raise TypeError(f"expected a key tuple of {self.width} values ({_schema_text(self.schema)}), "
+                            f"got {key!r}")
+        if self._floats:
+            key = tuple(NAN if (i in self._floats and v is not None and v != v) else v
+                        for i, v in enumerate(key))
+        return key
+
+    def group(self, key: Key) -> int:
+        """The key group of one canonical key."""
+        columns = [codec.from_pylist([v], t) for v, t in zip(key, self.types, strict=True)]
+        return int(key_groups(columns, self.max_parallelism)[0])
+
+    def columns(self, keys: KeyColumns) -> list[pa.Array]:
+        """Key columns as arrays of the key schema's types."""
+        if isinstance(keys, (pa.Array, pa.ChunkedArray)):
+            keys = [keys]
+        keys = list(keys)
+        if len(keys) != self.width:
+            raise TypeError(f"expected {self.width} key columns ({_schema_text(self.schema)}), got {len(keys)}")
+        out = []
+        for col, t in zip(keys, self.types, strict=True):
+            if isinstance(col, pa.ChunkedArray):
+                col = col.combine_chunks() if col.num_chunks != 1 else col.chunk(0)
+            if col.type != t:
+                col = col.cast(t)
+            out.append(col)
+        if len({len(c) for c in out}) > 1:
+            raise ValueError(f"key columns have different lengths: {[len(c) for c in out]}")
+        return out
+
+    def batch(self, keys: KeyColumns) -> tuple[list[Key], np.ndarray]:
+        """The canonical key tuples of a batch's rows and their key groups."""
+        columns = self.columns(keys)
+        groups = key_groups(columns, self.max_parallelism)
+        lists = []
+        for i, col in enumerate(columns):
+            values = codec.to_pylist(col)
+            if i in self._floats and col.null_count < len(col):
+                values = [NAN if (v is not None and v != v) else v for v in values]
+            lists.append(values)
+        return list(zip(*lists, strict=True)) if lists else [], groups
+
+    def arrays(self, keys: Sequence[Key]) -> list[pa.Array]:
+        """Key tuples as one array per key field."""
+        if not keys:
+            return [pa.array([], t) for t in self.types]
+        return [codec.from_pylist(list(col), t) for col, t in zip(zip(*keys, strict=True), self.types, strict=True)]
+
+
+def values_array(values: pa.Array | pa.ChunkedArray, value_type: pa.DataType, n: int) -> pa.Array:
+    """``values`` as one array of ``value_type`` with ``n`` rows."""
+    if isinstance(values, pa.ChunkedArray):
+        values = values.combine_chunks() if values.num_chunks != 1 else values.chunk(0)
+    if values.type != value_type:
+        values = values.cast(value_type)
+    if len(values) != n:
+        raise ValueError(f"{n} keys but {len(values)} values")
+    return values
+
+
+def check_key_group(key_group: int, max_parallelism: int) -> int:
+    if not 0 <= key_group < max_parallelism:
+        raise ValueError(f"key group {key_group} is outside 0..{max_parallelism - 1}")
+    return int(key_group)

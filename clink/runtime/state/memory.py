@@ -1,0 +1,351 @@
+"""The ``memory`` state backend: Python dicts, one per key group and state.
+
+Keys are canonical tuples (see ``backend``), values Python values (see ``codec``). A snapshot is
+one Arrow IPC file per state holding every entry with its key group; ``commit`` records the id
+only, since nothing here outlives the process.
+"""
+
+from __future__ import annotations
+
+import urllib.parse
+from collections.abc import Collection, Iterable, Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from clink.runtime.state import codec
+from clink.runtime.state.backend import (
+    IncompatibleState,
+    Key,
+    KeyColumns,
+    KeyHelper,
+    ListState,
+    ListStateDescriptor,
+    MapState,
+    MapStateDescriptor,
+    OperatorState,
+    StateBackend,
+    StateDescriptor,
+    ValueState,
+    ValueStateDescriptor,
+    check_key_group,
+    descriptor_map,
+    lookup,
+    values_array,
+)
+from clink.runtime.state.keygroups import DEFAULT_MAX_PARALLELISM
+
+__all__ = ["MemoryOperatorState", "MemoryStateBackend"]
+
+#: Version of the snapshot file layout (schema metadata ``clink.state.format``).
+SNAPSHOT_FORMAT = "1"
+KEY_GROUP = "_key_group"
+USER_KEY = "_user_key"
+VALUE = "_value"
+
+
+class MemoryStateBackend(StateBackend):
+    """Keyed state in Python dicts.
+
+    >>> import pyarrow as pa
+    >>> d = ValueStateDescriptor("count", [("user", pa.string())], pa.int64())
+    >>> with MemoryStateBackend().open("agg", [d]) as state:
+    ...     counts = state.value_state("count")
+    ...     counts.put_many(pa.array(["a", "b", None]), pa.array([1, 2, 3]))
+    ...     counts.get_many(pa.array([None, "a", "c"])).to_pylist()
+    [3, 1, None]
+    """
+
+    def __init__(self, *, max_parallelism: int = DEFAULT_MAX_PARALLELISM) -> None:
+        if max_parallelism <= 0:
+            raise ValueError(f"max_parallelism must be positive, got {max_parallelism}")
+        self.max_parallelism = max_parallelism
+
+    def open(self, operator_id: str, descriptors: Iterable[StateDescriptor]) -> MemoryOperatorState:
+        return MemoryOperatorState(operator_id, descriptor_map(operator_id, descriptors), self.max_parallelism)
+
+
+class _Store:
+    """What every kind of state holds: one dict per key group, from canonical key to an entry."""
+
+    def __init__(self, descriptor: StateDescriptor, max_parallelism: int) -> None:
+        self.descriptor = descriptor
+        self.keys = KeyHelper(descriptor.key_schema, max_parallelism)
+        self.groups: list[dict[Key, Any]] = [{} for _ in range(max_parallelism)]
+
+    def slot(self, key: Any) -> tuple[dict[Key, Any], Key]:
+        k = self.keys.key(key)
+        return self.groups[self.keys.group(k)], k
+
+    def clear_all(self) -> None:
+        for g in self.groups:
+            g.clear()
+
+
+class _MemoryValueState(_Store, ValueState):
+    descriptor: ValueStateDescriptor
+
+    def get(self, key: Any) -> Any:
+        group, k = self.slot(key)
+        return group.get(k)
+
+    def put(self, key: Any, value: Any) -> None:
+        group, k = self.slot(key)
+        if value is None:
+            group.pop(k, None)
+        else:
+            group[k] = value
+
+    def delete(self, key: Any) -> None:
+        group, k = self.slot(key)
+        group.pop(k, None)
+
+    def get_many(self, keys: KeyColumns) -> pa.Array:
+        tuples, groups = self.keys.batch(keys)
+        dicts = self.groups
+        values = [dicts[g].get(k) for g, k in zip(groups.tolist(), tuples)]
+        return codec.from_pylist(values, self.descriptor.value_type)
+
+    def put_many(self, keys: KeyColumns, values: pa.Array | pa.ChunkedArray) -> None:
+        tuples, groups = self.keys.batch(keys)
+        new = codec.to_pylist(values_array(values, self.descriptor.value_type, len(tuples)))
+        dicts = self.groups
+        for g, k, v in zip(groups.tolist(), tuples, new):
+            if v is None:
+                dicts[g].pop(k, None)
+            else:
+                dicts[g][k] = v
+
+
+class _MemoryMapState(_Store, MapState):
+    descriptor: MapStateDescriptor
+
+    def __init__(self, descriptor: MapStateDescriptor, max_parallelism: int) -> None:
+        super().__init__(descriptor, max_parallelism)
+        self.user_keys = KeyHelper(pa.schema([("user_key", descriptor.user_key_type)]), max_parallelism)
+
+    def _uk(self, user_key: Any) -> Any:
+        return self.user_keys.key((user_key,))[0]
+
+    def get(self, key: Any, user_key: Any) -> Any:
+        group, k = self.slot(key)
+        m = group.get(k)
+        return None if m is None else m.get(self._uk(user_key))
+
+    def contains(self, key: Any, user_key: Any) -> bool:
+        group, k = self.slot(key)
+        m = group.get(k)
+        return m is not None and self._uk(user_key) in m
+
+    def put(self, key: Any, user_key: Any, value: Any) -> None:
+        group, k = self.slot(key)
+        group.setdefault(k, {})[self._uk(user_key)] = value
+
+    def remove(self, key: Any, user_key: Any) -> None:
+        group, k = self.slot(key)
+        m = group.get(k)
+        if m is not None:
+            m.pop(self._uk(user_key), None)
+            if not m:
+                del group[k]
+
+    def items(self, key: Any) -> list[tuple[Any, Any]]:
+        group, k = self.slot(key)
+        return list(group.get(k, {}).items())
+
+    def clear(self, key: Any) -> None:
+        group, k = self.slot(key)
+        group.pop(k, None)
+
+
+class _MemoryListState(_Store, ListState):
+    descriptor: ListStateDescriptor
+
+    def append(self, key: Any, value: Any) -> None:
+        group, k = self.slot(key)
+        group.setdefault(k, []).append(value)
+
+    def extend(self, key: Any, values: Iterable[Any]) -> None:
+        values = list(values)
+        if values:
+            group, k = self.slot(key)
+            group.setdefault(k, []).extend(values)
+
+    def get(self, key: Any) -> list[Any]:
+        group, k = self.slot(key)
+        return list(group.get(k, ()))
+
+    def clear(self, key: Any) -> None:
+        group, k = self.slot(key)
+        group.pop(k, None)
+
+
+_KINDS: dict[str, type[_Store]] = {"value": _MemoryValueState, "map": _MemoryMapState, "list": _MemoryListState}
+
+
+class MemoryOperatorState(OperatorState):
+    """The states of one operator, in memory."""
+
+    def __init__(self, operator_id: str, descriptors: dict[str, StateDescriptor], max_parallelism: int) -> None:
+        self.operator_id = operator_id
+        self.max_parallelism = max_parallelism
+        self.descriptors = descriptors
+        self._stores: dict[str, _Store] = {
+            name: _KINDS[d.kind](d, max_parallelism) for name, d in descriptors.items()  # type: ignore[arg-type]
+        }
+        self._committed: int | None = None
+
+    def value_state(self, name: str) -> ValueState:
+        lookup(self.operator_id, self.descriptors, name, "value")
+        return self._stores[name]  # type: ignore[return-value]
+
+    def map_state(self, name: str) -> MapState:
+        lookup(self.operator_id, self.descriptors, name, "map")
+        return self._stores[name]  # type: ignore[return-value]
+
+    def list_state(self, name: str) -> ListState:
+        lookup(self.operator_id, self.descriptors, name, "list")
+        return self._stores[name]  # type: ignore[return-value]
+
+    def entries(self, key_group: int) -> Iterator[tuple[str, Key, Any]]:
+        g = check_key_group(key_group, self.max_parallelism)
+        for name, store in self._stores.items():
+            for key, value in store.groups[g].items():
+                yield name, key, (dict(value) if isinstance(value, dict) else
+                                  list(value) if isinstance(value, list) else value)
+
+    def clear(self) -> None:
+        for store in self._stores.values():
+            store.clear_all()
+
+    def commit(self, checkpoint_id: int) -> None:
+        self._committed = int(checkpoint_id)
+
+    @property
+    def committed_checkpoint(self) -> int | None:
+        return self._committed
+
+    def close(self) -> None:
+        self.clear()
+
+    # -- snapshot and restore ----------------------------------------------------------------------
+
+    def snapshot(self, directory: str | Path) -> list[Path]:
+        directory = Path(directory)
+        files = []
+        for index, (name, store) in enumerate(self._stores.items()):
+            table = _to_table(store, self.operator_id, self.max_parallelism)
+            path = directory / f"{_quote(self.operator_id)}.{index}.{_quote(name)}.arrow"
+            with pa.OSFile(str(path), "wb") as sink, pa.ipc.new_file(sink, table.schema) as writer:
+                writer.write_table(table)
+            files.append(path)
+        return files
+
+    def restore(self, files: Sequence[str | Path], *, key_groups: Collection[int] | None = None) -> None:
+        tables = [_read_table(Path(f), self.descriptors, self.max_parallelism) for f in files]
+        self.clear()
+        wanted = None if key_groups is None else pa.array(sorted(set(key_groups)), pa.int32())
+        for name, table in tables:
+            if wanted is not None:
+                table = table.filter(pc.is_in(table[KEY_GROUP], value_set=wanted))
+            _load(self._stores[name], table)
+
+
+def _quote(text: str) -> str:
+    return urllib.parse.quote(text, safe="-_")
+
+
+def _table_schema(d: StateDescriptor) -> list[pa.Field]:
+    fields = [*d.key_schema, pa.field(KEY_GROUP, pa.int32(), nullable=False)]
+    if isinstance(d, ValueStateDescriptor):
+        fields.append(pa.field(VALUE, d.value_type))
+    elif isinstance(d, MapStateDescriptor):
+        fields += [pa.field(USER_KEY, d.user_key_type), pa.field(VALUE, d.value_type)]
+    else:
+        fields.append(pa.field(VALUE, pa.list_(d.element_type)))
+    return fields
+
+
+def _to_table(store: _Store, operator_id: str, max_parallelism: int) -> pa.Table:
+    d = store.descriptor
+    keys: list[Key] = []
+    groups: list[int] = []
+    user_keys: list[Any] = []
+    values: list[Any] = []
+    for g, entries in enumerate(store.groups):
+        for k, v in entries.items():
+            if isinstance(d, MapStateDescriptor):
+                for uk, uv in v.items():
+                    keys.append(k)
+                    groups.append(g)
+                    user_keys.append(uk)
+                    values.append(uv)
+            else:
+                keys.append(k)
+                groups.append(g)
+                values.append(v)
+    columns = [*store.keys.arrays(keys), pa.array(np.asarray(groups, dtype=np.int32), pa.int32())]
+    fields = _table_schema(d)
+    if isinstance(d, MapStateDescriptor):
+        columns.append(codec.from_pylist(user_keys, d.user_key_type))
+    columns.append(codec.from_pylist(values, fields[-1].type))
+    metadata = {
+        "clink.state.format": SNAPSHOT_FORMAT,
+        "clink.state.backend": "memory",
+        "clink.state.operator": operator_id,
+        "clink.state.name": d.name,
+        "clink.state.signature": d.signature(),
+        "clink.state.max_parallelism": str(max_parallelism),
+    }
+    return pa.Table.from_arrays(columns, schema=pa.schema(fields, metadata=metadata))
+
+
+def _read_table(path: Path, descriptors: dict[str, StateDescriptor], max_parallelism: int) -> tuple[str, pa.Table]:
+    try:
+        with pa.memory_map(str(path)) as source:
+            table = pa.ipc.open_file(source).read_all()
+    except (pa.ArrowInvalid, OSError) as e:
+        raise IncompatibleState(f"{path} is not a readable memory-state snapshot: {e}") from e
+    meta = {k.decode(): v.decode() for k, v in (table.schema.metadata or {}).items()}
+    if meta.get("clink.state.backend") != "memory" or meta.get("clink.state.format") != SNAPSHOT_FORMAT:
+        raise IncompatibleState(f"{path} is not a memory-state snapshot of format {SNAPSHOT_FORMAT} "
+                                f"(backend {meta.get('clink.state.backend')!r}, "
+                                f"format {meta.get('clink.state.format')!r})")
+    name = meta.get("clink.state.name", "")
+    d = descriptors.get(name)
+    if d is None:
+        raise IncompatibleState(f"{path} holds state {name!r}, which the operator does not declare "
+                                f"(it declares {sorted(descriptors)})")
+    if meta.get("clink.state.signature") != d.signature():
+        raise IncompatibleState(f"state {name!r} in {path} was stored as {meta.get('clink.state.signature')}, "
+                                f"but the operator declares {d.signature()}")
+    if meta.get("clink.state.max_parallelism") != str(max_parallelism):
+        raise IncompatibleState(f"{path} was written with max_parallelism "
+                                f"{meta.get('clink.state.max_parallelism')}, this state has {max_parallelism}")
+    return name, table
+
+
+def _load(store: _Store, table: pa.Table) -> None:
+    d = store.descriptor
+    width = len(d.key_schema)
+    key_lists = [codec.to_pylist(table.column(i)) for i in range(width)]
+    keys = [store.keys.key(k) for k in zip(*key_lists, strict=True)] if key_lists else []
+    groups = table[KEY_GROUP].to_pylist()
+    values = codec.to_pylist(table[VALUE])
+    dicts = store.groups
+    if isinstance(d, MapStateDescriptor):
+        user_keys = codec.to_pylist(table[USER_KEY])
+        uk = store.user_keys  # type: ignore[attr-defined]
+        for g, k, u, v in zip(groups, keys, user_keys, values, strict=True):
+            dicts[g].setdefault(k, {})[uk.key((u,))[0]] = v
+    elif isinstance(d, ListStateDescriptor):
+        for g, k, v in zip(groups, keys, values, strict=True):
+            if v:
+                dicts[g].setdefault(k, []).extend(v)
+    else:
+        for g, k, v in zip(groups, keys, values, strict=True):
+            if v is not None:
+                dicts[g][k] = v

@@ -1,0 +1,677 @@
+"""The ``sqlite`` state backend: one SQLite database per operator, behind a write-back cache.
+
+Layout of ``<directory>/<operator id, percent-quoted>.sqlite`` (WAL journal, ``synchronous=FULL``):
+
+- ``clink_meta(name, value)``: ``layout`` and ``codec`` format versions, ``operator``,
+  ``max_parallelism``, ``committed_checkpoint``;
+- ``clink_states(name, tbl, signature)``: each state's table and its declared kind and types;
+- one table per state, keys and values as ``codec`` blobs (keys canonical, so equal keys are equal
+  bytes), each with an index on ``kg`` (the key group) for per-group iteration and rescale:
+
+  - value state ``(kg, k, v)``, primary key ``k``;
+  - map state ``(kg, k, uk, v)``, primary key ``(k, uk)``;
+  - list state ``(kg, k, seq, v)``, primary key ``(k, seq)``, ``seq`` the position.
+
+Reads and writes go through an LRU cache of at most ``cache_entries`` entries (a value-state key
+counts 1, a map-state key 1 + its entries, a list-state key 1 + its elements appended since they
+were last written); dirty entries are written when evicted. Everything written since the last
+``commit`` sits in one open transaction, so the database file always holds the state as of the
+last commit: ``commit`` writes the dirty entries and the checkpoint id and commits, durably.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sqlite3
+import urllib.parse
+from collections import OrderedDict
+from collections.abc import Collection, Iterable, Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+
+from clink.runtime.state import codec
+from clink.runtime.state.backend import (
+    IncompatibleState,
+    Key,
+    KeyColumns,
+    KeyHelper,
+    ListState,
+    ListStateDescriptor,
+    MapState,
+    MapStateDescriptor,
+    OperatorState,
+    StateBackend,
+    StateDescriptor,
+    ValueState,
+    ValueStateDescriptor,
+    check_key_group,
+    descriptor_map,
+    lookup,
+    values_array,
+)
+from clink.runtime.state.keygroups import DEFAULT_MAX_PARALLELISM
+
+__all__ = ["SqliteOperatorState", "SqliteStateBackend"]
+
+#: Version of the table layout (``clink_meta.layout``).
+LAYOUT_VERSION = "1"
+#: Parameters per statement stay below SQLite's default limit (32766 since 3.32).
+_CHUNK = 500
+
+
+class SqliteStateBackend(StateBackend):
+    """Durable keyed state in SQLite files under ``directory``, larger than memory.
+
+    ``cache_entries`` bounds the write-back cache (see the module docstring); a single batch may
+    exceed it while it is processed. ``page_cache_kib`` is SQLite's own page cache per database.
+    """
+
+    def __init__(self, directory: str | Path, *, cache_entries: int = 100_000,
+                 max_parallelism: int = DEFAULT_MAX_PARALLELISM, page_cache_kib: int = 65_536) -> None:
+        if max_parallelism <= 0:
+            raise ValueError(f"max_parallelism must be positive, got {max_parallelism}")
+        if cache_entries < 0:
+            raise ValueError(f"cache_entries must be at least 0, got {cache_entries}")
+        self.directory = Path(directory)
+        self.cache_entries = cache_entries
+        self.max_parallelism = max_parallelism
+        self.page_cache_kib = page_cache_kib
+
+    def path_of(self, operator_id: str) -> Path:
+        """The database file of ``operator_id``."""
+        return self.directory / f"{urllib.parse.quote(operator_id, safe='-_')}.sqlite"
+
+    def open(self, operator_id: str, descriptors: Iterable[StateDescriptor]) -> SqliteOperatorState:
+        self.directory.mkdir(parents=True, exist_ok=True)
+        return SqliteOperatorState(self.path_of(operator_id), operator_id, descriptor_map(operator_id, descriptors),
+                                   max_parallelism=self.max_parallelism, cache_entries=self.cache_entries,
+                                   page_cache_kib=self.page_cache_kib)
+
+
+class _Table:
+    """One state's table, codecs and handle logic; entries live in the operator's shared cache."""
+
+    def __init__(self, owner: SqliteOperatorState, index: int, tbl: str, descriptor: StateDescriptor) -> None:
+        self.owner = owner
+        self.index = index
+        self.tbl = tbl
+        self.descriptor = descriptor
+        self.keys = KeyHelper(descriptor.key_schema, owner.max_parallelism)
+        self.encode_key = codec.row_encoder(descriptor.key_schema.types, canonical=True)
+        self.decode_key = codec.row_decoder(descriptor.key_schema.types)
+
+    def ckey(self, key: Any) -> tuple[int, Key]:
+        return (self.index, self.keys.key(key))
+
+
+class _SqliteValueState(_Table, ValueState):
+    """Cache entry: ``[key group, value or None]``."""
+
+    descriptor: ValueStateDescriptor
+
+    def __init__(self, owner: SqliteOperatorState, index: int, tbl: str, descriptor: ValueStateDescriptor) -> None:
+        super().__init__(owner, index, tbl, descriptor)
+        self.encode_value = codec.encoder(descriptor.value_type)
+        self.decode_value = codec.decoder(descriptor.value_type)
+
+    def get(self, key: Any) -> Any:
+        owner = self.owner
+        ck = self.ckey(key)
+        entry = owner.touch(ck)
+        if entry is None:
+            row = owner.conn.execute(f"SELECT v FROM {self.tbl} WHERE k = ?", (self.encode_key(ck[1]),)).fetchone()
+            entry = [self.keys.group(ck[1]), None if row is None else self.decode_value(row[0])]
+            owner.add(ck, entry, 1, dirty=False)
+        return entry[1]
+
+    def put(self, key: Any, value: Any) -> None:
+        self.owner.write_values(self, [self.ckey(key)], None, [value])
+
+    def delete(self, key: Any) -> None:
+        self.put(key, None)
+
+    def get_many(self, keys: KeyColumns) -> pa.Array:
+        owner = self.owner
+        tuples, groups = self.keys.batch(keys)
+        index = self.index
+        cache = owner.cache
+        out: list[Any] = [None] * len(tuples)
+        missing: dict[Key, list[int]] = {}
+        missing_groups: dict[Key, int] = {}
+        for i, (k, g) in enumerate(zip(tuples, groups.tolist())):
+            entry = cache.get((index, k))
+            if entry is not None:
+                cache.move_to_end((index, k))
+                out[i] = entry[1]
+            else:
+                rows = missing.get(k)
+                if rows is None:
+                    missing[k] = [i]
+                    missing_groups[k] = g
+                else:
+                    rows.append(i)
+        if missing:
+            blobs = {self.encode_key(k): k for k in missing}
+            found: dict[Key, Any] = {}
+            items = list(blobs)
+            for lo in range(0, len(items), _CHUNK):
+                chunk = items[lo:lo + _CHUNK]
+                sql = f"SELECT k, v FROM {self.tbl} WHERE k IN ({','.join('?' * len(chunk))})"
+                for kb, vb in owner.conn.execute(sql, chunk):
+                    found[blobs[kb]] = self.decode_value(vb)
+            for k, rows in missing.items():
+                value = found.get(k)
+                for i in rows:
+                    out[i] = value
+                owner.add((index, k), [missing_groups[k], value], 1, dirty=False, evict=False)
+            owner.evict()
+        return codec.from_pylist(out, self.descriptor.value_type)
+
+    def put_many(self, keys: KeyColumns, values: pa.Array | pa.ChunkedArray) -> None:
+        tuples, groups = self.keys.batch(keys)
+        new = codec.to_pylist(values_array(values, self.descriptor.value_type, len(tuples)))
+        index = self.index
+        self.owner.write_values(self, [(index, k) for k in tuples], groups.tolist(), new)
+
+    def flush(self, entries: list[tuple[Key, list]]) -> None:
+        conn = self.owner.conn
+        upserts = [(e[0], self.encode_key(k), self.encode_value(e[1])) for k, e in entries if e[1] is not None]
+        deletes = [(self.encode_key(k),) for k, e in entries if e[1] is None]
+        if upserts:
+            upserts.sort(key=_second)  # in key order, so the B-tree is written page by page
+            conn.executemany(f"INSERT OR REPLACE INTO {self.tbl} (kg, k, v) VALUES (?, ?, ?)", upserts)
+        if deletes:
+            conn.executemany(f"DELETE FROM {self.tbl} WHERE k = ?", deletes)
+
+    def scan(self, key_group: int) -> Iterator[tuple[Key, Any]]:
+        for kb, vb in self.owner.conn.execute(f"SELECT k, v FROM {self.tbl} WHERE kg = ?", (key_group,)).fetchall():
+            yield self.keys.key(self.decode_key(kb)), self.decode_value(vb)
+
+
+class _SqliteMapState(_Table, MapState):
+    """Cache entry: ``[key group, {user key: value} (the whole map), changed user keys, cleared]``."""
+
+    descriptor: MapStateDescriptor
+
+    def __init__(self, owner: SqliteOperatorState, index: int, tbl: str, descriptor: MapStateDescriptor) -> None:
+        super().__init__(owner, index, tbl, descriptor)
+        self.user_keys = KeyHelper(pa.schema([("user_key", descriptor.user_key_type)]), owner.max_parallelism)
+        self.encode_uk = codec.encoder(descriptor.user_key_type, canonical=True)
+        self.decode_uk = codec.decoder(descriptor.user_key_type)
+        self.encode_value = codec.encoder(descriptor.value_type)
+        self.decode_value = codec.decoder(descriptor.value_type)
+
+    def _uk(self, user_key: Any) -> Any:
+        return self.user_keys.key((user_key,))[0]
+
+    def _entry(self, key: Any) -> tuple[tuple[int, Key], list]:
+        owner = self.owner
+        ck = self.ckey(key)
+        entry = owner.touch(ck)
+        if entry is None:
+            rows = owner.conn.execute(f"SELECT uk, v FROM {self.tbl} WHERE k = ?", (self.encode_key(ck[1]),))
+            items = {self._uk(self.decode_uk(ub)): self.decode_value(vb) for ub, vb in rows}
+            entry = [self.keys.group(ck[1]), items, set(), False]
+            owner.add(ck, entry, 1 + len(items), dirty=False)
+        return ck, entry
+
+    def get(self, key: Any, user_key: Any) -> Any:
+        return self._entry(key)[1][1].get(self._uk(user_key))
+
+    def contains(self, key: Any, user_key: Any) -> bool:
+        return self._uk(user_key) in self._entry(key)[1][1]
+
+    def put(self, key: Any, user_key: Any, value: Any) -> None:
+        ck, entry = self._entry(key)
+        uk = self._uk(user_key)
+        grew = uk not in entry[1]
+        entry[1][uk] = value
+        entry[2].add(uk)
+        self.owner.changed(ck, 1 if grew else 0)
+
+    def remove(self, key: Any, user_key: Any) -> None:
+        ck, entry = self._entry(key)
+        uk = self._uk(user_key)
+        if uk in entry[1]:
+            del entry[1][uk]
+            entry[2].add(uk)
+            self.owner.changed(ck, -1)
+
+    def items(self, key: Any) -> list[tuple[Any, Any]]:
+        return list(self._entry(key)[1][1].items())
+
+    def clear(self, key: Any) -> None:
+        ck, entry = self._entry(key)
+        removed = len(entry[1])
+        entry[1], entry[2], entry[3] = {}, set(), True
+        self.owner.changed(ck, -removed)
+
+    def flush(self, entries: list[tuple[Key, list]]) -> None:
+        conn = self.owner.conn
+        clears, upserts, deletes = [], [], []
+        for k, (g, items, changed, cleared) in entries:
+            kb = self.encode_key(k)
+            if cleared:
+                clears.append((kb,))
+                upserts += [(g, kb, self.encode_uk(uk), self.encode_value(v)) for uk, v in items.items()]
+            else:
+                for uk in changed:
+                    if uk in items:
+                        upserts.append((g, kb, self.encode_uk(uk), self.encode_value(items[uk])))
+                    else:
+                        deletes.append((kb, self.encode_uk(uk)))
+        if clears:
+            conn.executemany(f"DELETE FROM {self.tbl} WHERE k = ?", clears)
+        if deletes:
+            conn.executemany(f"DELETE FROM {self.tbl} WHERE k = ? AND uk = ?", deletes)
+        if upserts:
+            conn.executemany(f"INSERT OR REPLACE INTO {self.tbl} (kg, k, uk, v) VALUES (?, ?, ?, ?)", upserts)
+        for _, entry in entries:  # the entry stays cached and now matches the table
+            entry[2], entry[3] = set(), False
+
+    def scan(self, key_group: int) -> Iterator[tuple[Key, Any]]:
+        rows = self.owner.conn.execute(f"SELECT k, uk, v FROM {self.tbl} WHERE kg = ? ORDER BY k", (key_group,))
+        current: bytes | None = None
+        items: dict[Any, Any] = {}
+        for kb, ub, vb in rows.fetchall():
+            if kb != current:
+                if current is not None:
+                    yield self.keys.key(self.decode_key(current)), items
+                current, items = kb, {}
+            items[self._uk(self.decode_uk(ub))] = self.decode_value(vb)
+        if current is not None:
+            yield self.keys.key(self.decode_key(current)), items
+
+
+class _SqliteListState(_Table, ListState):
+    """Cache entry: ``[key group, cleared, elements appended since the table was written]``. The
+    stored elements are not cached: appending never reads them."""
+
+    descriptor: ListStateDescriptor
+
+    def __init__(self, owner: SqliteOperatorState, index: int, tbl: str, descriptor: ListStateDescriptor) -> None:
+        super().__init__(owner, index, tbl, descriptor)
+        self.encode_value = codec.encoder(descriptor.element_type)
+        self.decode_value = codec.decoder(descriptor.element_type)
+
+    def _entry(self, key: Any) -> tuple[tuple[int, Key], list]:
+        owner = self.owner
+        ck = self.ckey(key)
+        entry = owner.touch(ck)
+        if entry is None:
+            entry = [self.keys.group(ck[1]), False, []]
+            owner.add(ck, entry, 1, dirty=False)
+        return ck, entry
+
+    def append(self, key: Any, value: Any) -> None:
+        self.extend(key, [value])
+
+    def extend(self, key: Any, values: Iterable[Any]) -> None:
+        values = list(values)
+        if values:
+            ck, entry = self._entry(key)
+            entry[2].extend(values)
+            self.owner.changed(ck, len(values))
+
+    def get(self, key: Any) -> list[Any]:
+        ck = self.ckey(key)
+        entry = self.owner.touch(ck)
+        if entry is not None and entry[1]:
+            return list(entry[2])
+        rows = self.owner.conn.execute(f"SELECT v FROM {self.tbl} WHERE k = ? ORDER BY seq", (self.encode_key(ck[1]),))
+        stored = [self.decode_value(vb) for (vb,) in rows]
+        return stored + entry[2] if entry is not None else stored
+
+    def clear(self, key: Any) -> None:
+        ck, entry = self._entry(key)
+        removed = len(entry[2])
+        entry[1], entry[2] = True, []
+        self.owner.changed(ck, -removed)
+
+    def flush(self, entries: list[tuple[Key, list]]) -> None:
+        conn = self.owner.conn
+        clears, inserts = [], []
+        for k, entry in entries:
+            g, cleared, pending = entry
+            kb = self.encode_key(k)
+            if cleared:
+                clears.append((kb,))
+                start = 0
+            else:
+                (start,) = conn.execute(f"SELECT COALESCE(MAX(seq) + 1, 0) FROM {self.tbl} WHERE k = ?",
+                                        (kb,)).fetchone()
+            inserts += [(g, kb, start + i, self.encode_value(v)) for i, v in enumerate(pending)]
+        if clears:
+            conn.executemany(f"DELETE FROM {self.tbl} WHERE k = ?", clears)
+        if inserts:
+            conn.executemany(f"INSERT INTO {self.tbl} (kg, k, seq, v) VALUES (?, ?, ?, ?)", inserts)
+        for _, entry in entries:
+            entry[1], entry[2] = False, []
+
+    def scan(self, key_group: int) -> Iterator[tuple[Key, Any]]:
+        rows = self.owner.conn.execute(f"SELECT k, v FROM {self.tbl} WHERE kg = ? ORDER BY k, seq", (key_group,))
+        current: bytes | None = None
+        values: list[Any] = []
+        for kb, vb in rows.fetchall():
+            if kb != current:
+                if current is not None:
+                    yield self.keys.key(self.decode_key(current)), values
+                current, values = kb, []
+            values.append(self.decode_value(vb))
+        if current is not None:
+            yield self.keys.key(self.decode_key(current)), values
+
+
+_COLUMNS = {
+    "value": ("kg INTEGER NOT NULL, k BLOB NOT NULL, v BLOB NOT NULL, PRIMARY KEY (k)", "kg, k, v"),
+    "map": ("kg INTEGER NOT NULL, k BLOB NOT NULL, uk BLOB NOT NULL, v BLOB NOT NULL, PRIMARY KEY (k, uk)",
+            "kg, k, uk, v"),
+    "list": ("kg INTEGER NOT NULL, k BLOB NOT NULL, seq INTEGER NOT NULL, v BLOB NOT NULL, PRIMARY KEY (k, seq)",
+             "kg, k, seq, v"),
+}
+_KINDS: dict[str, type[_Table]] = {"value": _SqliteValueState, "map": _SqliteMapState, "list": _SqliteListState}
+
+
+class SqliteOperatorState(OperatorState):
+    """The states of one operator in one SQLite database (see the module docstring)."""
+
+    def __init__(self, path: Path, operator_id: str, descriptors: dict[str, StateDescriptor], *,
+                 max_parallelism: int, cache_entries: int, page_cache_kib: int) -> None:
+        self.path = path
+        self.operator_id = operator_id
+        self.descriptors = descriptors
+        self.max_parallelism = max_parallelism
+        self.cache_entries = cache_entries
+        #: (state index, key) -> entry; least recently used first.
+        self.cache: OrderedDict[tuple[int, Key], list] = OrderedDict()
+        self._sizes: dict[tuple[int, Key], int] = {}
+        self._size = 0
+        self._dirty: set[tuple[int, Key]] = set()
+        self._in_transaction = False
+        # A URI connection, so that ATTACH (in restore) accepts read-only URIs.
+        self.conn = sqlite3.connect(path.resolve().as_uri(), uri=True, isolation_level=None)
+        try:
+            self.conn.execute("PRAGMA journal_mode=WAL")
+            self.conn.execute("PRAGMA synchronous=FULL")
+            self.conn.execute(f"PRAGMA cache_size=-{int(page_cache_kib)}")
+            self._tables = self._open_tables()
+        except BaseException:
+            self.conn.close()
+            raise
+
+    def _open_tables(self) -> list[_Table]:
+        conn = self.conn
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            conn.execute("CREATE TABLE IF NOT EXISTS clink_meta (name TEXT PRIMARY KEY, value TEXT)")
+            conn.execute("CREATE TABLE IF NOT EXISTS clink_states (name TEXT PRIMARY KEY, tbl TEXT NOT NULL, "
+                         "signature TEXT NOT NULL)")
+            meta = dict(conn.execute("SELECT name, value FROM clink_meta"))
+            expected = {"layout": LAYOUT_VERSION, "codec": str(codec.FORMAT_VERSION), "operator": self.operator_id,
+                        "max_parallelism": str(self.max_parallelism)}
+            if not meta:
+                conn.executemany("INSERT INTO clink_meta VALUES (?, ?)", [*expected.items(), ("committed_checkpoint", None)])
+            else:
+                _check_meta(meta, expected, str(self.path))
+            stored = {name: (tbl, sig) for name, tbl, sig in conn.execute("SELECT name, tbl, signature FROM clink_states")}
+            tables = []
+            for index, (name, d) in enumerate(self.descriptors.items()):
+                if name in stored:
+                    tbl, sig = stored[name]
+                    if sig != d.signature():
+                        raise IncompatibleState(f"state {name!r} of operator {self.operator_id!r} is stored in "
+                                                f"{self.path} as {sig}, but the operator declares {d.signature()}")
+                else:
+                    tbl = f"s{len(stored)}"
+                    stored[name] = (tbl, d.signature())
+                    conn.execute("INSERT INTO clink_states VALUES (?, ?, ?)", (name, tbl, d.signature()))
+                    conn.execute(f"CREATE TABLE {tbl} ({_COLUMNS[d.kind][0]}) WITHOUT ROWID")
+                    conn.execute(f"CREATE INDEX {tbl}_kg ON {tbl} (kg)")
+                tables.append(_KINDS[d.kind](self, index, tbl, d))  # type: ignore[arg-type]
+            conn.execute("COMMIT")
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+        return tables
+
+    # -- the cache -----------------------------------------------------------------------------------
+
+    def touch(self, ck: tuple[int, Key]) -> list | None:
+        """The cached entry of ``ck`` (now the most recently used), or None."""
+        entry = self.cache.get(ck)
+        if entry is not None:
+            self.cache.move_to_end(ck)
+        return entry
+
+    def add(self, ck: tuple[int, Key], entry: list, size: int, *, dirty: bool, evict: bool = True) -> None:
+        self.cache[ck] = entry
+        self._size += size - self._sizes.get(ck, 0)
+        self._sizes[ck] = size
+        if dirty:
+            self._dirty.add(ck)
+        if evict:
+            self.evict()
+
+    def changed(self, ck: tuple[int, Key], grew: int) -> None:
+        """Entry ``ck`` (just touched) was modified and holds ``grew`` more items."""
+        self._dirty.add(ck)
+        self._size += grew
+        self._sizes[ck] += grew
+        self.evict()
+
+    def write_values(self, table: _SqliteValueState, cks: list[tuple[int, Key]], groups: list[int] | None,
+                     values: list[Any]) -> None:
+        cache, sizes, dirty = self.cache, self._sizes, self._dirty
+        for i, (ck, value) in enumerate(zip(cks, values, strict=True)):
+            entry = cache.get(ck)
+            if entry is None:
+                g = table.keys.group(ck[1]) if groups is None else groups[i]
+                cache[ck] = [g, value]
+                sizes[ck] = 1
+                self._size += 1
+            else:
+                cache.move_to_end(ck)
+                entry[1] = value
+            dirty.add(ck)
+        self.evict()
+
+    def evict(self) -> None:
+        """Drop least recently used entries until the cache fits, writing the dirty ones."""
+        if self._size <= self.cache_entries:
+            return
+        cache, sizes, dirty = self.cache, self._sizes, self._dirty
+        writes: dict[int, list[tuple[Key, list]]] = {}
+        while self._size > self.cache_entries and len(cache) > 1:  # the entry in use stays
+            ck, entry = cache.popitem(last=False)
+            self._size -= sizes.pop(ck)
+            if ck in dirty:
+                dirty.discard(ck)
+                writes.setdefault(ck[0], []).append((ck[1], entry))
+        self._write(writes)
+
+    def _write(self, writes: dict[int, list[tuple[Key, list]]]) -> None:
+        if not writes:
+            return
+        if not self._in_transaction:
+            self.conn.execute("BEGIN")
+            self._in_transaction = True
+        for index, entries in writes.items():
+            self._tables[index].flush(entries)  # type: ignore[attr-defined]
+
+    def _flush_all(self) -> None:
+        """Write every dirty entry (they stay cached, now clean); list entries are dropped, since
+        a clean one holds nothing."""
+        writes: dict[int, list[tuple[Key, list]]] = {}
+        for ck in self._dirty:
+            writes.setdefault(ck[0], []).append((ck[1], self.cache[ck]))
+        self._dirty.clear()
+        self._write(writes)
+        for index, entries in writes.items():
+            if isinstance(self._tables[index], _SqliteListState):
+                for k, _ in entries:
+                    self._size -= self._sizes.pop((index, k))
+                    del self.cache[(index, k)]
+
+    def _begin(self) -> None:
+        if not self._in_transaction:
+            self.conn.execute("BEGIN")
+            self._in_transaction = True
+
+    def _commit(self, checkpoint_id: int | None, *, set_id: bool) -> None:
+        self._flush_all()
+        self._begin()
+        if set_id:
+            self.conn.execute("UPDATE clink_meta SET value = ? WHERE name = 'committed_checkpoint'",
+                              (None if checkpoint_id is None else str(checkpoint_id),))
+        self.conn.execute("COMMIT")
+        self._in_transaction = False
+
+    def _drop_cache(self) -> None:
+        self.cache.clear()
+        self._sizes.clear()
+        self._dirty.clear()
+        self._size = 0
+
+    # -- the contract ----------------------------------------------------------------------------------
+
+    def _handle(self, name: str, kind: str) -> Any:
+        lookup(self.operator_id, self.descriptors, name, kind)
+        return self._tables[list(self.descriptors).index(name)]
+
+    def value_state(self, name: str) -> ValueState:
+        return self._handle(name, "value")
+
+    def map_state(self, name: str) -> MapState:
+        return self._handle(name, "map")
+
+    def list_state(self, name: str) -> ListState:
+        return self._handle(name, "list")
+
+    def entries(self, key_group: int) -> Iterator[tuple[str, Key, Any]]:
+        g = check_key_group(key_group, self.max_parallelism)
+        self._flush_all()
+        for table in self._tables:
+            for key, value in table.scan(g):  # type: ignore[attr-defined]
+                yield table.descriptor.name, key, value
+
+    def clear(self) -> None:
+        self._drop_cache()
+        self._begin()
+        for table in self._tables:
+            self.conn.execute(f"DELETE FROM {table.tbl}")
+
+    def commit(self, checkpoint_id: int) -> None:
+        self._commit(int(checkpoint_id), set_id=True)
+
+    @property
+    def committed_checkpoint(self) -> int | None:
+        (value,) = self.conn.execute("SELECT value FROM clink_meta WHERE name = 'committed_checkpoint'").fetchone()
+        return None if value is None else int(value)
+
+    def snapshot(self, directory: str | Path) -> list[Path]:
+        if self._dirty or self._in_transaction:
+            # Changes since the last commit go into the file too; the database then no longer
+            # holds the state of a checkpoint, which the missing id records.
+            self._commit(None, set_id=True)
+        target = Path(directory) / self.path.name
+        target.unlink(missing_ok=True)
+        copy = sqlite3.connect(str(target))
+        try:
+            self.conn.backup(copy)
+            copy.execute("PRAGMA journal_mode=DELETE")  # one self-contained file, no -wal beside it
+        finally:
+            copy.close()
+        with open(target, "rb+") as f:
+            os.fsync(f.fileno())
+        return [target]
+
+    def restore(self, files: Sequence[str | Path], *, key_groups: Collection[int] | None = None) -> None:
+        conn = self.conn
+        if self._in_transaction:
+            conn.execute("ROLLBACK")
+            self._in_transaction = False
+        self._drop_cache()
+        by_name = {t.descriptor.name: t for t in self._tables}
+        filter_sql, params = "", []
+        if key_groups is not None:
+            groups = sorted({check_key_group(g, self.max_parallelism) for g in key_groups})
+            filter_sql = f" WHERE kg IN ({','.join('?' * len(groups))})"
+            params = groups
+        # Checked before anything is removed, so a bad file leaves the state as it was.
+        plans = [self._read_snapshot(Path(f), by_name) for f in files]
+        conn.execute("BEGIN")
+        try:
+            for table in self._tables:
+                conn.execute(f"DELETE FROM {table.tbl}")
+            conn.execute("UPDATE clink_meta SET value = NULL WHERE name = 'committed_checkpoint'")
+            conn.execute("COMMIT")
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+        for path, copies, _ in plans:
+            conn.execute("ATTACH DATABASE ? AS snap", (_read_only_uri(path),))
+            try:
+                conn.execute("BEGIN")
+                for src, table in copies:
+                    cols = _COLUMNS[table.descriptor.kind][1]
+                    conn.execute(f"INSERT OR REPLACE INTO main.{table.tbl} ({cols}) "
+                                 f"SELECT {cols} FROM snap.{src}{filter_sql}", params)
+                conn.execute("COMMIT")
+            except BaseException:
+                conn.execute("ROLLBACK")
+                raise
+            finally:
+                conn.execute("DETACH DATABASE snap")
+        ids = {checkpoint for _, _, checkpoint in plans}
+        if len(ids) == 1 and None not in ids:  # the state is that of one checkpoint
+            conn.execute("UPDATE clink_meta SET value = ? WHERE name = 'committed_checkpoint'", (ids.pop(),))
+
+    def _read_snapshot(self, path: Path, by_name: dict[str, _Table]) -> tuple[Path, list[tuple[str, _Table]], str | None]:
+        """Check a snapshot file against this operator: which of its tables feed which of ours,
+        and the checkpoint it was committed at."""
+        try:
+            with contextlib.closing(sqlite3.connect(_read_only_uri(path), uri=True)) as snap:
+                meta = dict(snap.execute("SELECT name, value FROM clink_meta"))
+                states = snap.execute("SELECT name, tbl, signature FROM clink_states").fetchall()
+        except sqlite3.DatabaseError as e:
+            raise IncompatibleState(f"{path} is not a readable sqlite-state snapshot: {e}") from e
+        _check_meta(meta, {"layout": LAYOUT_VERSION, "codec": str(codec.FORMAT_VERSION),
+                           "max_parallelism": str(self.max_parallelism)}, str(path))
+        copies = []
+        for name, tbl, sig in states:
+            table = by_name.get(name)
+            if table is None:
+                raise IncompatibleState(f"{path} holds state {name!r}, which operator {self.operator_id!r} does "
+                                        f"not declare (it declares {sorted(by_name)})")
+            if sig != table.descriptor.signature():
+                raise IncompatibleState(f"state {name!r} in {path} was stored as {sig}, but operator "
+                                        f"{self.operator_id!r} declares {table.descriptor.signature()}")
+            copies.append((tbl, table))
+        return path, copies, meta.get("committed_checkpoint")
+
+    def close(self) -> None:
+        if self.conn is None:
+            return
+        if self._in_transaction:
+            self.conn.execute("ROLLBACK")
+            self._in_transaction = False
+        self._drop_cache()
+        self.conn.close()
+        self.conn = None  # type: ignore[assignment]
+
+
+def _second(row: tuple) -> Any:
+    return row[1]
+
+
+def _read_only_uri(path: Path) -> str:
+    return f"{path.resolve().as_uri()}?mode=ro"
+
+
+def _check_meta(meta: dict[str, str], expected: dict[str, str], where: str) -> None:
+    for name, value in expected.items():
+        if meta.get(name) != value:
+            raise IncompatibleState(f"{where} has {name} {meta.get(name)!r}, expected {value!r}")
