@@ -31,6 +31,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="a configuration setting, as SET 'KEY' = 'VALUE' would (repeatable)")
     p.add_argument("--progress", action="store_true", help="show rows in and out while running")
+    p.add_argument("--state-dir", metavar="DIR",
+                   help="keep checkpoints here, and resume from the newest valid one at start")
+    p.add_argument("--from-checkpoint", metavar="PATH", help="resume from this checkpoint directory")
 
     p = sub.add_parser("checkpoints", help="list the checkpoints in a state directory, and whether each is valid")
     p.add_argument("state_dir", help="the job's state directory")
@@ -169,7 +172,15 @@ def _run(args: argparse.Namespace, sources: dict[str, str]) -> int:
 
     for text in plan.explain:
         sys.stdout.write(text)
-    ctx = RuntimeContext(config=config)
+    import os
+
+    if args.from_checkpoint:
+        config["execution.savepoint.path"] = args.from_checkpoint
+        if not args.state_dir:
+            args.state_dir = str(Path(args.from_checkpoint).resolve().parent.parent)
+    if os.environ.get("CLINK_FAULT"):
+        config["test.fault-point"] = os.environ["CLINK_FAULT"]
+    ctx = RuntimeContext(config=config, state_dir=Path(args.state_dir) if args.state_dir else None)
     queries = [s for s in plan.sinks if s.connector == "collect"]
     collected: dict[str, list] = {q.table: [] for q in queries}
     printers: dict[str, object] = {}
@@ -190,6 +201,10 @@ def _run(args: argparse.Namespace, sources: dict[str, str]) -> int:
 
     ctx.on_result = deliver
     job = Job(plan, ctx)
+    for warning in job.warnings:
+        print(f"warning: {warning}", file=sys.stderr)
+    if job.metrics.restored_from is not None:
+        print(f"resuming from checkpoint {job.metrics.restored_from}", file=sys.stderr)
     # A table is shown at the end, so only for one bounded query on a terminal; otherwise stream.
     table_mode = sys.stdout.isatty() and len(queries) == 1 and not job.unbounded_sources
     if not table_mode:

@@ -10,6 +10,7 @@ collect_ignore_glob = ["golden/*/module.py"]  # goldens are data, not tests
 def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption("--update-golden", action="store_true",
                      help="rewrite golden files from the current output (then review the diff)")
+    parser.addoption("--soak", action="store_true", help="crash tests: hundreds of kill points instead of 20")
 
 
 @pytest.fixture

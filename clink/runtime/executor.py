@@ -181,10 +181,10 @@ class Job:
             # far, which is the point a checkpoint's barriers would align on.
             if self._checkpointing is not None and not self._ended and self._checkpointing.due():
                 self.checkpoint()
+            if len(self._ended) == len(self.plan.nodes):
+                self._finish()
         except BaseException as exc:
             self._fail(exc)
-        if len(self._ended) == len(self.plan.nodes):
-            self._finish()
         return progressed
 
     def checkpoint(self) -> int:
@@ -348,7 +348,10 @@ class Job:
         self._ended.add(node_id)
         node = self.plan.node(node_id)
         if isinstance(node, Sink):
-            self._writers[node_id].close()
+            if self._checkpointing is None:
+                self._writers[node_id].close()
+            # With checkpoints, the last output is committed by a final checkpoint (_finish), so a
+            # crash after the end does not replay it.
             self.refresh_metrics()
             return
         if isinstance(node, Source):
@@ -357,6 +360,10 @@ class Job:
         self._emit(node_id, EndOfInput())
 
     def _finish(self) -> None:
+        if self._checkpointing is not None:
+            self._checkpointing.take()
+            for writer in self._writers.values():
+                writer.close()
         self.finished = True
         self._close_readers()
         self.refresh_metrics()
@@ -387,12 +394,12 @@ class Job:
         raise exc
 
     def _abort(self) -> None:
-        for node_id, writer in self._writers.items():
-            if node_id not in self._ended:
-                try:
-                    writer.abort()
-                except Exception:  # noqa: BLE001 - the first failure is the one to report
-                    pass
+        # A writer that has closed already treats abort as a no-op.
+        for writer in self._writers.values():
+            try:
+                writer.abort()
+            except Exception:  # noqa: BLE001 - the first failure is the one to report
+                pass
         self._close_readers()
 
     def _close_readers(self) -> None:
@@ -427,6 +434,20 @@ class _Checkpointing:
         self.next_id = 1
         self.last_ms = job.ctx.clock()
         self.durations_ms: list[float] = []
+        # A named point of the checkpoint protocol at which to kill this process (crash tests):
+        # 'name:n' kills at the n-th time the point is reached.
+        fault = job.ctx.get("test.fault-point")
+        self.fault_point, _, count = (fault or "").partition(":")
+        self.fault_count = int(count or 1)
+
+    def fault(self, point: str) -> None:
+        if point == self.fault_point:
+            self.fault_count -= 1
+            if self.fault_count <= 0:
+                import os
+                import signal
+
+                os.kill(os.getpid(), signal.SIGKILL)
 
     @classmethod
     def configure(cls, job: Job) -> _Checkpointing | None:
@@ -462,6 +483,7 @@ class _Checkpointing:
         writer = self.store.begin(checkpoint_id, job.plan.fingerprint)
         for source_id in job._readers:
             job._emit(source_id, Barrier(checkpoint_id))
+        self.fault("after_barrier")
         positions = {}
         for node_id, reader in job._readers.items():
             position = reader.position()
@@ -483,10 +505,13 @@ class _Checkpointing:
             "input_watermarks": {str(k): {str(i): w for i, w in v.items()} for k, v in job._input_watermarks.items()},
         }
         writer.write_bytes("job.json", json.dumps(state, sort_keys=True).encode())
-        writer.complete()
+        self.fault("after_state_written_before_commit")
+        writer.complete(before_rename=lambda: self.fault("during_manifest_rename"))
+        self.fault("after_checkpoint_before_sink_commit")
         # The checkpoint exists: now its output may become visible.
         for node_id, w in job._writers.items():
             w.commit(checkpoint_id, handles[str(node_id)])
+            self.fault("during_sink_commit")
         self.store.prune()
         self.next_id += 1
         self.rows = 0
@@ -501,7 +526,12 @@ class _Checkpointing:
         import pyarrow.ipc as ipc
 
         job = self.job
-        info, warnings = self.store.latest(job.plan.fingerprint)
+        chosen = job.ctx.get("execution.savepoint.path")
+        if chosen:
+            info, _ = self.store.open(chosen, job.plan.fingerprint)
+            warnings = []
+        else:
+            info, warnings = self.store.latest(job.plan.fingerprint)
         job.warnings.extend(warnings)
         if info is None:
             # Nothing to resume from; output a crashed run left unfinished is discarded.

@@ -92,7 +92,7 @@ class CheckpointWriter:
         self.file(name).write_bytes(data)
         self.add(name)
 
-    def complete(self) -> CheckpointInfo:
+    def complete(self, *, before_rename=None) -> CheckpointInfo:
         """Write the manifest atomically; from now on the checkpoint exists."""
         manifest = {
             "format_version": FORMAT_VERSION,
@@ -108,6 +108,8 @@ class CheckpointWriter:
             json.dump(manifest, f, indent=1, sort_keys=True)
             f.flush()
             os.fsync(f.fileno())
+        if before_rename is not None:
+            before_rename()
         os.replace(temporary, self.path / MANIFEST)
         _fsync_dir(self.path)
         _fsync_dir(self.store.root)
@@ -181,6 +183,8 @@ class CheckpointStore:
     def open(self, path: str | Path, fingerprint: str) -> tuple[CheckpointInfo, dict]:
         """Verify a checkpoint and check that it belongs to this plan; return it and its manifest."""
         path = Path(path)
+        if not path.is_dir():
+            raise UsageError(f"no checkpoint at {path}")
         manifest = self._verified_manifest(path)
         if manifest.get("plan_fingerprint") != fingerprint:
             raise IncompatibleCheckpoint(

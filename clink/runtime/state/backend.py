@@ -35,7 +35,7 @@ import abc
 import math
 from collections.abc import Collection, Iterable, Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 
 import attrs
 import numpy as np
@@ -311,7 +311,7 @@ class OperatorState(abc.ABC):
     def close(self) -> None:
         """Release files and memory; uncommitted changes of a durable backend are lost."""
 
-    def __enter__(self) -> OperatorState:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -382,7 +382,7 @@ class KeyHelper:
             raise TypeError(f"expected a key tuple of {self.width} values ({_schema_text(self.schema)}), "
                             f"got {key!r}")
         if self._floats:
-            key = tuple(NAN if (i in self._floats and v is not None and v != v) else v
+            key = tuple(NAN if (i in self._floats and v is not None and math.isnan(v)) else v
                         for i, v in enumerate(key))
         return key
 
@@ -417,7 +417,7 @@ class KeyHelper:
         for i, col in enumerate(columns):
             values = codec.to_pylist(col)
             if i in self._floats and col.null_count < len(col):
-                values = [NAN if (v is not None and v != v) else v for v in values]
+                values = [NAN if (v is not None and math.isnan(v)) else v for v in values]
             lists.append(values)
         return list(zip(*lists, strict=True)) if lists else [], groups
 

@@ -276,7 +276,7 @@ def _float_writer(width: int, canonical: bool) -> Writer:
             return
         out.append(_PRESENT)
         if canonical:
-            if value != value:
+            if math.isnan(value):  # type: ignore[arg-type]
                 out += nan
                 return
             value = value + 0.0  # -0.0 + 0.0 is 0.0
@@ -298,7 +298,7 @@ def _timestamp_to_int(unit: str) -> Callable[[object], int]:
         if per_unit is None:
             raise TypeError(f"a timestamp[ns] value is an int of nanoseconds, got {value!r}")
         if value.tzinfo is not None:
-            value = value.astimezone(dt.timezone.utc).replace(tzinfo=None)
+            value = value.astimezone(dt.UTC).replace(tzinfo=None)
         micros = (value - _EPOCH) // _ONE_US
         return micros // per_unit  # floor, as Arrow's cast of a datetime does
 

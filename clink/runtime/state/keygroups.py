@@ -87,7 +87,8 @@ def _hash_binary(arr: pa.Array) -> np.ndarray:
     lo, hi = int(offsets[0]), int(offsets[-1])
     total = hi - lo
     if total == 0:
-        return _mix(lengths.view(np.uint64))
+        # Every value is empty: the byte sums are all zero; hash as the general path would.
+        return _mix(_U64(0) ^ _mix(lengths.view(np.uint64)))
     data = np.frombuffer(arr.buffers()[2], dtype=np.uint8, count=hi)[lo:]
     starts = offsets[:-1] - lo
     position = np.arange(total, dtype=np.int64) - np.repeat(starts, lengths)

@@ -1,0 +1,528 @@
+"""The keyed state contract, run against every backend; and the state codec.
+
+Each contract test takes ``make_backend``, which builds a fresh backend of one kind over a given
+directory: ``memory``, ``sqlite`` and ``sqlite-tiny-cache`` (a write-back cache of two entries, so
+nearly every operation evicts and reloads). Random operation sequences are checked against a
+plain dict model.
+"""
+
+from __future__ import annotations
+
+import copy
+import datetime as dt
+import math
+import tempfile
+from collections.abc import Callable, Iterator
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from clink.runtime.state import codec
+from clink.runtime.state.backend import (
+    IncompatibleState,
+    ListStateDescriptor,
+    MapStateDescriptor,
+    OperatorState,
+    StateBackend,
+    ValueStateDescriptor,
+)
+from clink.runtime.state.keygroups import key_groups
+from clink.runtime.state.memory import MemoryStateBackend
+from clink.runtime.state.sqlite import SqliteStateBackend
+
+MakeBackend = Callable[[Path], StateBackend]
+
+#: Few key groups, so that groups hold several keys and per-group iteration is exercised.
+MAX_PARALLELISM = 8
+
+BACKENDS: dict[str, MakeBackend] = {
+    "memory": lambda d: MemoryStateBackend(max_parallelism=MAX_PARALLELISM),
+    "sqlite": lambda d: SqliteStateBackend(d, max_parallelism=MAX_PARALLELISM),
+    "sqlite-tiny-cache": lambda d: SqliteStateBackend(d, cache_entries=2, max_parallelism=MAX_PARALLELISM),
+}
+
+KEY = pa.schema([("id", pa.int64()), ("name", pa.string())])
+COUNT = ValueStateDescriptor("count", KEY, pa.int64())
+SEEN = MapStateDescriptor("seen", KEY, pa.string(), pa.int64())
+EVENTS = ListStateDescriptor("events", KEY, pa.int64())
+DESCRIPTORS = [COUNT, SEEN, EVENTS]
+
+#: Hypothesis settings for the backend properties: few, short examples keep the file fast, and the
+#: factory fixture is stateless, so sharing it between examples is safe.
+PROPERTY = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+
+
+@pytest.fixture(params=list(BACKENDS))
+def make_backend(request: pytest.FixtureRequest) -> MakeBackend:
+    return BACKENDS[request.param]
+
+
+@pytest.fixture
+def state(make_backend: MakeBackend, tmp_path: Path) -> Iterator[OperatorState]:
+    with make_backend(tmp_path / "state").open("op-1", DESCRIPTORS) as s:
+        yield s
+
+
+def all_entries(state: OperatorState) -> dict[tuple[str, tuple], Any]:
+    out: dict[tuple[str, tuple], Any] = {}
+    for g in range(state.max_parallelism):
+        for name, key, value in state.entries(g):
+            assert (name, key) not in out, f"{name} {key} listed twice"
+            out[name, key] = value
+    return out
+
+
+# -- value state ----------------------------------------------------------------------------------
+
+
+def test_put_get_delete(state: OperatorState) -> None:
+    counts = state.value_state("count")
+    assert counts.get((1, "a")) is None
+    counts.put((1, "a"), 10)
+    counts.put((1, None), 11)
+    counts.put((None, None), 12)
+    assert counts.get((1, "a")) == 10 and counts.get((1, None)) == 11 and counts.get((None, None)) == 12
+    counts.put((1, "a"), 20)
+    assert counts.get((1, "a")) == 20
+    counts.delete((1, "a"))
+    counts.delete((5, "never there"))
+    assert counts.get((1, "a")) is None
+    counts.put((1, None), None)  # storing None deletes
+    assert all_entries(state) == {("count", (None, None)): 12}
+
+
+def test_a_bare_value_is_a_one_field_key(make_backend: MakeBackend, tmp_path: Path) -> None:
+    d = ValueStateDescriptor("v", [("k", pa.float64())], pa.string())
+    with make_backend(tmp_path / "s").open("op", [d]) as s:
+        v = s.value_state("v")
+        v.put(1.5, "x")
+        v.put(-0.0, "zero")
+        v.put(math.nan, "nan")
+        assert v.get((1.5,)) == "x"
+        assert v.get(0.0) == "zero"  # -0.0 and 0.0 are one key
+        assert v.get(float("nan")) == "nan"  # every NaN is one key
+        assert v.get_many(pa.array([0.0, math.nan, None, 1.5])).to_pylist() == ["zero", "nan", None, "x"]
+        with pytest.raises(TypeError, match="key tuple of 1"):
+            v.get((1.5, 2.0))
+
+
+def test_batch_forms_with_nulls_in_keys_and_values(state: OperatorState) -> None:
+    counts = state.value_state("count")
+    ids = pa.array([1, None, 2, 1, None, 3])
+    names = pa.array(["a", "b", None, "a", None, "c"])
+    counts.put_many([ids, names], pa.array([1, 2, 3, 4, 5, None]))
+    # (1, "a") appears twice: the last row wins; (3, "c") got NULL, so it has no value
+    assert counts.get((1, "a")) == 4
+    assert counts.get((None, "b")) == 2 and counts.get((2, None)) == 3 and counts.get((None, None)) == 5
+    got = counts.get_many([pa.array([None, 1, 3, 7, 2]), pa.array([None, "a", "c", "x", None])])
+    assert got.type == pa.int64()
+    assert got.to_pylist() == [5, 4, None, None, 3]
+    # a NULL value deletes, and chunked or differently typed key columns are accepted
+    counts.put_many([pa.chunked_array([[1], [None]]), pa.array(["a", "b"], pa.large_string())],
+                    pa.array([None, 9], pa.int32()))
+    assert counts.get_many([pa.array([1, None], pa.int32()), pa.array(["a", "b"])]).to_pylist() == [None, 9]
+    assert counts.get_many([pa.array([], pa.int64()), pa.array([], pa.string())]).to_pylist() == []
+
+
+def test_batch_and_scalar_forms_agree(state: OperatorState) -> None:
+    counts = state.value_state("count")
+    for i in range(50):
+        counts.put((i % 7, str(i % 3)), i)
+    ids, names = list(range(-2, 9)) * 3, [str(j) for j in range(3) for _ in range(11)]
+    got = counts.get_many([pa.array(ids), pa.array(names)]).to_pylist()
+    assert got == [counts.get((i, n)) for i, n in zip(ids, names)]
+
+
+def test_values_keep_their_declared_types(make_backend: MakeBackend, tmp_path: Path) -> None:
+    value_type = pa.struct([("sum", pa.decimal128(12, 2)), ("last", pa.timestamp("ms")),
+                            ("tags", pa.list_(pa.string()))])
+    d = ValueStateDescriptor("acc", [("day", pa.date32())], value_type)
+    value = {"sum": Decimal("12.50"), "last": dt.datetime(2024, 5, 1, 12, 0, 0, 123000), "tags": ["a", None]}
+    with make_backend(tmp_path / "s").open("op", [d]) as s:
+        acc = s.value_state("acc")
+        acc.put(dt.date(2024, 5, 1), value)
+        acc.put_many(pa.array([dt.date(2024, 5, 2)]), pa.array([None], value_type))
+        got = acc.get_many(pa.array([dt.date(2024, 5, 1), dt.date(2024, 5, 2)]))
+        assert got.type == value_type
+        assert got.to_pylist() == [value, None]
+        assert acc.get(dt.date(2024, 5, 1)) == value
+
+
+# -- map and list state ---------------------------------------------------------------------------
+
+
+def test_map_state(state: OperatorState) -> None:
+    seen = state.map_state("seen")
+    k = (1, "a")
+    assert seen.items(k) == [] and seen.get(k, "x") is None and not seen.contains(k, "x")
+    seen.put(k, "x", 1)
+    seen.put(k, "y", None)
+    seen.put(k, None, 3)
+    seen.put((2, None), "x", 4)
+    assert seen.get(k, "x") == 1 and seen.contains(k, "y") and seen.get(k, "y") is None
+    assert sorted(seen.items(k), key=repr) == sorted([("x", 1), ("y", None), (None, 3)], key=repr)
+    seen.remove(k, "x")
+    seen.remove(k, "missing")
+    assert not seen.contains(k, "x")
+    seen.clear(k)
+    assert seen.items(k) == []
+    assert all_entries(state) == {("seen", (2, None)): {"x": 4}}
+
+
+def test_list_state(state: OperatorState) -> None:
+    events = state.list_state("events")
+    k = (1, "a")
+    assert events.get(k) == []
+    events.append(k, 1)
+    events.append(k, None)
+    events.extend(k, [3, 4])
+    events.extend((2, "b"), [])
+    assert events.get(k) == [1, None, 3, 4]
+    assert events.get((2, "b")) == []
+    events.clear(k)
+    assert events.get(k) == []
+    events.append(k, 5)
+    assert events.get(k) == [5]
+    assert all_entries(state) == {("events", (1, "a")): [5]}
+
+
+def test_a_state_is_asked_for_by_its_kind(state: OperatorState) -> None:
+    with pytest.raises(TypeError, match="is map state, not value state"):
+        state.value_state("seen")
+    with pytest.raises(KeyError, match="no state 'nope'"):
+        state.list_state("nope")
+
+
+# -- key groups and clear -------------------------------------------------------------------------
+
+
+def test_entries_of_a_key_group_are_exactly_its_keys(state: OperatorState) -> None:
+    ids = list(range(200)) + [None]
+    names = [f"n{i % 5}" for i in range(200)] + [None]
+    state.value_state("count").put_many([pa.array(ids), pa.array(names)], pa.array(range(201)))
+    for i in range(0, 200, 3):
+        state.list_state("events").append((ids[i], names[i]), i)
+    groups = key_groups([pa.array(ids), pa.array(names)], MAX_PARALLELISM).tolist()
+    for g in range(MAX_PARALLELISM):
+        listed = list(state.entries(g))
+        expected = {("count", (i, n), v) for v, (i, n, kg) in enumerate(zip(ids, names, groups)) if kg == g}
+        assert {e for e in listed if e[0] == "count"} == expected
+        assert {(name, key) for name, key, _ in listed if name == "events"} == {
+            ("events", (ids[i], names[i])) for i in range(0, 200, 3) if groups[i] == g}
+    with pytest.raises(ValueError, match="outside"):
+        list(state.entries(MAX_PARALLELISM))
+
+
+def test_the_key_group_of_a_key_does_not_depend_on_its_batch() -> None:
+    assert key_groups([pa.array([""])])[0] == key_groups([pa.array(["", "a"])])[0]
+
+
+def test_clear_removes_everything(state: OperatorState) -> None:
+    state.value_state("count").put((1, "a"), 1)
+    state.map_state("seen").put((1, "a"), "x", 1)
+    state.list_state("events").append((1, "a"), 1)
+    state.commit(1)
+    state.clear()
+    assert all_entries(state) == {}
+    assert state.value_state("count").get((1, "a")) is None
+    assert state.list_state("events").get((1, "a")) == []
+
+
+# -- random operations against a dict model --------------------------------------------------------
+
+keys = st.tuples(st.sampled_from([None, 0, 1, -1, 2**40]), st.sampled_from([None, "", "a", "é", "ab"]))
+ints = st.none() | st.integers(-(2**63), 2**63 - 1)
+operations = st.lists(st.one_of(
+    st.tuples(st.just("put"), keys, ints),
+    st.tuples(st.just("delete"), keys),
+    st.tuples(st.just("get"), keys),
+    st.tuples(st.just("put_many"), st.lists(st.tuples(keys, ints), max_size=8)),
+    st.tuples(st.just("get_many"), st.lists(keys, max_size=8)),
+    st.tuples(st.just("map_put"), keys, st.sampled_from(["x", "y", None]), ints),
+    st.tuples(st.just("map_remove"), keys, st.sampled_from(["x", "y", None])),
+    st.tuples(st.just("map_clear"), keys),
+    st.tuples(st.just("list_append"), keys, ints),
+    st.tuples(st.just("list_clear"), keys),
+    st.tuples(st.just("commit")),
+), max_size=40)
+
+
+def apply(state: OperatorState, model: dict[tuple[str, tuple], Any], op: tuple) -> None:
+    counts, seen, events = state.value_state("count"), state.map_state("seen"), state.list_state("events")
+    match op:
+        case ("put", k, v):
+            counts.put(k, v)
+            model.pop(("count", k), None) if v is None else model.__setitem__(("count", k), v)
+        case ("delete", k):
+            counts.delete(k)
+            model.pop(("count", k), None)
+        case ("get", k):
+            assert counts.get(k) == model.get(("count", k))
+        case ("put_many", rows):
+            ks = [k for k, _ in rows]
+            counts.put_many([pa.array([k[0] for k in ks], pa.int64()), pa.array([k[1] for k in ks], pa.string())],
+                            pa.array([v for _, v in rows], pa.int64()))
+            for k, v in rows:
+                model.pop(("count", k), None) if v is None else model.__setitem__(("count", k), v)
+        case ("get_many", ks):
+            got = counts.get_many([pa.array([k[0] for k in ks], pa.int64()), pa.array([k[1] for k in ks], pa.string())])
+            assert got.to_pylist() == [model.get(("count", k)) for k in ks]
+        case ("map_put", k, uk, v):
+            seen.put(k, uk, v)
+            model.setdefault(("seen", k), {})[uk] = v
+        case ("map_remove", k, uk):
+            seen.remove(k, uk)
+            m = model.get(("seen", k), {})
+            m.pop(uk, None)
+            if not m:
+                model.pop(("seen", k), None)
+        case ("map_clear", k):
+            seen.clear(k)
+            model.pop(("seen", k), None)
+        case ("list_append", k, v):
+            events.append(k, v)
+            model.setdefault(("events", k), []).append(v)
+        case ("list_clear", k):
+            events.clear(k)
+            model.pop(("events", k), None)
+        case ("commit",):
+            state.commit(1)
+    # reads through the handles agree with the model after every step
+    if len(op) > 1 and isinstance(op[1], tuple):
+        k = op[1]
+        assert dict(seen.items(k)) == model.get(("seen", k), {})
+        assert events.get(k) == model.get(("events", k), [])
+
+
+@PROPERTY
+@given(ops=operations)
+def test_random_operations_match_a_dict_model(make_backend: MakeBackend, ops: list[tuple]) -> None:
+    with tempfile.TemporaryDirectory() as d, make_backend(Path(d)).open("op", DESCRIPTORS) as state:
+        model: dict[tuple[str, tuple], Any] = {}
+        for op in ops:
+            apply(state, model, op)
+        assert all_entries(state) == model
+
+
+@PROPERTY
+@given(before=operations, after=operations)
+def test_snapshot_then_restore_into_a_fresh_backend(make_backend: MakeBackend, before: list[tuple],
+                                                     after: list[tuple]) -> None:
+    with tempfile.TemporaryDirectory() as d:
+        root = Path(d)
+        (root / "snap").mkdir()
+        model: dict[tuple[str, tuple], Any] = {}
+        with make_backend(root / "a").open("op", DESCRIPTORS) as state:
+            for op in before:
+                apply(state, model, op)
+            state.commit(7)
+            files = state.snapshot(root / "snap")
+            shadow = copy.deepcopy(model)
+            for op in after:  # changes after the snapshot are not in it
+                apply(state, shadow, op)
+        assert all(f.parent == root / "snap" and f.exists() for f in files)
+        with make_backend(root / "b").open("op", DESCRIPTORS) as fresh:
+            fresh.value_state("count").put((99, "stale"), 1)  # restore replaces what was there
+            fresh.restore(files)
+            assert all_entries(fresh) == model
+            for op in after:  # and the restored state works as any other
+                apply(fresh, model, op)
+            assert all_entries(fresh) == model
+
+
+def test_restore_splits_and_merges_by_key_group(make_backend: MakeBackend, tmp_path: Path) -> None:
+    (tmp_path / "snap").mkdir()
+    ids, names = pa.array(range(100)), pa.array([str(i % 4) for i in range(100)])
+    with make_backend(tmp_path / "a").open("op", DESCRIPTORS) as state:
+        state.value_state("count").put_many([ids, names], pa.array(range(100)))
+        state.map_state("seen").put((1, "1"), "x", 1)
+        state.list_state("events").extend((2, "2"), [1, 2])
+        everything = all_entries(state)
+        files = state.snapshot(tmp_path / "snap")
+    low, high = set(range(MAX_PARALLELISM // 2)), set(range(MAX_PARALLELISM // 2, MAX_PARALLELISM))
+    parts = []
+    for i, wanted in enumerate([low, high]):  # scale out: each task takes half of the key groups
+        with make_backend(tmp_path / f"part{i}").open("op", DESCRIPTORS) as part:
+            part.restore(files, key_groups=wanted)
+            for g in range(MAX_PARALLELISM):
+                assert (list(part.entries(g)) != []) <= (g in wanted)
+            (tmp_path / f"snap{i}").mkdir()
+            parts += part.snapshot(tmp_path / f"snap{i}")
+    with make_backend(tmp_path / "merged").open("op", DESCRIPTORS) as merged:  # scale in: merge them
+        merged.restore(parts)
+        assert all_entries(merged) == everything
+
+
+def test_restore_rejects_state_declared_differently(make_backend: MakeBackend, tmp_path: Path) -> None:
+    (tmp_path / "snap").mkdir()
+    with make_backend(tmp_path / "a").open("op", DESCRIPTORS) as state:
+        state.value_state("count").put((1, "a"), 1)
+        files = state.snapshot(tmp_path / "snap")
+    changed = ValueStateDescriptor("count", KEY, pa.string())
+    with (make_backend(tmp_path / "b").open("op", [changed, SEEN, EVENTS]) as other,
+          pytest.raises(IncompatibleState, match="count")):
+        other.restore(files)
+    with make_backend(tmp_path / "c").open("op", [SEEN]) as other, pytest.raises(IncompatibleState, match="does not"):
+        other.restore(files)
+
+
+def test_commit_records_the_checkpoint(state: OperatorState) -> None:
+    assert state.committed_checkpoint is None
+    state.commit(3)
+    state.commit(4)
+    assert state.committed_checkpoint == 4
+
+
+# -- what only a durable backend does ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize("cache_entries", [2, 10_000])
+def test_sqlite_reopens_as_of_the_last_commit(tmp_path: Path, cache_entries: int) -> None:
+    backend = SqliteStateBackend(tmp_path, cache_entries=cache_entries, max_parallelism=MAX_PARALLELISM)
+    with backend.open("op", DESCRIPTORS) as state:
+        counts = state.value_state("count")
+        counts.put_many([pa.array(range(10)), pa.array(["a"] * 10)], pa.array(range(10)))
+        state.list_state("events").extend((1, "a"), [1, 2])
+        state.commit(5)
+        committed = all_entries(state)
+        counts.put_many([pa.array(range(10)), pa.array(["a"] * 10)], pa.array(range(100, 110)))
+        state.list_state("events").append((1, "a"), 3)
+        state.map_state("seen").put((1, "a"), "x", 1)
+    with backend.open("op", DESCRIPTORS) as state:  # the uncommitted changes are gone
+        assert state.committed_checkpoint == 5
+        assert all_entries(state) == committed
+    with pytest.raises(IncompatibleState, match="count"):
+        backend.open("op", [ValueStateDescriptor("count", KEY, pa.float64())])
+
+
+def test_sqlite_files_are_one_database_per_operator(tmp_path: Path) -> None:
+    backend = SqliteStateBackend(tmp_path)
+    with backend.open("join/left 1", DESCRIPTORS), backend.open("agg", DESCRIPTORS):
+        pass
+    assert sorted(p.name for p in tmp_path.glob("*.sqlite")) == ["agg.sqlite", "join%2Fleft%201.sqlite"]
+
+
+# -- codec --------------------------------------------------------------------------------------------
+
+
+def _datetimes(unit: str) -> st.SearchStrategy[dt.datetime]:
+    def round_to(d: dt.datetime) -> dt.datetime:
+        if unit == "s":
+            return d.replace(microsecond=0)
+        if unit == "ms":
+            return d.replace(microsecond=d.microsecond // 1000 * 1000)
+        return d
+    return st.datetimes(min_value=dt.datetime(1677, 9, 22), max_value=dt.datetime(2262, 4, 11)).map(round_to)
+
+
+SCALARS: list[tuple[pa.DataType, st.SearchStrategy[Any]]] = [
+    (pa.bool_(), st.booleans()),
+    *[(t, st.integers(-(2 ** (t.bit_width - 1)), 2 ** (t.bit_width - 1) - 1))
+      for t in (pa.int8(), pa.int16(), pa.int32(), pa.int64())],
+    *[(t, st.integers(0, 2 ** t.bit_width - 1)) for t in (pa.uint8(), pa.uint16(), pa.uint32(), pa.uint64())],
+    (pa.float32(), st.floats(width=32)),
+    (pa.float64(), st.floats()),
+    (pa.string(), st.text()),
+    (pa.large_string(), st.text(max_size=5)),
+    (pa.binary(), st.binary()),
+    (pa.binary(3), st.binary(min_size=3, max_size=3)),
+    (pa.decimal128(10, 3), st.decimals(-(10**7) + 1, 10**7 - 1, places=3, allow_nan=False)),
+    (pa.decimal128(38, 0), st.decimals(-(10**38) + 1, 10**38 - 1, places=0, allow_nan=False)),
+    (pa.decimal256(50, 10), st.decimals(-(10**40) + 1, 10**40 - 1, places=10, allow_nan=False)),
+    (pa.date32(), st.dates()),
+    (pa.date64(), st.dates()),
+    *[(pa.timestamp(u), _datetimes(u)) for u in ("s", "ms", "us")],
+    (pa.timestamp("ms", tz="UTC"), _datetimes("ms").map(lambda d: d.replace(tzinfo=dt.UTC))),
+    (pa.timestamp("us", tz="+05:30"), _datetimes("us").map(lambda d: d.replace(tzinfo=dt.UTC))),
+    (pa.timestamp("ns"), st.integers(-(2**63), 2**63 - 1)),
+    (pa.time64("us"), st.times()),
+    (pa.time32("ms"), st.times().map(lambda t: t.replace(microsecond=t.microsecond // 1000 * 1000))),
+    (pa.duration("us"), st.timedeltas(min_value=dt.timedelta(days=-10**6), max_value=dt.timedelta(days=10**6))),
+    (pa.null(), st.none()),
+]
+
+
+def typed_values(depth: int = 2) -> st.SearchStrategy[tuple[pa.DataType, Any]]:
+    """An Arrow type and a value of it (NULL included at every level)."""
+    scalar = st.sampled_from(SCALARS).flatmap(lambda ts: st.tuples(st.just(ts[0]), st.none() | ts[1]))
+    if depth == 0:
+        return scalar
+    inner = typed_values(depth - 1)
+
+    def nested(kind: str) -> st.SearchStrategy[tuple[pa.DataType, Any]]:
+        def build(t: pa.DataType, v_strategy: st.SearchStrategy[Any]) -> st.SearchStrategy[tuple[pa.DataType, Any]]:
+            if kind == "list":
+                return st.tuples(st.just(pa.list_(t)), st.none() | st.lists(v_strategy, max_size=3))
+            if kind == "fixed_list":
+                return st.tuples(st.just(pa.list_(t, 2)), st.none() | st.lists(v_strategy, min_size=2, max_size=2))
+            if kind == "struct":
+                return st.tuples(st.just(pa.struct([("a", t), ("b", pa.string())])),
+                                 st.none() | st.fixed_dictionaries({"a": v_strategy, "b": st.none() | st.text(max_size=3)}))
+            return st.tuples(st.just(pa.map_(pa.string(), t)),
+                             st.none() | st.lists(st.tuples(st.text(max_size=3), v_strategy), max_size=3))
+        return inner.flatmap(lambda tv: build(tv[0], _values_of(tv[0])))
+
+    return scalar | st.sampled_from(["list", "fixed_list", "struct", "map"]).flatmap(nested)
+
+
+def _values_of(t: pa.DataType) -> st.SearchStrategy[Any]:
+    for scalar_type, strategy in SCALARS:
+        if scalar_type == t:
+            return st.none() | strategy
+    if pa.types.is_fixed_size_list(t):
+        return st.none() | st.lists(_values_of(t.value_type), min_size=t.list_size, max_size=t.list_size)
+    if pa.types.is_map(t):
+        return st.none() | st.lists(st.tuples(st.text(max_size=3), _values_of(t.item_type)), max_size=3)
+    if pa.types.is_list(t):
+        return st.none() | st.lists(_values_of(t.value_type), max_size=3)
+    assert pa.types.is_struct(t)
+    return st.none() | st.fixed_dictionaries({f.name: _values_of(f.type) for f in t})
+
+
+def same(a: Any, b: Any) -> bool:
+    """Equality in which NaN equals NaN."""
+    if isinstance(a, float) and isinstance(b, float) and math.isnan(a) and math.isnan(b):
+        return True
+    if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
+        return len(a) == len(b) and all(same(x, y) for x, y in zip(a, b))
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(same(a[k], b[k]) for k in a)
+    return a == b and type(a) is type(b)
+
+
+@settings(max_examples=300, deadline=None)
+@given(typed=typed_values())
+def test_codec_round_trips_every_type(typed: tuple[pa.DataType, Any]) -> None:
+    t, value = typed
+    as_arrow = codec.to_pylist(codec.from_pylist([value], t))[0]  # what Arrow itself gives back
+    data = codec.encode(value, t)
+    assert same(codec.decode(data, t), as_arrow)
+    assert codec.encode(codec.decode(data, t), t) == data
+    array = codec.from_pylist([value, None, value], t)
+    assert same(codec.to_pylist(codec.decode_many(codec.encode_many(array), t)), codec.to_pylist(array))
+
+
+@given(x=st.floats(allow_nan=True))
+def test_canonical_encoding_makes_equal_floats_equal_bytes(x: float) -> None:
+    for t in (pa.float64(), pa.float32()):
+        assert codec.encode(-0.0, t, canonical=True) == codec.encode(0.0, t, canonical=True)
+        assert codec.encode(math.nan, t, canonical=True) == codec.encode(-math.nan, t, canonical=True)
+        if not math.isnan(x):
+            assert codec.decode(codec.encode(x, pa.float64()), pa.float64()) == x
+
+
+def test_codec_rejects_what_it_cannot_read() -> None:
+    with pytest.raises(TypeError, match="cannot hold values of type"):
+        codec.encoder(pa.dense_union([pa.field("a", pa.int8())]))
+    with pytest.raises(ValueError, match="truncated"):
+        codec.decode(codec.encode("hello", pa.string())[:-1], pa.string())
+    with pytest.raises(ValueError, match="unexpected bytes"):
+        codec.decode(codec.encode(1, pa.int64()) + b"\x00", pa.int64())
+    with pytest.raises(ValueError, match="digits after the point"):
+        codec.encode(Decimal("1.234"), pa.decimal128(5, 2))
+    assert codec.encode(None, pa.list_(pa.int8())) == b"\x00"

@@ -1,0 +1,118 @@
+"""Crash harness: `clink run` of a windowed pipeline with an exactly-once file sink is killed
+with SIGKILL at random moments (and at each named point of the checkpoint protocol), restarted
+from its state directory until it finishes; the committed output must equal an uninterrupted
+run's, row for row.
+
+`pytest tests/runtime/test_crash_harness.py --soak` runs hundreds of kill points. A failure
+prints the seed that replays it.
+"""
+
+from __future__ import annotations
+
+import csv
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+SQL = """
+SET 'execution.checkpointing.interval-rows' = '3000';
+CREATE TABLE bid (auction BIGINT, price BIGINT, ts TIMESTAMP(3), WATERMARK FOR ts AS ts - INTERVAL '1' DAY)
+WITH ('connector' = 'datagen', 'number-of-rows' = '60000', 'seed' = '21', 'batch-size' = '500',
+      'fields.auction.min' = '1', 'fields.auction.max' = '20', 'fields.price.min' = '1', 'fields.price.max' = '999');
+CREATE TABLE totals (auction BIGINT, window_start TIMESTAMP(3), n BIGINT, top BIGINT, total BIGINT)
+WITH ('connector' = 'filesystem', 'path' = '{out}/', 'format' = 'csv');
+INSERT INTO totals
+SELECT auction, window_start, COUNT(*), MAX(price), SUM(price)
+FROM TABLE(TUMBLE(TABLE bid, DESCRIPTOR(ts), INTERVAL '30' MINUTE))
+GROUP BY window_start, window_end, auction;
+"""
+
+FAULT_POINTS = ["after_barrier", "after_state_written_before_commit", "during_manifest_rename",
+                "after_checkpoint_before_sink_commit", "during_sink_commit"]
+
+
+def committed_rows(folder: Path) -> list[tuple]:
+    rows = []
+    for path in sorted(folder.iterdir()):
+        if not path.name.startswith("."):
+            rows.extend(tuple(r) for r in csv.reader(path.open()))
+    return sorted(rows)
+
+
+def clink_run(sql_file: Path, state: Path | None, env: dict | None = None) -> subprocess.Popen:
+    args = [sys.executable, "-m", "clink", "run", str(sql_file)]
+    if state is not None:
+        args += ["--state-dir", str(state)]
+    return subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, **(env or {})})
+
+
+def pipeline(folder: Path, name: str) -> tuple[Path, Path]:
+    out = folder / f"{name}-out"
+    sql_file = folder / f"{name}.sql"
+    sql_file.write_text(SQL.format(out=out))
+    return sql_file, out
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory: pytest.TempPathFactory) -> list[tuple]:
+    folder = tmp_path_factory.mktemp("reference")
+    sql_file, out = pipeline(folder, "ref")
+    process = clink_run(sql_file, folder / "state")
+    _, err = process.communicate(timeout=120)
+    assert process.returncode == 0, err
+    rows = committed_rows(out)
+    assert len(rows) > 500
+    return rows
+
+
+def run_until_done(sql_file: Path, state: Path, rng: random.Random, *, attempts: int = 12) -> None:
+    """Start, kill at a random moment, restart; the last attempt runs to the end."""
+    for attempt in range(attempts):
+        process = clink_run(sql_file, state)
+        if attempt < attempts - 1:
+            try:
+                process.wait(timeout=rng.uniform(0.3, 1.5))
+            except subprocess.TimeoutExpired:
+                process.send_signal(signal.SIGKILL)
+                process.wait()
+                continue
+        else:
+            process.wait(timeout=120)
+        assert process.returncode == 0, process.stderr.read()
+        return
+    raise AssertionError("the job never finished")
+
+
+def kill_points(request: pytest.FixtureRequest) -> int:
+    return 300 if request.config.getoption("--soak") else 20
+
+
+def test_random_kills_give_exactly_once_output(tmp_path: Path, reference: list[tuple],
+                                               request: pytest.FixtureRequest) -> None:
+    for seed in range(kill_points(request)):
+        rng = random.Random(seed)
+        sql_file, out = pipeline(tmp_path, f"run{seed}")
+        run_until_done(sql_file, tmp_path / f"state{seed}", rng)
+        assert committed_rows(out) == reference, f"output differs after kills with seed {seed}"
+
+
+@pytest.mark.parametrize("point", FAULT_POINTS)
+def test_a_kill_at_each_point_of_the_protocol_gives_exactly_once_output(tmp_path: Path, reference: list[tuple],
+                                                                        point: str) -> None:
+    sql_file, out = pipeline(tmp_path, "fault")
+    state = tmp_path / "state"
+    process = clink_run(sql_file, state, env={"CLINK_FAULT": f"{point}:3"})
+    process.wait(timeout=120)
+    assert process.returncode == -signal.SIGKILL, f"the fault point {point} was never reached"
+    process = clink_run(sql_file, state)
+    _, err = process.communicate(timeout=120)
+    assert process.returncode == 0, err
+    assert "resuming from checkpoint" in err
+    assert committed_rows(out) == reference
