@@ -75,3 +75,20 @@ def test_checkpoints_are_taken_and_restored(tmp_path: Path, expected: list[tuple
     assert second.metrics.restored_from == first.metrics.checkpoints
     second.run()
     assert committed_rows(out) == expected
+
+
+def test_a_changed_pipeline_refuses_the_old_checkpoints(tmp_path: Path) -> None:
+    from clink.errors import IncompatibleCheckpoint
+
+    out, state = tmp_path / "out", tmp_path / "state"
+    first = job(out, state, every=3000)
+    for _ in range(10):
+        first.step()
+    changed = SQL.format(out=out).replace("GROUP BY window_start, window_end, auction",
+                                          "GROUP BY window_start, window_end, auction, price")
+    changed = changed.replace("SELECT auction, window_start, COUNT(*), MAX(price)",
+                              "SELECT auction, window_start, COUNT(*), price")
+    plan = clink.compile(changed, name="ckpt.sql").runtime_plan
+    with pytest.raises(IncompatibleCheckpoint, match="written by a different pipeline"):
+        Job(plan, RuntimeContext(config={"execution.checkpointing.interval-rows": "3000"}, state_dir=state,
+                                 stdout=io.StringIO()))
