@@ -34,6 +34,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--state-dir", metavar="DIR",
                    help="keep checkpoints here, and resume from the newest valid one at start")
     p.add_argument("--from-checkpoint", metavar="PATH", help="resume from this checkpoint directory")
+    p.add_argument("--stop-with-checkpoint-after", type=int, metavar="N",
+                   help="stop, with a final checkpoint, once N checkpoints have been taken")
 
     p = sub.add_parser("checkpoints", help="list the checkpoints in a state directory, and whether each is valid")
     p.add_argument("state_dir", help="the job's state directory")
@@ -160,6 +162,21 @@ def _run(args: argparse.Namespace, sources: dict[str, str]) -> int:
     from clink.runtime.executor import Job
 
     config = _settings(args.set)
+    # With a state directory, SIGTERM or Ctrl-C stops between rounds with a checkpoint (a second
+    # Ctrl-C stops at once). The handlers go in first, so a signal during compiling counts too.
+    stop_requested: list[bool] = []
+    stop_target: list = []
+    if args.state_dir or args.from_checkpoint:
+        import signal
+
+        def stop(signum: int, frame: object) -> None:
+            signal.signal(signal.SIGINT, signal.default_int_handler)
+            stop_requested.append(True)
+            for job in stop_target:
+                job.request_stop()
+
+        signal.signal(signal.SIGTERM, stop)
+        signal.signal(signal.SIGINT, stop)
     if args.file.endswith(".py"):
         from clink.runtime.loader import load_plan_file
 
@@ -211,10 +228,17 @@ def _run(args: argparse.Namespace, sources: dict[str, str]) -> int:
         stream_rows()
     if not plan.sinks:
         return 0
+    if stop_requested:
+        job.request_stop()
+    stop_target.append(job)
     if args.progress:
         _run_with_progress(job)
     else:
-        job.run()
+        job.run(stop_after_checkpoints=args.stop_with_checkpoint_after)
+    if job.metrics.stopped_at is not None:
+        print(f"stopped with checkpoint {job.metrics.stopped_at}; run again with --state-dir "
+              f"{ctx.state_dir} to continue", file=sys.stderr)
+        return 0
     for printer in printers.values():
         printer.close()
     if table_mode:
@@ -238,6 +262,8 @@ def _run_with_progress(job) -> None:
         while not job.finished:
             if not job.step():
                 time.sleep(0.005)
+            if job.stop_requested and not job.finished:
+                job.stop_with_checkpoint()
             now = time.perf_counter()
             if now - last > 0.25:
                 job.refresh_metrics()

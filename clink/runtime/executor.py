@@ -39,6 +39,8 @@ class Metrics:
     #: Checkpoints completed in this run, and the checkpoint it resumed from (None: a fresh start).
     checkpoints: int = 0
     restored_from: int | None = None
+    #: The checkpoint a requested stop ended with (None: it ran to the end, or had no state dir).
+    stopped_at: int | None = None
     seconds: float = 0.0
 
     def summary(self) -> str:
@@ -103,6 +105,7 @@ class Job:
         self.finished = False
         self._failed = False
         self.warnings: list[str] = []
+        self._stop_requested = False
         self._checkpointing: _Checkpointing | None = None
         try:
             self._open()
@@ -193,16 +196,38 @@ class Job:
             raise UsageError("checkpoints need a state directory (clink run --state-dir DIR)")
         return self._checkpointing.take()
 
-    def run(self, *, idle_sleep: float = 0.005) -> Metrics:
-        """Run until every source has ended (forever, for an unbounded source)."""
+    def run(self, *, idle_sleep: float = 0.005, stop_after_checkpoints: int | None = None) -> Metrics:
+        """Run until every source has ended (forever, for an unbounded source), or until a stop
+        is requested (``request_stop``, or ``stop_after_checkpoints`` checkpoints taken)."""
         try:
             while not self.finished:
                 if not self.step():
                     time.sleep(idle_sleep)
+                if stop_after_checkpoints is not None and self.metrics.checkpoints >= stop_after_checkpoints:
+                    self._stop_requested = True
+                if self._stop_requested and not self.finished:
+                    self.stop_with_checkpoint()
         except KeyboardInterrupt:
             self.cancel()
             raise
         return self.metrics
+
+    @property
+    def stop_requested(self) -> bool:
+        return self._stop_requested
+
+    def request_stop(self) -> None:
+        """Ask the run to stop at the next point between rounds (safe from a signal handler)."""
+        self._stop_requested = True
+
+    def stop_with_checkpoint(self) -> int | None:
+        """Stop between rounds: take a last checkpoint (if the job has a state directory), then
+        end; a later run on the same state directory continues from exactly here."""
+        checkpoint_id = self._checkpointing.take() if self._checkpointing is not None else None
+        self.cancel()
+        self.metrics.stopped_at = checkpoint_id
+        self.refresh_metrics()
+        return checkpoint_id
 
     def cancel(self) -> None:
         """Stop now: sinks are aborted, so nothing half-written stays behind."""

@@ -116,3 +116,31 @@ def test_a_kill_at_each_point_of_the_protocol_gives_exactly_once_output(tmp_path
     assert process.returncode == 0, err
     assert "resuming from checkpoint" in err
     assert committed_rows(out) == reference
+
+
+def test_stop_with_checkpoint_then_continue(tmp_path: Path, reference: list[tuple]) -> None:
+    sql_file, out = pipeline(tmp_path, "stop")
+    state = tmp_path / "state"
+    process = subprocess.run([sys.executable, "-m", "clink", "run", str(sql_file), "--state-dir", str(state),
+                              "--stop-with-checkpoint-after", "3"], capture_output=True, text=True, timeout=120)
+    assert process.returncode == 0, process.stderr
+    assert "stopped with checkpoint 4" in process.stderr
+    assert committed_rows(out) != reference  # stopped early: not all output yet
+    process = clink_run(sql_file, state)
+    _, err = process.communicate(timeout=120)
+    assert process.returncode == 0, err
+    assert committed_rows(out) == reference
+
+
+def test_sigterm_stops_with_a_checkpoint(tmp_path: Path, reference: list[tuple]) -> None:
+    sql_file, out = pipeline(tmp_path, "term")
+    state = tmp_path / "state"
+    process = clink_run(sql_file, state)
+    time.sleep(1.0)
+    process.send_signal(signal.SIGTERM)
+    _, err = process.communicate(timeout=120)
+    assert process.returncode == 0, err
+    process = clink_run(sql_file, state)
+    _, err = process.communicate(timeout=120)
+    assert process.returncode == 0, err
+    assert committed_rows(out) == reference
