@@ -92,3 +92,30 @@ def test_a_changed_pipeline_refuses_the_old_checkpoints(tmp_path: Path) -> None:
     with pytest.raises(IncompatibleCheckpoint, match="written by a different pipeline"):
         Job(plan, RuntimeContext(config={"execution.checkpointing.interval-rows": "3000"}, state_dir=state,
                                  stdout=io.StringIO()))
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_a_damaged_newest_checkpoint_falls_back_and_output_stays_exactly_once(
+        tmp_path: Path, expected: list[tuple], seed: int) -> None:
+    import random
+
+    rng = random.Random(seed)
+    out, state = tmp_path / "out", tmp_path / "state"
+    first = job(out, state, every=3000)
+    while first.metrics.checkpoints < 3:
+        first.step()
+    for _ in range(rng.randrange(3)):
+        first.step()
+    del first
+    newest = max((state / "checkpoints").iterdir(), key=lambda p: int(p.name.split("-")[1]))
+    files = sorted(p for p in newest.iterdir() if p.name != "_manifest.json")
+    victim = files[seed % len(files)]
+    data = bytearray(victim.read_bytes())
+    position = rng.randrange(len(data))
+    data[position] ^= 1 << rng.randrange(8)
+    victim.write_bytes(bytes(data))
+    resumed = job(out, state, every=3000)
+    assert resumed.metrics.restored_from == int(newest.name.split("-")[1]) - 1
+    assert any(f"file {victim.name!r} does not match its checksum" in w for w in resumed.warnings)
+    resumed.run()
+    assert committed_rows(out) == expected

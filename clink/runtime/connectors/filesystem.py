@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import hashlib
 import io
 import json
 import os
@@ -781,6 +782,10 @@ def _fsync(path: str, directory: bool = False) -> None:
         os.close(fd)
 
 
+def _name_token(table: str) -> str:
+    return hashlib.sha256(table.encode()).hexdigest()[:12]
+
+
 class FileSinkWriter(SinkWriter):
     """Writes rows to an in-progress file and publishes it under its final name on ``close``."""
 
@@ -843,7 +848,9 @@ class FileSinkWriter(SinkWriter):
         self._format.close()
         _fsync(self._in_progress)
         ext = _EXTENSIONS[self._settings.format]
-        final = f"part-{checkpoint_id:08d}-{uuid.uuid4().hex[:12]}.{ext}"
+        # The name depends only on the checkpoint and the table, so output replayed after falling
+        # back to an older checkpoint finds its part already committed and is not written twice.
+        final = f"part-{checkpoint_id:08d}-{_name_token(self._spec.name)}.{ext}"
         pending = os.path.join(self._folder, f".pending-{final}")
         os.replace(self._in_progress, pending)
         _fsync(self._folder, directory=True)
@@ -853,9 +860,12 @@ class FileSinkWriter(SinkWriter):
     def commit(self, checkpoint_id: int, handle: dict | None) -> None:
         for pending, final in (handle or {}).get("files", []):
             target = os.path.join(self._folder, final)
-            if os.path.exists(target):
-                continue  # committed already: a repeated commit changes nothing
             source = os.path.join(self._folder, pending)
+            if os.path.exists(target):
+                # Committed already: a repeated commit changes nothing.
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(source)
+                continue
             if not os.path.exists(source):
                 raise ConnectorError(f"table {self._spec.name!r}: the pre-committed file {pending!r} of "
                                      f"checkpoint {checkpoint_id} is gone; its rows cannot be committed")
