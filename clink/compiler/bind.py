@@ -1129,13 +1129,11 @@ def _interval(e: ast.IntervalLiteral) -> ir.Expr:
             m = _DAY_TIME.match(text)
             if not m:
                 raise ValueError
-            parts = {"DAY": m["d"], "HOUR": m["h"], "MINUTE": m["m"], "SECOND": m["s"]}
             # 'd hh:mm:ss' is read from the leading unit: INTERVAL '1:30' HOUR TO MINUTE.
             order = ["DAY", "HOUR", "MINUTE", "SECOND"]
             values = [v for v in (m["d"], m["h"], m["m"], m["s"]) if v is not None]
             units = order[order.index(e.unit):][: len(values)]
             ms = round(sum(float(v) * _INTERVAL_MS[u] for v, u in zip(values, units, strict=False)))
-            del parts
             if m["sign"] == "-":
                 ms = -ms
     except ValueError:

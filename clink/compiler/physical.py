@@ -98,7 +98,6 @@ PhysicalOp = SourceOp | ChainOp | WindowAggOp | UnionOp | SinkOp
 @attrs.frozen(kw_only=True)
 class PhysicalPlan:
     ops: tuple[PhysicalOp, ...]
-    explains: tuple[int, ...] = ()  # ids of the sinks whose statement was an EXPLAIN
 
 
 def plan_physical(script: BoundScript, roots: tuple[ir.Sink, ...]) -> PhysicalPlan:
