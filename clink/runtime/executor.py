@@ -41,6 +41,8 @@ class Metrics:
     restored_from: int | None = None
     #: The checkpoint a requested stop ended with (None: it ran to the end, or had no state dir).
     stopped_at: int | None = None
+    #: How long each checkpoint of this run took, in milliseconds.
+    checkpoint_ms: list[float] = attrs.field(factory=list)
     seconds: float = 0.0
 
     def summary(self) -> str:
@@ -458,7 +460,6 @@ class _Checkpointing:
         self.rows = 0
         self.next_id = 1
         self.last_ms = job.ctx.clock()
-        self.durations_ms: list[float] = []
         # A named point of the checkpoint protocol at which to kill this process (crash tests):
         # 'name:n' kills at the n-th time the point is reached.
         fault = job.ctx.get("test.fault-point")
@@ -541,7 +542,7 @@ class _Checkpointing:
         self.next_id += 1
         self.rows = 0
         self.last_ms = job.ctx.clock()
-        self.durations_ms.append((time.perf_counter() - started) * 1000)
+        job.metrics.checkpoint_ms.append((time.perf_counter() - started) * 1000)
         job.metrics.checkpoints += 1
         return checkpoint_id
 
