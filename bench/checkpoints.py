@@ -1,0 +1,240 @@
+"""Checkpointing cost benchmark: clink's tumbling window case with and without checkpoints.
+
+Reuses ``windows.py``'s cached out-of-order bid data and its tumble query (TUMBLE 10 s,
+``COUNT(*)``, ``MAX(price)`` per auction) into a CSV filesystem sink whose path is a directory
+(one part file per checkpoint). Per input format (CSV, Parquet), three clink-only runs:
+
+    none   no checkpoints
+    1s     a checkpoint every 1 s of processing time ('execution.checkpointing.interval')
+    100k   a checkpoint every 100,000 source rows ('execution.checkpointing.interval-rows')
+
+each in a fresh subprocess with a fresh state directory. The table gives events/s, the ratio
+against the same format's ``none`` run, checkpoint count, p50/p99 checkpoint duration, the size
+of the newest checkpoint directory, peak window state and peak RSS; every run's output rows are
+checked against the ``none`` run of the same format.
+
+    python bench/checkpoints.py                   # 10M rows, the table
+    python bench/checkpoints.py --rows 1000000    # quicker
+    python bench/checkpoints.py --one csv-1s      # one run in this process
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+import _harness
+import windows
+
+FORMATS = ("csv", "parquet")
+MODES = {
+    "none": {},
+    "1s": {"execution.checkpointing.interval": "1 s"},
+    "100k": {"execution.checkpointing.interval-rows": "100000"},
+}
+CASES = tuple(f"{fmt}-{mode}" for fmt in FORMATS for mode in MODES)
+#: The largest throughput a checkpointed run may lose against the same format's run without.
+MAX_COST = 0.15
+OUT_PREFIX = "checkpoints-"  # outputs are <out-dir>/checkpoints-<case>/ (directories)
+
+
+# --- one run (in a child process) ---------------------------------------------------------------
+
+
+def _script(fmt: str, source: Path, out: Path) -> str:
+    """windows.py's tumble query over ``source``; the sink's path ends with '/' (a directory)."""
+    select, _, out_columns = windows.QUERIES["tumble"]
+    return _harness.clink_script(fmt, source, windows.COLUMNS, select, out_columns, Path(f"{out}/"),
+                                 watermark=f"date_time AS date_time - {windows.WATERMARK_DELAY}")
+
+
+def _newest_checkpoint_bytes(state_dir: Path) -> tuple[str | None, int]:
+    """The newest ``chk-<n>`` directory under ``state_dir/checkpoints`` and the bytes of its files."""
+    folder = state_dir / "checkpoints"
+    chks = [p for p in folder.glob("chk-*") if p.is_dir() and p.name[4:].isdigit()] if folder.is_dir() else []
+    if not chks:
+        return None, 0
+    newest = max(chks, key=lambda p: int(p.name[4:]))
+    return newest.name, sum(f.stat().st_size for f in newest.rglob("*") if f.is_file())
+
+
+def run_one(case: str, source: Path, out: Path) -> dict:
+    """Run ``case`` in this process with a fresh state directory; returns timings and metrics."""
+    import clink
+    import clink.api
+    import clink.compiler
+    from clink.runtime.context import RuntimeContext
+
+    fmt, mode = case.split("-")
+    shutil.rmtree(out, ignore_errors=True)
+    out.mkdir(parents=True)
+    text = _script(fmt, source, out)
+    base_rss = _harness.peak_rss_mib()
+    with tempfile.TemporaryDirectory(prefix="clink-chk-state-") as tmp:
+        config = dict(MODES[mode])
+        cpu0, t0 = _harness.cpu_seconds(), time.perf_counter()
+        context = RuntimeContext(config=config, state_dir=Path(tmp)) if config else None
+        result = clink.sql(text, context=context)
+        metrics = result.run()
+        wall = time.perf_counter() - t0
+        cpu = _harness.cpu_seconds() - cpu0
+        newest, newest_bytes = _newest_checkpoint_bytes(Path(tmp))
+    return {"case": case, "wall_s": wall, "cpu_s": cpu, "version": clink.__version__,
+            "rows_out_reported": sum(metrics.records_out.values()),
+            "records_in": sum(metrics.records_in.values()),
+            "late_records": sum(metrics.late_records.values()),
+            "checkpoints": metrics.checkpoints, "checkpoint_ms": list(metrics.checkpoint_ms),
+            "newest_checkpoint": newest, "newest_checkpoint_bytes": newest_bytes,
+            "peak_state_bytes": metrics.peak_state_bytes,
+            "peak_rss_mib": _harness.peak_rss_mib(), "base_rss_mib": base_rss}
+
+
+def count_dir_rows(folder: Path) -> int:
+    """Data rows across the visible part files of ``folder`` (each a CSV file with a header)."""
+    return sum(_harness.count_csv_rows(p) for p in sorted(folder.iterdir())
+               if p.is_file() and not p.name.startswith((".", "_")))
+
+
+def run_child(case: str, args: argparse.Namespace) -> dict:
+    """Run ``case`` through ``--one`` in a fresh interpreter; adds the output directory's row count."""
+    out = Path(args.out_dir) / f"{OUT_PREFIX}{case}"
+    cmd = [sys.executable, str(Path(__file__).resolve()), "--one", case, "--rows", str(args.rows),
+           "--data-dir", str(args.data_dir), "--out-dir", str(args.out_dir)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=_harness.ROOT, check=False)
+    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")]
+    if proc.returncode != 0 or not lines:
+        sys.exit(f"{case} failed (exit {proc.returncode}):\n{proc.stderr[-4000:]}")
+    result = json.loads(lines[-1].removeprefix("RESULT "))
+    result["rows_in"] = args.rows
+    result["rows_out"] = count_dir_rows(out)
+    result["part_files"] = sum(1 for p in out.iterdir() if not p.name.startswith((".", "_")))
+    if not args.keep_output:
+        shutil.rmtree(out)
+    return result
+
+
+# --- the report ---------------------------------------------------------------------------------
+
+
+def _percentile(values: list[float], q: float) -> float | None:
+    """The ``q`` quantile (0..1) of ``values``, by nearest rank; None if there are none."""
+    if not values:
+        return None
+    ordered = sorted(values)
+    rank = max(1, -(-len(ordered) * q // 1))  # ceil(n * q), at least 1
+    return ordered[int(rank) - 1]
+
+
+def _ms(v: float | None) -> str:
+    return "-" if v is None else f"{v:.1f}"
+
+
+def _size(n: int) -> str:
+    if n >= 2**20:
+        return f"{n / 2**20:.1f} MiB"
+    return f"{n / 2**10:.1f} KiB"
+
+
+def compare(args: argparse.Namespace) -> dict:
+    parquet_path, csv_path = windows.dataset(Path(args.data_dir), args.rows)
+    _harness.warm(csv_path)
+    _harness.warm(parquet_path)
+    Path(args.out_dir).mkdir(parents=True, exist_ok=True)
+    results: dict[str, dict] = {}
+    for case in CASES:
+        runs = [run_child(case, args) for _ in range(args.reps)]
+        best = min(runs, key=lambda r: r["wall_s"])
+        best["peak_rss_mib"] = max(r["peak_rss_mib"] for r in runs)
+        best["walls_s"] = [round(r["wall_s"], 3) for r in runs]
+        results[case] = best
+        _harness.progress(f"{case:12}", args.rows, best, f"  {best['checkpoints']} checkpoints")
+
+    summary = []
+    for case, r in results.items():
+        fmt, mode = case.split("-")
+        base = results[f"{fmt}-none"]
+        ratio = base["wall_s"] / r["wall_s"]  # (rows / r s) / (rows / base s)
+        summary.append({"case": case, "ev_s": args.rows / r["wall_s"], "ratio": ratio,
+                        "met": mode == "none" or ratio >= 1 - MAX_COST,
+                        "p50_ms": _percentile(r["checkpoint_ms"], 0.50),
+                        "p99_ms": _percentile(r["checkpoint_ms"], 0.99),
+                        "rows_match": r["rows_out"] == base["rows_out"]})
+    report = {"rows": args.rows, "reps": args.reps, "cpus": os.cpu_count(), "results": results,
+              "summary": summary}
+    if args.json:
+        print(json.dumps(report, indent=2))
+        return report
+
+    first = next(iter(results.values()))
+    print(f"\ncheckpoints: {args.rows:,} input rows, best of {args.reps}, tumble 10 s into a CSV "
+          f"directory sink; clink {first['version']}; {os.cpu_count()} CPUs")
+    print(f"target: checkpointing costs <= {MAX_COST:.0%} throughput (memory state)\n")
+    head = (f"{'case':12} {'ev/s':>7} {'wall s':>7} {'cpu s':>6} {'ratio':>6} {'':8} {'chks':>5} "
+            f"{'p50 ms':>7} {'p99 ms':>7} {'newest chk':>10} {'peak state':>10} {'RSS':>8} "
+            f"{'rows out':>11} {'parts':>5}")
+    print(head)
+    print("-" * len(head))
+    for s in summary:
+        r = results[s["case"]]
+        verdict = "base" if s["case"].endswith("-none") else ("met" if s["met"] else "NOT met")
+        print(f"{s['case']:12} {_harness.rate(args.rows, r['wall_s']):>7} {r['wall_s']:7.2f} "
+              f"{r['cpu_s']:6.2f} {s['ratio']:6.2f} {verdict:8} {r['checkpoints']:5} "
+              f"{_ms(s['p50_ms']):>7} {_ms(s['p99_ms']):>7} {_size(r['newest_checkpoint_bytes']):>10} "
+              f"{_size(r['peak_state_bytes']):>10} {r['peak_rss_mib']:4.0f} MiB "
+              f"{r['rows_out']:>11,} {r['part_files']:>5}")
+    print("\nratio: events/s against the same format's run without checkpoints (target >= "
+          f"{1 - MAX_COST:.2f}); ev/s = input rows / wall s, wall s covers compiling and running."
+          "\nchks: checkpoints taken, the final one at the end of the input included; p50/p99 ms: "
+          "their durations (Metrics.checkpoint_ms)."
+          "\nnewest chk: bytes of the files in the newest chk-<n> directory (the final checkpoint,"
+          " taken after every window fired)."
+          "\npeak state: the most window state held at once (Metrics.peak_state_bytes), in memory."
+          "\nRSS: peak resident set (VmHWM) of the run's own process. parts: part files written.")
+    warnings = []
+    for s in summary:
+        r = results[s["case"]]
+        if not s["rows_match"]:
+            base = results[s["case"].split("-")[0] + "-none"]
+            warnings.append(f"WARNING: {s['case']}: {r['rows_out']:,} rows out, "
+                            f"{base['rows_out']:,} without checkpoints")
+        if r["late_records"]:
+            warnings.append(f"WARNING: {s['case']}: {r['late_records']:,} late rows dropped")
+        if r["records_in"] != r["rows_in"]:
+            warnings.append(f"WARNING: {s['case']}: read {r['records_in']:,} rows of {r['rows_in']:,}")
+        warnings += _harness.reported_warning(s["case"], r)
+    for line in warnings:
+        print(line)
+    if all(s["rows_match"] for s in summary):
+        print("row counts: every checkpointed run wrote as many rows as the run without checkpoints")
+    return report
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    _harness.add_common_arguments(parser)
+    parser.add_argument("--keep-output", action="store_true", help="keep the output directories")
+    parser.add_argument("--one", metavar="CASE", choices=CASES,
+                        help=f"run one case in this process (one of {', '.join(CASES)})")
+    args = parser.parse_args(argv)
+    if args.one:
+        fmt = args.one.split("-")[0]
+        source = _harness.case_source(windows.dataset, Path(args.data_dir), args.rows, fmt)
+        out = Path(args.out_dir) / f"{OUT_PREFIX}{args.one}"
+        print("RESULT " + json.dumps(run_one(args.one, source, out)), flush=True)
+    else:
+        compare(args)
+
+
+if __name__ == "__main__":
+    sys.path.insert(0, str(_harness.ROOT))
+    main()
