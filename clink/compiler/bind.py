@@ -493,6 +493,14 @@ class _Binder:
         group = list(q.group_by)
         legacy = [g for g in group if isinstance(g, ast.FunctionCall) and g.name in TABLE_FUNCTIONS]
         window_cols: dict[int, int] = {}
+        if isinstance(rel, ir.Filter) and isinstance(rel.input, ir.WindowTVF):
+            # WHERE over a window table function: a filter on the input columns is the same
+            # filter before window assignment (the window columns come after them).
+            tvf = rel.input
+            if any(i >= len(tvf.input.schema) for i in ir.columns_used(rel.predicate)):
+                raise SqlError("a WHERE on window_start, window_end or window_time before a window aggregation "
+                               "is not supported yet", rel.span, "filter on them in HAVING, or in an outer query")
+            rel = attrs.evolve(tvf, input=ir.Filter(input=tvf.input, predicate=rel.predicate, span=rel.span))
         if isinstance(rel, ir.WindowTVF):
             if legacy:
                 raise SqlError("GROUP BY a window function over a window table function", legacy[0].span,

@@ -14,13 +14,14 @@ from collections import defaultdict
 import attrs
 import pyarrow as pa
 
-from clink.errors import ClinkError, CompilerBug, PipelineError, UsageError
+from clink.errors import ClinkError, CompilerBug, IncompatibleCheckpoint, PipelineError, UsageError
 from clink.runtime.connectors.base import SinkWriter, SourceReader, TableSpec
 from clink.runtime.context import RuntimeContext, TaskContext
 from clink.runtime.elements import MAX_WATERMARK, Barrier, Batch, Element, EndOfInput, Watermark
 from clink.runtime.kernels import EvaluationError, max_epoch_ms
 from clink.runtime.loader import sql_position_of
 from clink.runtime.plan import Chain, Plan, Sink, Source, Union, WindowAggregate
+from clink.runtime.state.backend import IncompatibleState
 
 
 @attrs.define
@@ -109,6 +110,11 @@ class Job:
         self.warnings: list[str] = []
         self._stop_requested = False
         self._checkpointing: _Checkpointing | None = None
+        self._state_backend = None
+        self._scratch: str | None = None
+        #: Stable ids of sources, sinks and stateful operators: what a checkpoint's contents are
+        #: filed under, so that a changed pipeline finds its state (docs/checkpoints.md).
+        self.uids = stable_ids(plan)
         try:
             self._open()
             self._checkpointing = _Checkpointing.configure(self)
@@ -139,7 +145,9 @@ class Job:
             elif isinstance(node, WindowAggregate):
                 from clink.runtime.operators.window import WindowAggregateOperator
 
-                self._operators[node.id] = WindowAggregateOperator(node, self._tasks[node.id])
+                self._operators[node.id] = WindowAggregateOperator(
+                    node, self._tasks[node.id], input_schema=self.plan.node(node.input).schema,
+                    backend=self._backend(), operator_id=self.uids[node.id])
                 if node.late_output is not None:
                     self._late_outputs[node.id] = node.late_output
             elif isinstance(node, Sink):
@@ -148,6 +156,12 @@ class Job:
                     raise UsageError(f"connector {node.connector!r} cannot be written (table {node.table!r})")
                 spec = TableSpec(name=node.table, schema=node.schema, table_schema=node.schema, options=node.options)
                 self._writers[node.id] = connector.create_sink(spec, self.ctx)
+
+    def _backend(self):
+        """The job's state backend (``'state.backend'``), made on first use."""
+        if self._state_backend is None:
+            self._state_backend = make_state_backend(self.ctx, self)
+        return self._state_backend
 
     def _connector(self, name: str):
         connector = self.ctx.connectors.get(name)
@@ -435,6 +449,86 @@ class Job:
                 reader.close()
             except Exception:  # noqa: BLE001
                 pass
+        for operator in self._operators.values():
+            try:
+                operator.close()
+            except Exception:  # noqa: BLE001
+                pass
+        if self._scratch is not None:
+            import shutil
+
+            shutil.rmtree(self._scratch, ignore_errors=True)
+            self._scratch = None
+
+
+def stable_ids(plan: Plan) -> dict[int, str]:
+    """A name per source, sink and window aggregate that survives changes elsewhere in the plan:
+    ``source:<table>``, ``sink:<table>`` and ``window-<n>`` (the n-th window aggregate in plan
+    order), with ``#2``, ``#3`` … for a second and third node of the same name."""
+    ids: dict[int, str] = {}
+    seen: dict[str, int] = defaultdict(int)
+    windows = 0
+    for node in plan.nodes:
+        if isinstance(node, Source):
+            base = f"source:{node.table}"
+        elif isinstance(node, Sink):
+            base = f"sink:{node.table}"
+        elif isinstance(node, WindowAggregate):
+            windows += 1
+            base = f"window-{windows}"
+        else:
+            continue
+        seen[base] += 1
+        ids[node.id] = base if seen[base] == 1 else f"{base}#{seen[base]}"
+    return ids
+
+
+STATE_BACKENDS = ("memory", "sqlite")
+
+
+def make_state_backend(ctx: RuntimeContext, job: Job):
+    """The backend ``'state.backend'`` names. SQLite state lives under ``<state dir>/state``
+    (rebuilt from the checkpoint on each start), or in a scratch directory removed at the end
+    when the job has no state directory."""
+    from clink.runtime.state.keygroups import DEFAULT_MAX_PARALLELISM
+
+    name = (ctx.get("state.backend") or "memory").strip().lower()
+    max_parallelism = int(ctx.get("pipeline.max-parallelism") or DEFAULT_MAX_PARALLELISM)
+    if name in ("memory", "hashmap"):
+        from clink.runtime.state.memory import MemoryStateBackend
+
+        return MemoryStateBackend(max_parallelism=max_parallelism)
+    if name == "sqlite":
+        import tempfile
+        from pathlib import Path
+
+        from clink.runtime.state.sqlite import SqliteStateBackend
+
+        if ctx.state_dir is not None:
+            directory = Path(ctx.state_dir) / "state"
+            # The working databases are a copy of the newest checkpoint's state plus changes
+            # since; a new run starts from the checkpoint again, so what a crash left goes.
+            if directory.exists():
+                for leftover in directory.glob("*.sqlite*"):
+                    leftover.unlink()
+        else:
+            job._scratch = tempfile.mkdtemp(prefix="clink-state-")
+            directory = Path(job._scratch)
+        cache = _size_bytes(ctx.get("state.sqlite.cache-size") or "64 mb", "state.sqlite.cache-size")
+        return SqliteStateBackend(directory, max_parallelism=max_parallelism, table_cache_bytes=cache)
+    raise UsageError(f"unknown state backend {name!r} in 'state.backend'; choose one of: {', '.join(STATE_BACKENDS)}")
+
+
+def _size_bytes(text: str, option: str) -> int:
+    """'64 mb', '512kb', '1 gb', '1000' (bytes) → bytes."""
+    import re
+
+    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*(b|kb|k|mb|m|gb|g)?\s*", text.lower())
+    if not m:
+        raise UsageError(f"cannot read the size {text!r} of {option!r}; write it like '64 mb' or '512 kb'")
+    factor = {None: 1, "b": 1, "k": 1 << 10, "kb": 1 << 10, "m": 1 << 20, "mb": 1 << 20, "g": 1 << 30,
+              "gb": 1 << 30}[m[2]]
+    return int(float(m[1]) * factor)
 
 
 def run_plan(plan: Plan, ctx: RuntimeContext) -> Metrics:
@@ -501,8 +595,6 @@ class _Checkpointing:
     def take(self) -> int:
         import json
 
-        import pyarrow.ipc as ipc
-
         job = self.job
         started = time.perf_counter()
         checkpoint_id = self.next_id
@@ -510,22 +602,25 @@ class _Checkpointing:
         for source_id in job._readers:
             job._emit(source_id, Barrier(checkpoint_id))
         self.fault("after_barrier")
+        uids = job.uids
         positions = {}
         for node_id, reader in job._readers.items():
             position = reader.position()
             if position is None:
                 raise UsageError(f"table {job.plan.node(node_id).table!r} cannot be checkpointed: its source "
                                  "cannot resume from a position")
-            positions[str(node_id)] = position
+            positions[uids[node_id]] = position
+        operators = {}
         for node_id, operator in job._operators.items():
-            table = operator.snapshot()
-            path = writer.file(f"operator-{node_id}.arrow")
-            with ipc.new_file(path, table.schema) as out:
-                out.write_table(table)
-            writer.add(path.name)
-        handles = {str(node_id): w.pre_commit(checkpoint_id) for node_id, w in job._writers.items()}
+            files, meta = operator.snapshot(checkpoint_id, writer.path)
+            for path in files:
+                writer.add(path.name)
+            operators[uids[node_id]] = {"signature": state_signature(job, node_id), "files": [p.name for p in files],
+                                        "meta": meta}
+        handles = {uids[node_id]: w.pre_commit(checkpoint_id) for node_id, w in job._writers.items()}
         state = {
             "sources": positions,
+            "operators": operators,
             "sinks": handles,
             "watermarks": {str(k): v for k, v in job._watermarks.items()},
             "input_watermarks": {str(k): {str(i): w for i, w in v.items()} for k, v in job._input_watermarks.items()},
@@ -536,7 +631,7 @@ class _Checkpointing:
         self.fault("after_checkpoint_before_sink_commit")
         # The checkpoint exists: now its output may become visible.
         for node_id, w in job._writers.items():
-            w.commit(checkpoint_id, handles[str(node_id)])
+            w.commit(checkpoint_id, handles[uids[node_id]])
             self.fault("during_sink_commit")
         self.store.prune()
         self.next_id += 1
@@ -549,32 +644,90 @@ class _Checkpointing:
     def restore(self) -> None:
         import json
 
-        import pyarrow.ipc as ipc
-
         job = self.job
         chosen = job.ctx.get("execution.savepoint.path")
         if chosen:
-            info, _ = self.store.open(chosen, job.plan.fingerprint)
+            info, _ = self.store.open(chosen)
             warnings = []
         else:
-            info, warnings = self.store.latest(job.plan.fingerprint)
+            info, warnings = self.store.latest()
         job.warnings.extend(warnings)
         if info is None:
             # Nothing to resume from; output a crashed run left unfinished is discarded.
             for w in job._writers.values():
                 w.recover(0, None)
             return
-        _, manifest = self.store.open(info.path, job.plan.fingerprint)
+        _, manifest = self.store.open(info.path)
         state = json.loads((info.path / "job.json").read_text())
+        self.check_compatible(info.path.name, state)
+        uids = job.uids
         for node_id, reader in job._readers.items():
-            reader.seek(state["sources"][str(node_id)])
+            reader.seek(state["sources"][uids[node_id]])
         for node_id, operator in job._operators.items():
-            with ipc.open_file(info.path / f"operator-{node_id}.arrow") as f:
-                operator.restore(f.read_all())
+            entry = state["operators"][uids[node_id]]
+            try:
+                operator.restore([info.path / name for name in entry["files"]], entry["meta"])
+            except IncompatibleState as exc:
+                raise IncompatibleCheckpoint(f"checkpoint {info.path.name}: the state of operator "
+                                             f"{uids[node_id]} cannot be restored: {exc}") from exc
         for node_id, w in job._writers.items():
-            w.recover(info.id, state["sinks"].get(str(node_id)))
-        job._watermarks.update({int(k): v for k, v in state["watermarks"].items()})
-        for k, v in state["input_watermarks"].items():
-            job._input_watermarks[int(k)].update({int(i): w for i, w in v.items()})
+            w.recover(info.id, state["sinks"].get(uids[node_id]))
+        if manifest.get("plan_fingerprint") == job.plan.fingerprint:
+            # The same plan: node ids mean the same nodes, so watermarks carry over as they were.
+            # (A changed plan starts its watermarks afresh; each window operator keeps its own.)
+            job._watermarks.update({int(k): v for k, v in state["watermarks"].items()})
+            for k, v in state["input_watermarks"].items():
+                job._input_watermarks[int(k)].update({int(i): w for i, w in v.items()})
         self.next_id = info.id + 1
         job.metrics.restored_from = info.id
+
+    def check_compatible(self, name: str, state: dict) -> None:
+        """Refuse a checkpoint whose state this plan cannot take (docs/checkpoints.md, "Changing a
+        pipeline"): every stateful operator and source must find its own entry, with the same
+        state signature, and the checkpoint may hold no state the plan would drop."""
+        job = self.job
+        uids = job.uids
+        hint = ("The change is not compatible with the saved state: run with a new --state-dir (or empty "
+                "this one) to start over.")
+        saved = state.get("operators", {})
+        for node_id in job._operators:
+            uid = uids[node_id]
+            where = _where(job.plan.node(node_id))
+            expected = state_signature(job, node_id)
+            entry = saved.get(uid)
+            if entry is None:
+                raise IncompatibleCheckpoint(f"checkpoint {name} holds no state for operator {uid}{where}, which "
+                                             f"this pipeline has. {hint}")
+            if entry["signature"] != expected:
+                raise IncompatibleCheckpoint(
+                    f"checkpoint {name} cannot be restored into operator {uid}{where}: its state was written "
+                    f"for\n    {_readable(entry['signature'])}\nbut this pipeline needs\n    "
+                    f"{_readable(expected)}\n{hint}")
+        dropped = sorted(set(saved) - {uids[i] for i in job._operators})
+        if dropped:
+            raise IncompatibleCheckpoint(f"checkpoint {name} holds state of operator(s) {', '.join(dropped)}, which "
+                                         f"this pipeline no longer has; restoring would lose it. {hint}")
+        for node_id in job._readers:
+            if uids[node_id] not in state.get("sources", {}):
+                raise IncompatibleCheckpoint(f"checkpoint {name} holds no position for {uids[node_id]}"
+                                             f"{_where(job.plan.node(node_id))}: a source was added. {hint}")
+
+
+def _where(node) -> str:
+    return f" (at {node.span})" if getattr(node, "span", "") else ""
+
+
+def _readable(signature: str) -> str:
+    return signature.split(" | ")[0]
+
+
+def state_signature(job: Job, node_id: int) -> str:
+    """What a window operator's state means: the window, key types and aggregates (readable),
+    then the layout of its partial tables. A checkpoint restores only into the same signature."""
+    node = job.plan.node(node_id)
+    operator = job._operators[node_id]
+    schema = job.plan.node(node.input).schema
+    keys = ", ".join(str(schema.field(k).type) for k in node.keys)
+    aggs = ", ".join(f"{a.fn}({'' if a.arg is None else schema.field(a.arg).type})"
+                     f"{' FILTER' if a.filter is not None else ''}" for a in node.aggs)
+    return f"{node.window.describe()} GROUP BY ({keys}) computing {aggs} | {operator.descriptor.signature()}"

@@ -29,6 +29,7 @@ from clink.runtime.state.backend import (
     MapStateDescriptor,
     OperatorState,
     StateBackend,
+    TableStateDescriptor,
     ValueStateDescriptor,
 )
 from clink.runtime.state.keygroups import key_groups
@@ -50,7 +51,8 @@ KEY = pa.schema([("id", pa.int64()), ("name", pa.string())])
 COUNT = ValueStateDescriptor("count", KEY, pa.int64())
 SEEN = MapStateDescriptor("seen", KEY, pa.string(), pa.int64())
 EVENTS = ListStateDescriptor("events", KEY, pa.int64())
-DESCRIPTORS = [COUNT, SEEN, EVENTS]
+PARTS = TableStateDescriptor("parts", [("_key_group", pa.int32()), ("k", pa.int64()), ("v", pa.string())])
+DESCRIPTORS = [COUNT, SEEN, EVENTS, PARTS]
 
 #: Hypothesis settings for the backend properties: few, short examples keep the file fast, and the
 #: factory fixture is stateless, so sharing it between examples is safe.
@@ -69,12 +71,35 @@ def state(make_backend: MakeBackend, tmp_path: Path) -> Iterator[OperatorState]:
 
 
 def all_entries(state: OperatorState) -> dict[tuple[str, tuple], Any]:
+    """Every entry; a bucket of table state as the sorted list of its rows, which must each be
+    listed under their own key group."""
     out: dict[tuple[str, tuple], Any] = {}
     for g in range(state.max_parallelism):
         for name, key, value in state.entries(g):
+            if isinstance(value, pa.Table):
+                rows = table_rows(value)
+                assert rows and all(r[0] == g for r in rows), f"{name} {key}: rows listed under key group {g}"
+                out.setdefault((name, key), []).extend(rows)
+                continue
             assert (name, key) not in out, f"{name} {key} listed twice"
             out[name, key] = value
-    return out
+    return {k: sorted(v, key=repr) if k[0] == "parts" else v for k, v in out.items()}
+
+
+def table_rows(table: pa.Table | None) -> list[tuple]:
+    return [] if table is None else [tuple(r.values()) for r in table.to_pylist()]
+
+
+def parts_table(rows: list[tuple[int, str | None]]) -> pa.Table:
+    """Rows of PARTS; a row's key group is its ``k`` modulo the number of key groups."""
+    ks = [k for k, _ in rows]
+    return pa.table({"_key_group": pa.array([k % MAX_PARALLELISM for k in ks], pa.int32()),
+                     "k": pa.array(ks, pa.int64()), "v": pa.array([v for _, v in rows], pa.string())})
+
+
+def normal(model: dict[tuple[str, tuple], Any]) -> dict[tuple[str, tuple], Any]:
+    return {k: sorted(v, key=repr) if k[0] == "parts" else v for k, v in model.items()
+            if not (k[0] == "parts" and not v)}
 
 
 # -- value state ----------------------------------------------------------------------------------
@@ -248,13 +273,30 @@ operations = st.lists(st.one_of(
     st.tuples(st.just("map_clear"), keys),
     st.tuples(st.just("list_append"), keys, ints),
     st.tuples(st.just("list_clear"), keys),
+    st.tuples(st.just("table_add"), st.sampled_from([-5, 0, 7, 2**40]),
+              st.lists(st.tuples(st.integers(0, 20), st.sampled_from([None, "p", "q"])), max_size=5)),
+    st.tuples(st.just("table_replace"), st.sampled_from([-5, 0, 7]),
+              st.lists(st.tuples(st.integers(0, 20), st.sampled_from([None, "r"])), max_size=3)),
+    st.tuples(st.just("table_take"), st.sampled_from([-5, 0, 7, 2**40])),
     st.tuples(st.just("commit")),
 ), max_size=40)
 
 
 def apply(state: OperatorState, model: dict[tuple[str, tuple], Any], op: tuple) -> None:
     counts, seen, events = state.value_state("count"), state.map_state("seen"), state.list_state("events")
+    parts = state.table_state("parts")
     match op:
+        case ("table_add", ns, rows):
+            parts.add(ns, parts_table(rows))
+            if rows:
+                model.setdefault(("parts", (ns,)), []).extend((k % MAX_PARALLELISM, k, v) for k, v in rows)
+        case ("table_replace", ns, rows):
+            parts.replace(ns, parts_table(rows))
+            model.pop(("parts", (ns,)), None)
+            if rows:
+                model[("parts", (ns,))] = [(k % MAX_PARALLELISM, k, v) for k, v in rows]
+        case ("table_take", ns):
+            assert table_rows(parts.take(ns)) == model.pop(("parts", (ns,)), [])
         case ("put", k, v):
             counts.put(k, v)
             model.pop(("count", k), None) if v is None else model.__setitem__(("count", k), v)
@@ -297,6 +339,12 @@ def apply(state: OperatorState, model: dict[tuple[str, tuple], Any], op: tuple) 
         k = op[1]
         assert dict(seen.items(k)) == model.get(("seen", k), {})
         assert events.get(k) == model.get(("events", k), [])
+    if op[0].startswith("table"):  # buckets keep rows in the order added
+        ns = op[1]
+        assert table_rows(parts.get(ns)) == model.get(("parts", (ns,)), [])
+        buckets = sorted(n for (name, (n, *_)) in model if name == "parts")
+        assert parts.namespaces() == buckets
+        assert parts.num_rows() == sum(len(v) for (name, _), v in model.items() if name == "parts")
 
 
 @PROPERTY
@@ -306,7 +354,7 @@ def test_random_operations_match_a_dict_model(make_backend: MakeBackend, ops: li
         model: dict[tuple[str, tuple], Any] = {}
         for op in ops:
             apply(state, model, op)
-        assert all_entries(state) == model
+        assert all_entries(state) == normal(model)
 
 
 @PROPERTY
@@ -329,10 +377,10 @@ def test_snapshot_then_restore_into_a_fresh_backend(make_backend: MakeBackend, b
         with make_backend(root / "b").open("op", DESCRIPTORS) as fresh:
             fresh.value_state("count").put((99, "stale"), 1)  # restore replaces what was there
             fresh.restore(files)
-            assert all_entries(fresh) == model
+            assert all_entries(fresh) == normal(model)
             for op in after:  # and the restored state works as any other
                 apply(fresh, model, op)
-            assert all_entries(fresh) == model
+            assert all_entries(fresh) == normal(model)
 
 
 def test_restore_splits_and_merges_by_key_group(make_backend: MakeBackend, tmp_path: Path) -> None:
@@ -342,6 +390,8 @@ def test_restore_splits_and_merges_by_key_group(make_backend: MakeBackend, tmp_p
         state.value_state("count").put_many([ids, names], pa.array(range(100)))
         state.map_state("seen").put((1, "1"), "x", 1)
         state.list_state("events").extend((2, "2"), [1, 2])
+        state.table_state("parts").add(3, parts_table([(i, str(i)) for i in range(20)]))
+        state.table_state("parts").add(-1, parts_table([(5, None)]))
         everything = all_entries(state)
         files = state.snapshot(tmp_path / "snap")
     low, high = set(range(MAX_PARALLELISM // 2)), set(range(MAX_PARALLELISM // 2, MAX_PARALLELISM))
@@ -388,16 +438,36 @@ def test_sqlite_reopens_as_of_the_last_commit(tmp_path: Path, cache_entries: int
         counts = state.value_state("count")
         counts.put_many([pa.array(range(10)), pa.array(["a"] * 10)], pa.array(range(10)))
         state.list_state("events").extend((1, "a"), [1, 2])
+        state.table_state("parts").add(10, parts_table([(1, "a"), (2, "b")]))
         state.commit(5)
         committed = all_entries(state)
         counts.put_many([pa.array(range(10)), pa.array(["a"] * 10)], pa.array(range(100, 110)))
         state.list_state("events").append((1, "a"), 3)
+        state.table_state("parts").add(10, parts_table([(3, "c")]))
+        state.table_state("parts").add(11, parts_table([(3, "c")]))
         state.map_state("seen").put((1, "a"), "x", 1)
     with backend.open("op", DESCRIPTORS) as state:  # the uncommitted changes are gone
         assert state.committed_checkpoint == 5
         assert all_entries(state) == committed
     with pytest.raises(IncompatibleState, match="count"):
         backend.open("op", [ValueStateDescriptor("count", KEY, pa.float64())])
+
+
+def test_sqlite_table_state_spills_beyond_its_cache(tmp_path: Path) -> None:
+    backend = SqliteStateBackend(tmp_path, max_parallelism=MAX_PARALLELISM, table_cache_bytes=4096)
+    with backend.open("op", [PARTS]) as state:
+        parts = state.table_state("parts")
+        expected = []
+        for i in range(50):
+            rows = [(j, f"row {i}.{j}") for j in range(20)]
+            parts.add(i % 3, parts_table(rows))
+            expected += [(i % 3, k % MAX_PARALLELISM, k, v) for k, v in rows]
+            assert parts.memory_bytes() <= 4096 + parts_table(rows).nbytes
+        assert parts.parts(0) == 17 and parts.num_rows() == 1000
+        state.commit(1)
+        assert parts.memory_bytes() == 0
+        got = [(ns, *row) for ns in parts.namespaces() for row in table_rows(parts.get(ns))]
+        assert got == sorted(expected, key=lambda r: r[0])  # stable: arrival order within a bucket
 
 
 def test_sqlite_files_are_one_database_per_operator(tmp_path: Path) -> None:

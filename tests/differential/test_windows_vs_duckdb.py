@@ -16,6 +16,8 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
+from clink.errors import SqlError
+from clink.runtime.context import RuntimeContext
 from clink.testing import run_select
 
 N = 3000
@@ -157,16 +159,41 @@ def _assert_same_rows(ours: list[tuple], theirs: list[tuple]) -> None:
 @pytest.mark.parametrize(("case", "window", "duck_windows", "keys"), CASES, ids=[c[0] for c in CASES])
 def test_window_aggregation_matches_duckdb(case: str, window: str, duck_windows: str, keys: str,
                                            data: pa.Table) -> None:
+    check_against_duckdb(window, duck_windows, keys, data)
+
+
+@pytest.mark.parametrize(("case", "window", "duck_windows", "keys"), CASES, ids=[c[0] for c in CASES])
+def test_window_aggregation_on_sqlite_state_matches_duckdb(case: str, window: str, duck_windows: str,
+                                                           keys: str) -> None:
+    """The same, with the state in SQLite and a cache so small that every partial goes to disk."""
+    context = RuntimeContext(config={"state.backend": "sqlite", "state.sqlite.cache-size": "1 b"})
+    check_against_duckdb(window, duck_windows, keys, DENSE, context=context)
+
+
+def test_where_over_a_window_table_function_matches_duckdb() -> None:
+    check_against_duckdb(CASES[0][1], CASES[0][2], CASES[0][3], DENSE, where="price > 300 AND k2 <> 'b'")
+
+
+def test_where_on_window_columns_before_aggregation_is_refused() -> None:
+    with pytest.raises(SqlError, match="WHERE on window_start") as e:
+        run_select(f"SELECT window_start, COUNT(*) FROM TABLE({CASES[0][1]}) WHERE window_start > TIMESTAMP "
+                   "'2024-01-01 00:00:00' GROUP BY window_start, window_end", watermarks={"t": WATERMARK}, t=DENSE)
+    assert e.value.span is not None
+
+
+def check_against_duckdb(window: str, duck_windows: str, keys: str, data: pa.Table, *, where: str = "",
+                         context: RuntimeContext | None = None) -> None:
     key_list = f"{keys}, " if keys else ""
+    where = f" WHERE {where}" if where else ""
     ours = run_select(
-        f"SELECT {key_list}window_start, window_end, {CLINK_AGGS} FROM TABLE({window}) "
+        f"SELECT {key_list}window_start, window_end, {CLINK_AGGS} FROM TABLE({window}){where} "
         f"GROUP BY {key_list}window_start, window_end",
-        watermarks={"t": WATERMARK}, row_group_size=97, t=data,
+        watermarks={"t": WATERMARK}, row_group_size=97, context=context, t=data,
     )
     con = duckdb.connect()
     con.register("t", data)
     theirs = con.execute(
-        f"SELECT {key_list}window_start, window_end, {DUCK_AGGS} FROM ({duck_windows}) "
+        f"SELECT {key_list}window_start, window_end, {DUCK_AGGS} FROM ({duck_windows}){where} "
         f"GROUP BY {key_list}window_start, window_end"
     ).fetchall()
     ours_rows = [tuple(r.values()) for r in ours.to_pylist()]

@@ -10,6 +10,7 @@ import math
 import random
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
+from pathlib import Path
 from typing import Any
 
 import duckdb
@@ -24,6 +25,9 @@ from clink.runtime.connectors import ConnectorRegistry
 from clink.runtime.context import RuntimeContext, TaskContext
 from clink.runtime.elements import MAX_WATERMARK
 from clink.runtime.operators import WindowAggregateOperator
+from clink.runtime.state.backend import StateBackend
+from clink.runtime.state.memory import MemoryStateBackend
+from clink.runtime.state.sqlite import SqliteStateBackend
 
 TS = pa.timestamp("ms")
 A = plan.AggSpec
@@ -61,12 +65,13 @@ ALL_AGGS: list[tuple[plan.AggSpec, str]] = [
 
 
 def make_op(window: plan.WindowSpec, aggs: Sequence[plan.AggSpec], *, keys: tuple[int, ...] = (K,),
-            lateness: int = 0) -> WindowAggregateOperator:
+            lateness: int = 0, backend: StateBackend | None = None) -> WindowAggregateOperator:
     fields = [INPUT.field(k) for k in keys] + [pa.field(n, TS) for n in ("window_start", "window_end", "window_time")]
     fields += [pa.field(f"a{i}", a.type) for i, a in enumerate(aggs)]
     node = plan.WindowAggregate(id=2, input=1, window=window, time=TS_COL, keys=keys, aggs=tuple(aggs),
                                 schema=pa.schema(fields), allowed_lateness=lateness)
-    return WindowAggregateOperator(node, TaskContext(runtime=RuntimeContext(connectors=ConnectorRegistry()), node_id=2))
+    return WindowAggregateOperator(node, TaskContext(runtime=RuntimeContext(connectors=ConnectorRegistry()), node_id=2),
+                                   input_schema=INPUT, backend=backend)
 
 
 def batch(rows: Iterable[dict[str, Any]]) -> pa.RecordBatch:
@@ -265,7 +270,8 @@ def test_result_types() -> None:
                        + [(f"a{i}", a.type) for i, a in enumerate(aggs)])
     node = plan.WindowAggregate(id=2, input=1, window=plan.WindowSpec(kind="tumble", size=10), time=0, keys=(1,),
                                 aggs=aggs, schema=schema)
-    op = WindowAggregateOperator(node, TaskContext(runtime=RuntimeContext(connectors=ConnectorRegistry()), node_id=2))
+    op = WindowAggregateOperator(node, TaskContext(runtime=RuntimeContext(connectors=ConnectorRegistry()), node_id=2),
+                                 input_schema=b.schema)
     op.process(b)
     (out,) = op.on_watermark(10)
     assert out.schema == schema
@@ -334,7 +340,8 @@ def test_time_columns_in_other_units() -> None:
                         ("n", pa.int64())])
     node = plan.WindowAggregate(id=2, input=1, window=plan.WindowSpec(kind="tumble", size=1_000), time=0, keys=(1,),
                                 aggs=(A(fn="count_star", arg=None, type=pa.int64()),), schema=schema)
-    op = WindowAggregateOperator(node, TaskContext(runtime=RuntimeContext(connectors=ConnectorRegistry()), node_id=2))
+    op = WindowAggregateOperator(node, TaskContext(runtime=RuntimeContext(connectors=ConnectorRegistry()), node_id=2),
+                                 input_schema=b.schema)
     op.process(b)
     assert as_rows(op.on_watermark(MAX_WATERMARK)) == [("a", -1_000, 0, -1, 1), ("a", 1_000, 2_000, 1_999, 1),
                                                        ("a", 2_000, 3_000, 2_999, 1)]
@@ -393,6 +400,14 @@ def test_a_bridging_event_merges_two_sessions() -> None:
                                                        ("b", 1_000, 6_000, 5_999, 1, 7, 7, 7)]
 
 
+def test_a_row_exactly_the_gap_after_a_session_of_an_earlier_batch_joins_it() -> None:
+    op = make_op(plan.WindowSpec(kind="session", gap=13), _COUNT_SUM)
+    assert op.process(batch([{"ts": -106, "k": "a"}])) == []
+    assert op.on_watermark(-107) == []
+    op.process(batch([{"ts": -93, "k": "a"}]))  # the held session is [-106, -93): they touch
+    assert as_rows(op.on_watermark(MAX_WATERMARK)) == [("a", -106, -80, -81, 2, None)]
+
+
 def test_a_late_session_event_is_dropped() -> None:
     op = make_op(plan.WindowSpec(kind="session", gap=1_000), [A(fn="count_star", arg=None, type=pa.int64())])
     op.process(batch([{"ts": 0, "k": "a"}]))
@@ -437,34 +452,41 @@ def test_allowed_lateness_for_sessions() -> None:
 # ---------------------------------------------------------------- state
 
 
-def test_snapshot_restore_and_split_by_key_group() -> None:
+BACKENDS = {
+    "memory": lambda d: MemoryStateBackend(),
+    "sqlite": lambda d: SqliteStateBackend(d),
+    "sqlite-spilling": lambda d: SqliteStateBackend(d, table_cache_bytes=1),  # every part goes to disk
+}
+
+
+@pytest.mark.parametrize("backend", list(BACKENDS))
+def test_snapshot_restore_and_split_by_key_group(backend: str, tmp_path: Path) -> None:
     window = plan.WindowSpec(kind="hop", size=10_000, slide=5_000)
     aggs = [a for a, _ in ALL_AGGS]
     rows = random_rows(300, seed=3, keys="abcdefgh")
     first, second = [_batch_from(rows, 0, 150)], [_batch_from(rows, 150, 150)]
     expected = as_rows(run_all(make_op(window, aggs), first + second))
+    make = BACKENDS[backend]
 
-    op = make_op(window, aggs)
+    op = make_op(window, aggs, backend=make(tmp_path / "a"))
     for b in first:
         op.process(b)
-    snapshot = op.state.snapshot()
-    assert snapshot.column_names[0] == "_window_end" and "_key_group" in snapshot.column_names
-    sink = pa.BufferOutputStream()
-    with pa.ipc.new_stream(sink, snapshot.schema) as writer:
-        writer.write_table(snapshot)
-    restored_table = pa.ipc.open_stream(sink.getvalue()).read_all()
+    (tmp_path / "snap").mkdir()
+    files, meta = op.snapshot(1, tmp_path / "snap")
+    assert op.operator_state.committed_checkpoint == 1
+    for b in second:  # changes after the snapshot are not in it
+        op.process(b)
 
-    restored = make_op(window, aggs)
-    restored.state.restore(restored_table)
-    assert restored.state.num_rows() == op.state.num_rows()
+    restored = make_op(window, aggs, backend=make(tmp_path / "b"))
+    restored.restore(files, meta)
     assert as_rows(run_all(restored, second)) == expected
 
-    groups = set(snapshot.column("_key_group").to_pylist())
+    groups = {g for b in first for g in _groups_of(b).tolist()}
     half = set(sorted(groups)[: len(groups) // 2])
     outputs = []
-    for part in (half, groups - half):
-        task = make_op(window, aggs)
-        task.state.restore(op.state.split(part).snapshot())
+    for i, part in enumerate((half, groups - half)):  # two tasks, each with half of the key groups
+        task = make_op(window, aggs, backend=make(tmp_path / f"task{i}"))
+        task.restore(files, meta, key_groups=part)
         mine = [b.filter(pa.array(np.isin(_groups_of(b), list(part)))) for b in second]
         outputs += run_all(task, mine)
     assert as_rows(outputs) == expected
@@ -486,12 +508,17 @@ def test_compaction_bounds_partials_per_window() -> None:
     assert as_rows(op.on_watermark(MAX_WATERMARK)) == [(k, 0, 1_000_000, 999_999, 100, 99 % 7, 7) for k in "abc"]
 
 
-def test_empty_state_snapshot_round_trips() -> None:
-    op = make_op(plan.WindowSpec(kind="tumble", size=10), [A(fn="count_star", arg=None, type=pa.int64())])
-    snap = op.state.snapshot()
-    assert snap.num_rows == 0 and snap.column_names[0] == "_window_end"
-    op.state.restore(snap)
-    assert op.state.num_rows() == 0
+@pytest.mark.parametrize("backend", list(BACKENDS))
+def test_empty_state_snapshot_round_trips(backend: str, tmp_path: Path) -> None:
+    op = make_op(plan.WindowSpec(kind="session", gap=10), [A(fn="first_value", arg=V, type=pa.int64())],
+                 backend=BACKENDS[backend](tmp_path / "a"))
+    (tmp_path / "snap").mkdir()
+    files, meta = op.snapshot(1, tmp_path / "snap")
+    assert meta == {"watermark": None, "seq": 0}
+    other = make_op(plan.WindowSpec(kind="session", gap=10), [A(fn="first_value", arg=V, type=pa.int64())],
+                    backend=BACKENDS[backend](tmp_path / "b"))
+    other.restore(files, meta)
+    assert other.state.num_rows() == 0
 
 
 # ---------------------------------------------------------------- properties

@@ -257,7 +257,8 @@ def _emit_plan(w: SourceWriter, plan: PhysicalPlan, schema_names: dict[int, str]
                             w.line(f"schema={schema_names[op.id * 10]}, allowed_lateness={agg.allowed_lateness},")
                             if op.late_output is not None:
                                 w.line(f"late_output={op.late_output},  # late rows go to chain_{op.late_output}")
-                            w.line(f"partitioning={partitioning}, parallelism={op.parallelism}),")
+                            w.line(f"partitioning={partitioning}, parallelism={op.parallelism}, "
+                                   f"span={str(agg.span or '')!r}),")
                     case UnionOp(inputs=inputs):
                         w.line(f"P.Union(id={op.id}, inputs={inputs!r}, schema={schema_names[op.id * 10]}, "
                                f"parallelism={op.parallelism}),", span=op.union.span)

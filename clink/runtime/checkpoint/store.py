@@ -21,7 +21,7 @@ from pathlib import Path
 
 import attrs
 
-from clink.errors import CheckpointCorrupted, IncompatibleCheckpoint, UsageError
+from clink.errors import CheckpointCorrupted, UsageError
 
 FORMAT_VERSION = 1
 MANIFEST = "_manifest.json"
@@ -180,31 +180,22 @@ class CheckpointStore:
         """Every checkpoint directory, newest first, each verified."""
         return [self.info(path) for _, path in sorted(self._directories(), reverse=True)]
 
-    def open(self, path: str | Path, fingerprint: str) -> tuple[CheckpointInfo, dict]:
-        """Verify a checkpoint and check that it belongs to this plan; return it and its manifest."""
+    def open(self, path: str | Path) -> tuple[CheckpointInfo, dict]:
+        """Verify a checkpoint; return it and its manifest. Whether its state fits the pipeline
+        is the job's to decide (by operator, see ``executor._Checkpointing.check_compatible``)."""
         path = Path(path)
         if not path.is_dir():
             raise UsageError(f"no checkpoint at {path}")
         manifest = self._verified_manifest(path)
-        if manifest.get("plan_fingerprint") != fingerprint:
-            raise IncompatibleCheckpoint(
-                f"checkpoint {path.name} was written by a different pipeline (plan sha256:"
-                f"{manifest.get('plan_fingerprint')}, this one is sha256:{fingerprint}); its state cannot be "
-                "restored into this plan")
         return self.info(path), manifest
 
-    def latest(self, fingerprint: str) -> tuple[CheckpointInfo | None, list[str]]:
-        """The newest valid checkpoint of this plan, and a warning for each newer one skipped."""
+    def latest(self) -> tuple[CheckpointInfo | None, list[str]]:
+        """The newest valid checkpoint, and a warning for each newer one skipped."""
         warnings = []
         for info in self.list():
             if not info.valid:
                 warnings.append(f"skipping {info.problem}")
                 continue
-            if info.fingerprint != fingerprint:
-                raise IncompatibleCheckpoint(
-                    f"checkpoint {info.path.name} was written by a different pipeline (plan sha256:"
-                    f"{info.fingerprint}, this one is sha256:{fingerprint}); start with another state "
-                    "directory, or remove it")
             return info, warnings
         return None, warnings
 

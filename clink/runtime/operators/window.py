@@ -18,17 +18,21 @@ See docs/windows.md for the semantics.
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 from typing import TYPE_CHECKING
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from clink.runtime.state.backend import OperatorState, StateBackend, TableStateDescriptor
 from clink.runtime.state.keygroups import DEFAULT_MAX_PARALLELISM, key_groups
+from clink.runtime.state.memory import MemoryStateBackend
 from clink.runtime.state.window_state import KEY_GROUP, WindowState, split_by_window
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from clink.runtime import plan
     from clink.runtime.context import TaskContext
 
@@ -58,9 +62,13 @@ class WindowAggregateOperator:
     collect in ``late_rows`` (the caller drains the list); counters live in ``metrics``
     (the task context's metrics dict): ``late_records``, ``null_time_records``, ``state_rows``,
     ``state_bytes``, ``windows_fired``.
+
+    Its keyed state is one table state, ``windows``, opened from ``backend`` (memory if not
+    given) as operator ``operator_id``; ``input_schema`` is the schema of the input batches.
     """
 
-    def __init__(self, node: plan.WindowAggregate, ctx: TaskContext) -> None:
+    def __init__(self, node: plan.WindowAggregate, ctx: TaskContext, *, input_schema: pa.Schema,
+                 backend: StateBackend | None = None, operator_id: str | None = None) -> None:
         self.node = node
         self.ctx = ctx
         self._check_window(node.window)
@@ -87,7 +95,15 @@ class WindowAggregateOperator:
         # arrival order across panes that FIRST_VALUE / LAST_VALUE need.
         self._by_pane = self._kind in ("hop", "cumulate") and not any(
             a.fn in ("first_value", "last_value") for a in node.aggs)
-        self._state = WindowState(self._merge)
+        self.operator_id = operator_id or f"window-{node.id}"
+        self.descriptor = TableStateDescriptor("windows", self._partial_schema(input_schema))
+        if backend is None:
+            backend = MemoryStateBackend(max_parallelism=self._max_parallelism)
+        elif backend.max_parallelism != self._max_parallelism:
+            raise ValueError(f"window aggregate {node.id}: the state backend has max parallelism "
+                             f"{backend.max_parallelism}, the job {self._max_parallelism}")
+        self.operator_state: OperatorState = backend.open(self.operator_id, [self.descriptor])
+        self._state = WindowState(self._merge, table=self.operator_state.table_state("windows"))
 
     # -- public interface ----------------------------------------------------------------------
 
@@ -130,29 +146,41 @@ class WindowAggregateOperator:
         """The last watermark seen (ms), or None before the first."""
         return self._watermark
 
-    def snapshot(self) -> pa.Table:
-        """Everything needed to continue: the window state, with the last watermark and the
-        arrival counter in the schema metadata. Written to checkpoints as Arrow IPC."""
-        table = self._state.snapshot()
-        meta = {b"clink.watermark": str(self._watermark if self._watermark is not None else "").encode(),
-                b"clink.seq": str(getattr(self, "_seq", 0)).encode()}
-        return table.replace_schema_metadata({**(table.schema.metadata or {}), **meta})
-
-    def restore(self, table: pa.Table) -> None:
-        """Continue from a ``snapshot()``."""
-        meta = table.schema.metadata or {}
-        watermark = meta.get(b"clink.watermark", b"").decode()
-        self._watermark = int(watermark) if watermark else None
-        if hasattr(self, "_seq"):
-            self._seq = int(meta.get(b"clink.seq", b"0").decode())
-        self._state.restore(table.replace_schema_metadata(None))
+    def snapshot(self, checkpoint_id: int, directory: Path) -> tuple[list[Path], dict[str, int | None]]:
+        """Commit the keyed state as of checkpoint ``checkpoint_id`` and write it to files in
+        ``directory``; return them and the operator's own small state (the last watermark and
+        the arrival counter), which the caller stores with the checkpoint."""
+        self.operator_state.commit(checkpoint_id)
+        files = self.operator_state.snapshot(directory)
         self._update_state_metrics()
+        return files, {"watermark": self._watermark, "seq": self._seq}
+
+    def restore(self, files: list[Path], meta: dict[str, int | None], *,
+                key_groups: Collection[int] | None = None) -> None:
+        """Continue from what ``snapshot`` wrote (the snapshots of several tasks may be given);
+        only ``key_groups``, if given: how a task of a rescaled job takes its share."""
+        self.operator_state.restore(files, key_groups=key_groups)
+        self._watermark = meta.get("watermark")
+        self._seq = int(meta.get("seq") or 0)
+        self._update_state_metrics()
+
+    def close(self) -> None:
+        """Release the state (a durable backend keeps what was last committed)."""
+        self.operator_state.close()
 
     @property
     def state(self) -> WindowState:
         return self._state
 
     # -- set-up ----------------------------------------------------------------------------------
+
+    def _partial_schema(self, input_schema: pa.Schema) -> pa.Schema:
+        """The schema of the partial tables kept in state: pre-aggregate an empty batch."""
+        cols = self._input_columns(pa.RecordBatch.from_pylist([], schema=input_schema))
+        by = [_START, _END] if self._kind == "session" else [_END]
+        for name in by:
+            cols[name] = pa.array([], pa.int64())
+        return self._preaggregate(pa.table(cols), by).drop_columns([_END]).schema
 
     def _check_window(self, spec: plan.WindowSpec) -> None:
         where = f"window aggregate {self.node.id} ({spec.describe()})"
@@ -439,8 +467,9 @@ class WindowAggregateOperator:
             if not len(ts):
                 return []
         cols = self._input_columns(batch)
-        # Sessions already held that a new row could join: those ending after the earliest row.
-        old = self._state.take_many(self._state.windows_after(int(ts.min())))
+        # Sessions already held that a new row could join: those ending at or after the earliest
+        # row (a session that ends exactly where a row starts touches it, and they merge).
+        old = self._state.take_many(self._state.windows_after(int(ts.min()) - 1))
         n_old = 0 if old is None else old.num_rows
         if old is None:
             keys = [cols[k] for k in self._keys]

@@ -1,12 +1,15 @@
 """The keyed state contract: what an operator may keep per key, and how it is checkpointed.
 
 A ``StateBackend`` opens one ``OperatorState`` per operator, from descriptors that declare each
-state's kind, name and Arrow types. Three kinds exist:
+state's kind, name and Arrow types. Four kinds exist:
 
 - **value state** — one value per key (``ValueState``), with batch forms ``get_many`` /
   ``put_many`` that take key columns and return or take a value column: the forms operators use;
 - **map state** — per key, a map from user keys to values (``MapState``);
-- **list state** — per key, a list that grows by appending (``ListState``).
+- **list state** — per key, a list that grows by appending (``ListState``);
+- **table state** — Arrow rows in numbered buckets (``TableState``), each row carrying its key
+  group: the form of operators that work on whole batches, such as window aggregation, whose
+  buckets are windows and whose rows are partial aggregates per key.
 
 A key is a tuple of scalar values (int, float, bool, str, bytes, Decimal, date, datetime or None)
 matching the descriptor's ``key_schema``; where the schema has one field, the bare value may stand
@@ -56,6 +59,8 @@ __all__ = [
     "OperatorState",
     "StateBackend",
     "StateDescriptor",
+    "TableState",
+    "TableStateDescriptor",
     "ValueState",
     "ValueStateDescriptor",
 ]
@@ -65,8 +70,12 @@ Key = tuple[Any, ...]
 #: Keys of a batch: one array per key field (or the one array of a one-field key).
 KeyColumns = pa.Array | pa.ChunkedArray | Sequence[pa.Array | pa.ChunkedArray]
 
+#: The column of table state that holds each row's key group.
+KEY_GROUP = "_key_group"
+#: The column that names a row's bucket in a snapshot of table state.
+NAMESPACE = "_namespace"
 #: Column names that snapshots use for their own purposes; key fields may not take them.
-RESERVED_NAMES = frozenset({"_key_group", "_user_key", "_value"})
+RESERVED_NAMES = frozenset({KEY_GROUP, "_user_key", "_value", NAMESPACE})
 
 
 class IncompatibleState(ClinkError):
@@ -152,7 +161,29 @@ class ListStateDescriptor:
         return f"list key=<{_schema_text(self.key_schema)}> element={self.element_type}"
 
 
-StateDescriptor = ValueStateDescriptor | MapStateDescriptor | ListStateDescriptor
+def _check_table_schema(instance: object, attribute: attrs.Attribute, schema: pa.Schema) -> None:
+    index = schema.get_field_index(KEY_GROUP)
+    if index < 0 or schema.field(index).type != pa.int32():
+        raise ValueError(f"table state needs a {KEY_GROUP!r} column of type int32, got schema <{_schema_text(schema)}>")
+    if NAMESPACE in schema.names:
+        raise ValueError(f"table state column {NAMESPACE!r} is a reserved name")
+
+
+@attrs.frozen
+class TableStateDescriptor:
+    """Rows of ``schema`` in buckets numbered by an int64 (the namespace); ``schema`` has a
+    ``_key_group`` int32 column that holds each row's key group."""
+
+    name: str = attrs.field(validator=_check_name)
+    schema: pa.Schema = attrs.field(converter=_to_key_schema, validator=_check_table_schema)
+
+    kind = "table"
+
+    def signature(self) -> str:
+        return f"table <{_schema_text(self.schema)}>"
+
+
+StateDescriptor = ValueStateDescriptor | MapStateDescriptor | ListStateDescriptor | TableStateDescriptor
 
 
 def _schema_text(schema: pa.Schema) -> str:
@@ -248,6 +279,55 @@ class ListState(abc.ABC):
         """Remove the list of ``key``."""
 
 
+class TableState(abc.ABC):
+    """Arrow tables in buckets named by an int64 namespace (for windows: the window's end).
+
+    A bucket holds the rows added to it, in the order added; it exists while it holds rows.
+    Tables given to ``add`` / ``replace`` must have the descriptor's column names and types
+    (castable types are cast); the state may keep them as they are, so do not mutate them.
+    """
+
+    descriptor: TableStateDescriptor
+
+    @abc.abstractmethod
+    def add(self, namespace: int, table: pa.Table) -> None:
+        """Append the rows of ``table`` to bucket ``namespace``."""
+
+    @abc.abstractmethod
+    def get(self, namespace: int) -> pa.Table | None:
+        """Every row of bucket ``namespace`` in the order added, or None if it holds none."""
+
+    @abc.abstractmethod
+    def take(self, namespace: int) -> pa.Table | None:
+        """Remove bucket ``namespace`` and return its rows (as ``get``)."""
+
+    def replace(self, namespace: int, table: pa.Table) -> None:
+        """Make ``table`` the whole content of bucket ``namespace`` (an empty table removes it)."""
+        self.take(namespace)
+        self.add(namespace, table)
+
+    #: The namespaces of the buckets that hold rows, ascending (kept up to date by the backend).
+    ordered: list[int]
+
+    def namespaces(self, *, after: int | None = None, until: int | None = None) -> list[int]:
+        """The buckets that hold rows, ascending; only those ``> after`` and ``<= until`` if given."""
+        return namespaces_between(self.ordered, after, until)
+
+    @abc.abstractmethod
+    def num_rows(self, namespace: int | None = None) -> int:
+        """Rows in bucket ``namespace``, or in all buckets."""
+
+    @abc.abstractmethod
+    def parts(self, namespace: int) -> int:
+        """How many tables bucket ``namespace`` was built from since it was last replaced (the
+        caller's cue to compact it)."""
+
+    @abc.abstractmethod
+    def memory_bytes(self) -> int:
+        """Bytes of this state held in memory now (for a durable backend, what is not yet written
+        or is cached)."""
+
+
 class OperatorState(abc.ABC):
     """The keyed state of one operator: its named states, and the checkpoint calls.
 
@@ -271,10 +351,16 @@ class OperatorState(abc.ABC):
         """The list state declared as ``name``."""
 
     @abc.abstractmethod
+    def table_state(self, name: str) -> TableState:
+        """The table state declared as ``name``."""
+
+    @abc.abstractmethod
     def entries(self, key_group: int) -> Iterator[tuple[str, Key, Any]]:
         """Every ``(state name, key, value)`` whose key is in ``key_group``, in no promised order.
         The value is the value (value state), a ``dict`` of the entries (map state) or the
-        ``list`` (list state). Do not write to the state while iterating."""
+        ``list`` (list state). For table state the key is ``(namespace,)`` and the value a
+        ``pa.Table`` of the bucket's rows of that key group (buckets without any are left out).
+        Do not write to the state while iterating."""
 
     @abc.abstractmethod
     def clear(self) -> None:
@@ -343,7 +429,7 @@ def descriptor_map(operator_id: str, descriptors: Iterable[StateDescriptor]) -> 
     """The descriptors by name; two states with one name are an error."""
     by_name: dict[str, StateDescriptor] = {}
     for d in descriptors:
-        if not isinstance(d, (ValueStateDescriptor, MapStateDescriptor, ListStateDescriptor)):
+        if not isinstance(d, (ValueStateDescriptor, MapStateDescriptor, ListStateDescriptor, TableStateDescriptor)):
             raise TypeError(f"operator {operator_id!r}: expected a state descriptor, got {d!r}")
         if d.name in by_name:
             raise ValueError(f"operator {operator_id!r} declares state {d.name!r} twice")
@@ -443,3 +529,24 @@ def check_key_group(key_group: int, max_parallelism: int) -> int:
     if not 0 <= key_group < max_parallelism:
         raise ValueError(f"key group {key_group} is outside 0..{max_parallelism - 1}")
     return int(key_group)
+
+
+def conform_table(descriptor: TableStateDescriptor, table: pa.Table) -> pa.Table:
+    """``table`` with exactly the descriptor's schema: columns in its order, castable types cast,
+    metadata dropped. Raises ``ValueError`` naming what differs."""
+    schema = descriptor.schema
+    if table.schema.equals(schema, check_metadata=False):
+        return table.replace_schema_metadata(None) if table.schema.metadata else table
+    missing = [n for n in schema.names if n not in table.column_names]
+    if missing:
+        raise ValueError(f"table state {descriptor.name!r} needs columns {missing}; got {table.column_names}")
+    return table.select(schema.names).cast(schema.remove_metadata())
+
+
+def namespaces_between(ordered: list[int], after: int | None, until: int | None) -> list[int]:
+    """The elements of the ascending list ``ordered`` that are ``> after`` and ``<= until``."""
+    import bisect
+
+    lo = 0 if after is None else bisect.bisect_right(ordered, after)
+    hi = len(ordered) if until is None else bisect.bisect_right(ordered, until)
+    return ordered[lo:hi]

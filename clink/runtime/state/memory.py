@@ -7,6 +7,8 @@ only, since nothing here outlives the process.
 
 from __future__ import annotations
 
+import bisect
+import itertools
 import urllib.parse
 from collections.abc import Collection, Iterable, Iterator, Sequence
 from pathlib import Path
@@ -18,6 +20,8 @@ import pyarrow.compute as pc
 
 from clink.runtime.state import codec
 from clink.runtime.state.backend import (
+    KEY_GROUP,
+    NAMESPACE,
     IncompatibleState,
     Key,
     KeyColumns,
@@ -29,20 +33,22 @@ from clink.runtime.state.backend import (
     OperatorState,
     StateBackend,
     StateDescriptor,
+    TableState,
+    TableStateDescriptor,
     ValueState,
     ValueStateDescriptor,
     check_key_group,
+    conform_table,
     descriptor_map,
     lookup,
     values_array,
 )
 from clink.runtime.state.keygroups import DEFAULT_MAX_PARALLELISM
 
-__all__ = ["MemoryOperatorState", "MemoryStateBackend"]
+__all__ = ["MemoryOperatorState", "MemoryStateBackend", "split_by_namespace"]
 
 #: Version of the snapshot file layout (schema metadata ``clink.state.format``).
 SNAPSHOT_FORMAT = "1"
-KEY_GROUP = "_key_group"
 USER_KEY = "_user_key"
 VALUE = "_value"
 
@@ -183,7 +189,79 @@ class _MemoryListState(_Store, ListState):
         group.pop(k, None)
 
 
-_KINDS: dict[str, type[_Store]] = {"value": _MemoryValueState, "map": _MemoryMapState, "list": _MemoryListState}
+class _MemoryTableState(TableState):
+    """Buckets as lists of tables, oldest first, and their namespaces in a sorted list."""
+
+    def __init__(self, descriptor: TableStateDescriptor, max_parallelism: int) -> None:
+        self.descriptor = descriptor
+        self.buckets: dict[int, list[pa.Table]] = {}
+        self.ordered: list[int] = []
+        self._parts: dict[int, int] = {}
+        self._rows = 0
+        self._bytes = 0
+
+    def add(self, namespace: int, table: pa.Table) -> None:
+        if table.num_rows == 0:
+            return
+        table = conform_table(self.descriptor, table)
+        namespace = int(namespace)
+        bucket = self.buckets.get(namespace)
+        if bucket is None:
+            bucket = self.buckets[namespace] = []
+            self._parts[namespace] = 0
+            bisect.insort(self.ordered, namespace)
+        bucket.append(table)
+        self._parts[namespace] += 1
+        self._rows += table.num_rows
+        self._bytes += table.nbytes
+
+    def get(self, namespace: int) -> pa.Table | None:
+        bucket = self.buckets.get(int(namespace))
+        if not bucket:
+            return None
+        return bucket[0] if len(bucket) == 1 else pa.concat_tables(bucket)
+
+    def take(self, namespace: int) -> pa.Table | None:
+        namespace = int(namespace)
+        table = self.get(namespace)
+        bucket = self.buckets.pop(namespace, None)
+        if bucket is None:
+            return None
+        del self._parts[namespace]
+        del self.ordered[bisect.bisect_left(self.ordered, namespace)]
+        for part in bucket:
+            self._rows -= part.num_rows
+            self._bytes -= part.nbytes
+        return table
+
+    def num_rows(self, namespace: int | None = None) -> int:
+        if namespace is None:
+            return self._rows
+        return sum(part.num_rows for part in self.buckets.get(int(namespace), ()))
+
+    def parts(self, namespace: int) -> int:
+        return self._parts.get(int(namespace), 0)
+
+    def memory_bytes(self) -> int:
+        return self._bytes
+
+    def clear_all(self) -> None:
+        self.buckets.clear()
+        self.ordered.clear()
+        self._parts.clear()
+        self._rows = self._bytes = 0
+
+    def group_rows(self, key_group: int) -> Iterator[tuple[int, pa.Table]]:
+        for namespace in self.ordered:
+            table = self.get(namespace)
+            assert table is not None
+            rows = table.filter(pc.equal(table[KEY_GROUP], key_group))
+            if rows.num_rows:
+                yield namespace, rows
+
+
+_KINDS: dict[str, type] = {"value": _MemoryValueState, "map": _MemoryMapState, "list": _MemoryListState,
+                           "table": _MemoryTableState}
 
 
 class MemoryOperatorState(OperatorState):
@@ -193,7 +271,7 @@ class MemoryOperatorState(OperatorState):
         self.operator_id = operator_id
         self.max_parallelism = max_parallelism
         self.descriptors = descriptors
-        self._stores: dict[str, _Store] = {
+        self._stores: dict[str, Any] = {
             name: _KINDS[d.kind](d, max_parallelism) for name, d in descriptors.items()  # type: ignore[arg-type]
         }
         self._committed: int | None = None
@@ -210,9 +288,17 @@ class MemoryOperatorState(OperatorState):
         lookup(self.operator_id, self.descriptors, name, "list")
         return self._stores[name]  # type: ignore[return-value]
 
+    def table_state(self, name: str) -> TableState:
+        lookup(self.operator_id, self.descriptors, name, "table")
+        return self._stores[name]  # type: ignore[return-value]
+
     def entries(self, key_group: int) -> Iterator[tuple[str, Key, Any]]:
         g = check_key_group(key_group, self.max_parallelism)
         for name, store in self._stores.items():
+            if isinstance(store, _MemoryTableState):
+                for namespace, rows in store.group_rows(g):
+                    yield name, (namespace,), rows
+                continue
             for key, value in store.groups[g].items():
                 yield name, key, (dict(value) if isinstance(value, dict) else
                                   list(value) if isinstance(value, list) else value)
@@ -259,6 +345,8 @@ def _quote(text: str) -> str:
 
 
 def _table_schema(d: StateDescriptor) -> list[pa.Field]:
+    if isinstance(d, TableStateDescriptor):
+        return [pa.field(NAMESPACE, pa.int64(), nullable=False), *d.schema.remove_metadata()]
     fields = [*d.key_schema, pa.field(KEY_GROUP, pa.int32(), nullable=False)]
     if isinstance(d, ValueStateDescriptor):
         fields.append(pa.field(VALUE, d.value_type))
@@ -269,8 +357,26 @@ def _table_schema(d: StateDescriptor) -> list[pa.Field]:
     return fields
 
 
-def _to_table(store: _Store, operator_id: str, max_parallelism: int) -> pa.Table:
+def _to_table(store: Any, operator_id: str, max_parallelism: int) -> pa.Table:
     d = store.descriptor
+    metadata = {
+        "clink.state.format": SNAPSHOT_FORMAT,
+        "clink.state.backend": "memory",
+        "clink.state.operator": operator_id,
+        "clink.state.name": d.name,
+        "clink.state.signature": d.signature(),
+        "clink.state.max_parallelism": str(max_parallelism),
+    }
+    schema = pa.schema(_table_schema(d), metadata=metadata)
+    if isinstance(store, _MemoryTableState):
+        tables = []
+        for namespace in store.ordered:
+            table = store.get(namespace)
+            assert table is not None
+            tables.append(table.add_column(0, NAMESPACE, pa.array(np.full(table.num_rows, namespace, np.int64))))
+        if not tables:
+            return schema.empty_table()
+        return pa.concat_tables(tables).cast(schema)
     keys: list[Key] = []
     groups: list[int] = []
     user_keys: list[Any] = []
@@ -292,15 +398,7 @@ def _to_table(store: _Store, operator_id: str, max_parallelism: int) -> pa.Table
     if isinstance(d, MapStateDescriptor):
         columns.append(codec.from_pylist(user_keys, d.user_key_type))
     columns.append(codec.from_pylist(values, fields[-1].type))
-    metadata = {
-        "clink.state.format": SNAPSHOT_FORMAT,
-        "clink.state.backend": "memory",
-        "clink.state.operator": operator_id,
-        "clink.state.name": d.name,
-        "clink.state.signature": d.signature(),
-        "clink.state.max_parallelism": str(max_parallelism),
-    }
-    return pa.Table.from_arrays(columns, schema=pa.schema(fields, metadata=metadata))
+    return pa.Table.from_arrays(columns, schema=schema)
 
 
 def _read_table(path: Path, descriptors: dict[str, StateDescriptor], max_parallelism: int) -> tuple[str, pa.Table]:
@@ -328,8 +426,13 @@ def _read_table(path: Path, descriptors: dict[str, StateDescriptor], max_paralle
     return name, table
 
 
-def _load(store: _Store, table: pa.Table) -> None:
+def _load(store: Any, table: pa.Table) -> None:
     d = store.descriptor
+    if isinstance(store, _MemoryTableState):
+        table = table.replace_schema_metadata(None)
+        for namespace, rows in split_by_namespace(table):
+            store.add(namespace, rows)
+        return
     width = len(d.key_schema)
     key_lists = [codec.to_pylist(table.column(i)) for i in range(width)]
     keys = [store.keys.key(k) for k in zip(*key_lists, strict=True)] if key_lists else []
@@ -349,3 +452,19 @@ def _load(store: _Store, table: pa.Table) -> None:
         for g, k, v in zip(groups, keys, values, strict=True):
             if v is not None:
                 dicts[g][k] = v
+
+
+def split_by_namespace(table: pa.Table, column: str = NAMESPACE) -> list[tuple[int, pa.Table]]:
+    """Cut a table into one table per value of its namespace column (ascending), without that
+    column, keeping row order within each namespace."""
+    if table.num_rows == 0:
+        return []
+    values = table[column].to_numpy()
+    rest = table.drop_columns([column])
+    if (values[1:] < values[:-1]).any():
+        order = np.argsort(values, kind="stable")
+        rest = rest.take(order)
+        values = values[order]
+    cuts = np.flatnonzero(values[1:] != values[:-1]) + 1
+    bounds = [0, *cuts.tolist(), len(values)]
+    return [(int(values[lo]), rest.slice(lo, hi - lo)) for lo, hi in itertools.pairwise(bounds)]

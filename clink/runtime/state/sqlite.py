@@ -21,6 +21,7 @@ last commit: ``commit`` writes the dirty entries and the checkpoint id and commi
 
 from __future__ import annotations
 
+import bisect
 import contextlib
 import os
 import sqlite3
@@ -31,9 +32,11 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from clink.runtime.state import codec
 from clink.runtime.state.backend import (
+    KEY_GROUP,
     IncompatibleState,
     Key,
     KeyColumns,
@@ -45,9 +48,12 @@ from clink.runtime.state.backend import (
     OperatorState,
     StateBackend,
     StateDescriptor,
+    TableState,
+    TableStateDescriptor,
     ValueState,
     ValueStateDescriptor,
     check_key_group,
+    conform_table,
     descriptor_map,
     lookup,
     values_array,
@@ -70,7 +76,8 @@ class SqliteStateBackend(StateBackend):
     """
 
     def __init__(self, directory: str | Path, *, cache_entries: int = 100_000,
-                 max_parallelism: int = DEFAULT_MAX_PARALLELISM, page_cache_kib: int = 65_536) -> None:
+                 max_parallelism: int = DEFAULT_MAX_PARALLELISM, page_cache_kib: int = 65_536,
+                 table_cache_bytes: int = 64 << 20) -> None:
         if max_parallelism <= 0:
             raise ValueError(f"max_parallelism must be positive, got {max_parallelism}")
         if cache_entries < 0:
@@ -79,6 +86,7 @@ class SqliteStateBackend(StateBackend):
         self.cache_entries = cache_entries
         self.max_parallelism = max_parallelism
         self.page_cache_kib = page_cache_kib
+        self.table_cache_bytes = table_cache_bytes
 
     def path_of(self, operator_id: str) -> Path:
         """The database file of ``operator_id``."""
@@ -88,7 +96,7 @@ class SqliteStateBackend(StateBackend):
         self.directory.mkdir(parents=True, exist_ok=True)
         return SqliteOperatorState(self.path_of(operator_id), operator_id, descriptor_map(operator_id, descriptors),
                                    max_parallelism=self.max_parallelism, cache_entries=self.cache_entries,
-                                   page_cache_kib=self.page_cache_kib)
+                                   page_cache_kib=self.page_cache_kib, table_cache_bytes=self.table_cache_bytes)
 
 
 class _Table:
@@ -365,26 +373,167 @@ class _SqliteListState(_Table, ListState):
             yield self.keys.key(self.decode_key(current)), values
 
 
+class _SqliteTableState(TableState):
+    """Buckets as rows ``(ns, seq, n, data)`` of one table, ``data`` one added table as an Arrow
+    IPC stream. Tables added since the last write stay in memory (``pending``) until the owner
+    writes them: at ``commit``, or when they hold more than ``table_cache_bytes``. What each
+    bucket holds on disk (parts, rows) is indexed in memory, so listing buckets reads nothing."""
+
+    def __init__(self, owner: SqliteOperatorState, index: int, tbl: str, descriptor: TableStateDescriptor) -> None:
+        self.owner = owner
+        self.index = index
+        self.tbl = tbl
+        self.descriptor = descriptor
+        self.schema = descriptor.schema.remove_metadata()
+        self.pending: dict[int, list[pa.Table]] = {}
+        self.pending_bytes = 0
+        #: namespace -> [parts stored, rows stored, next seq, parts pending, rows pending]
+        self.index_of: dict[int, list[int]] = {}
+        self.ordered: list[int] = []
+        self.reload_index()
+
+    def reload_index(self) -> None:
+        self.pending.clear()
+        self.pending_bytes = 0
+        self.index_of = {ns: [parts, rows, last + 1, 0, 0] for ns, parts, rows, last in self.owner.conn.execute(
+            f"SELECT ns, COUNT(*), SUM(n), MAX(seq) FROM {self.tbl} GROUP BY ns")}
+        self.ordered = sorted(self.index_of)
+
+    def _bucket(self, namespace: int) -> list[int]:
+        entry = self.index_of.get(namespace)
+        if entry is None:
+            entry = self.index_of[namespace] = [0, 0, 0, 0, 0]
+            bisect.insort(self.ordered, namespace)
+        return entry
+
+    def _forget(self, namespace: int) -> None:
+        if self.index_of.pop(namespace, None) is not None:
+            del self.ordered[bisect.bisect_left(self.ordered, namespace)]
+        for part in self.pending.pop(namespace, ()):
+            self.pending_bytes -= part.nbytes
+
+    def add(self, namespace: int, table: pa.Table) -> None:
+        if table.num_rows == 0:
+            return
+        table = conform_table(self.descriptor, table)
+        namespace = int(namespace)
+        entry = self._bucket(namespace)
+        entry[3] += 1
+        entry[4] += table.num_rows
+        self.pending.setdefault(namespace, []).append(table)
+        self.pending_bytes += table.nbytes
+        if self.pending_bytes > self.owner.table_cache_bytes:
+            self.owner.begin()
+            self.flush()
+
+    def _stored(self, namespace: int) -> list[pa.Table]:
+        rows = self.owner.conn.execute(f"SELECT data FROM {self.tbl} WHERE ns = ? ORDER BY seq", (namespace,))
+        return [_from_ipc(data) for (data,) in rows]
+
+    def get(self, namespace: int) -> pa.Table | None:
+        namespace = int(namespace)
+        entry = self.index_of.get(namespace)
+        if entry is None:
+            return None
+        parts = (self._stored(namespace) if entry[0] else []) + self.pending.get(namespace, [])
+        if not parts:
+            return None
+        return parts[0] if len(parts) == 1 else pa.concat_tables(parts)
+
+    def take(self, namespace: int) -> pa.Table | None:
+        namespace = int(namespace)
+        table = self.get(namespace)
+        entry = self.index_of.get(namespace)
+        if entry is None:
+            return None
+        if entry[0]:
+            self.owner.begin()
+            self.owner.conn.execute(f"DELETE FROM {self.tbl} WHERE ns = ?", (namespace,))
+        self._forget(namespace)
+        return table
+
+    def num_rows(self, namespace: int | None = None) -> int:
+        if namespace is None:
+            return sum(e[1] + e[4] for e in self.index_of.values())
+        entry = self.index_of.get(int(namespace))
+        return 0 if entry is None else entry[1] + entry[4]
+
+    def parts(self, namespace: int) -> int:
+        entry = self.index_of.get(int(namespace))
+        return 0 if entry is None else entry[0] + entry[3]
+
+    def memory_bytes(self) -> int:
+        return self.pending_bytes
+
+    def flush(self) -> None:
+        """Write every pending table (the caller has a transaction open)."""
+        if not self.pending:
+            return
+        rows = []
+        for namespace, tables in self.pending.items():
+            entry = self.index_of[namespace]
+            for table in tables:
+                rows.append((namespace, entry[2], table.num_rows, _to_ipc(table)))
+                entry[2] += 1
+            entry[0] += entry[3]
+            entry[1] += entry[4]
+            entry[3] = entry[4] = 0
+        self.owner.conn.executemany(f"INSERT INTO {self.tbl} (ns, seq, n, data) VALUES (?, ?, ?, ?)", rows)
+        self.pending.clear()
+        self.pending_bytes = 0
+
+    def clear_all(self) -> None:
+        self.pending.clear()
+        self.pending_bytes = 0
+        self.index_of.clear()
+        self.ordered.clear()
+
+    def group_rows(self, key_group: int) -> Iterator[tuple[int, pa.Table]]:
+        for namespace in list(self.ordered):
+            table = self.get(namespace)
+            if table is not None:
+                rows = table.filter(pc.equal(table[KEY_GROUP], key_group))
+                if rows.num_rows:
+                    yield namespace, rows
+
+
+def _to_ipc(table: pa.Table) -> bytes:
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, table.schema) as writer:
+        writer.write_table(table)
+    return sink.getvalue().to_pybytes()
+
+
+def _from_ipc(data: bytes) -> pa.Table:
+    with pa.ipc.open_stream(pa.py_buffer(data)) as reader:
+        return reader.read_all()
+
+
 _COLUMNS = {
     "value": ("kg INTEGER NOT NULL, k BLOB NOT NULL, v BLOB NOT NULL, PRIMARY KEY (k)", "kg, k, v"),
     "map": ("kg INTEGER NOT NULL, k BLOB NOT NULL, uk BLOB NOT NULL, v BLOB NOT NULL, PRIMARY KEY (k, uk)",
             "kg, k, uk, v"),
     "list": ("kg INTEGER NOT NULL, k BLOB NOT NULL, seq INTEGER NOT NULL, v BLOB NOT NULL, PRIMARY KEY (k, seq)",
              "kg, k, seq, v"),
+    "table": ("ns INTEGER NOT NULL, seq INTEGER NOT NULL, n INTEGER NOT NULL, data BLOB NOT NULL, "
+              "PRIMARY KEY (ns, seq)", "ns, seq, n, data"),
 }
-_KINDS: dict[str, type[_Table]] = {"value": _SqliteValueState, "map": _SqliteMapState, "list": _SqliteListState}
+_KINDS: dict[str, type] = {"value": _SqliteValueState, "map": _SqliteMapState, "list": _SqliteListState,
+                           "table": _SqliteTableState}
 
 
 class SqliteOperatorState(OperatorState):
     """The states of one operator in one SQLite database (see the module docstring)."""
 
     def __init__(self, path: Path, operator_id: str, descriptors: dict[str, StateDescriptor], *,
-                 max_parallelism: int, cache_entries: int, page_cache_kib: int) -> None:
+                 max_parallelism: int, cache_entries: int, page_cache_kib: int,
+                 table_cache_bytes: int = 64 << 20) -> None:
         self.path = path
         self.operator_id = operator_id
         self.descriptors = descriptors
         self.max_parallelism = max_parallelism
         self.cache_entries = cache_entries
+        self.table_cache_bytes = table_cache_bytes
         #: (state index, key) -> entry; least recently used first.
         self.cache: OrderedDict[tuple[int, Key], list] = OrderedDict()
         self._sizes: dict[tuple[int, Key], int] = {}
@@ -394,6 +543,9 @@ class SqliteOperatorState(OperatorState):
         # A URI connection, so that ATTACH (in restore) accepts read-only URIs.
         self.conn = sqlite3.connect(path.resolve().as_uri(), uri=True, isolation_level=None)
         try:
+            # Space freed by deleted state (fired windows) is returned at each commit, so the file
+            # and the checkpoint copies of it stay the size of the live state.
+            self.conn.execute("PRAGMA auto_vacuum=INCREMENTAL")
             self.conn.execute("PRAGMA journal_mode=WAL")
             self.conn.execute("PRAGMA synchronous=FULL")
             self.conn.execute(f"PRAGMA cache_size=-{int(page_cache_kib)}")
@@ -429,7 +581,8 @@ class SqliteOperatorState(OperatorState):
                     stored[name] = (tbl, d.signature())
                     conn.execute("INSERT INTO clink_states VALUES (?, ?, ?)", (name, tbl, d.signature()))
                     conn.execute(f"CREATE TABLE {tbl} ({_COLUMNS[d.kind][0]}) WITHOUT ROWID")
-                    conn.execute(f"CREATE INDEX {tbl}_kg ON {tbl} (kg)")
+                    if d.kind != "table":
+                        conn.execute(f"CREATE INDEX {tbl}_kg ON {tbl} (kg)")
                 tables.append(_KINDS[d.kind](self, index, tbl, d))  # type: ignore[arg-type]
             conn.execute("COMMIT")
         except BaseException:
@@ -509,11 +662,20 @@ class SqliteOperatorState(OperatorState):
             writes.setdefault(ck[0], []).append((ck[1], self.cache[ck]))
         self._dirty.clear()
         self._write(writes)
+        tables = [t for t in self._tables if isinstance(t, _SqliteTableState) and t.pending]
+        if tables:
+            self._begin()
+            for t in tables:
+                t.flush()
         for index, entries in writes.items():
             if isinstance(self._tables[index], _SqliteListState):
                 for k, _ in entries:
                     self._size -= self._sizes.pop((index, k))
                     del self.cache[(index, k)]
+
+    def begin(self) -> None:
+        """Open the transaction that collects writes until the next commit (if none is open)."""
+        self._begin()
 
     def _begin(self) -> None:
         if not self._in_transaction:
@@ -528,12 +690,16 @@ class SqliteOperatorState(OperatorState):
                               (None if checkpoint_id is None else str(checkpoint_id),))
         self.conn.execute("COMMIT")
         self._in_transaction = False
+        self.conn.execute("PRAGMA incremental_vacuum")
 
     def _drop_cache(self) -> None:
         self.cache.clear()
         self._sizes.clear()
         self._dirty.clear()
         self._size = 0
+        for table in self._tables:
+            if isinstance(table, _SqliteTableState):
+                table.clear_all()
 
     # -- the contract ----------------------------------------------------------------------------------
 
@@ -550,10 +716,17 @@ class SqliteOperatorState(OperatorState):
     def list_state(self, name: str) -> ListState:
         return self._handle(name, "list")
 
+    def table_state(self, name: str) -> TableState:
+        return self._handle(name, "table")
+
     def entries(self, key_group: int) -> Iterator[tuple[str, Key, Any]]:
         g = check_key_group(key_group, self.max_parallelism)
         self._flush_all()
         for table in self._tables:
+            if isinstance(table, _SqliteTableState):
+                for namespace, rows in table.group_rows(g):
+                    yield table.descriptor.name, (namespace,), rows
+                continue
             for key, value in table.scan(g):  # type: ignore[attr-defined]
                 yield table.descriptor.name, key, value
 
@@ -562,6 +735,8 @@ class SqliteOperatorState(OperatorState):
         self._begin()
         for table in self._tables:
             self.conn.execute(f"DELETE FROM {table.tbl}")
+            if isinstance(table, _SqliteTableState):
+                table.clear_all()
 
     def commit(self, checkpoint_id: int) -> None:
         self._commit(int(checkpoint_id), set_id=True)
@@ -616,6 +791,9 @@ class SqliteOperatorState(OperatorState):
             try:
                 conn.execute("BEGIN")
                 for src, table in copies:
+                    if isinstance(table, _SqliteTableState):
+                        self._restore_table(src, table, key_groups)
+                        continue
                     cols = _COLUMNS[table.descriptor.kind][1]
                     conn.execute(f"INSERT OR REPLACE INTO main.{table.tbl} ({cols}) "
                                  f"SELECT {cols} FROM snap.{src}{filter_sql}", params)
@@ -625,9 +803,31 @@ class SqliteOperatorState(OperatorState):
                 raise
             finally:
                 conn.execute("DETACH DATABASE snap")
+        for table in self._tables:
+            if isinstance(table, _SqliteTableState):
+                table.reload_index()
         ids = {checkpoint for _, _, checkpoint in plans}
         if len(ids) == 1 and None not in ids:  # the state is that of one checkpoint
             conn.execute("UPDATE clink_meta SET value = ? WHERE name = 'committed_checkpoint'", (ids.pop(),))
+
+    def _restore_table(self, src: str, table: _SqliteTableState, key_groups: Collection[int] | None) -> None:
+        """Append the buckets of snapshot table ``src`` after what ``table`` holds (several
+        snapshots merge bucket by bucket), keeping only ``key_groups`` if given."""
+        conn = self.conn
+        next_seq = dict(conn.execute(f"SELECT ns, MAX(seq) + 1 FROM main.{table.tbl} GROUP BY ns"))
+        wanted = None if key_groups is None else pa.array(sorted(set(key_groups)), pa.int32())
+        rows = []
+        for ns, _, data in conn.execute(f"SELECT ns, seq, data FROM snap.{src} ORDER BY ns, seq"):
+            part = _from_ipc(data)
+            if wanted is not None:
+                part = part.filter(pc.is_in(part[KEY_GROUP], value_set=wanted))
+                if part.num_rows == 0:
+                    continue
+                data = _to_ipc(part)
+            seq = next_seq.get(ns, 0)
+            next_seq[ns] = seq + 1
+            rows.append((ns, seq, part.num_rows, data))
+        conn.executemany(f"INSERT INTO main.{table.tbl} (ns, seq, n, data) VALUES (?, ?, ?, ?)", rows)
 
     def _read_snapshot(self, path: Path, by_name: dict[str, _Table]) -> tuple[Path, list[tuple[str, _Table]], str | None]:
         """Check a snapshot file against this operator: which of its tables feed which of ours,

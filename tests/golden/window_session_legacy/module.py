@@ -153,7 +153,7 @@ PLAN = P.Plan(
                 P.AggSpec(fn='count_star', arg=None, type=pa.int64(), name='agg0'),
             ),
             schema=SCHEMA_WINDOW_3, allowed_lateness=0,
-            partitioning=P.hash_by('user_id'), parallelism=1),
+            partitioning=P.hash_by('user_id'), parallelism=1, span='input.sql:14:1'),
         P.Chain(id=4, fn=chain_4, input=3, schema=SCHEMA_CHAIN_4,
             partitioning=P.FORWARD, parallelism=1),
         P.Sink(id=5, table='query_1', connector='collect', input=4,
