@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import csv
 import io
+import shutil
 from pathlib import Path
 
 import pytest
@@ -35,10 +36,11 @@ def committed_rows(folder: Path) -> list[tuple]:
     return sorted(rows)
 
 
-def job(out: Path, state: Path | None, every: int | None = None) -> Job:
+def job(out: Path, state: Path | None, every: int | None = None, backend: str = "memory") -> Job:
     plan = clink.compile(SQL.format(out=out), name="ckpt.sql").runtime_plan
     config = {"execution.checkpointing.interval-rows": str(every)} if every else {}
-    return Job(plan, RuntimeContext(config=config, state_dir=state, stdout=io.StringIO()))
+    return Job(plan, RuntimeContext(config={**config, "state.backend": backend}, state_dir=state,
+                                    stdout=io.StringIO()))
 
 
 @pytest.fixture(scope="module")
@@ -100,9 +102,10 @@ def test_a_changed_pipeline_refuses_the_old_checkpoints(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("backend", ["memory", "sqlite"])
-def test_a_stateless_change_keeps_the_state(tmp_path: Path, backend: str) -> None:
-    """A different WHERE before the window, a renamed output column: the window operator keeps
-    its id and state signature, so the run continues from the checkpoint."""
+def test_a_stateless_change_keeps_the_state(tmp_path: Path, backend: str, expected: list[tuple]) -> None:
+    """A WHERE added before the window, renamed output columns: the window operator keeps its id
+    and state signature, so the run continues from the checkpoint. (The filter passes every row,
+    so the output must be exactly that of the unchanged pipeline.)"""
     out, state = tmp_path / "out", tmp_path / "state"
     config = {"execution.checkpointing.interval-rows": "3000", "state.backend": backend}
     plan = clink.compile(SQL.format(out=out), name="ckpt.sql").runtime_plan
@@ -110,38 +113,89 @@ def test_a_stateless_change_keeps_the_state(tmp_path: Path, backend: str) -> Non
     while first.metrics.checkpoints < 2:
         first.step()
     del first
-    changed = SQL.format(out=out).replace("GROUP BY window_start", "WHERE price > 10 GROUP BY window_start")
+    changed = SQL.format(out=out).replace("GROUP BY window_start", "WHERE price > 0 GROUP BY window_start")
     changed = changed.replace("COUNT(*), MAX(price)", "COUNT(*) AS cnt, MAX(price) AS top")
     assert changed != SQL.format(out=out)
     plan = clink.compile(changed, name="ckpt.sql").runtime_plan
     resumed = Job(plan, RuntimeContext(config=config, state_dir=state, stdout=io.StringIO()))
     assert resumed.metrics.restored_from == 2
     resumed.run()
-    assert committed_rows(out)  # windows open at the checkpoint finish with their saved partials
+    assert committed_rows(out) == expected
 
 
-@pytest.mark.parametrize("seed", range(12))
-def test_a_damaged_newest_checkpoint_falls_back_and_output_stays_exactly_once(
-        tmp_path: Path, expected: list[tuple], seed: int) -> None:
-    import random
+#: Byte flips per backend; with the manifest truncated and a state file deleted, over 200 damaged
+#: checkpoints in all.
+FLIPS = 100
 
-    rng = random.Random(seed)
-    out, state = tmp_path / "out", tmp_path / "state"
-    first = job(out, state, every=3000)
+
+@pytest.fixture(scope="module", params=["memory", "sqlite"])
+def crashed(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> tuple[str, Path]:
+    """A job that took three checkpoints (and committed their output), went on a little and
+    crashed: its output and state directories, to copy and damage."""
+    backend = request.param
+    folder = tmp_path_factory.mktemp(f"crashed-{backend}")
+    first = job(folder / "out", folder / "state", every=3000, backend=backend)
     while first.metrics.checkpoints < 3:
         first.step()
-    for _ in range(rng.randrange(3)):
-        first.step()
+    first.step()
     del first
-    newest = max((state / "checkpoints").iterdir(), key=lambda p: int(p.name.split("-")[1]))
-    files = sorted(p for p in newest.iterdir() if p.name != "_manifest.json")
-    victim = files[seed % len(files)]
-    data = bytearray(victim.read_bytes())
-    position = rng.randrange(len(data))
-    data[position] ^= 1 << rng.randrange(8)
-    victim.write_bytes(bytes(data))
-    resumed = job(out, state, every=3000)
-    assert resumed.metrics.restored_from == int(newest.name.split("-")[1]) - 1
-    assert any(f"file {victim.name!r} does not match its checksum" in w for w in resumed.warnings)
+    return backend, folder
+
+
+def resume_damaged(crashed: tuple[str, Path], tmp_path: Path, damage) -> tuple[Job, str]:
+    """Copy the crashed job, damage its newest checkpoint with ``damage(directory)`` (which
+    returns the problem the warning must name), and open the job on it."""
+    backend, folder = crashed
+    shutil.copytree(folder, tmp_path / "job")
+    newest = max((tmp_path / "job" / "state" / "checkpoints").iterdir(), key=lambda p: int(p.name.split("-")[1]))
+    problem = damage(newest)
+    resumed = job(tmp_path / "job" / "out", tmp_path / "job" / "state", every=3000, backend=backend)
+    assert resumed.metrics.restored_from == int(newest.name.split("-")[1]) - 1, "the damage went unnoticed"
+    assert any(problem in w for w in resumed.warnings), (problem, resumed.warnings)
+    return resumed, problem
+
+
+def test_every_flipped_byte_is_found_and_the_run_falls_back_exactly_once(
+        crashed: tuple[str, Path], tmp_path: Path, expected: list[tuple]) -> None:
+    """Flip one random bit in each file of the newest checkpoint in turn; each time the
+    checkpoint before it is used, sinks skip the ids they committed, and the output is exact."""
+    import random
+
+    rng = random.Random(crashed[0])
+    for flip in range(FLIPS):
+        def flip_a_bit(newest: Path) -> str:
+            files = sorted(p for p in newest.iterdir())
+            victim = files[flip % len(files)]
+            data = bytearray(victim.read_bytes())
+            position = rng.randrange(len(data))
+            data[position] ^= 1 << rng.randrange(8)
+            victim.write_bytes(bytes(data))
+            return "manifest" if victim.name == "_manifest.json" else f"file {victim.name!r}"
+
+        case = tmp_path / str(flip)
+        resumed, _ = resume_damaged(crashed, case, flip_a_bit)
+        resumed.run()
+        assert committed_rows(case / "job" / "out") == expected, f"flip {flip}"
+        shutil.rmtree(case)
+
+
+def test_a_truncated_manifest_is_found(crashed: tuple[str, Path], tmp_path: Path, expected: list[tuple]) -> None:
+    def truncate(newest: Path) -> str:
+        manifest = newest / "_manifest.json"
+        manifest.write_bytes(manifest.read_bytes()[: manifest.stat().st_size // 2])
+        return "the manifest is damaged"
+
+    resumed, _ = resume_damaged(crashed, tmp_path, truncate)
     resumed.run()
-    assert committed_rows(out) == expected
+    assert committed_rows(tmp_path / "job" / "out") == expected
+
+
+def test_a_deleted_state_file_is_found(crashed: tuple[str, Path], tmp_path: Path, expected: list[tuple]) -> None:
+    def delete_state(newest: Path) -> str:
+        (victim,) = [p for p in newest.iterdir() if p.suffix in (".arrow", ".sqlite")]
+        victim.unlink()
+        return f"file {victim.name!r} is missing"
+
+    resumed, _ = resume_damaged(crashed, tmp_path, delete_state)
+    resumed.run()
+    assert committed_rows(tmp_path / "job" / "out") == expected

@@ -22,6 +22,7 @@ import pytest
 
 SQL = """
 SET 'execution.checkpointing.interval-rows' = '3000';
+SET 'state.backend' = '{backend}';
 CREATE TABLE bid (auction BIGINT, price BIGINT, ts TIMESTAMP(3), WATERMARK FOR ts AS ts - INTERVAL '1' DAY)
 WITH ('connector' = 'datagen', 'number-of-rows' = '60000', 'seed' = '21', 'batch-size' = '500',
       'fields.auction.min' = '1', 'fields.auction.max' = '20', 'fields.price.min' = '1', 'fields.price.max' = '999');
@@ -53,10 +54,13 @@ def clink_run(sql_file: Path, state: Path | None, env: dict | None = None) -> su
                             env={**os.environ, **(env or {})})
 
 
-def pipeline(folder: Path, name: str) -> tuple[Path, Path]:
+BACKENDS = ["memory", "sqlite"]
+
+
+def pipeline(folder: Path, name: str, backend: str = "memory") -> tuple[Path, Path]:
     out = folder / f"{name}-out"
     sql_file = folder / f"{name}.sql"
-    sql_file.write_text(SQL.format(out=out))
+    sql_file.write_text(SQL.format(out=out, backend=backend))
     return sql_file, out
 
 
@@ -72,21 +76,26 @@ def reference(tmp_path_factory: pytest.TempPathFactory) -> list[tuple]:
     return rows
 
 
-def run_until_done(sql_file: Path, state: Path, rng: random.Random, *, attempts: int = 12) -> None:
-    """Start, kill at a random moment, restart; the last attempt runs to the end."""
+def run_until_done(sql_file: Path, state: Path, rng: random.Random, *, attempts: int = 8) -> int:
+    """Start, kill at a random moment, restart; the last attempt runs to the end. Returns how
+    many times the job was killed."""
+    kills = 0
     for attempt in range(attempts):
         process = clink_run(sql_file, state)
         if attempt < attempts - 1:
             try:
-                process.wait(timeout=rng.uniform(0.3, 1.5))
+                # Start-up (imports, compiling the SQL) takes about half a second: most kills
+                # land while rows flow and checkpoints are taken.
+                process.wait(timeout=rng.uniform(0.4, 2.5))
             except subprocess.TimeoutExpired:
                 process.send_signal(signal.SIGKILL)
                 process.wait()
+                kills += 1
                 continue
         else:
             process.wait(timeout=120)
         assert process.returncode == 0, process.stderr.read()
-        return
+        return kills
     raise AssertionError("the job never finished")
 
 
@@ -94,19 +103,25 @@ def kill_points(request: pytest.FixtureRequest) -> int:
     return 300 if request.config.getoption("--soak") else 20
 
 
-def test_random_kills_give_exactly_once_output(tmp_path: Path, reference: list[tuple],
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_random_kills_give_exactly_once_output(tmp_path: Path, reference: list[tuple], backend: str,
                                                request: pytest.FixtureRequest) -> None:
-    for seed in range(kill_points(request)):
+    """Kill points are counted over runs: each seed's run is killed until it finishes."""
+    kills, seed = 0, 0
+    while kills < kill_points(request) or seed < 5:
         rng = random.Random(seed)
-        sql_file, out = pipeline(tmp_path, f"run{seed}")
-        run_until_done(sql_file, tmp_path / f"state{seed}", rng)
-        assert committed_rows(out) == reference, f"output differs after kills with seed {seed}"
+        sql_file, out = pipeline(tmp_path, f"run{seed}", backend)
+        kills += run_until_done(sql_file, tmp_path / f"state{seed}", rng)
+        assert committed_rows(out) == reference, f"{backend}: output differs after kills with seed {seed}"
+        seed += 1
+    print(f"{backend}: {kills} kills over {seed} runs")
 
 
+@pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("point", FAULT_POINTS)
 def test_a_kill_at_each_point_of_the_protocol_gives_exactly_once_output(tmp_path: Path, reference: list[tuple],
-                                                                        point: str) -> None:
-    sql_file, out = pipeline(tmp_path, "fault")
+                                                                        point: str, backend: str) -> None:
+    sql_file, out = pipeline(tmp_path, "fault", backend)
     state = tmp_path / "state"
     process = clink_run(sql_file, state, env={"CLINK_FAULT": f"{point}:3"})
     process.wait(timeout=120)
@@ -118,8 +133,9 @@ def test_a_kill_at_each_point_of_the_protocol_gives_exactly_once_output(tmp_path
     assert committed_rows(out) == reference
 
 
-def test_stop_with_checkpoint_then_continue(tmp_path: Path, reference: list[tuple]) -> None:
-    sql_file, out = pipeline(tmp_path, "stop")
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_stop_with_checkpoint_then_continue(tmp_path: Path, reference: list[tuple], backend: str) -> None:
+    sql_file, out = pipeline(tmp_path, "stop", backend)
     state = tmp_path / "state"
     process = subprocess.run([sys.executable, "-m", "clink", "run", str(sql_file), "--state-dir", str(state),
                               "--stop-with-checkpoint-after", "3"], capture_output=True, text=True, timeout=120)

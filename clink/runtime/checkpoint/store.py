@@ -23,7 +23,8 @@ import attrs
 
 from clink.errors import CheckpointCorrupted, UsageError
 
-FORMAT_VERSION = 1
+#: 2: the manifest carries its own checksum (``manifest_sha256``).
+FORMAT_VERSION = 2
 MANIFEST = "_manifest.json"
 _PREFIX = "chk-"
 
@@ -104,8 +105,8 @@ class CheckpointWriter:
             **({"extra": self.extra} if self.extra else {}),
         }
         temporary = self.path / f"{MANIFEST}.tmp"
-        with temporary.open("w", encoding="utf-8") as f:
-            json.dump(manifest, f, indent=1, sort_keys=True)
+        with temporary.open("wb") as f:
+            f.write(_sealed(manifest))
             f.flush()
             os.fsync(f.fileno())
         if before_rename is not None:
@@ -114,6 +115,32 @@ class CheckpointWriter:
         _fsync_dir(self.path)
         _fsync_dir(self.store.root)
         return self.store.info(self.path)
+
+
+#: The manifest's own checksum: sha256 of the manifest's bytes with this field's value zeroed.
+_SEAL = "manifest_sha256"
+_ZEROS = "0" * 64
+
+
+def _sealed(manifest: dict) -> bytes:
+    """The manifest as JSON bytes carrying a checksum of themselves, so that any damage to the
+    manifest, even to a field no reader looks at, is found."""
+    body = json.dumps({**manifest, _SEAL: _ZEROS}, indent=1, sort_keys=True).encode()
+    return body.replace(_ZEROS.encode(), hashlib.sha256(body).hexdigest().encode(), 1)
+
+
+def _unseal(data: bytes) -> dict:
+    """The manifest in ``data``; raises ValueError if it is not JSON or not what was sealed."""
+    manifest = json.loads(data.decode("utf-8"))
+    if not isinstance(manifest, dict):
+        raise ValueError("not a JSON object")
+    seal = manifest.get(_SEAL)
+    if not isinstance(seal, str) or len(seal) != 64 or data.count(seal.encode()) != 1:
+        raise ValueError(f"no {_SEAL}")
+    if hashlib.sha256(data.replace(seal.encode(), _ZEROS.encode(), 1)).hexdigest() != seal:
+        raise ValueError("the manifest does not match its own checksum")
+    del manifest[_SEAL]
+    return manifest
 
 
 def _clink_version() -> str:
@@ -155,16 +182,20 @@ class CheckpointStore:
         manifest_path = path / MANIFEST
         if not manifest_path.exists():
             raise CheckpointCorrupted(f"checkpoint {path.name} has no manifest: it never completed")
+        data = manifest_path.read_bytes()
         try:
-            manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
-            files = manifest["files"]
-            int(manifest["checkpoint_id"])
-            version = manifest["format_version"]
+            version = json.loads(data.decode("utf-8"))["format_version"]
         except (ValueError, KeyError, TypeError) as exc:
             raise CheckpointCorrupted(f"checkpoint {path.name}: the manifest is damaged ({exc})") from None
         if version != FORMAT_VERSION:
             raise CheckpointCorrupted(f"checkpoint {path.name} has format version {version}; "
                                       f"this clink reads version {FORMAT_VERSION}")
+        try:
+            manifest = _unseal(data)
+            files = manifest["files"]
+            int(manifest["checkpoint_id"])
+        except (ValueError, KeyError, TypeError) as exc:
+            raise CheckpointCorrupted(f"checkpoint {path.name}: the manifest is damaged ({exc})") from None
         for name, expected in files.items():
             file = path / name
             if not file.is_file():

@@ -375,26 +375,34 @@ class _SqliteListState(_Table, ListState):
 
 class _SqliteTableState(TableState):
     """Buckets as rows ``(ns, seq, n, data)`` of one table, ``data`` one added table as an Arrow
-    IPC stream. Tables added since the last write stay in memory (``pending``) until the owner
-    writes them: at ``commit``, or when they hold more than ``table_cache_bytes``. What each
-    bucket holds on disk (parts, rows) is indexed in memory, so listing buckets reads nothing."""
+    IPC stream.
+
+    Tables added since the last write wait in memory (``pending``) until the owner writes them:
+    at ``commit``, or when pending and cached tables together pass ``table_cache_bytes``. Written
+    tables stay cached (``clean``, whole buckets only, oldest bucket evicted first) while they
+    fit, so a bucket read soon after a checkpoint is not read back from disk. What each bucket
+    holds on disk (parts, rows) is indexed in memory, so listing buckets reads nothing.
+    """
 
     def __init__(self, owner: SqliteOperatorState, index: int, tbl: str, descriptor: TableStateDescriptor) -> None:
         self.owner = owner
         self.index = index
         self.tbl = tbl
         self.descriptor = descriptor
-        self.schema = descriptor.schema.remove_metadata()
         self.pending: dict[int, list[pa.Table]] = {}
         self.pending_bytes = 0
+        self.clean: dict[int, list[pa.Table]] = {}
+        self.clean_bytes = 0
+        # Bytes per bucket of pending and of cached tables (``nbytes`` is not free on slices).
+        self.pending_size: dict[int, int] = {}
+        self.clean_size: dict[int, int] = {}
         #: namespace -> [parts stored, rows stored, next seq, parts pending, rows pending]
         self.index_of: dict[int, list[int]] = {}
         self.ordered: list[int] = []
         self.reload_index()
 
     def reload_index(self) -> None:
-        self.pending.clear()
-        self.pending_bytes = 0
+        self.clear_all()
         self.index_of = {ns: [parts, rows, last + 1, 0, 0] for ns, parts, rows, last in self.owner.conn.execute(
             f"SELECT ns, COUNT(*), SUM(n), MAX(seq) FROM {self.tbl} GROUP BY ns")}
         self.ordered = sorted(self.index_of)
@@ -406,11 +414,25 @@ class _SqliteTableState(TableState):
             bisect.insort(self.ordered, namespace)
         return entry
 
+    def _uncache(self, namespace: int) -> None:
+        if self.clean.pop(namespace, None) is not None:
+            self.clean_bytes -= self.clean_size.pop(namespace)
+
     def _forget(self, namespace: int) -> None:
         if self.index_of.pop(namespace, None) is not None:
             del self.ordered[bisect.bisect_left(self.ordered, namespace)]
-        for part in self.pending.pop(namespace, ()):
-            self.pending_bytes -= part.nbytes
+        if self.pending.pop(namespace, None) is not None:
+            self.pending_bytes -= self.pending_size.pop(namespace)
+        self._uncache(namespace)
+
+    def _fit(self) -> None:
+        """Keep pending and cached tables within the budget: evict cached buckets, then write."""
+        budget = self.owner.table_cache_bytes
+        while self.clean and self.pending_bytes + self.clean_bytes > budget:
+            self._uncache(next(iter(self.clean)))
+        if self.pending_bytes > budget:
+            self.owner.begin()
+            self.flush()
 
     def add(self, namespace: int, table: pa.Table) -> None:
         if table.num_rows == 0:
@@ -421,12 +443,15 @@ class _SqliteTableState(TableState):
         entry[3] += 1
         entry[4] += table.num_rows
         self.pending.setdefault(namespace, []).append(table)
-        self.pending_bytes += table.nbytes
-        if self.pending_bytes > self.owner.table_cache_bytes:
-            self.owner.begin()
-            self.flush()
+        size = table.nbytes
+        self.pending_size[namespace] = self.pending_size.get(namespace, 0) + size
+        self.pending_bytes += size
+        self._fit()
 
     def _stored(self, namespace: int) -> list[pa.Table]:
+        cached = self.clean.get(namespace)
+        if cached is not None:
+            return cached
         rows = self.owner.conn.execute(f"SELECT data FROM {self.tbl} WHERE ns = ? ORDER BY seq", (namespace,))
         return [_from_ipc(data) for (data,) in rows]
 
@@ -463,28 +488,41 @@ class _SqliteTableState(TableState):
         return 0 if entry is None else entry[0] + entry[3]
 
     def memory_bytes(self) -> int:
-        return self.pending_bytes
+        return self.pending_bytes + self.clean_bytes
 
     def flush(self) -> None:
-        """Write every pending table (the caller has a transaction open)."""
+        """Write every pending table (the caller has a transaction open); they stay cached when
+        their whole bucket is, and there is room."""
         if not self.pending:
             return
         rows = []
         for namespace, tables in self.pending.items():
             entry = self.index_of[namespace]
+            whole = entry[0] == 0 or namespace in self.clean
             for table in tables:
                 rows.append((namespace, entry[2], table.num_rows, _to_ipc(table)))
                 entry[2] += 1
             entry[0] += entry[3]
             entry[1] += entry[4]
             entry[3] = entry[4] = 0
+            if whole:
+                self.clean.setdefault(namespace, []).extend(tables)
+                size = self.pending_size[namespace]
+                self.clean_size[namespace] = self.clean_size.get(namespace, 0) + size
+                self.clean_bytes += size
         self.owner.conn.executemany(f"INSERT INTO {self.tbl} (ns, seq, n, data) VALUES (?, ?, ?, ?)", rows)
         self.pending.clear()
+        self.pending_size.clear()
         self.pending_bytes = 0
+        self._fit()
 
     def clear_all(self) -> None:
         self.pending.clear()
+        self.pending_size.clear()
         self.pending_bytes = 0
+        self.clean.clear()
+        self.clean_size.clear()
+        self.clean_bytes = 0
         self.index_of.clear()
         self.ordered.clear()
 
