@@ -498,6 +498,19 @@ def _groups_of(b: pa.RecordBatch) -> np.ndarray:
     return key_groups([b.column(K)])
 
 
+@pytest.mark.parametrize("window", [plan.WindowSpec(kind="hop", size=10_000, slide=5_000),
+                                    plan.WindowSpec(kind="session", gap=700)])
+def test_merging_in_key_group_slices_gives_the_same_result(window: plan.WindowSpec,
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    import clink.runtime.operators.window as module
+
+    aggs = [a for a, _ in ALL_AGGS]
+    batches = [_batch_from(random_rows(400, seed=11, keys="abcdefghijklmnop"), lo, 50) for lo in range(0, 400, 50)]
+    whole = as_rows(run_all(make_op(window, aggs), batches))
+    monkeypatch.setattr(module, "_MERGE_ROWS", 7)  # nearly every merge is sliced
+    assert as_rows(run_all(make_op(window, aggs), batches)) == whole
+
+
 def test_compaction_bounds_partials_per_window() -> None:
     op = make_op(plan.WindowSpec(kind="tumble", size=1_000_000), [A(fn="count_star", arg=None, type=pa.int64()),
                                                                   A(fn="last_value", arg=V, type=pa.int64()),

@@ -45,6 +45,8 @@ _TOUCHED = "_t"
 _GID = "_gid"
 #: Partial rows merged together in one ``group_by`` when many windows fire at once.
 _FIRE_ROWS = 1 << 20
+#: Partial rows merged with one ``group_by``; more are merged in slices by key group.
+_MERGE_ROWS = 1 << 19
 
 _AGG_FUNCTIONS = frozenset({"count_star", "count", "count_distinct", "sum", "min", "max", "avg", "first_value",
                             "last_value", "stddev_pop", "stddev_samp", "var_pop", "var_samp"})
@@ -508,7 +510,18 @@ class WindowAggregateOperator:
     # -- merge, fire, finish ---------------------------------------------------------------------
 
     def _merge(self, table: pa.Table) -> pa.Table:
-        """Merge partial rows that share a group (keys, key group, window) into one."""
+        """Merge partial rows that share a group (keys, key group, window) into one.
+
+        A large table is merged in slices by key group (a group never spans key groups), so the
+        hash tables of one merge stay small however many keys a window holds."""
+        if table.num_rows <= _MERGE_ROWS:
+            return self._merge_rows(table)
+        shards = -(-table.num_rows // _MERGE_ROWS)
+        shard = table[KEY_GROUP].to_numpy() * shards // self._max_parallelism
+        slices = (table.filter(pa.array(shard == i)) for i in range(shards))
+        return pa.concat_tables([self._merge_rows(part) for part in slices if part.num_rows])
+
+    def _merge_rows(self, table: pa.Table) -> pa.Table:
         group = [c for c in (*self._group, _END) if c in table.column_names]
         post = list(self._post)
         touched = _TOUCHED in table.column_names

@@ -403,6 +403,7 @@ class _SqliteTableState(TableState):
 
     def reload_index(self) -> None:
         self.clear_all()
+        # (Stored tables of more than _BLOB_ROWS rows count as several parts after a reopen.)
         self.index_of = {ns: [parts, rows, last + 1, 0, 0] for ns, parts, rows, last in self.owner.conn.execute(
             f"SELECT ns, COUNT(*), SUM(n), MAX(seq) FROM {self.tbl} GROUP BY ns")}
         self.ordered = sorted(self.index_of)
@@ -500,8 +501,11 @@ class _SqliteTableState(TableState):
             entry = self.index_of[namespace]
             whole = entry[0] == 0 or namespace in self.clean
             for table in tables:
-                rows.append((namespace, entry[2], table.num_rows, _to_ipc(table)))
-                entry[2] += 1
+                # A large table goes in slices, so no single blob (and no single read) is huge.
+                for lo in range(0, table.num_rows, _BLOB_ROWS):
+                    piece = table.slice(lo, _BLOB_ROWS)
+                    rows.append((namespace, entry[2], piece.num_rows, _to_ipc(piece)))
+                    entry[2] += 1
             entry[0] += entry[3]
             entry[1] += entry[4]
             entry[3] = entry[4] = 0
@@ -535,11 +539,15 @@ class _SqliteTableState(TableState):
                     yield namespace, rows
 
 
-def _to_ipc(table: pa.Table) -> bytes:
+#: Rows per stored blob of table state.
+_BLOB_ROWS = 1 << 16
+
+
+def _to_ipc(table: pa.Table) -> memoryview:
     sink = pa.BufferOutputStream()
     with pa.ipc.new_stream(sink, table.schema) as writer:
         writer.write_table(table)
-    return sink.getvalue().to_pybytes()
+    return memoryview(sink.getvalue())
 
 
 def _from_ipc(data: bytes) -> pa.Table:
