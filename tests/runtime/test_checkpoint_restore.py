@@ -199,3 +199,20 @@ def test_a_deleted_state_file_is_found(crashed: tuple[str, Path], tmp_path: Path
     resumed, _ = resume_damaged(crashed, tmp_path, delete_state)
     resumed.run()
     assert committed_rows(tmp_path / "job" / "out") == expected
+
+
+def test_an_unknown_state_backend_is_a_clear_error(tmp_path: Path) -> None:
+    from clink.errors import UsageError
+
+    with pytest.raises(UsageError, match="unknown state backend 'rocksdb'.*memory, sqlite"):
+        job(tmp_path / "out", None, backend="rocksdb")
+
+
+def test_sqlite_state_without_a_state_directory_uses_a_scratch_directory(tmp_path: Path,
+                                                                         expected: list[tuple]) -> None:
+    run = job(tmp_path / "out", None, backend="sqlite")
+    scratch = Path(run._scratch)
+    assert list(scratch.glob("*.sqlite")), "the window operator's database is in the scratch directory"
+    run.run()
+    assert committed_rows(tmp_path / "out") == expected
+    assert not scratch.exists()
