@@ -184,7 +184,13 @@ def sql(text: str | Iterable[str], *, config: Mapping[str, str] | None = None,
 
 
 def load(path: str | Path) -> Plan:
-    """Load a module written by ``clink compile -o plan.py``."""
+    """Load an artefact written by ``clink compile -o plan.clk`` (verified before it runs), or a
+    module written by ``clink compile -o plan.py``."""
     path = Path(path)
+    if path.suffix == ".clk":
+        from clink.runtime.artefact import read_artefact
+
+        artefact = read_artefact(path)
+        return Plan(artefact.plan(), source=artefact.module_source, explain_text=artefact.explain)
     source = path.read_text(encoding="utf-8") if path.exists() else None
     return Plan(load_plan_file(path), source=source)

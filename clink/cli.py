@@ -1,4 +1,4 @@
-"""The ``clink`` command: compile | run | explain | checkpoints.
+"""The ``clink`` command: compile | run | inspect | explain | checkpoints.
 
 Exit codes: 0 success, 1 the pipeline failed while running, 2 a usage or SQL error. Errors are
 printed as ``file:line:col: error: ...`` with the source line and a caret; ``--debug`` adds the
@@ -22,12 +22,15 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--debug", action="store_true", help="show Python tracebacks on errors")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
 
-    p = sub.add_parser("compile", help="compile a SQL pipeline into a Python module")
+    p = sub.add_parser("compile", help="compile a SQL pipeline into an artefact (.clk) or a Python module")
     p.add_argument("file", help="the pipeline (.sql)")
-    p.add_argument("-o", "--output", help="where to write the module (default: standard output)")
+    p.add_argument("-o", "--output",
+                   help="where to write it: x.clk for the artefact, x.py for the module alone "
+                        "(default: the module on standard output)")
+    p.add_argument("--emit-python", metavar="DIR", help="also write the module as DIR/<name>.py, for reading")
 
-    p = sub.add_parser("run", help="run a pipeline (.sql, or a module from `clink compile`)")
-    p.add_argument("file", help="the pipeline (.sql or .py)")
+    p = sub.add_parser("run", help="run a pipeline (.sql, or an artefact or module from `clink compile`)")
+    p.add_argument("file", help="the pipeline (.sql, .clk or .py)")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="a configuration setting, as SET 'KEY' = 'VALUE' would (repeatable)")
     p.add_argument("--progress", action="store_true", help="show rows in and out while running")
@@ -36,6 +39,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--from-checkpoint", metavar="PATH", help="resume from this checkpoint directory")
     p.add_argument("--stop-with-checkpoint-after", type=int, metavar="N",
                    help="stop, with a final checkpoint, once N checkpoints have been taken")
+
+    p = sub.add_parser("inspect", help="print an artefact's manifest and plan")
+    p.add_argument("file", help="the artefact (.clk)")
 
     p = sub.add_parser("checkpoints", help="list the checkpoints in a state directory, and whether each is valid")
     p.add_argument("state_dir", help="the job's state directory")
@@ -62,6 +68,8 @@ def main(argv: list[str] | None = None) -> int:
             return _explain(args, sources)
         if args.command == "checkpoints":
             return _checkpoints(args)
+        if args.command == "inspect":
+            return _inspect(args)
         raise UsageError(f"unknown command {args.command!r}")
     except ClinkError as exc:
         if args.debug:
@@ -100,15 +108,45 @@ def _compile(args: argparse.Namespace, sources: dict[str, str]) -> int:
 
     name, text = _read_sql(args.file, sources)
     compiled = compile_text(text, name=name)
-    if args.output:
-        out = Path(args.output)
-        try:
+    written = []
+    try:
+        if args.emit_python:
+            folder = Path(args.emit_python)
+            folder.mkdir(parents=True, exist_ok=True)
+            module = folder / f"{Path(name).stem}.py"
+            module.write_text(compiled.source, encoding="utf-8")
+            written.append(module)
+        if args.output and args.output.endswith(".clk"):
+            from clink.runtime.artefact import write_artefact
+            from clink.runtime.loader import load_generated
+
+            plan = load_generated(compiled.source, name=name, fingerprint=compiled.fingerprint).PLAN
+            written.append(write_artefact(args.output, module_source=compiled.source, plan=plan, sql=text,
+                                          explain=compiled.explain(), clink_version=__version__))
+        elif args.output:
+            out = Path(args.output)
             out.write_text(compiled.source, encoding="utf-8")
-        except OSError as exc:
-            raise UsageError(f"cannot write {out}: {exc.strerror}") from None
+            written.append(out)
+    except OSError as exc:
+        raise UsageError(f"cannot write {exc.filename}: {exc.strerror}") from None
+    for out in written:
         print(f"wrote {out} (plan sha256:{compiled.fingerprint})", file=sys.stderr)
-    else:
+    if not written:
         sys.stdout.write(compiled.source)
+    return 0
+
+
+def _inspect(args: argparse.Namespace) -> int:
+    import json
+
+    from clink.runtime.artefact import read_artefact
+
+    artefact = read_artefact(args.file)
+    manifest = dict(artefact.manifest)
+    sql = manifest.pop("sql", "")
+    print(json.dumps(manifest, indent=2, sort_keys=True))
+    print("\n-- source SQL\n" + sql.rstrip())
+    print("\n-- plan\n" + artefact.explain.rstrip())
     return 0
 
 
@@ -177,7 +215,11 @@ def _run(args: argparse.Namespace, sources: dict[str, str]) -> int:
 
         signal.signal(signal.SIGTERM, stop)
         signal.signal(signal.SIGINT, stop)
-    if args.file.endswith(".py"):
+    if args.file.endswith(".clk"):
+        from clink.runtime.artefact import read_artefact
+
+        plan = read_artefact(args.file).plan()
+    elif args.file.endswith(".py"):
         from clink.runtime.loader import load_plan_file
 
         plan = load_plan_file(args.file)

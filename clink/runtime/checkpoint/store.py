@@ -22,6 +22,7 @@ from pathlib import Path
 import attrs
 
 from clink.errors import CheckpointCorrupted, UsageError
+from clink.runtime.sealed import seal, unseal
 
 #: 2: the manifest carries its own checksum (``manifest_sha256``).
 FORMAT_VERSION = 2
@@ -106,7 +107,7 @@ class CheckpointWriter:
         }
         temporary = self.path / f"{MANIFEST}.tmp"
         with temporary.open("wb") as f:
-            f.write(_sealed(manifest))
+            f.write(seal(manifest))
             f.flush()
             os.fsync(f.fileno())
         if before_rename is not None:
@@ -115,32 +116,6 @@ class CheckpointWriter:
         _fsync_dir(self.path)
         _fsync_dir(self.store.root)
         return self.store.info(self.path)
-
-
-#: The manifest's own checksum: sha256 of the manifest's bytes with this field's value zeroed.
-_SEAL = "manifest_sha256"
-_ZEROS = "0" * 64
-
-
-def _sealed(manifest: dict) -> bytes:
-    """The manifest as JSON bytes carrying a checksum of themselves, so that any damage to the
-    manifest, even to a field no reader looks at, is found."""
-    body = json.dumps({**manifest, _SEAL: _ZEROS}, indent=1, sort_keys=True).encode()
-    return body.replace(_ZEROS.encode(), hashlib.sha256(body).hexdigest().encode(), 1)
-
-
-def _unseal(data: bytes) -> dict:
-    """The manifest in ``data``; raises ValueError if it is not JSON or not what was sealed."""
-    manifest = json.loads(data.decode("utf-8"))
-    if not isinstance(manifest, dict):
-        raise ValueError("not a JSON object")
-    seal = manifest.get(_SEAL)
-    if not isinstance(seal, str) or len(seal) != 64 or data.count(seal.encode()) != 1:
-        raise ValueError(f"no {_SEAL}")
-    if hashlib.sha256(data.replace(seal.encode(), _ZEROS.encode(), 1)).hexdigest() != seal:
-        raise ValueError("the manifest does not match its own checksum")
-    del manifest[_SEAL]
-    return manifest
 
 
 def _clink_version() -> str:
@@ -191,7 +166,7 @@ class CheckpointStore:
             raise CheckpointCorrupted(f"checkpoint {path.name} has format version {version}; "
                                       f"this clink reads version {FORMAT_VERSION}")
         try:
-            manifest = _unseal(data)
+            manifest = unseal(data)
             files = manifest["files"]
             int(manifest["checkpoint_id"])
         except (ValueError, KeyError, TypeError) as exc:
