@@ -21,7 +21,6 @@ from clink.runtime.elements import MAX_WATERMARK, Barrier, Batch, Element, EndOf
 from clink.runtime.kernels import EvaluationError, max_epoch_ms
 from clink.runtime.loader import sql_position_of
 from clink.runtime.plan import Chain, Plan, Sink, Source, Union, WindowAggregate
-from clink.runtime.state.backend import IncompatibleState
 
 
 @attrs.define
@@ -643,6 +642,8 @@ class _Checkpointing:
 
     def restore(self) -> None:
         import json
+
+        from clink.runtime.state.backend import IncompatibleState
 
         job = self.job
         chosen = job.ctx.get("execution.savepoint.path")

@@ -31,7 +31,7 @@ import json
 import os
 import re
 import uuid
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING
 
 import attrs
@@ -44,6 +44,7 @@ import pyarrow.parquet as pq
 
 from clink.errors import ConnectorError, RecordError
 from clink.runtime.connectors.base import Connector, OptionSpec, SinkWriter, SourceReader, TableSpec
+from clink.runtime.connectors.text import concatenated, join_list_text
 
 if TYPE_CHECKING:
     from clink.runtime.context import RuntimeContext
@@ -602,21 +603,6 @@ class FileSourceReader(SourceReader):
 # --- text rendering (JSON sink, and the print sink) -----------------------------------------
 
 
-def join_list_text(arr: pa.Array, encode: Callable[[pa.Array], pa.Array], separator: str) -> pa.Array:
-    """Render each list (or map) of ``arr`` as its encoded elements joined by ``separator``.
-
-    ``encode`` turns the flat child values into non-null strings; null lists come out null, empty
-    lists as ``''``. Works on sliced arrays and on null lists backed by non-empty ranges.
-    """
-    offsets = arr.offsets
-    start = offsets[0].as_py()
-    values = arr.values.slice(start, offsets[-1].as_py() - start)
-    encoded = encode(values)
-    rebased = pc.subtract(offsets, pa.scalar(start, pa.int32()))
-    mask = arr.is_null() if arr.null_count else None
-    return pc.binary_join(pa.ListArray.from_arrays(rebased, encoded, mask=mask), separator)
-
-
 def _base64_text(arr: pa.Array) -> pa.Array:
     return pa.array([None if v is None else base64.b64encode(v).decode() for v in arr.to_pylist()],
                     pa.string())
@@ -687,14 +673,6 @@ def json_text(arr: pa.Array, iso_timestamps: bool) -> pa.Array:
     if arr.null_count:
         text = pc.if_else(arr.is_null(), "null", text)
     return text
-
-
-def concatenated(lines: pa.Array) -> pa.Buffer:
-    """The bytes of a string array's values, back to back (its data buffer, without a copy)."""
-    if len(lines) == 0:
-        return pa.py_buffer(b"")
-    offsets = np.frombuffer(lines.buffers()[1], dtype=np.int32, count=len(lines) + 1, offset=lines.offset * 4)
-    return lines.buffers()[2].slice(int(offsets[0]), int(offsets[-1] - offsets[0]))
 
 
 # --- sink -----------------------------------------------------------------------------------

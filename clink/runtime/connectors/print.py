@@ -23,7 +23,7 @@ import pyarrow.compute as pc
 
 from clink.errors import ConnectorError
 from clink.runtime.connectors.base import Connector, OptionSpec, SinkWriter, TableSpec
-from clink.runtime.connectors.filesystem import concatenated, join_list_text
+from clink.runtime.connectors.text import concatenated, join_list_text
 
 if TYPE_CHECKING:
     from clink.runtime.context import RuntimeContext
