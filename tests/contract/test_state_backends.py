@@ -596,3 +596,19 @@ def test_codec_rejects_what_it_cannot_read() -> None:
     with pytest.raises(ValueError, match="digits after the point"):
         codec.encode(Decimal("1.234"), pa.decimal128(5, 2))
     assert codec.encode(None, pa.list_(pa.int8())) == b"\x00"
+
+
+def test_sqlite_gives_freed_space_back_at_commit(tmp_path: Path) -> None:
+    backend = SqliteStateBackend(tmp_path, max_parallelism=MAX_PARALLELISM, table_cache_bytes=0)
+    with backend.open("op", [PARTS]) as state:
+        parts = state.table_state("parts")
+        for ns in range(20):
+            parts.add(ns, parts_table([(i, "x" * 200) for i in range(500)]))
+        state.commit(1)
+        full = backend.path_of("op").stat().st_size + (tmp_path / "op.sqlite-wal").stat().st_size
+        for ns in range(20):
+            parts.take(ns)
+        state.commit(2)
+        (tmp_path / "snap").mkdir()
+        (copy,) = state.snapshot(tmp_path / "snap")
+    assert copy.stat().st_size < full / 10, "a checkpoint of an emptied state copies the freed pages"

@@ -736,7 +736,8 @@ class SqliteOperatorState(OperatorState):
                               (None if checkpoint_id is None else str(checkpoint_id),))
         self.conn.execute("COMMIT")
         self._in_transaction = False
-        self.conn.execute("PRAGMA incremental_vacuum")
+        # (As a script: a plain execute steps the pragma once, which frees a single page.)
+        self.conn.executescript("PRAGMA incremental_vacuum;")
 
     def _drop_cache(self) -> None:
         self.cache.clear()
