@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pyarrow as pa
 
+from clink.embedded import EmbeddedJob
 from clink.errors import UsageError
 from clink.runtime.connectors.base import ConnectorRegistry
 from clink.runtime.context import RuntimeContext
@@ -49,6 +50,25 @@ class Plan:
     def run(self, *, config: Mapping[str, str] | None = None, context: RuntimeContext | None = None) -> Result:
         """Start the pipeline; the returned ``Result`` gives its rows."""
         return Result(self, config=config, context=context)
+
+    def start(self, state_dir: str | Path | None = None, config: Mapping[str, str] | None = None, *,
+              background: bool = False, context: RuntimeContext | None = None) -> EmbeddedJob:
+        """Start the pipeline inside this process: push rows into its ``push`` tables, poll its
+        ``SELECT`` rows as Arrow (docs/embedding.md).
+
+        ``state_dir`` enables checkpoints and resumes from the newest one in it. With
+        ``background`` a daemon thread runs the job; otherwise the caller drives it (``step``,
+        ``run_until_idle``, or ``poll``).
+
+        >>> plan = compile("CREATE TABLE t (a BIGINT) WITH ('connector' = 'push'); SELECT a + 1 AS b FROM t")
+        >>> job = plan.start()
+        >>> job.push("t", [{"a": 1}, {"a": 2}])
+        2
+        >>> job.poll().column("b").to_pylist()
+        [2, 3]
+        """
+        return EmbeddedJob(self.runtime_plan, state_dir=state_dir, config=config, background=background,
+                           context=context)
 
     def __repr__(self) -> str:
         return f"<clink.Plan {self.name} sha256:{self.fingerprint}>"

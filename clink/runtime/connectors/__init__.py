@@ -22,12 +22,24 @@ __all__ = [
 ]
 
 
+#: Built-in connectors: name -> (module, attribute). Each is imported when a pipeline first names
+#: it, so a pipeline pays only for the connectors it uses (the filesystem connector alone pulls
+#: in Arrow's CSV, JSON and Parquet readers).
+BUILT_IN = {
+    "datagen": ("clink.runtime.connectors.datagen", "DATAGEN"),
+    "filesystem": ("clink.runtime.connectors.filesystem", "FILESYSTEM"),
+    "print": ("clink.runtime.connectors.print", "PRINT"),
+    "blackhole": ("clink.runtime.connectors.blackhole", "BLACKHOLE"),
+    "collect": ("clink.runtime.connectors.collect", "COLLECT"),
+    "push": ("clink.runtime.connectors.push", "PUSH"),
+}
+
+
 def default_registry() -> ConnectorRegistry:
     """A fresh registry holding every built-in connector."""
-    from clink.runtime.connectors.blackhole import BLACKHOLE
-    from clink.runtime.connectors.collect import COLLECT
-    from clink.runtime.connectors.datagen import DATAGEN
-    from clink.runtime.connectors.filesystem import FILESYSTEM
-    from clink.runtime.connectors.print import PRINT
+    import importlib
 
-    return ConnectorRegistry([DATAGEN, FILESYSTEM, PRINT, BLACKHOLE, COLLECT])
+    registry = ConnectorRegistry()
+    for name, (module, attribute) in BUILT_IN.items():
+        registry.register_lazy(name, lambda m=module, a=attribute: getattr(importlib.import_module(m), a))
+    return registry
