@@ -216,7 +216,9 @@ class _Binder:
             if not any(s.matches(key, names) for s in specs):
                 valid = sorted({s.name.replace("#", "<column>") for s in specs})
                 near = nearest(key, valid)
-                hint = (f"did you mean {near!r}? " if near else "") + f"options of {prop.value!r}: {', '.join(valid)}"
+                hint = (f"did you mean {near!r}? " if near else "") + (
+                    f"options of {prop.value!r}: {', '.join(valid)}" if valid
+                    else f"the {prop.value!r} connector takes no other options")
                 errors.append(SqlError(f"unknown option {key!r} for connector {prop.value!r}", p.span, hint))
         for spec in specs:
             if spec.required and spec.name not in options:

@@ -170,7 +170,8 @@ class Job:
 
     @property
     def unbounded_sources(self) -> list[str]:
-        return [self.plan.node(i).table for i, r in self._readers.items() if not r.bounded]
+        tables = [self.plan.node(i).table for i, r in self._readers.items() if not r.bounded]
+        return list(dict.fromkeys(tables))  # a table read by two queries is listed once
 
     # -- running
 
@@ -208,7 +209,8 @@ class Job:
     def checkpoint(self) -> int:
         """Take a checkpoint now; return its id. The job needs a state directory."""
         if self._checkpointing is None:
-            raise UsageError("checkpoints need a state directory (clink run --state-dir DIR)")
+            raise UsageError("checkpoints need a state directory (clink run --state-dir DIR, "
+                             "plan.start(state_dir=...), or RuntimeContext(state_dir=...))")
         return self._checkpointing.take()
 
     def run(self, *, idle_sleep: float = 0.005, stop_after_checkpoints: int | None = None) -> Metrics:
@@ -237,7 +239,10 @@ class Job:
 
     def stop_with_checkpoint(self) -> int | None:
         """Stop between rounds: take a last checkpoint (if the job has a state directory), then
-        end; a later run on the same state directory continues from exactly here."""
+        end; a later run on the same state directory continues from exactly here. A job that has
+        already finished took its final checkpoint at the end: this returns None."""
+        if self.finished:
+            return None
         checkpoint_id = self._checkpointing.take() if self._checkpointing is not None else None
         self.cancel()
         self.metrics.stopped_at = checkpoint_id

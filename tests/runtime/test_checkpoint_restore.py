@@ -216,3 +216,20 @@ def test_sqlite_state_without_a_state_directory_uses_a_scratch_directory(tmp_pat
     run.run()
     assert committed_rows(tmp_path / "out") == expected
     assert not scratch.exists()
+
+
+def test_stop_with_checkpoint_after_the_end_takes_none(tmp_path: Path, expected: list[tuple]) -> None:
+    finished = job(tmp_path / "out", tmp_path / "state", every=3000)
+    finished.run()
+    taken = finished.metrics.checkpoints
+    assert finished.stop_with_checkpoint() is None
+    assert finished.metrics.checkpoints == taken
+    assert committed_rows(tmp_path / "out") == expected
+
+
+def test_a_connector_without_options_says_so() -> None:
+    from clink.errors import SqlError
+
+    with pytest.raises(SqlError, match="unknown option 'rate' for connector 'push'") as e:
+        clink.compile("CREATE TABLE t (a INT) WITH ('connector' = 'push', 'rate' = '1'); SELECT a FROM t")
+    assert e.value.hint == "the 'push' connector takes no other options"
