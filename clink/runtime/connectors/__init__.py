@@ -27,6 +27,7 @@ __all__ = [
 #: in Arrow's CSV, JSON and Parquet readers).
 BUILT_IN = {
     "datagen": ("clink.runtime.connectors.datagen", "DATAGEN"),
+    "nexmark": ("clink.runtime.connectors.nexmark", "NEXMARK"),
     "filesystem": ("clink.runtime.connectors.filesystem", "FILESYSTEM"),
     "print": ("clink.runtime.connectors.print", "PRINT"),
     "blackhole": ("clink.runtime.connectors.blackhole", "BLACKHOLE"),

@@ -30,7 +30,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from clink.errors import ConnectorError
-from clink.runtime.connectors.base import Connector, OptionSpec, SourceReader, TableSpec
+from clink.runtime.connectors.base import Connector, OptionSpec, TableSpec
+from clink.runtime.connectors.blocks import BlockReader
 
 if TYPE_CHECKING:
     from clink.runtime.context import RuntimeContext
@@ -411,7 +412,7 @@ def generate(t: pa.DataType, rng: np.random.Generator, n: int, field: FieldOptio
     raise ConnectorError(f"datagen cannot generate type {t}")
 
 
-class DatagenReader(SourceReader):
+class DatagenReader(BlockReader):
     """Polls out generated rows, throttled to ``rows-per-second`` against ``ctx.clock``."""
 
     def __init__(self, spec: TableSpec, ctx: RuntimeContext) -> None:
@@ -422,75 +423,23 @@ class DatagenReader(SourceReader):
             raise ConnectorError(f"table {spec.name!r}: bad datagen options: {details}")
         self._config = config
         self._schema = spec.schema
-        self._clock = ctx.clock
         self._columns = [(spec.table_schema.get_field_index(f.name), f) for f in spec.schema]
-        self._total = config.number_of_rows
+        total = config.number_of_rows
         for fo in config.fields.values():
             if fo.kind == "sequence" and fo.end is not None:
                 span = fo.end - fo.start + 1
-                self._total = span if self._total is None else min(self._total, span)
-        self._emitted = 0
-        self._rate_base = 0  # rows given out before the rate clock started (after a seek)
-        self._started_ms: int | None = None
-        self._block_index = -1
-        self._block: pa.RecordBatch | None = None
-        # Emit throttled rows in chunks worth about a tenth of a second, not row by row.
-        rate = config.rows_per_second
-        self._chunk = config.batch_size if rate is None else max(1, min(config.batch_size, int(rate // 10)))
-        #: Read by the executor: an unbounded source keeps a job running until it is cancelled.
-        self.bounded = self._total is not None
-        self.metrics.update(records_in=0, skipped_records=0)
-        if self._total == 0:
-            self.finished = True
+                total = span if total is None else min(total, span)
+        self._start_blocks(batch_size=config.batch_size, total=total, rate=config.rows_per_second, clock=ctx.clock)
 
-    def _block_at(self, index: int) -> pa.RecordBatch:
-        if index != self._block_index:
-            size = self._config.batch_size
-            n = size if self._total is None else min(size, self._total - index * size)
-            arrays = []
-            for position, f in self._columns:
-                rng = np.random.default_rng([self._config.seed % 2**64, position, index])
-                arrays.append(generate(f.type, rng, n, self._config.fields[f.name], row_start=index * size))
-            self._block = pa.RecordBatch.from_arrays(arrays, schema=self._schema)
-            self._block_index = index
-        assert self._block is not None
-        return self._block
-
-    def position(self) -> dict:
+    def _make_block(self, index: int, rows: int) -> pa.RecordBatch:
         # Rows are a pure function of (seed, column, block index): the count of rows given out
         # says exactly where to continue.
-        return {"rows": self._emitted}
-
-    def seek(self, position: dict) -> None:
-        self._emitted = int(position["rows"])
-        self._rate_base = self._emitted
-        self._started_ms = None
-        self.finished = self._total is not None and self._emitted >= self._total
-
-    def poll(self) -> pa.RecordBatch | None:
-        if self.finished:
-            return None
-        remaining = None if self._total is None else self._total - self._emitted
-        want = self._config.batch_size if remaining is None else min(self._config.batch_size, remaining)
-        rate = self._config.rows_per_second
-        if rate is not None:
-            now = self._clock()
-            if self._started_ms is None:
-                self._started_ms = now
-            due = int((now - self._started_ms) * rate / 1000) - (self._emitted - self._rate_base)
-            if due < min(self._chunk, want):
-                return None
-            want = min(want, due)
-        size = self._config.batch_size
-        index, offset = divmod(self._emitted, size)
-        block = self._block_at(index)
-        want = min(want, block.num_rows - offset)
-        batch = block if offset == 0 and want == block.num_rows else block.slice(offset, want)
-        self._emitted += want
-        self.metrics["records_in"] += want
-        if self._total is not None and self._emitted >= self._total:
-            self.finished = True
-        return batch
+        arrays = []
+        for position, f in self._columns:
+            rng = np.random.default_rng([self._config.seed % 2**64, position, index])
+            arrays.append(generate(f.type, rng, rows, self._config.fields[f.name],
+                                   row_start=index * self._config.batch_size))
+        return pa.RecordBatch.from_arrays(arrays, schema=self._schema)
 
 
 DATAGEN = Connector(

@@ -1,0 +1,287 @@
+"""The ``nexmark`` source: the Nexmark event stream, and the Nexmark queries in bench/nexmark/."""
+
+from __future__ import annotations
+
+import datetime as dt
+import io
+from collections import Counter
+from pathlib import Path
+
+import duckdb
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+import pytest
+
+import clink
+from clink.errors import ClinkError, ConnectorError
+from clink.runtime.connectors.base import ConnectorRegistry, TableSpec
+from clink.runtime.connectors.nexmark import DEFAULT_BASE_TIME_MS, NEXMARK, NEXMARK_SCHEMA, NexmarkReader
+from clink.runtime.context import RuntimeContext
+
+BENCH = Path(__file__).resolve().parents[2] / "bench" / "nexmark"
+CTX = RuntimeContext(connectors=ConnectorRegistry())
+
+
+def reader(options: dict[str, str], schema: pa.Schema = NEXMARK_SCHEMA, clock=None) -> NexmarkReader:
+    ctx = CTX if clock is None else RuntimeContext(connectors=ConnectorRegistry(), clock=clock)
+    return NexmarkReader(TableSpec(name="datagen", schema=schema, table_schema=NEXMARK_SCHEMA, options=options), ctx)
+
+
+def drain(source: NexmarkReader) -> pa.Table:
+    batches = []
+    while not source.finished:
+        batch = source.poll()
+        if batch is not None:
+            assert batch.schema == source._schema
+            batches.append(batch)
+    return pa.Table.from_batches(batches, schema=source._schema)
+
+
+def events(n: int, schema: pa.Schema = NEXMARK_SCHEMA, **options: str) -> pa.Table:
+    return drain(reader({"events.num": str(n)} | options, schema))
+
+
+def kind_rows(table: pa.Table, kind: str) -> pa.Table:
+    """The rows of one ROW column where it is set, flattened into a table of its fields."""
+    code = ("person", "auction", "bid").index(kind)
+    column = table.filter(pc.equal(table["event_type"], code))[kind].combine_chunks()
+    return pa.Table.from_arrays(column.flatten(), names=[f.name for f in column.type])
+
+
+@pytest.fixture(scope="module")
+def stream() -> pa.Table:
+    return events(50_000)
+
+
+# --- the events ------------------------------------------------------------------------------
+
+
+def test_schema_and_exactly_one_row_per_event(stream: pa.Table) -> None:
+    assert stream.schema == NEXMARK_SCHEMA
+    stream.validate(full=True)
+    kinds = stream["event_type"].to_numpy()
+    for code, name in enumerate(("person", "auction", "bid")):
+        valid = stream[name].is_valid().to_numpy(zero_copy_only=False)
+        assert (valid == (kinds == code)).all(), name
+
+
+def test_proportions_are_exactly_1_3_46_per_50_events(stream: pa.Table) -> None:
+    kinds = stream["event_type"].to_numpy()
+    assert Counter(kinds.tolist()) == {0: 1000, 1: 3000, 2: 46000}
+    offsets = np.arange(50_000) % 50
+    assert (kinds[offsets == 0] == 0).all() and (kinds[(offsets >= 1) & (offsets < 4)] == 1).all()
+    assert (kinds[offsets >= 4] == 2).all()
+
+
+def test_person_and_auction_ids_count_up_from_1000(stream: pa.Table) -> None:
+    assert kind_rows(stream, "person")["id"].to_pylist() == list(range(1000, 2000))
+    assert kind_rows(stream, "auction")["id"].to_pylist() == list(range(1000, 4000))
+
+
+def test_bids_and_auctions_refer_to_people_and_auctions_at_most_ten_ahead(stream: pa.Table) -> None:
+    n = np.arange(50_000)
+    epoch, offset = n // 50, n % 50
+    newest_person = epoch + 1000  # one person per 50 events, at offset 0
+    newest_auction = np.where(offset == 0, epoch * 3 - 1, epoch * 3 + np.minimum(offset - 1, 2)) + 1000
+    bids = stream["event_type"].to_numpy() == 2
+    bid = kind_rows(stream, "bid")
+    auction_ids, bidders = bid["auction"].to_numpy(), bid["bidder"].to_numpy()
+    assert (auction_ids >= 1000).all() and (auction_ids <= newest_auction[bids] + 10).all()
+    assert (bidders >= 1000).all() and (bidders <= newest_person[bids] + 10).all()
+    # Most bids are for auctions and by people that exist already (the rest are up to 10 ahead).
+    assert (auction_ids <= newest_auction[bids]).mean() > 0.95
+    assert (bidders <= newest_person[bids]).mean() > 0.97  # hot bidder x01 can precede person x01
+    # Half the bids are for hot auctions, three quarters by hot bidders: few distinct values.
+    assert 0.45 < (auction_ids % 100 == 0).mean() < 0.56
+    assert 0.72 < (bidders % 100 == 1).mean() < 0.80
+    auctions = kind_rows(stream, "auction")
+    sellers = auctions["seller"].to_numpy()
+    is_auction = stream["event_type"].to_numpy() == 1
+    assert (sellers >= 1000).all() and (sellers <= newest_person[is_auction] + 10).all()
+    assert set(auctions["category"].to_pylist()) == {10, 11, 12, 13, 14}
+
+
+def test_event_time_comes_from_the_event_number(stream: pa.Table) -> None:
+    date_time = pc.coalesce(*(pc.struct_field(stream[k], "dateTime") for k in ("person", "auction", "bid")))
+    ms = date_time.cast(pa.int64()).to_numpy()
+    # 10,000 events per second: 100 us apart, so event n is at base + n // 10 ms.
+    assert (ms == DEFAULT_BASE_TIME_MS + np.arange(50_000) // 10).all()
+    assert (np.diff(ms) >= 0).all()
+    slow = events(30, **{"first-event.rate": "3", "base-time": "2020-01-01 00:00:00"})
+    bid_ms = kind_rows(slow, "bid")["dateTime"].cast(pa.int64()).to_numpy()
+    base = int(dt.datetime(2020, 1, 1, tzinfo=dt.UTC).timestamp() * 1000)
+    numbers = np.flatnonzero(slow["event_type"].to_numpy() == 2)
+    assert (bid_ms == base + (numbers * (1e6 / 3)).astype(np.int64) // 1000).all()
+
+
+def test_values_follow_the_nexmark_distributions(stream: pa.Table) -> None:
+    bid = kind_rows(stream, "bid")
+    price = bid["price"].to_numpy()
+    assert price.min() >= 100 and price.max() <= 100_000_000
+    # Log-uniform over six decades: about a sixth of the prices in each.
+    decades = np.bincount(np.floor(np.log10(price / 100)).astype(int), minlength=7)[:6] / len(price)
+    assert (abs(decades - 1 / 6) < 0.02).all()
+    channels = Counter(bid["channel"].to_pylist())
+    hot = sum(channels[c] for c in ("Google", "Facebook", "Baidu", "Apple"))
+    assert 0.47 < hot / len(price) < 0.53
+    assert all(url.startswith("https://www.nexmark.com/") for url in bid["url"].to_pylist()[:1000])
+    # 'extra' pads a bid to 100 bytes on average: 68 bytes after the four 8-byte fields.
+    assert 66 < pc.mean(pc.utf8_length(bid["extra"])).as_py() < 70
+    auction = kind_rows(stream, "auction")
+    assert pc.all(pc.greater_equal(auction["reserve"], auction["initialBid"])).as_py()
+    assert pc.all(pc.greater(auction["expires"], auction["dateTime"])).as_py()
+    person = kind_rows(stream, "person")
+    assert set(person["state"].to_pylist()) <= {"AZ", "CA", "ID", "OR", "WA", "WY"}
+    assert all(len(c) == 19 for c in person["creditCard"].to_pylist())
+    assert all("@" in e and e.endswith(".com") for e in person["emailAddress"].to_pylist())
+
+
+def test_the_same_seed_gives_the_same_events_and_another_seed_others() -> None:
+    a, b = events(5000, seed="7"), events(5000, seed="7")
+    c = events(5000, seed="8")
+    assert a.equals(b)
+    assert not kind_rows(a, "bid")["price"].equals(kind_rows(c, "bid")["price"])
+    assert not kind_rows(a, "person")["name"].equals(kind_rows(c, "person")["name"])
+    assert a["event_type"].equals(c["event_type"])  # the kinds are not random
+
+
+def test_a_shorter_stream_is_a_prefix_of_a_longer_one() -> None:
+    long = events(5000, **{"batch-size": "1024"})
+    short = events(1500, **{"batch-size": "1024"})
+    assert short.num_rows == 1500 and long.num_rows == 5000
+    assert short.equals(long.slice(0, 1500))
+
+
+def test_events_num_bounds_the_stream_and_zero_or_none_never_ends() -> None:
+    assert events(12_345, **{"batch-size": "1000"}).num_rows == 12_345
+    for options in ({}, {"events.num": "0"}):
+        source = reader(options)
+        assert source.bounded is False
+        for _ in range(3):
+            assert source.poll().num_rows == 65_536
+        assert not source.finished
+    assert reader({"events.num": "10"}).bounded is True
+
+
+@pytest.mark.parametrize("cut", [0, 1, 2, 5])
+@pytest.mark.parametrize("batch_size", ["700", "16384"])
+def test_seek_resumes_exactly(cut: int, batch_size: str) -> None:
+    options = {"events.num": "4321", "seed": "3", "batch-size": batch_size}
+    expected = drain(reader(options))
+    first = reader(options)
+    batches = [b for b in (first.poll() for _ in range(cut)) if b is not None]
+    position = first.position()
+    assert position == {"events": sum(b.num_rows for b in batches)}
+    second = reader(options)
+    second.seek(position)
+    rest = drain(second)
+    assert pa.Table.from_batches(batches + rest.to_batches(), schema=NEXMARK_SCHEMA).equals(expected)
+
+
+def test_projection_gives_the_same_values(stream: pa.Table) -> None:
+    projected = pa.schema([NEXMARK_SCHEMA.field("bid"), NEXMARK_SCHEMA.field("event_type")])
+    table = events(50_000, projected)
+    assert table.column_names == ["bid", "event_type"]
+    assert table["bid"].equals(stream["bid"]) and table["event_type"].equals(stream["event_type"])
+    # A ROW may be declared with some of its fields, in any order.
+    fields = NEXMARK_SCHEMA.field("auction").type
+    narrow = pa.schema([pa.field("auction", pa.struct([fields.field("seller"), fields.field("id")]))])
+    part = events(50_000, narrow)
+    for name in ("seller", "id"):
+        assert pc.struct_field(part["auction"], name).equals(pc.struct_field(stream["auction"], name))
+
+
+def test_rate_limited_follows_the_clock() -> None:
+    now = [0]
+    source = reader({"rate.limited": "true", "first-event.rate": "1000"}, clock=lambda: now[0])
+    assert source.poll() is None
+    now[0] += 100
+    assert source.poll().num_rows == 100
+    assert source.poll() is None
+    now[0] += 1000
+    assert source.poll().num_rows == 1000
+
+
+# --- options and errors ----------------------------------------------------------------------
+
+
+DDL = (BENCH / "ddl.sql").read_text()
+
+
+def compile_with(options: str, columns: str | None = None) -> None:
+    text = DDL.replace("    'events.num' = '10000000'", options)
+    if columns is not None:
+        text = text.replace("event_type INT,", columns, 1)
+    clink.compile(text + "\nSELECT price FROM bid")
+
+
+@pytest.mark.parametrize(("options", "message"), [
+    ("'events.num' = 'many'", "option 'events.num' must be an integer, found 'many'"),
+    ("'events.num' = '-1'", "option 'events.num' must be from 0"),
+    ("'rate' = '0'", "option 'rate' must be from 1"),
+    ("'rate' = '5'", "options 'rate' and 'first-event.rate' name the same setting and disagree"),
+    ("'bid.avg-size' = 'big'", "option 'bid.avg-size' must be a size"),
+    ("'person.proportion' = '0'", "option 'person.proportion' must be at least 1"),
+    ("'rate.limited' = 'maybe'", "option 'rate.limited' must be one of true, false"),
+    ("'base-time' = 'yesterday'", "option 'base-time' must be an ISO timestamp"),
+    ("'events.number' = '5'", "unknown option 'events.number' for connector 'nexmark'"),
+])
+def test_bad_options_are_reported_when_compiling(options: str, message: str) -> None:
+    with pytest.raises(ClinkError, match=message.replace("(", r"\(")):
+        compile_with(options)
+
+
+def test_columns_must_have_their_nexmark_names_and_types() -> None:
+    with pytest.raises(ClinkError, match="nexmark column 'event_type' must be INT, found int64"):
+        compile_with("'events.num' = '5'", "event_type BIGINT,")
+    with pytest.raises(ClinkError, match="the nexmark connector has no column 'kind'"):
+        compile_with("'events.num' = '5'", "event_type INT, kind INT,")
+    with pytest.raises(ConnectorError, match="bad nexmark table: option 'seed' must be an integer"):
+        reader({"seed": "x"})
+
+
+def test_the_connector_is_built_in() -> None:
+    assert RuntimeContext().connectors.get("nexmark") is NEXMARK
+
+
+# --- the Nexmark queries against DuckDB ------------------------------------------------------
+
+
+QUERIES = {
+    "q0": "SELECT auction, bidder, price, dateTime, extra FROM bid",
+    "q1": "SELECT auction, bidder, CAST(0.908 AS DOUBLE) * price AS price, dateTime, extra FROM bid",
+    "q2": "SELECT auction, price FROM bid WHERE auction % 123 = 0",
+}
+EVENTS = 20_000
+
+
+def test_every_query_script_begins_with_the_ddl() -> None:
+    scripts = sorted(BENCH.glob("q*.sql"))
+    assert [p.stem for p in scripts] == sorted(QUERIES)
+    for path in scripts:
+        assert path.read_text().startswith(DDL), path.name
+
+
+@pytest.fixture(scope="module")
+def bid_parquet(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The bids of the first EVENTS events (the scripts' options, default seed) as Parquet."""
+    path = tmp_path_factory.mktemp("nexmark") / "bid.parquet"
+    pq.write_table(kind_rows(events(EVENTS, **{"first-event.rate": "10000"}), "bid"), path)
+    return path
+
+
+@pytest.mark.parametrize("query", sorted(QUERIES))
+def test_query_matches_duckdb(query: str, bid_parquet: Path) -> None:
+    script = (BENCH / f"{query}.sql").read_text()
+    assert "'events.num' = '10000000'" in script and "INSERT INTO discard_sink\n" in script
+    # The same script over fewer events, with the INSERT made a query whose rows come back.
+    script = script.replace("'events.num' = '10000000'", f"'events.num' = '{EVENTS}'")
+    script = script.replace("INSERT INTO discard_sink\n", "")
+    ours = clink.sql(script, context=RuntimeContext(stdout=io.StringIO())).to_arrow()
+    con = duckdb.connect()
+    con.execute(f"CREATE VIEW bid AS SELECT * FROM read_parquet('{bid_parquet}')")
+    theirs = con.execute(QUERIES[query]).fetchall()
+    assert ours.num_rows == len(theirs) > 0
+    assert Counter(tuple(row.values()) for row in ours.to_pylist()) == Counter(theirs)
