@@ -1,7 +1,7 @@
 """clink: a streaming SQL engine that is a library first and a cluster second.
 
 The public surface is small: ``clink.sql``, ``clink.compile``, ``clink.load``, ``Result``,
-``Plan`` and the error classes. ``import clink`` loads neither the compiler nor lark; they are
+``Plan``, ``clink.udf`` with ``FunctionRegistry`` (Python functions in SQL), and the error classes. ``import clink`` loads neither the compiler nor lark; they are
 imported the first time SQL is compiled.
 """
 
@@ -23,12 +23,13 @@ from clink.errors import (  # noqa: E402
 )
 
 if TYPE_CHECKING:
-    from clink.api import Plan, Result, compile, load, sql
+    from clink.api import FunctionRegistry, Plan, Result, compile, load, sql, udf
 
 __all__ = [
     "ClinkError",
     "CompilerBug",
     "ConnectorError",
+    "FunctionRegistry",
     "PipelineError",
     "Plan",
     "RecordError",
@@ -40,9 +41,10 @@ __all__ = [
     "compile",
     "load",
     "sql",
+    "udf",
 ]
 
-_API = {"sql", "compile", "load", "Result", "Plan"}
+_API = {"sql", "compile", "load", "Result", "Plan", "udf", "FunctionRegistry"}
 
 
 def __getattr__(name: str) -> Any:

@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import time
 from collections import deque
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
+from typing import Any
 
+import attrs
 import pyarrow as pa
 
 from clink.embedded import EmbeddedJob
@@ -20,18 +22,32 @@ from clink.runtime.context import RuntimeContext
 from clink.runtime.executor import Job, Metrics
 from clink.runtime.loader import load_generated, load_plan_file
 from clink.runtime.plan import Plan as _RuntimePlan
+from clink.runtime.udf import FunctionRegistry, ScalarFunction, udf
 
-__all__ = ["Plan", "Result", "compile", "load", "sql"]
+#: What ``functions=`` accepts: a registry, or UDFs (plain callables are passed to ``clink.udf``).
+Functions = FunctionRegistry | Iterable[ScalarFunction | Callable[..., Any]]
+
+__all__ = ["FunctionRegistry", "Plan", "Result", "compile", "load", "sql", "udf"]
 
 
 class Plan:
     """A compiled pipeline: the generated module's ``source``, its ``explain()`` text, and the
     runtime plan it defines. ``run()`` executes it."""
 
-    def __init__(self, runtime_plan: _RuntimePlan, *, source: str | None = None, explain_text: str | None = None) -> None:
+    def __init__(self, runtime_plan: _RuntimePlan, *, source: str | None = None, explain_text: str | None = None,
+                 functions: FunctionRegistry | None = None) -> None:
         self.runtime_plan = runtime_plan
         self.source = source
         self._explain = explain_text
+        #: The Python UDFs given when compiling; every run gets them in its context.
+        self.functions = functions or FunctionRegistry()
+
+    def _context(self, context: RuntimeContext | None) -> RuntimeContext | None:
+        if not len(self.functions):
+            return context
+        ctx = context or RuntimeContext()
+        # A copy: the caller's context is not changed; its own functions win on a shared name.
+        return attrs.evolve(ctx, functions=self.functions.merged(ctx.functions))
 
     @property
     def name(self) -> str:
@@ -49,7 +65,7 @@ class Plan:
 
     def run(self, *, config: Mapping[str, str] | None = None, context: RuntimeContext | None = None) -> Result:
         """Start the pipeline; the returned ``Result`` gives its rows."""
-        return Result(self, config=config, context=context)
+        return Result(self, config=config, context=self._context(context))
 
     def start(self, state_dir: str | Path | None = None, config: Mapping[str, str] | None = None, *,
               background: bool = False, context: RuntimeContext | None = None) -> EmbeddedJob:
@@ -68,7 +84,7 @@ class Plan:
         [2, 3]
         """
         return EmbeddedJob(self.runtime_plan, state_dir=state_dir, config=config, background=background,
-                           context=context)
+                           context=self._context(context))
 
     def __repr__(self) -> str:
         return f"<clink.Plan {self.name} sha256:{self.fingerprint}>"
@@ -170,8 +186,11 @@ class Result:
 
 
 def compile(text: str | Iterable[str], *, name: str = "<sql>",  # noqa: A001 - the public verb
-            connectors: ConnectorRegistry | None = None) -> Plan:
+            connectors: ConnectorRegistry | None = None, functions: Functions | None = None) -> Plan:
     """Compile SQL (one string, or several statements) into a ``Plan``.
+
+    ``functions`` are Python UDFs (``clink.udf``) the SQL may call; the plan passes them to every
+    run in ``RuntimeContext.functions`` (docs/udf.md).
 
     >>> plan = compile("CREATE TABLE t (a INT) WITH ('connector' = 'datagen', 'number-of-rows' = '2');"
     ...                "SELECT a FROM t")
@@ -182,15 +201,18 @@ def compile(text: str | Iterable[str], *, name: str = "<sql>",  # noqa: A001 - t
 
     if not isinstance(text, str):
         text = ";\n".join(s.strip().rstrip(";") for s in text)
-    compiled = compile_text(text, name=name, connectors=connectors)
+    registry = FunctionRegistry.of(functions)
+    compiled = compile_text(text, name=name, connectors=connectors, functions=registry)
     module = load_generated(compiled.source, name=name, fingerprint=compiled.fingerprint)
     runtime_plan = module.PLAN
-    return Plan(runtime_plan, source=compiled.source, explain_text=compiled.explain())
+    return Plan(runtime_plan, source=compiled.source, explain_text=compiled.explain(), functions=registry)
 
 
 def sql(text: str | Iterable[str], *, config: Mapping[str, str] | None = None,
-        context: RuntimeContext | None = None, name: str = "<sql>") -> Result:
+        context: RuntimeContext | None = None, name: str = "<sql>", functions: Functions | None = None) -> Result:
     """Compile and start a pipeline; the ``Result`` gives the rows of its ``SELECT``.
+
+    ``functions`` are Python UDFs the SQL may call, added to those of ``context.functions``.
 
     >>> r = sql("CREATE TABLE t (a INT) WITH ('connector' = 'datagen', 'number-of-rows' = '3', "
     ...         "'fields.a.kind' = 'sequence', 'fields.a.start' = '1', 'fields.a.end' = '3');"
@@ -200,7 +222,11 @@ def sql(text: str | Iterable[str], *, config: Mapping[str, str] | None = None,
     """
     # Connectors registered in the context are usable in the SQL, and their options are checked.
     connectors = context.connectors if context is not None else None
-    return compile(text, name=name, connectors=connectors).run(config=config, context=context)
+    # Likewise the context's functions, and those given here.
+    registry = FunctionRegistry.of(functions)
+    if context is not None:
+        registry = context.functions.merged(registry)
+    return compile(text, name=name, connectors=connectors, functions=registry).run(config=config, context=context)
 
 
 def load(path: str | Path) -> Plan:

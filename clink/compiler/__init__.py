@@ -14,6 +14,7 @@ from clink.compiler.parse import parse_script
 from clink.compiler.physical import plan_physical
 from clink.compiler.rewrite import run_rewrites
 from clink.runtime.connectors.base import ConnectorRegistry
+from clink.runtime.udf import FunctionRegistry
 
 __all__ = ["CompiledPlan", "compile_file", "compile_text"]
 
@@ -32,8 +33,12 @@ class CompiledPlan:
         return self.explain_text
 
 
-def compile_text(text: str, *, name: str = "<sql>", connectors: ConnectorRegistry | None = None) -> CompiledPlan:
+def compile_text(text: str, *, name: str = "<sql>", connectors: ConnectorRegistry | None = None,
+                 functions: FunctionRegistry | None = None) -> CompiledPlan:
     """Compile every statement of ``text`` into one module.
+
+    ``functions`` are Python UDFs the SQL may call besides those it creates with ``CREATE
+    FUNCTION``; the generated module looks them up in ``RuntimeContext.functions`` (docs/udf.md).
 
     >>> plan = compile_text("CREATE TABLE t (a INT) WITH ('connector' = 'datagen', "
     ...                     "'number-of-rows' = '3'); SELECT a + 1 AS b FROM t;")
@@ -45,7 +50,7 @@ def compile_text(text: str, *, name: str = "<sql>", connectors: ConnectorRegistr
 
         connectors = default_registry()
     script = parse_script(text, name)
-    bound = bind_script(script, connectors)
+    bound = bind_script(script, connectors, functions)
     roots = []
     trace: list[str] = []
     for stmt in bound.statements:
@@ -64,7 +69,9 @@ def compile_text(text: str, *, name: str = "<sql>", connectors: ConnectorRegistr
     physical_run = plan_physical(bound, runnable)
     config = dict(bound.config)
     fingerprint = hashlib.sha256(
-        (text_plan + repr(sorted(config.items())) + "\n".join(explains)).encode()
+        (text_plan + repr(sorted(config.items())) + "\n".join(explains)
+         # Where CREATE FUNCTION finds its functions is part of the plan (absent: no change).
+         + ("\n".join(bound.udf_paths) if bound.udf_paths else "")).encode()
     ).hexdigest()[:16]
     source = generate_module(physical_run, name=name, sources={name: text}, fingerprint=fingerprint,
                              config=config, explains=explains)
@@ -72,6 +79,8 @@ def compile_text(text: str, *, name: str = "<sql>", connectors: ConnectorRegistr
                         rewrite_trace=tuple(trace))
 
 
-def compile_file(path: str | Path, *, connectors: ConnectorRegistry | None = None) -> CompiledPlan:
+def compile_file(path: str | Path, *, connectors: ConnectorRegistry | None = None,
+                 functions: FunctionRegistry | None = None) -> CompiledPlan:
     path = Path(path)
-    return compile_text(path.read_text(encoding="utf-8"), name=path.name, connectors=connectors)
+    return compile_text(path.read_text(encoding="utf-8"), name=path.name, connectors=connectors,
+                        functions=functions)

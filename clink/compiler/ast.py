@@ -332,6 +332,19 @@ class CreateView(Statement):
 
 
 @attrs.frozen(kw_only=True)
+class CreateFunction(Statement):
+    """``CREATE [TEMPORARY [SYSTEM]] FUNCTION name AS 'module.function' [LANGUAGE PYTHON]``."""
+
+    name: str
+    path: str
+    language: str | None = None
+    if_not_exists: bool = False
+    temporary: bool = False
+    path_span: Span | None = _extra_span
+    language_span: Span | None = _extra_span
+
+
+@attrs.frozen(kw_only=True)
 class SetStmt(Statement):
     key: str
     value: str

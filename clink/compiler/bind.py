@@ -16,7 +16,7 @@ import attrs
 import pyarrow as pa
 import pyarrow.types as pt
 
-from clink.compiler import ast, ir
+from clink.compiler import ast, ir, udfs
 from clink.compiler import types as T
 from clink.compiler.catalog import Catalog, CatalogTable, CatalogView, nearest
 from clink.compiler.functions import (
@@ -30,6 +30,7 @@ from clink.compiler.functions import (
 )
 from clink.errors import Span, SqlError, SqlErrors
 from clink.runtime.connectors.base import ConnectorRegistry
+from clink.runtime.udf import FunctionRegistry
 
 __all__ = ["BoundScript", "bind_script"]
 
@@ -48,16 +49,23 @@ class BoundScript:
     statements: tuple[BoundStatement, ...]
     config: tuple[tuple[str, str], ...]
     catalog: Catalog
+    #: Where each Python UDF of CREATE FUNCTION comes from (``module:attribute``), by name.
+    udf_paths: tuple[str, ...] = ()
 
 
-def bind_script(script: ast.Script, connectors: ConnectorRegistry) -> BoundScript:
-    binder = _Binder(connectors)
+def bind_script(script: ast.Script, connectors: ConnectorRegistry,
+                functions: FunctionRegistry | None = None) -> BoundScript:
+    """Bind every statement; ``functions`` are the Python UDFs the caller gives (besides those
+    the script creates with ``CREATE FUNCTION``)."""
+    binder = _Binder(connectors, functions or FunctionRegistry())
     out: list[BoundStatement] = []
     for stmt in script.statements:
         bound = binder.statement(stmt)
         if bound is not None:
             out.append(bound)
-    return BoundScript(statements=tuple(out), config=tuple(binder.config.items()), catalog=binder.catalog)
+    paths = tuple(f"{u.ref.name}={u.ref.module}:{u.ref.attribute}" for u in binder.udfs.values())
+    return BoundScript(statements=tuple(out), config=tuple(binder.config.items()), catalog=binder.catalog,
+                       udf_paths=paths)
 
 
 @attrs.frozen
@@ -87,9 +95,12 @@ _INTERVAL_MONTHS = {"MONTH": 1, "QUARTER": 3, "YEAR": 12}
 
 
 class _Binder:
-    def __init__(self, connectors: ConnectorRegistry) -> None:
+    def __init__(self, connectors: ConnectorRegistry, functions: FunctionRegistry) -> None:
         self.catalog = Catalog()
         self.connectors = connectors
+        self.functions = functions
+        #: UDFs from CREATE FUNCTION, by upper-case name.
+        self.udfs: dict[str, udfs.BoundUdf] = {}
         self.config: dict[str, str] = {}
         self.errors: list[SqlError] = []
         self.query_count = 0
@@ -109,6 +120,9 @@ class _Binder:
             case ast.SetStmt():
                 self.config[stmt.key] = stmt.value
                 result = None
+            case ast.CreateFunction():
+                self.create_function(stmt)
+                result = None
             case ast.Insert():
                 result = BoundStatement(sink=self.insert(stmt), span=stmt.span)
             case ast.Query():
@@ -127,6 +141,27 @@ class _Binder:
             errors, self.errors = self.errors, []
             errors.sort(key=lambda e: (e.span.line, e.span.col) if e.span else (0, 0))
             raise errors[0] if len(errors) == 1 else SqlErrors(errors)
+
+    def create_function(self, stmt: ast.CreateFunction) -> None:
+        key = stmt.name.upper()
+        if _is_builtin(key):
+            raise SqlError(f"{stmt.name} is a built-in function", stmt.span, "give the Python function another name")
+        if key in self.udfs or self.functions.get(key) is not None:
+            if stmt.if_not_exists:
+                return
+            raise SqlError(f"function {stmt.name} already exists", stmt.span, "use CREATE FUNCTION IF NOT EXISTS")
+        self.udfs[key] = udfs.create_function(stmt)
+
+    def _udf(self, name: str, span: Span) -> udfs.BoundUdf | None:
+        if name in self.udfs:
+            return self.udfs[name]
+        f = self.functions.get(name)
+        if f is None:
+            return None
+        if _is_builtin(name):
+            raise SqlError(f"{name} is a built-in function, and also the name of a Python function given to "
+                           "clink", span, "register the Python function under another name: clink.udf(..., name=...)")
+        return udfs.registry_function(f, span)
 
     def create_table(self, stmt: ast.CreateTable) -> None:
         if self.catalog.lookup(stmt.name) is not None:
@@ -894,12 +929,15 @@ class _Binder:
         if e.name in TABLE_FUNCTIONS:
             raise SqlError(f"{e.name} is a table function: use it in FROM TABLE({e.name}(...))", span)
         binder = FUNCTIONS.get(e.name)
-        if binder is None:
-            raise SqlError(f"unknown function {e.name}", span,
-                           _did_you_mean(e.name, sorted(FUNCTIONS), "functions"))
+        udf = self._udf(e.name, span) if binder is None or self.functions.get(e.name) is not None else None
+        if binder is None and udf is None:
+            known = sorted({*FUNCTIONS, *self.udfs, *(n.upper() for n in self.functions.names())})
+            raise SqlError(f"unknown function {e.name}", span, _did_you_mean(e.name, known, "functions"))
         if e.distinct or e.star or e.over is not None:
             raise SqlError(f"{e.name} is a scalar function: DISTINCT, * and OVER do not apply", e.span)
         args = [self._expr(a, scope) for a in e.args]
+        if udf is not None:
+            return udfs.bind_call(udf, args, e.span)
         return binder(e.name, args, e.span)
 
 
@@ -926,6 +964,11 @@ class _Binder:
                           sql=_agg_sql(e))
         return ir.Call(fn="__agg__", args=(), params=(context.add_agg(call),), type=typ, nullable=nullable,
                        span=e.span)
+
+
+def _is_builtin(name: str) -> bool:
+    return (name in FUNCTIONS or name in AGGREGATES or name in TABLE_FUNCTIONS
+            or _WINDOW_PROPERTY.fullmatch(name) is not None)
 
 
 #: Options every source table accepts, whatever its connector, with their value parsers.

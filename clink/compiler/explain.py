@@ -46,6 +46,8 @@ def expr_sql(e: ir.Expr, names: tuple[str, ...]) -> str:
                              for c, r in zip(args[:n], args[n:2 * n], strict=True))
             tail = f" ELSE {expr_sql(args[-1], names)}" if has_else else ""
             return f"CASE {whens}{tail} END"
+        case ir.Call(fn="udf", args=args, params=(ref,)):
+            return f"{ref.name}({', '.join(expr_sql(a, names) for a in args)})"
         case ir.Call(fn=fn, args=args, params=params):
             inner = ", ".join([expr_sql(a, names) for a in args] + [repr(p) for p in params])
             return f"{fn.upper()}({inner})"

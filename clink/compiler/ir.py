@@ -112,6 +112,25 @@ class Call(Expr):
         return self.fn not in NONDETERMINISTIC and all(a.deterministic for a in self.args)
 
 
+@attrs.frozen(kw_only=True)
+class UdfRef:
+    """Where generated code finds a Python UDF: imported from ``module`` (``attribute`` in it) when
+    the plan loads (``CREATE FUNCTION``), or, with ``module`` None, looked up by ``name`` in the
+    ``RuntimeContext.functions`` it runs with. The params of a ``Call(fn="udf")``."""
+
+    name: str
+    vectorized: bool
+    module: str | None = None
+    attribute: str | None = None
+    #: The CREATE FUNCTION statement, shown next to the import in the generated module.
+    span: Span | None = attrs.field(default=None, eq=False, repr=False)
+
+    @property
+    def constant(self) -> str:
+        """The generated module's name for an imported function."""
+        return f"UDF_{self.name.upper()}"
+
+
 #: Functions whose value depends on when they run.
 NONDETERMINISTIC = frozenset({"current_timestamp", "current_date", "current_time", "localtimestamp"})
 

@@ -322,6 +322,21 @@ class _Builder(Transformer):
         return ast.CreateView(name=str(name), query=query, if_not_exists="if_not_exists" in flags,
                               temporary="temporary" in flags, span=self._span(meta))
 
+    def create_function(self, meta, children):
+        flags = {c for c in children if isinstance(c, str) and c in ("temporary", "if_not_exists")}
+        names = [c for c in children if isinstance(c, _Name)]
+        path = next(c for c in children if isinstance(c, Token) and c.type == "STRING")
+        language = names[1] if len(names) > 1 else None
+        return ast.CreateFunction(
+            name=str(names[0]), path=_unquote(path), language=str(language).upper() if language else None,
+            if_not_exists="if_not_exists" in flags, temporary="temporary" in flags,
+            path_span=self._tspan(path), language_span=language.span if language else None,
+            span=self._span(meta),
+        )
+
+    def system(self, meta, children):
+        return "system"
+
     def set_stmt(self, meta, children):
         key, value = [c for c in children if isinstance(c, Token) and c.type == "STRING"]
         return ast.SetStmt(key=_unquote(key), value=_unquote(value), span=self._span(meta))

@@ -18,6 +18,7 @@ import pyarrow as pa
 
 if TYPE_CHECKING:
     from clink.runtime.connectors.base import ConnectorRegistry
+    from clink.runtime.udf import FunctionRegistry, ScalarFunction
 
 __all__ = ["RuntimeContext", "TaskContext", "system_clock_ms"]
 
@@ -33,16 +34,24 @@ def _default_registry() -> ConnectorRegistry:
     return default_registry()
 
 
+def _empty_functions() -> FunctionRegistry:
+    from clink.runtime.udf import FunctionRegistry
+
+    return FunctionRegistry()
+
+
 @attrs.define(kw_only=True)
 class RuntimeContext:
     """Everything a job may use from outside itself.
 
     ``config`` holds the string settings (``SET 'k' = 'v'`` in SQL, then overrides from the
-    caller). ``clock`` gives processing time in milliseconds; tests pass a fixed one.
+    caller). ``functions`` holds the Python UDFs given from Python (``clink.sql(...,
+    functions=[...])``), which generated code looks up by name. ``clock`` gives processing time in milliseconds; tests pass a fixed one.
     """
 
     config: dict[str, str] = attrs.field(factory=dict)
     connectors: ConnectorRegistry = attrs.field(factory=_default_registry)
+    functions: FunctionRegistry = attrs.field(factory=_empty_functions)
     clock: Callable[[], int] = system_clock_ms
     stdout: TextIO = attrs.field(factory=lambda: sys.stdout)
     state_dir: Path | None = None
@@ -67,3 +76,15 @@ class TaskContext:
     def now(self) -> int:
         """Processing time in milliseconds since the epoch."""
         return self.runtime.clock()
+
+    def function(self, name: str) -> ScalarFunction:
+        """The Python UDF ``name`` from the job's ``RuntimeContext.functions`` (generated code calls it)."""
+        found = self.runtime.functions.get(name)
+        if found is None:
+            from clink.errors import UsageError
+
+            known = ", ".join(self.runtime.functions.names()) or "none"
+            raise UsageError(f"the plan calls Python function {name}, which is not in the RuntimeContext's "
+                             f"functions (known: {known}); pass it: RuntimeContext(functions="
+                             f"FunctionRegistry.of([{name.lower()}]))")
+        return found

@@ -107,6 +107,14 @@ def _case(e: ir.Call, a: list[str]) -> str:
     return f"K.case_when([{', '.join(conditions)}], [{', '.join(results[:n])}], {else_}, {type_py(e.type)})"
 
 
+def _udf(e: ir.Call, a: list[str]) -> str:
+    (ref,) = e.params
+    # Imported when the module loads (CREATE FUNCTION), or looked up in the job's context.
+    fn = ref.constant if ref.module is not None else f"ctx.function({ref.name!r})"
+    helper = "vectorized" if ref.vectorized else "rowwise"
+    return f"U.{helper}({fn}, {ref.name!r}, [{', '.join(a)}], batch.num_rows, {type_py(e.type)})"
+
+
 EMITTERS: dict[str, Emitter] = {
     "add": _arith("add_checked", "add"),
     "subtract": _arith("subtract_checked", "subtract"),
@@ -164,6 +172,7 @@ EMITTERS: dict[str, Emitter] = {
     "localtimestamp": lambda e, a: "K.local_timestamp(ctx)",
     "current_date": lambda e, a: "K.current_date(ctx)",
     "current_time": lambda e, a: "K.current_time(ctx)",
+    "udf": _udf,
 }
 
 
@@ -183,5 +192,6 @@ def emit(e: ir.Expr, columns: list[str]) -> str:
 
 
 def is_constant(e: ir.Expr) -> bool:
-    """True when ``e`` reads no column: it evaluates to a scalar that must be spread over the batch."""
-    return not any(isinstance(x, ir.Column) for x in ir.walk(e))
+    """True when ``e`` reads no column: it evaluates to a scalar that must be spread over the batch.
+    A UDF call always gives a column (one value per row, even without arguments)."""
+    return not any(isinstance(x, ir.Column) or (isinstance(x, ir.Call) and x.fn == "udf") for x in ir.walk(e))

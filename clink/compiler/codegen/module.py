@@ -38,7 +38,21 @@ def generate_module(plan: PhysicalPlan, *, name: str, sources: dict[str, str], f
     w.line()
     w.line("from clink.runtime import kernels as K  # noqa: F401")
     w.line("from clink.runtime import plan as P")
+    refs = _udf_refs(plan)
+    if refs:
+        w.line("from clink.runtime import udf as U")
     w.line()
+    imported = [r for r in refs if r.module is not None]
+    if imported:
+        w.line("# Python functions from CREATE FUNCTION, imported by their path when this module loads.")
+        for ref in imported:
+            w.line(f"{ref.constant} = U.import_function({ref.module!r}, {ref.attribute!r}, name={ref.name!r})",
+                   span=ref.span)
+        w.line()
+    if len(imported) < len(refs):
+        names = ", ".join(r.name for r in refs if r.module is None)
+        w.line(f"# Python functions looked up by name in RuntimeContext.functions when it runs: {names}.")
+        w.line()
     schema_names = _emit_schemas(w, plan)
     for op in plan.ops:
         if isinstance(op, SourceOp) and op.scan.table.watermark is not None:
@@ -53,6 +67,28 @@ def generate_module(plan: PhysicalPlan, *, name: str, sources: dict[str, str], f
     w.line()
     _emit_plan(w, plan, schema_names, name=name, fingerprint=fingerprint, config=config, explains=explains)
     return w.text()
+
+
+def _udf_refs(plan: PhysicalPlan) -> list[ir.UdfRef]:
+    """The Python UDFs the plan calls, in the order they first appear."""
+    exprs: list[ir.Expr] = []
+    for op in plan.ops:
+        if isinstance(op, SourceOp) and op.scan.table.watermark is not None:
+            exprs.append(op.scan.table.watermark[1])
+        if isinstance(op, ChainOp):
+            if op.scan_predicate is not None:
+                exprs.append(op.scan_predicate)
+            for step in op.steps:
+                if isinstance(step, ir.Calc):
+                    exprs.extend(step.exprs)
+                    if step.predicate is not None:
+                        exprs.append(step.predicate)
+    refs: dict[str, ir.UdfRef] = {}
+    for expr in exprs:
+        for node in ir.walk(expr):
+            if isinstance(node, ir.Call) and node.fn == "udf":
+                refs.setdefault(node.params[0].name.upper(), node.params[0])
+    return list(refs.values())
 
 
 def _const_name(text: str) -> str:
@@ -101,7 +137,7 @@ def _schema_py(schema: ir.Schema, *, multiline: bool = False) -> str:
 def _var(name: str, taken: set[str]) -> str:
     base = re.sub(r"\W", "_", name)
     if not base or base[0].isdigit() or keyword.iskeyword(base) or hasattr(builtins, base) or base in {
-            "pa", "pc", "K", "P", "dt", "batch", "ctx", "keep", "n"}:
+            "pa", "pc", "K", "P", "U", "dt", "batch", "ctx", "keep", "n"}:
         base = f"c_{base}"
     var, i = base, 1
     while var in taken:
