@@ -9,6 +9,7 @@ known name suggested.
 from __future__ import annotations
 
 import datetime as dt
+import json
 import re
 from collections.abc import Mapping
 
@@ -30,6 +31,7 @@ from clink.compiler.functions import (
 )
 from clink.errors import Span, SqlError, SqlErrors
 from clink.runtime.connectors.base import ConnectorRegistry
+from clink.runtime.connectors.filesystem import PARTITION_COLUMNS_OPTION
 from clink.runtime.udf import FunctionRegistry
 
 __all__ = ["BoundScript", "bind_script"]
@@ -185,9 +187,10 @@ class _Binder:
         options = {p.key: p for p in stmt.options}
         connector = self._check_connector(stmt, options, ir.Schema(tuple(physical)))
         idle = options.get("scan.watermark.idle-timeout")
+        partition_options = self._partitioned_by(stmt, connector, options, ir.Schema(tuple(physical)))
         info = ir.TableInfo(name=stmt.name, connector=connector,
                             options=tuple((k, p.value) for k, p in options.items()
-                                          if k != "connector" and k not in SOURCE_OPTIONS),
+                                          if k != "connector" and k not in SOURCE_OPTIONS) + partition_options,
                             columns=ir.Schema(tuple(physical)), primary_key=stmt.primary_key,
                             idle_timeout=parse_duration(idle.value) if idle is not None else None)
         # Computed columns see the physical columns, in declaration order.
@@ -226,6 +229,37 @@ class _Binder:
                                for i, f in enumerate(physical))
         expr = ir.substitute(expr, physical_exprs + tuple(e for _, e in computed))
         return wm.column, expr
+
+    def _partitioned_by(self, stmt: ast.CreateTable, connector: str, options: Mapping[str, ast.Property],
+                        schema: ir.Schema) -> tuple[tuple[str, str], ...]:
+        """Check PARTITIONED BY; the partition columns travel to the sink as one more option."""
+        if not stmt.partitioned_by:
+            return ()
+        names = list(schema.names)
+        if connector not in PARTITIONED_CONNECTORS:
+            raise SqlError(f"table {stmt.name!r}: the {connector!r} connector does not write partitioned tables",
+                           stmt.span, "remove PARTITIONED BY, or use the 'filesystem' connector")
+        seen: set[str] = set()
+        for column in stmt.partitioned_by:
+            if column not in names:
+                raise SqlError(f"partition column {column!r} is not a physical column of {stmt.name!r}",
+                               stmt.span, _did_you_mean(column, names))
+            if column in seen:
+                raise SqlError(f"partition column {column!r} is listed twice in PARTITIONED BY of {stmt.name!r}",
+                               stmt.span)
+            seen.add(column)
+        if len(seen) == len(names):
+            raise SqlError(f"table {stmt.name!r}: every column is a partition column, so the files would hold "
+                           "no column", stmt.span, "leave at least one column out of PARTITIONED BY")
+        value = json.dumps(list(stmt.partitioned_by))
+        registered = self.connectors.get(connector)
+        if registered is not None and registered.validate is not None:
+            values = {k: p.value for k, p in options.items() if k != "connector"}
+            values[PARTITION_COLUMNS_OPTION] = value
+            problems = registered.validate(values, schema.to_arrow(), "table")
+            if PARTITION_COLUMNS_OPTION in problems:
+                raise SqlError(f"table {stmt.name!r}: {problems[PARTITION_COLUMNS_OPTION]}", stmt.span)
+        return ((PARTITION_COLUMNS_OPTION, value),)
 
     def _check_connector(self, stmt: ast.CreateTable, options: Mapping[str, ast.Property],
                          schema: ir.Schema) -> str:
@@ -701,6 +735,9 @@ class _Binder:
 
     def _scan(self, table: CatalogTable, span: Span) -> ir.Rel:
         info = table.info
+        if table.definition.partitioned_by:
+            raise SqlError(f"reading the partitioned table {info.name!r} is not supported yet", span,
+                           "a PARTITIONED BY table can be written (INSERT INTO) but not read yet")
         rel: ir.Rel = ir.Scan(table=info, columns=tuple(range(len(info.columns))), span=span)
         if table.computed:
             exprs = tuple(ir.Column(index=i, name=f.name, type=f.type, nullable=f.nullable, span=span)
@@ -972,6 +1009,8 @@ def _is_builtin(name: str) -> bool:
 
 
 #: Options every source table accepts, whatever its connector, with their value parsers.
+#: Connectors that write PARTITIONED BY tables (one directory per partition value).
+PARTITIONED_CONNECTORS = frozenset({"filesystem"})
 SOURCE_OPTIONS = {"scan.watermark.idle-timeout": lambda v: parse_duration(v)}
 
 _WINDOW_PROPERTY = re.compile(r"(TUMBLE|HOP|SESSION|CUMULATE)_(START|END|ROWTIME)")

@@ -11,6 +11,7 @@ from collections.abc import Callable
 
 import attrs
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.types as pt
 
 from clink.compiler import ir
@@ -123,6 +124,29 @@ def _split_index(name: str, args: list[ir.Expr], span: Span) -> ir.Expr:
     if not isinstance(index, int):
         raise SqlError(f"argument 3 of {name} must be an integer", args[2].span)
     return ir.Call(fn="split_index", args=(cast_to(args[0], pa.string()),), params=(sep, index),
+                   type=pa.string(), nullable=True, span=span)
+
+
+def _regexp_extract(name: str, args: list[ir.Expr], span: Span) -> ir.Expr:
+    _arity(name, args, span, 2, 3)
+    _need(name, args[0], T.is_string, "a STRING", 1)
+    regex = _literal(name, args[1], 2, "string")
+    index = _literal(name, args[2], 3, "integer") if len(args) == 3 else 0
+    if regex is None or index is None:
+        return ir.Literal(value=None, type=pa.string(), span=span)
+    if not isinstance(regex, str):
+        raise SqlError(f"argument 2 of {name} must be a STRING regular expression", args[1].span)
+    if not isinstance(index, int) or isinstance(index, bool):
+        raise SqlError(f"argument 3 of {name} must be an integer group index", args[2].span)
+    try:
+        # Checked now so that a bad pattern fails at compile time, not on the first batch.
+        pc.match_substring_regex(pa.array([""], pa.string()), pattern=regex)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as e:
+        reason = str(e).split(": ", 1)[-1]
+        raise SqlError(f"invalid regular expression for {name}: {reason}", args[1].span,
+                       "clink uses RE2 syntax: lookarounds, backreferences and possessive quantifiers "
+                       "are not available") from None
+    return ir.Call(fn="regexp_extract", args=(cast_to(args[0], pa.string()),), params=(regex, index),
                    type=pa.string(), nullable=True, span=span)
 
 
@@ -349,6 +373,7 @@ FUNCTIONS: dict[str, Binder] = {
     "CONCAT": _concat,
     "REPLACE": _replace,
     "SPLIT_INDEX": _split_index,
+    "REGEXP_EXTRACT": _regexp_extract,
     "ABS": _numeric_same("abs"),
     "ROUND": _round,
     "FLOOR": _numeric_same("floor"),

@@ -185,6 +185,76 @@ def split_index(a: Value, sep: str, index: int) -> Value:
     return pc.if_else(pc.fill_null(has, False), picked, pa.scalar(None, pa.string()))
 
 
+def _name_groups(pattern: str) -> tuple[str, int]:
+    """``pattern`` with every capturing group named (``extract_regex`` returns named groups
+    only), and the number of capturing groups. Escapes, ``\\Q...\\E`` and character classes
+    are skipped, so a ``(`` inside them is not taken for a group."""
+    out: list[str] = []
+    groups = 0
+    i, n = 0, len(pattern)
+    in_class = False
+    while i < n:
+        c = pattern[i]
+        if c == "\\":
+            if pattern.startswith("\\Q", i):
+                end = pattern.find("\\E", i + 2)
+                end = n if end < 0 else end + 2
+                out.append(pattern[i:end])
+                i = end
+                continue
+            out.append(pattern[i:i + 2])
+            i += 2
+            continue
+        if in_class:
+            if pattern.startswith("[:", i):
+                end = pattern.find(":]", i + 2)
+                if end >= 0:
+                    out.append(pattern[i:end + 2])
+                    i = end + 2
+                    continue
+            if c == "]":
+                in_class = False
+        elif c == "[":
+            in_class = True
+            out.append(c)
+            i += 1
+            # A ']' right after '[' or '[^' is a literal member of the class.
+            if pattern.startswith("^", i):
+                out.append("^")
+                i += 1
+            if pattern.startswith("]", i):
+                out.append("]")
+                i += 1
+            continue
+        elif c == "(":
+            if pattern.startswith(("(?P<", "(?<"), i) and not pattern.startswith(("(?<=", "(?<!"), i):
+                groups += 1
+            elif not pattern.startswith("(?", i):
+                groups += 1
+                out.append(f"(?P<clink_group_{groups}>")
+                i += 1
+                continue
+        out.append(c)
+        i += 1
+    return "".join(out), groups
+
+
+def regexp_extract(a: Value, pattern: str, index: int = 0) -> Value:
+    """REGEXP_EXTRACT(a, pattern[, index]): group ``index`` of the first match of ``pattern`` in
+    ``a`` (0 is the whole match); NULL when nothing matches or the pattern has no such group.
+    A group that takes no part in the match gives '' (RE2 does not tell it from an empty one)."""
+    named, groups = _name_groups(pattern)
+    if not 0 <= index <= groups:
+        if isinstance(a, pa.Scalar):
+            return pa.scalar(None, pa.string())
+        return pa.nulls(len(a), pa.string())
+    # The whole match is group 0: wrap the pattern in one more group, which comes first.
+    if isinstance(a, pa.Scalar):
+        return regexp_extract(pa.array([a.as_py()], pa.string()), pattern, index)[0]
+    matches = pc.extract_regex(a, pattern=f"(?P<clink_group_0>{named})")
+    return pc.struct_field(matches, [index])
+
+
 def round_half_up(a: Value, digits: int = 0) -> Value:
     """ROUND: halves go away from zero, judged on the shortest decimal that prints the DOUBLE,
     as Flink does (ROUND(79.55, 1) is 79.6 and ROUND(1.005, 2) is 1.01, although both are

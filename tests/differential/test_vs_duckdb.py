@@ -14,6 +14,8 @@ Where the dialects differ, the DuckDB text translates clink's (Flink's) meaning:
 - ``CAST(double AS INT)`` truncates: DuckDB rounds, hence ``CAST(trunc(x) AS INT)``;
 - ``SPLIT_INDEX`` is 0-based and NULL past the end: DuckDB ``string_split(s, sep)[i + 1]`` guarded
   by the list length (``split_part`` is 1-based and gives '' past the end);
+- ``REGEXP_EXTRACT`` is NULL when nothing matches or the group does not exist: DuckDB gives '',
+  hence ``CASE WHEN regexp_matches(...)``; both use RE2, so the matches themselves agree;
 - ``CONCAT`` is NULL if any argument is: DuckDB ``||`` (DuckDB's ``concat`` skips NULLs);
 - ``CAST(boolean AS STRING)`` is 'TRUE'/'FALSE': DuckDB gives lower case, hence ``upper``;
 - ``DAYOFWEEK`` counts Sunday as 1: DuckDB's ``dayofweek`` counts it as 0;
@@ -297,6 +299,36 @@ CASES: list[Any] = [
      ref_split_index),
     ("split_index_vs_duckdb_lists", "SELECT id, SPLIT_INDEX(s, '_', 1) FROM t",
      "SELECT id, CASE WHEN len(string_split(s, '_')) > 1 THEN string_split(s, '_')[2] END FROM t"),
+    ("split_index_vs_duckdb_split_part",
+     "SELECT id, SPLIT_INDEX(s, '_', 0), SPLIT_INDEX(s, '_', 2), SPLIT_INDEX(s, '%', 1), SPLIT_INDEX(s, '_', 9) FROM t",
+     # split_part is 1-based and gives '' past the end; an empty string has no pieces in Flink.
+     ("SELECT id, CASE WHEN s <> '' THEN split_part(s, '_', 1) END, "
+      "CASE WHEN s <> '' AND len(string_split(s, '_')) > 2 THEN split_part(s, '_', 3) END, "
+      "CASE WHEN s <> '' AND len(string_split(s, '%')) > 1 THEN split_part(s, '%', 2) END, "
+      "CASE WHEN s IS NOT NULL THEN NULL END FROM t")),
+    ("regexp_extract",
+     ("SELECT id, REGEXP_EXTRACT(s, '([a-z]+)_([a-z]+)', 1), REGEXP_EXTRACT(s, '([a-z]+)_([a-z]+)', 2), "
+      "REGEXP_EXTRACT(s, '([a-z]+)_([a-z]+)', 0), REGEXP_EXTRACT(s, '[0-9]+'), REGEXP_EXTRACT(s, 'o+', 0), "
+      "REGEXP_EXTRACT(r.y, '^ *([^ ]*)', 1) FROM t"),
+     ("SELECT id, "
+      "CASE WHEN regexp_matches(s, '([a-z]+)_([a-z]+)') THEN regexp_extract(s, '([a-z]+)_([a-z]+)', 1) END, "
+      "CASE WHEN regexp_matches(s, '([a-z]+)_([a-z]+)') THEN regexp_extract(s, '([a-z]+)_([a-z]+)', 2) END, "
+      "CASE WHEN regexp_matches(s, '([a-z]+)_([a-z]+)') THEN regexp_extract(s, '([a-z]+)_([a-z]+)', 0) END, "
+      "CASE WHEN regexp_matches(s, '[0-9]+') THEN regexp_extract(s, '[0-9]+') END, "
+      "CASE WHEN regexp_matches(s, 'o+') THEN regexp_extract(s, 'o+', 0) END, "
+      "CASE WHEN regexp_matches(r.y, '^ *([^ ]*)') THEN regexp_extract(r.y, '^ *([^ ]*)', 1) END FROM t")),
+    ("regexp_extract_edges",
+     ("SELECT id, REGEXP_EXTRACT(s, '^$'), REGEXP_EXTRACT(s, '(%+)(x?)', 2), REGEXP_EXTRACT(s, '(a)', 2), "
+      "REGEXP_EXTRACT(s, '(?i)(o)(\\w)', 2), REGEXP_EXTRACT(s, '[(]?(_)', 1), REGEXP_EXTRACT(s, 'z', -1) FROM t"),
+     ("SELECT id, CASE WHEN regexp_matches(s, '^$') THEN '' END, "
+      "CASE WHEN regexp_matches(s, '(%+)(x?)') THEN regexp_extract(s, '(%+)(x?)', 2) END, "
+      "CASE WHEN s IS NOT NULL THEN NULL END, "
+      "CASE WHEN regexp_matches(s, '(?i)(o)(\\w)') THEN regexp_extract(s, '(?i)(o)(\\w)', 2) END, "
+      "CASE WHEN regexp_matches(s, '[(]?(_)') THEN '_' END, CASE WHEN s IS NOT NULL THEN NULL END FROM t")),
+    ("regexp_extract_constants",
+     ("SELECT id, REGEXP_EXTRACT('foothebar', 'foo(.*?)(bar)', 2), REGEXP_EXTRACT('foothebar', 'foo(.*?)(bar)'), "
+      "REGEXP_EXTRACT('abc', 'x'), REGEXP_EXTRACT('abc', 'b', NULL), REGEXP_EXTRACT(NULL, 'b') FROM t WHERE id < 20"),
+     "SELECT id, 'bar', 'foothebar', NULL, NULL, NULL FROM t WHERE id < 20"),
     ("substring_past_the_end",
      "SELECT id, SUBSTRING(s, 100), SUBSTRING(s, 2, 100), SUBSTRING(s, 3, 1) FROM t", None),
     # Flink reads a start of 0 as 1 and counts a negative start from the end.

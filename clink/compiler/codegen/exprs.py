@@ -154,6 +154,7 @@ EMITTERS: dict[str, Emitter] = {
     "substring": _k_params("substring"),
     "replace": lambda e, a: f"pc.replace_substring({a[0]}, pattern={e.params[0]!r}, replacement={e.params[1]!r})",
     "split_index": _k_params("split_index"),
+    "regexp_extract": _k_params("regexp_extract"),
     "abs": _arith("abs_checked", "abs"),
     "round": _k_params("round_half_up"),
     "floor": _k("floor"),

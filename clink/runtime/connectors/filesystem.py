@@ -18,7 +18,8 @@ Writing. Rows go to a hidden in-progress file next to the target (``.<name>.inpr
 which is fsynced and renamed to its final name when the sink is closed after a successful run,
 and deleted when the run fails: a file under a final name is always complete. A ``path`` that
 is a directory (or ends with ``/``) receives a new ``part-<id>-0.<ext>`` file per writer; a file
-``path`` is replaced.
+``path`` is replaced. A table with PARTITIONED BY columns writes each row under
+``path/col=value/...`` (Hive-style names) without those columns, one in-progress file per partition.
 """
 
 from __future__ import annotations
@@ -58,6 +59,8 @@ TIMESTAMP_STANDARDS = ("SQL", "ISO-8601")
 CSV_BLOCK_SIZE = 1 << 20
 JSON_CHUNK_SIZE = 4 << 20
 PARQUET_BATCH_ROWS = 65_536
+#: The option that carries a table's PARTITIONED BY columns (a JSON list), set by the compiler.
+PARTITION_COLUMNS_OPTION = "partitioned-by"
 _IGNORE_KEYS = ("format.ignore-parse-errors", "csv.ignore-parse-errors", "json.ignore-parse-errors")
 
 OPTIONS = (
@@ -102,6 +105,30 @@ class Settings:
     header: bool = False
     ignore_errors: bool = False
     iso_timestamps: bool = False
+    #: PARTITIONED BY columns: each row goes to ``path/col=value/...``, without those columns.
+    partition_columns: tuple[str, ...] = ()
+
+
+def _partition_columns(options: Mapping[str, str], table_schema: pa.Schema,
+                       errors: dict[str, str]) -> tuple[str, ...]:
+    text = options.get(PARTITION_COLUMNS_OPTION)
+    if text is None:
+        return ()
+    try:
+        names = json.loads(text)
+    except ValueError:
+        names = None
+    if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+        errors[PARTITION_COLUMNS_OPTION] = f"expected a JSON list of column names, found {text!r}"
+        return ()
+    for name in names:
+        if name not in table_schema.names:
+            errors[PARTITION_COLUMNS_OPTION] = f"partition column {name!r} is not a column of the table"
+        elif pa.types.is_nested(t := table_schema.field(name).type) or pa.types.is_binary(t):
+            errors[PARTITION_COLUMNS_OPTION] = (
+                f"partition column {name!r} is {sql_type_name(t)}; a partition value must be a flat "
+                "value that reads as text (a string, number, boolean, date or time)")
+    return tuple(names)
 
 
 def _bool(options: Mapping[str, str], key: str, errors: dict[str, str]) -> bool:
@@ -155,6 +182,7 @@ def parse_settings(options: Mapping[str, str], table_schema: pa.Schema,
     if standard not in TIMESTAMP_STANDARDS:
         errors["json.timestamp-format.standard"] = (
             f"expected SQL or ISO-8601, found {options['json.timestamp-format.standard']!r}")
+    partitions = _partition_columns(options, table_schema, errors)
     if fmt in FORMATS:
         for f in table_schema:
             if (problem := _unsupported(fmt, f.type, role)) is not None:
@@ -163,7 +191,7 @@ def parse_settings(options: Mapping[str, str], table_schema: pa.Schema,
         return None, errors
     return Settings(path=path, format=fmt, delimiter=delimiter, quote=quote,
                     null_literal=options.get("csv.null-literal"), header=header, ignore_errors=ignore,
-                    iso_timestamps=standard == "ISO-8601"), {}
+                    iso_timestamps=standard == "ISO-8601", partition_columns=partitions), {}
 
 
 def validate(options: Mapping[str, str], table_schema: pa.Schema, role: str) -> dict[str, str]:
@@ -675,6 +703,60 @@ def json_text(arr: pa.Array, iso_timestamps: bool) -> pa.Array:
     return text
 
 
+# --- partitions -----------------------------------------------------------------------------
+
+#: The directory of rows whose partition value is NULL or empty.
+DEFAULT_PARTITION = "__HIVE_DEFAULT_PARTITION__"
+#: Characters written as ``%XX`` in partition directory names, the set Hive and Flink escape.
+_ESCAPED = frozenset([chr(c) for c in range(0x01, 0x20)] + list("\"#%'*/:=?\\\x7f{[]^"))
+
+
+def escape_partition_text(text: str) -> str:
+    """``text`` made safe as one part of a ``name=value`` directory name, as Hive and Flink do.
+
+    >>> escape_partition_text("2024-01-01 10:00")
+    '2024-01-01 10%3A00'
+    """
+    return "".join(f"%{ord(c):02X}" if c in _ESCAPED else c for c in text)
+
+
+def partition_groups(batch: pa.RecordBatch, columns: tuple[str, ...]) -> list[tuple[str, pa.Array | None]]:
+    """Split ``batch`` by the values of ``columns``: one ``(directory, rows)`` per distinct
+    combination, where ``directory`` is ``col=value/...`` relative to the table's path and
+    ``rows`` the row indices (None when every row belongs to the one group).
+
+    Values are grouped as text (so NULL and '' share the default partition) by dictionary
+    encoding, one column at a time; only the distinct values are escaped in Python.
+    """
+    if batch.num_rows == 0:
+        return []
+    codes: np.ndarray | None = None
+    per_column: list[tuple[np.ndarray, list[str | None]]] = []
+    for name in columns:
+        column = batch.column(name)
+        text = column if _is_text(column.type) else pc.cast(column, pa.string())
+        encoded = pc.dictionary_encode(text, null_encoding="encode")
+        indices = encoded.indices.to_numpy(zero_copy_only=False).astype(np.int64)
+        per_column.append((indices, encoded.dictionary.to_pylist()))
+        combined = indices if codes is None else codes * len(encoded.dictionary) + indices
+        # Renumber densely after each column, so the combined codes stay below the row count.
+        _, codes = np.unique(combined, return_inverse=True)
+    assert codes is not None
+    order = np.argsort(codes, kind="stable")
+    starts = np.flatnonzero(np.diff(codes[order])) + 1
+    groups = np.split(order, starts)
+    result: list[tuple[str, pa.Array | None]] = []
+    for rows in groups:
+        first = int(rows[0])
+        parts = []
+        for name, (indices, values) in zip(columns, per_column, strict=True):
+            value = values[indices[first]]
+            text = DEFAULT_PARTITION if value is None or value == "" else escape_partition_text(value)
+            parts.append(f"{escape_partition_text(name)}={text}")
+        result.append(("/".join(parts), None if len(groups) == 1 else pa.array(rows)))
+    return result
+
+
 # --- sink -----------------------------------------------------------------------------------
 
 
@@ -764,81 +846,132 @@ def _name_token(table: str) -> str:
     return hashlib.sha256(table.encode()).hexdigest()[:12]
 
 
+@attrs.define
+class _OpenFile:
+    """One in-progress file: the directory it is in, its hidden name and the name it gets."""
+
+    folder: str
+    final: str
+    in_progress: str
+    format: _CsvFormat | _JsonFormat | _ParquetFormat
+    rows: int = 0
+
+
 class FileSinkWriter(SinkWriter):
-    """Writes rows to an in-progress file and publishes it under its final name on ``close``."""
+    """Writes rows to in-progress files and publishes them under their final names on ``close``.
+
+    A table without partition columns has one in-progress file. A partitioned table has one per
+    partition directory that received rows since the last checkpoint, opened on its first row;
+    each is pre-committed, committed and recovered like the single file of an unpartitioned table.
+    """
 
     def __init__(self, spec: TableSpec, ctx: RuntimeContext) -> None:
         super().__init__()
         s = _settings_or_raise(spec, "sink")
         self._spec = spec
         self._settings = s
-        self._directory_mode = s.path.endswith(("/", os.sep)) or os.path.isdir(s.path)
-        self._start_file()
+        self._partitions = s.partition_columns
+        if self._partitions and os.path.isfile(s.path):
+            raise ConnectorError(f"table {spec.name!r}: a partitioned table needs a directory 'path', "
+                                 f"but {s.path!r} is a file")
+        self._directory_mode = bool(self._partitions) or s.path.endswith(("/", os.sep)) or os.path.isdir(s.path)
+        self._root = s.path if self._directory_mode else (os.path.dirname(s.path) or ".")
+        # Partition columns are in the directory names, not repeated inside the files.
+        self._file_columns = [i for i, name in enumerate(spec.schema.names) if name not in self._partitions]
+        self._file_schema = pa.schema([spec.schema.field(i) for i in self._file_columns])
+        self._files: dict[str, _OpenFile] = {}
+        if not self._partitions:
+            self._files[""] = self._start_file("")
         self._open = True
         self.metrics["rows_out"] = 0
 
-    def _start_file(self) -> None:
+    def _start_file(self, directory: str) -> _OpenFile:
         s = self._settings
         token = uuid.uuid4().hex
         if self._directory_mode:
-            self._final = os.path.join(s.path, f"part-{token}-0.{_EXTENSIONS[s.format]}")
+            folder = os.path.join(self._root, *directory.split("/")) if directory else self._root
+            final = os.path.join(folder, f"part-{token}-0.{_EXTENSIONS[s.format]}")
         else:
-            self._final = s.path
-        folder, name = os.path.split(self._final)
-        self._folder = folder or "."
-        self._in_progress = os.path.join(self._folder, f".{name}.inprogress-{token}")
-        self._rows_in_file = 0
+            final = s.path
+            folder = os.path.dirname(final) or "."
+        in_progress = os.path.join(folder, f".{os.path.basename(final)}.inprogress-{token}")
         try:
-            os.makedirs(self._folder, exist_ok=True)
-            self._format = _FORMAT_WRITERS[s.format](self._in_progress, self._spec.schema, s)
+            os.makedirs(folder, exist_ok=True)
+            fmt = _FORMAT_WRITERS[s.format](in_progress, self._file_schema, s)
         except OSError as e:
-            raise ConnectorError(f"table {self._spec.name!r}: cannot write to {self._final!r}: {e}") from None
+            raise ConnectorError(f"table {self._spec.name!r}: cannot write to {final!r}: {e}") from None
+        return _OpenFile(folder=folder, final=final, in_progress=in_progress, format=fmt)
 
     def write(self, batch: pa.RecordBatch) -> None:
-        self._format.write(batch)
-        self._rows_in_file += batch.num_rows
+        if not self._partitions:
+            self._write_to("", batch)
+        else:
+            data = batch.select(self._file_columns)
+            for directory, rows in partition_groups(batch, self._partitions):
+                self._write_to(directory, data if rows is None else data.take(rows))
         self.metrics["rows_out"] += batch.num_rows
+
+    def _write_to(self, directory: str, batch: pa.RecordBatch) -> None:
+        file = self._files.get(directory)
+        if file is None:
+            file = self._files[directory] = self._start_file(directory)
+        file.format.write(batch)
+        file.rows += batch.num_rows
 
     def close(self) -> None:
         if not self._open:
             return
         self._open = False
-        try:
-            self._format.close()
-            if self._directory_mode and self._rows_in_file == 0:
-                os.unlink(self._in_progress)  # no empty part files in a directory
-                return
-            _fsync(self._in_progress)
-            os.replace(self._in_progress, self._final)
-            _fsync(self._folder, directory=True)
-        except OSError as e:
-            self._discard()
-            raise ConnectorError(f"table {self._spec.name!r}: cannot finish {self._final!r}: {e}") from None
+        for file in self._files.values():
+            try:
+                file.format.close()
+                if self._directory_mode and file.rows == 0:
+                    os.unlink(file.in_progress)  # no empty part files in a directory
+                    continue
+                _fsync(file.in_progress)
+                os.replace(file.in_progress, file.final)
+                _fsync(file.folder, directory=True)
+            except OSError as e:
+                self._discard()
+                raise ConnectorError(f"table {self._spec.name!r}: cannot finish {file.final!r}: {e}") from None
+        self._files.clear()
 
-    # -- two-phase commit: one part file per checkpoint, named after it
+    # -- two-phase commit: one part file per checkpoint (and partition), named after it
 
     def pre_commit(self, checkpoint_id: int) -> dict:
         if not self._directory_mode:
             raise ConnectorError(f"table {self._spec.name!r}: with checkpoints, 'path' must be a directory "
                                  "(each checkpoint commits its own part file)")
-        if self._rows_in_file == 0:
-            return {"files": []}
-        self._format.close()
-        _fsync(self._in_progress)
         ext = _EXTENSIONS[self._settings.format]
         # The name depends only on the checkpoint and the table, so output replayed after falling
         # back to an older checkpoint finds its part already committed and is not written twice.
         final = f"part-{checkpoint_id:08d}-{_name_token(self._spec.name)}.{ext}"
-        pending = os.path.join(self._folder, f".pending-{final}")
-        os.replace(self._in_progress, pending)
-        _fsync(self._folder, directory=True)
-        self._start_file()
-        return {"files": [[os.path.basename(pending), final]]}
+        entries = []
+        folders = set()
+        for directory, file in sorted(self._files.items()):
+            if file.rows == 0:
+                continue
+            file.format.close()
+            _fsync(file.in_progress)
+            pending = f".pending-{final}"
+            os.replace(file.in_progress, os.path.join(file.folder, pending))
+            folders.add(file.folder)
+            # Paths relative to the table's directory ('dt=1/.pending-part-...' in a partition).
+            prefix = f"{directory}/" if directory else ""
+            entries.append([prefix + pending, prefix + final])
+            del self._files[directory]
+        for folder in sorted(folders):
+            _fsync(folder, directory=True)
+        if not self._partitions and "" not in self._files:
+            self._files[""] = self._start_file("")
+        return {"files": entries}
 
     def commit(self, checkpoint_id: int, handle: dict | None) -> None:
+        folders = {self._root}
         for pending, final in (handle or {}).get("files", []):
-            target = os.path.join(self._folder, final)
-            source = os.path.join(self._folder, pending)
+            target = os.path.join(self._root, *final.split("/"))
+            source = os.path.join(self._root, *pending.split("/"))
+            folders.add(os.path.dirname(target))
             if os.path.exists(target):
                 # Committed already: a repeated commit changes nothing.
                 with contextlib.suppress(FileNotFoundError):
@@ -848,31 +981,40 @@ class FileSinkWriter(SinkWriter):
                 raise ConnectorError(f"table {self._spec.name!r}: the pre-committed file {pending!r} of "
                                      f"checkpoint {checkpoint_id} is gone; its rows cannot be committed")
             os.replace(source, target)
-        _fsync(self._folder, directory=True)
+        for folder in sorted(folders):
+            _fsync(folder, directory=True)
 
     def recover(self, checkpoint_id: int, handle: dict | None) -> None:
         self.commit(checkpoint_id, handle)
         # Whatever was written after that checkpoint is replayed from the sources: discard it.
-        for name in os.listdir(self._folder):
-            path = os.path.join(self._folder, name)
-            if path == self._in_progress:
-                continue
-            if name.startswith(".pending-part-") or (name.startswith(".part-") and ".inprogress-" in name):
-                with contextlib.suppress(FileNotFoundError):
-                    os.unlink(path)
+        keep = {file.in_progress for file in self._files.values()}
+        if self._partitions:
+            folders = [root for root, _, _ in os.walk(self._root)] if os.path.isdir(self._root) else []
+        else:
+            folders = [self._root]
+        for folder in folders:
+            for name in os.listdir(folder):
+                path = os.path.join(folder, name)
+                if path in keep:
+                    continue
+                if name.startswith(".pending-part-") or (name.startswith(".part-") and ".inprogress-" in name):
+                    with contextlib.suppress(FileNotFoundError):
+                        os.unlink(path)
 
     def abort(self) -> None:
         if not self._open:
             return
         self._open = False
-        # The run has failed already, and the file is discarded whatever closing it says.
-        with contextlib.suppress(Exception):
-            self._format.close()
+        for file in self._files.values():
+            # The run has failed already, and the file is discarded whatever closing it says.
+            with contextlib.suppress(Exception):
+                file.format.close()
         self._discard()
 
     def _discard(self) -> None:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(self._in_progress)
+        for file in self._files.values():
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(file.in_progress)
 
 
 FILESYSTEM = Connector(
