@@ -30,8 +30,7 @@ from clink.compiler.functions import (
     extract,
 )
 from clink.errors import Span, SqlError, SqlErrors
-from clink.runtime.connectors.base import ConnectorRegistry
-from clink.runtime.connectors.filesystem import PARTITION_COLUMNS_OPTION
+from clink.runtime.connectors.base import PARTITION_COLUMNS_OPTION, ConnectorRegistry
 from clink.runtime.udf import FunctionRegistry
 
 __all__ = ["BoundScript", "bind_script"]

@@ -158,6 +158,11 @@ class Connector:
         return self.source_options if role == "source" else self.sink_options
 
 
+#: The option through which the compiler hands a table's PARTITIONED BY columns (a JSON list) to
+#: its connector; users cannot set it in WITH.
+PARTITION_COLUMNS_OPTION = "partitioned-by"
+
+
 class ConnectorRegistry:
     """Connectors by name. Each ``RuntimeContext`` has its own; nothing here is global."""
 

@@ -44,7 +44,7 @@ import pyarrow.json as pa_json
 import pyarrow.parquet as pq
 
 from clink.errors import ConnectorError, RecordError
-from clink.runtime.connectors.base import Connector, OptionSpec, SinkWriter, SourceReader, TableSpec
+from clink.runtime.connectors.base import PARTITION_COLUMNS_OPTION, Connector, OptionSpec, SinkWriter, SourceReader, TableSpec
 from clink.runtime.connectors.text import concatenated, join_list_text
 
 if TYPE_CHECKING:
@@ -59,8 +59,6 @@ TIMESTAMP_STANDARDS = ("SQL", "ISO-8601")
 CSV_BLOCK_SIZE = 1 << 20
 JSON_CHUNK_SIZE = 4 << 20
 PARQUET_BATCH_ROWS = 65_536
-#: The option that carries a table's PARTITIONED BY columns (a JSON list), set by the compiler.
-PARTITION_COLUMNS_OPTION = "partitioned-by"
 _IGNORE_KEYS = ("format.ignore-parse-errors", "csv.ignore-parse-errors", "json.ignore-parse-errors")
 
 OPTIONS = (
