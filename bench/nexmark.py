@@ -1,0 +1,148 @@
+"""The Nexmark queries under bench/nexmark/ over the nexmark source, with DuckDB as a reference.
+
+Each query (``bench/nexmark/qN.sql``, with ``'events.num'`` set to ``--events``) runs in a fresh
+clink process into its blackhole sink; the table gives events/s (generated events over wall time,
+compiling included), peak RSS and the rows the sink received. For the reference, the bids of the
+same events are written once to Parquet (by clink), and DuckDB (``SET threads = 1``) runs the
+same query over that file in batch, in the same run: its events/s is the same event count over
+its time, and its row count must equal clink's.
+
+    python bench/nexmark.py                        # every query present, 10M events
+    python bench/nexmark.py --events 1000000 --queries q0,q2
+    python bench/nexmark.py --json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+QUERIES = HERE / "nexmark"
+
+#: The same query in DuckDB over the bids in Parquet (columns as the bid view).
+DUCKDB = {
+    "q0": "SELECT auction, bidder, price, dateTime, extra FROM bid",
+    "q1": "SELECT auction, bidder, 0.908 * price AS price, dateTime, extra FROM bid",
+    "q2": "SELECT auction, price FROM bid WHERE auction % 123 = 0",
+}
+#: events/s on one core the issue tracker asks of the stateless queries.
+TARGETS = {"q0": 2_000_000, "q1": 2_000_000, "q2": 2_000_000}
+
+CHILD = """
+import json, sys, time
+t0 = time.perf_counter()
+import clink
+metrics = clink.sql(open(sys.argv[1]).read(), name=sys.argv[2]).run()
+wall = time.perf_counter() - t0
+rss = 0.0
+for line in open('/proc/self/status'):
+    if line.startswith('VmHWM:'):
+        rss = int(line.split()[1]) / 1024
+print('RESULT ' + json.dumps({'wall_s': wall, 'rows_out': sum(metrics.records_out.values()),
+                              'events_in': sum(metrics.records_in.values()), 'peak_rss_mib': rss}))
+"""
+
+
+def script(query: str, events: int) -> str:
+    text = (QUERIES / f"{query}.sql").read_text()
+    return re.sub(r"'events\.num'\s*=\s*'\d+'", f"'events.num' = '{events}'", text)
+
+
+def run_clink(query: str, events: int, folder: Path) -> dict:
+    path = folder / f"{query}.sql"
+    path.write_text(script(query, events))
+    done = subprocess.run([sys.executable, "-c", CHILD, str(path), f"{query}.sql"], capture_output=True, text=True,
+                          check=False)
+    lines = [ln for ln in done.stdout.splitlines() if ln.startswith("RESULT ")]
+    if done.returncode != 0 or not lines:
+        sys.exit(f"{query} failed (exit {done.returncode}):\n{done.stderr[-3000:]}")
+    return json.loads(lines[-1].removeprefix("RESULT "))
+
+
+def write_bids(events: int, folder: Path) -> Path:
+    """The bids of the first ``events`` events, as Parquet, written by clink."""
+    out = folder / "bids.parquet"
+    ddl = (QUERIES / "ddl.sql").read_text()
+    ddl = re.sub(r"'events\.num'\s*=\s*'\d+'", f"'events.num' = '{events}'", ddl)
+    text = ddl + f"""
+CREATE TABLE bids_file (auction BIGINT, bidder BIGINT, price BIGINT, channel STRING, url STRING,
+                        dateTime TIMESTAMP(3), extra STRING)
+WITH ('connector' = 'filesystem', 'path' = '{out}', 'format' = 'parquet');
+INSERT INTO bids_file SELECT auction, bidder, price, channel, url, dateTime, extra FROM bid;
+"""
+    import clink
+
+    clink.sql(text, name="bids.sql").run()
+    return out
+
+
+def run_duckdb(query: str, bids: Path) -> dict:
+    import duckdb
+
+    con = duckdb.connect()
+    con.execute("SET threads = 1")
+    con.execute(f"CREATE VIEW bid AS SELECT * FROM read_parquet('{bids}')")
+    t0 = time.perf_counter()
+    # Materialized, as clink's sink receives every column: a bare COUNT(*) would skip the work.
+    con.execute(f"CREATE TEMP TABLE result AS {DUCKDB[query]}")
+    wall = time.perf_counter() - t0
+    return {"wall_s": wall, "rows_out": con.execute("SELECT COUNT(*) FROM result").fetchone()[0]}
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--events", type=int, default=10_000_000, help="events per query (default 10M)")
+    parser.add_argument("--queries", default=",".join(sorted(p.stem for p in QUERIES.glob("q*.sql"))),
+                        help="comma-separated, e.g. q0,q2 (default: every query in bench/nexmark/)")
+    parser.add_argument("--json", action="store_true", help="print the results as JSON")
+    args = parser.parse_args(argv)
+    queries = [q.strip() for q in args.queries.split(",") if q.strip()]
+    unknown = [q for q in queries if not (QUERIES / f"{q}.sql").exists()]
+    if unknown:
+        parser.error(f"no such queries: {', '.join(unknown)} (bench/nexmark/ has "
+                     f"{', '.join(sorted(p.stem for p in QUERIES.glob('q*.sql')))})")
+    results = {}
+    with tempfile.TemporaryDirectory(prefix="clink-nexmark-") as tmp:
+        folder = Path(tmp)
+        print(f"writing the bids of {args.events:,} events to Parquet for the reference ...", file=sys.stderr)
+        bids = write_bids(args.events, folder)
+        for query in queries:
+            clink_run = run_clink(query, args.events, folder)
+            duck = run_duckdb(query, bids) if query in DUCKDB else None
+            results[query] = {"clink": clink_run, "duckdb": duck}
+            print(f"  {query}: {args.events / clink_run['wall_s'] / 1e6:.2f}M ev/s, "
+                  f"{clink_run['rows_out']:,} rows", file=sys.stderr)
+    if args.json:
+        print(json.dumps({"events": args.events, "cpus": os.cpu_count(), "results": results}, indent=2))
+        return
+    print(f"\nnexmark: {args.events:,} events per query, clink in a fresh process per query, "
+          f"DuckDB (threads=1) over the same bids in Parquet; {os.cpu_count()} CPUs")
+    head = (f"{'query':6} {'clink ev/s':>11} {'RSS MiB':>8} {'rows out':>12} {'DuckDB ev/s':>12} "
+            f"{'ratio':>6} {'target':>14}")
+    print(head)
+    print("-" * len(head))
+    for query, r in results.items():
+        c, d = r["clink"], r["duckdb"]
+        rate = args.events / c["wall_s"]
+        duck_rate = "-" if d is None else f"{args.events / d['wall_s'] / 1e6:.2f}M"
+        ratio = "-" if d is None else f"{d['wall_s'] / c['wall_s']:.2f}"
+        target = TARGETS.get(query)
+        verdict = "-" if target is None else f">= {target / 1e6:.1f}M {'met' if rate >= target else 'NOT met'}"
+        print(f"{query:6} {rate / 1e6:10.2f}M {c['peak_rss_mib']:8.0f} {c['rows_out']:12,} {duck_rate:>12} "
+              f"{ratio:>6} {verdict:>14}")
+        if d is not None and d["rows_out"] != c["rows_out"]:
+            print(f"WARNING: {query}: clink wrote {c['rows_out']:,} rows, DuckDB found {d['rows_out']:,}")
+    print("\nev/s: generated events over wall time (clink: compiling and generating included; DuckDB: "
+          "the query over the bids already in Parquet). ratio: clink ev/s over DuckDB ev/s.")
+
+
+if __name__ == "__main__":
+    main()
