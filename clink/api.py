@@ -10,12 +10,11 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import attrs
 import pyarrow as pa
 
-from clink.embedded import EmbeddedJob
 from clink.errors import UsageError
 from clink.runtime.connectors.base import ConnectorRegistry
 from clink.runtime.context import RuntimeContext
@@ -26,6 +25,9 @@ from clink.runtime.udf import FunctionRegistry, ScalarFunction, udf
 
 #: What ``functions=`` accepts: a registry, or UDFs (plain callables are passed to ``clink.udf``).
 Functions = FunctionRegistry | Iterable[ScalarFunction | Callable[..., Any]]
+
+if TYPE_CHECKING:
+    from clink.embedded import EmbeddedJob
 
 __all__ = ["FunctionRegistry", "Plan", "Result", "compile", "load", "sql", "udf"]
 
@@ -83,6 +85,8 @@ class Plan:
         >>> job.poll().column("b").to_pylist()
         [2, 3]
         """
+        from clink.embedded import EmbeddedJob  # threads and push tables: only for embedded jobs
+
         return EmbeddedJob(self.runtime_plan, state_dir=state_dir, config=config, background=background,
                            context=self._context(context))
 
