@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import attrs
+from dataclasses import replace
 import pyarrow as pa
 
 from clink.errors import UsageError
@@ -49,7 +49,7 @@ class Plan:
             return context
         ctx = context or RuntimeContext()
         # A copy: the caller's context is not changed; its own functions win on a shared name.
-        return attrs.evolve(ctx, functions=self.functions.merged(ctx.functions))
+        return replace(ctx, functions=self.functions.merged(ctx.functions))
 
     @property
     def name(self) -> str:

@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any, Self
 
-import attrs
+from dataclasses import replace
 import pyarrow as pa
 
 from clink.errors import UsageError
@@ -67,9 +67,9 @@ class EmbeddedJob:
             # The caller's registry may be shared with other jobs: give this job a copy.
             registry = ConnectorRegistry(context.connectors.as_mapping().values())
         registry.register(self._inputs.connector())
-        ctx = attrs.evolve(ctx.with_config(dict(config or {})), connectors=registry, on_result=self._deliver)
+        ctx = replace(ctx.with_config(dict(config or {})), connectors=registry, on_result=self._deliver)
         if state_dir is not None:
-            ctx = attrs.evolve(ctx, state_dir=Path(state_dir))
+            ctx = replace(ctx, state_dir=Path(state_dir))
         self._job = Job(plan, ctx)
         self._has_state_dir = ctx.state_dir is not None
         self._seen_checkpoints = self._job.metrics.checkpoints

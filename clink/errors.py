@@ -1,6 +1,6 @@
 """Errors that users see, and the source positions they point at.
 
-This module imports only the standard library and attrs: the compiler, the runtime and the
+This module imports only the standard library: the compiler, the runtime and the
 generated modules all raise these, and none of them may pull in the others through it.
 
 Every error has an ``exit_code`` the command line uses: 2 for a usage or SQL mistake, 1 for a
@@ -9,7 +9,7 @@ pipeline that failed while running.
 
 from __future__ import annotations
 
-import attrs
+from dataclasses import dataclass
 
 __all__ = [
     "CheckpointCorrupted",
@@ -26,7 +26,7 @@ __all__ = [
 ]
 
 
-@attrs.frozen
+@dataclass(frozen=True, slots=True)
 class Span:
     """A region of a source file: 1-based line and column, end column exclusive."""
 

@@ -11,12 +11,12 @@ from collections.abc import Callable
 
 import attrs
 import pyarrow as pa
-import pyarrow.compute as pc
 import pyarrow.types as pt
 
 from clink.compiler import ir
 from clink.compiler import types as T
 from clink.errors import Span, SqlError
+from clink.runtime import compute as pc
 
 Binder = Callable[[str, list[ir.Expr], Span], ir.Expr]
 
@@ -34,7 +34,7 @@ def cast_to(expr: ir.Expr, typ: pa.DataType) -> ir.Expr:
     if isinstance(expr, ir.Literal) and T.is_numeric(expr.type) and T.is_numeric(typ):
         # Fold the cast of a numeric literal now, so generated code compares with a typed constant.
         try:
-            value = pa.scalar(expr.value, expr.type).cast(typ).as_py()
+            value = pc.cast(pa.scalar(expr.value, expr.type), typ).as_py()
         except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
             pass
         else:

@@ -21,7 +21,7 @@ import io
 import zipfile
 from pathlib import Path
 
-import attrs
+from dataclasses import dataclass
 
 from clink.errors import ClinkError
 from clink.runtime.plan import Plan
@@ -44,7 +44,7 @@ class InvalidArtefact(ClinkError):
     exit_code = 2
 
 
-@attrs.frozen
+@dataclass(frozen=True, slots=True)
 class Artefact:
     """A verified artefact: its manifest and members."""
 

@@ -13,7 +13,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
-import attrs
+from dataclasses import dataclass, field, replace
 import pyarrow as pa
 
 if TYPE_CHECKING:
@@ -40,7 +40,7 @@ def _empty_functions() -> FunctionRegistry:
     return FunctionRegistry()
 
 
-@attrs.define(kw_only=True)
+@dataclass(slots=True, kw_only=True)
 class RuntimeContext:
     """Everything a job may use from outside itself.
 
@@ -49,11 +49,11 @@ class RuntimeContext:
     functions=[...])``), which generated code looks up by name. ``clock`` gives processing time in milliseconds; tests pass a fixed one.
     """
 
-    config: dict[str, str] = attrs.field(factory=dict)
-    connectors: ConnectorRegistry = attrs.field(factory=_default_registry)
-    functions: FunctionRegistry = attrs.field(factory=_empty_functions)
+    config: dict[str, str] = field(default_factory=dict)
+    connectors: ConnectorRegistry = field(default_factory=_default_registry)
+    functions: FunctionRegistry = field(default_factory=_empty_functions)
     clock: Callable[[], int] = system_clock_ms
-    stdout: TextIO = attrs.field(factory=lambda: sys.stdout)
+    stdout: TextIO = field(default_factory=lambda: sys.stdout)
     state_dir: Path | None = None
     #: Receives the rows of bare ``SELECT`` queries (the ``collect`` sink): (query name, batch).
     on_result: Callable[[str, pa.RecordBatch], None] | None = None
@@ -62,16 +62,16 @@ class RuntimeContext:
         return self.config.get(key, default)
 
     def with_config(self, extra: Mapping[str, str]) -> RuntimeContext:
-        return attrs.evolve(self, config={**self.config, **extra})
+        return replace(self, config={**self.config, **extra})
 
 
-@attrs.define(kw_only=True)
+@dataclass(slots=True, kw_only=True)
 class TaskContext:
     """What one running node sees: the job's context, its own id, and its metrics."""
 
     runtime: RuntimeContext
     node_id: int
-    metrics: dict[str, int] = attrs.field(factory=dict)
+    metrics: dict[str, int] = field(default_factory=dict)
 
     def now(self) -> int:
         """Processing time in milliseconds since the epoch."""

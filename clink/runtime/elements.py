@@ -5,7 +5,7 @@ A stream is a sequence of these. Batches carry rows; the others carry time and c
 
 from __future__ import annotations
 
-import attrs
+from dataclasses import dataclass
 import pyarrow as pa
 
 __all__ = ["Barrier", "Batch", "EndOfInput", "Element", "Watermark", "MAX_WATERMARK"]
@@ -14,28 +14,28 @@ __all__ = ["Barrier", "Batch", "EndOfInput", "Element", "Watermark", "MAX_WATERM
 MAX_WATERMARK = 2**63 - 1
 
 
-@attrs.frozen
+@dataclass(frozen=True, slots=True)
 class Batch:
     """A micro-batch of rows."""
 
     data: pa.RecordBatch
 
 
-@attrs.frozen
+@dataclass(frozen=True, slots=True)
 class Watermark:
     """No later element carries an event time at or below ``ts`` (milliseconds since the epoch)."""
 
     ts: int
 
 
-@attrs.frozen
+@dataclass(frozen=True, slots=True)
 class Barrier:
     """Checkpoint ``checkpoint_id`` separates the elements before this one from those after."""
 
     checkpoint_id: int
 
 
-@attrs.frozen
+@dataclass(frozen=True, slots=True)
 class EndOfInput:
     """The input is exhausted; nothing follows."""
 

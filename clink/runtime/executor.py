@@ -11,7 +11,7 @@ from __future__ import annotations
 import time
 from collections import defaultdict
 
-import attrs
+from dataclasses import dataclass, field
 import pyarrow as pa
 
 from clink.errors import ClinkError, CompilerBug, IncompatibleCheckpoint, PipelineError, UsageError
@@ -23,15 +23,15 @@ from clink.runtime.loader import sql_position_of
 from clink.runtime.plan import Chain, Plan, Sink, Source, Union, WindowAggregate
 
 
-@attrs.define
+@dataclass(slots=True)
 class Metrics:
     """Counters of a run: rows read per source, written per sink, bad records skipped."""
 
-    records_in: dict[str, int] = attrs.field(factory=dict)
-    records_out: dict[str, int] = attrs.field(factory=dict)
-    skipped_records: dict[str, int] = attrs.field(factory=dict)
+    records_in: dict[str, int] = field(default_factory=dict)
+    records_out: dict[str, int] = field(default_factory=dict)
+    skipped_records: dict[str, int] = field(default_factory=dict)
     #: Rows that arrived after every window they belong to had fired (dropped), per operator id.
-    late_records: dict[int, int] = attrs.field(factory=dict)
+    late_records: dict[int, int] = field(default_factory=dict)
     #: The largest watermark that reached a sink (ms since the epoch; MAX_WATERMARK at the end).
     watermark: int | None = None
     #: The largest state any window operator held at once, in bytes.
@@ -42,7 +42,7 @@ class Metrics:
     #: The checkpoint a requested stop ended with (None: it ran to the end, or had no state dir).
     stopped_at: int | None = None
     #: How long each checkpoint of this run took, in milliseconds.
-    checkpoint_ms: list[float] = attrs.field(factory=list)
+    checkpoint_ms: list[float] = field(default_factory=list)
     seconds: float = 0.0
 
     def summary(self) -> str:

@@ -13,8 +13,8 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
+from clink.runtime import compute as pc
 from clink.runtime.context import TaskContext
 
 Value = pa.Array | pa.ChunkedArray | pa.Scalar
@@ -30,7 +30,7 @@ def filter(batch: pa.RecordBatch, keep: Value) -> pa.RecordBatch:  # noqa: A001 
         return batch if keep.is_valid and keep.as_py() else batch.slice(0, 0)
     if keep.null_count == 0 and pc.all(keep).as_py():
         return batch
-    return batch.filter(keep, null_selection_behavior="drop")
+    return pc.filter(batch, keep, null_selection_behavior="drop")
 
 
 def max_epoch_ms(values: Value) -> int | None:
@@ -47,7 +47,7 @@ def broadcast(value: Value, n: int, type: pa.DataType) -> pa.Array:  # noqa: A00
     """A column of ``n`` copies of a scalar (arrays pass through)."""
     if isinstance(value, pa.Scalar):
         if value.type != type:
-            value = value.cast(type)
+            value = pc.cast(value, type)
         return pa.repeat(value, n) if value.is_valid else pa.nulls(n, type)
     return value
 
@@ -82,12 +82,12 @@ def date_add(date: Value, interval: Value, subtract: bool = False) -> Value:
 
 def interval_multiply(a: Value, b: Value) -> Value:
     ms = pc.multiply(pc.cast(a, pa.int64()), b)
-    return pc.cast(pc.round(ms), pa.int64()).cast(a.type)
+    return pc.cast(pc.cast(pc.round(ms), pa.int64()), a.type)
 
 
 def interval_divide(a: Value, b: Value) -> Value:
     ms = divide(pc.cast(pc.cast(a, pa.int64()), pa.float64()), b)
-    return pc.cast(pc.round(ms), pa.int64()).cast(a.type)
+    return pc.cast(pc.cast(pc.round(ms), pa.int64()), a.type)
 
 
 def in_list(a: Value, items: list[Value]) -> Value:
@@ -135,8 +135,8 @@ def case_when(conditions: list[Value], results: list[Value], else_: Value, type:
     if not arrays:
         for cond, res in zip(conditions, results, strict=True):
             if cond.is_valid and cond.as_py():
-                return res.cast(type) if res.type != type else res
-        return else_.cast(type) if else_.type != type else else_
+                return pc.cast(res, type) if res.type != type else res
+        return pc.cast(else_, type) if else_.type != type else else_
     n = len(arrays[0])
     conds = [broadcast(c, n, pa.bool_()) for c in conditions]
     vals = [broadcast(v, n, type) for v in values]
@@ -316,7 +316,7 @@ def element_at(a: Value, index: Value) -> Value:
     values = arr.flatten() if arr.offset == 0 else pc.list_flatten(arr)
     if len(values) == 0:
         return pa.nulls(len(arr), a.type.value_type)
-    picked = values.take(pa.array(np.clip(flat - int(np.asarray(arr.offsets)[0]), 0, len(values) - 1)))
+    picked = pc.take(values, pa.array(np.clip(flat - int(np.asarray(arr.offsets)[0]), 0, len(values) - 1)))
     out = pc.if_else(okarr, picked, pa.scalar(None, a.type.value_type))
     return out[0] if isinstance(a, pa.Scalar) else out
 
@@ -358,11 +358,11 @@ def date_format(a: Value, fmt: str, millis: bool = False) -> Value:
 
 
 def current_timestamp(ctx: TaskContext) -> pa.Scalar:
-    return pa.scalar(ctx.now(), pa.int64()).cast(pa.timestamp("ms", tz="UTC"))
+    return pc.cast(pa.scalar(ctx.now(), pa.int64()), pa.timestamp("ms", tz="UTC"))
 
 
 def local_timestamp(ctx: TaskContext) -> pa.Scalar:
-    return pa.scalar(ctx.now(), pa.int64()).cast(pa.timestamp("ms"))
+    return pc.cast(pa.scalar(ctx.now(), pa.int64()), pa.timestamp("ms"))
 
 
 def current_date(ctx: TaskContext) -> pa.Scalar:
@@ -370,7 +370,7 @@ def current_date(ctx: TaskContext) -> pa.Scalar:
 
 
 def current_time(ctx: TaskContext) -> pa.Scalar:
-    return pa.scalar((ctx.now() % 86_400_000), pa.int32()).cast(pa.time32("ms"))
+    return pc.cast(pa.scalar((ctx.now() % 86_400_000), pa.int32()), pa.time32("ms"))
 
 
 # ---------------------------------------------------------------- casts
@@ -546,14 +546,14 @@ def assign_windows(batch: pa.RecordBatch, time: int, spec) -> pa.RecordBatch:
     event time belong to no window."""
     column = batch.column(time)
     if column.null_count:
-        batch = batch.filter(pc.is_valid(column))
+        batch = pc.filter(batch, pc.is_valid(column))
         column = batch.column(time)
     ts = pc.cast(pc.cast(column, pa.timestamp("ms", tz=column.type.tz)), pa.int64()).to_numpy()
     rows, start, end = window_starts(ts, spec)
     if len(rows) != batch.num_rows or not np.array_equal(rows, np.arange(batch.num_rows)):
-        batch = batch.take(pa.array(rows))
+        batch = pc.take(batch, pa.array(rows))
     stamp = pa.timestamp("ms")
-    columns = [*batch.columns, pa.array(start, pa.int64()).cast(stamp), pa.array(end, pa.int64()).cast(stamp),
-               pa.array(end - 1, pa.int64()).cast(stamp)]
+    columns = [*batch.columns, pc.cast(pa.array(start, pa.int64()), stamp), pc.cast(pa.array(end, pa.int64()), stamp),
+               pc.cast(pa.array(end - 1, pa.int64()), stamp)]
     names = [*batch.schema.names, "window_start", "window_end", "window_time"]
     return pa.RecordBatch.from_arrays(columns, names=names)

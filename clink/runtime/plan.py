@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
-import attrs
+from dataclasses import dataclass, field
 import pyarrow as pa
 
 if TYPE_CHECKING:
@@ -32,11 +32,7 @@ def hash_by(*keys: str) -> tuple[str, ...]:
 ChainFn = Callable[[pa.RecordBatch, "TaskContext"], pa.RecordBatch]
 
 
-def _frozen_options(value: Mapping[str, str] | None) -> Mapping[str, str]:
-    return dict(value or {})
-
-
-@attrs.frozen(kw_only=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Node:
     """A node of the physical plan."""
 
@@ -49,7 +45,7 @@ class Node:
         return ()
 
 
-@attrs.frozen(kw_only=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Source(Node):
     """Read ``table`` through ``connector``.
 
@@ -64,7 +60,7 @@ class Source(Node):
     connector: str
     schema: pa.Schema
     table_schema: pa.Schema
-    options: Mapping[str, str] = attrs.field(factory=dict, converter=_frozen_options)
+    options: Mapping[str, str] = field(default_factory=dict)
     predicate: Callable[[], Any] | None = None
     #: ``watermark(batch, ctx)`` gives, per row, the watermark the row allows (``ts - delay``);
     #: the source's watermark is the largest seen so far. None: the table has no event time.
@@ -73,8 +69,11 @@ class Source(Node):
     #: watermark of the nodes below it until rows come again. None: never idle.
     idle_timeout: int | None = None
 
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "options", dict(self.options or {}))
 
-@attrs.frozen(kw_only=True)
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Chain(Node):
     """A fused chain of stateless operators: ``fn(batch, ctx)`` returns the output batch."""
 
@@ -89,19 +88,25 @@ class Chain(Node):
         return (self.input,)
 
 
-@attrs.frozen(kw_only=True)
+@dataclass(frozen=True, slots=True, kw_only=True, init=False)
 class Union(Node):
     """Every batch of every input passes on unchanged (UNION ALL); the schemas are equal."""
 
-    all_inputs: tuple[int, ...] = attrs.field(alias="inputs")
+    all_inputs: tuple[int, ...]
     schema: pa.Schema
+
+    def __init__(self, *, id: int, inputs: tuple[int, ...], schema: pa.Schema,  # noqa: A002
+                 parallelism: int = 1, span: str = "") -> None:
+        for name, value in (("id", id), ("all_inputs", tuple(inputs)), ("schema", schema),
+                            ("parallelism", parallelism), ("span", span)):
+            object.__setattr__(self, name, value)
 
     @property
     def inputs(self) -> tuple[int, ...]:
         return self.all_inputs
 
 
-@attrs.frozen(kw_only=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class WindowSpec:
     """Which windows an event belongs to; all lengths in milliseconds.
 
@@ -130,7 +135,7 @@ class WindowSpec:
         return self.kind
 
 
-@attrs.frozen(kw_only=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class AggSpec:
     """One aggregate of a window aggregation.
 
@@ -148,7 +153,7 @@ class AggSpec:
     name: str = ""
 
 
-@attrs.frozen(kw_only=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class WindowAggregate(Node):
     """Group the input by ``keys`` and by window, aggregate, and emit each window once the
     watermark passes its end.
@@ -176,7 +181,7 @@ class WindowAggregate(Node):
         return (self.input,)
 
 
-@attrs.frozen(kw_only=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Sink(Node):
     """Write the input to ``table`` through ``connector``.
 
@@ -188,22 +193,28 @@ class Sink(Node):
     connector: str
     input: int
     schema: pa.Schema
-    options: Mapping[str, str] = attrs.field(factory=dict, converter=_frozen_options)
+    options: Mapping[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "options", dict(self.options or {}))
 
     @property
     def inputs(self) -> tuple[int, ...]:
         return (self.input,)
 
 
-@attrs.frozen(kw_only=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Plan:
     """Every node of a pipeline, its configuration (from ``SET``), and where it came from."""
 
     nodes: tuple[Node, ...]
     name: str = "<plan>"
     fingerprint: str = ""
-    config: Mapping[str, str] = attrs.field(factory=dict, converter=_frozen_options)
+    config: Mapping[str, str] = field(default_factory=dict)
     explain: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "config", dict(self.config or {}))
 
     def node(self, node_id: int) -> Node:
         for node in self.nodes:

@@ -31,10 +31,11 @@ import typing
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
-import attrs
+from dataclasses import dataclass, replace
 import pyarrow as pa
 
 from clink.errors import UsageError
+from clink.runtime import compute as pc
 from clink.runtime.kernels import EvaluationError
 
 __all__ = ["FunctionRegistry", "ScalarFunction", "UdfError", "import_function", "rowwise", "udf", "vectorized"]
@@ -79,7 +80,7 @@ def sql_type_of_annotation(annotation: Any) -> str | None:
     return None
 
 
-@attrs.frozen(kw_only=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class ScalarFunction:
     """A Python function usable in SQL.
 
@@ -119,7 +120,7 @@ def udf(fn: Callable[..., Any] | None = None, *, returns: str | None = None, vec
     if fn is None:
         return lambda f: udf(f, returns=returns, vectorized=vectorized, name=name)
     if isinstance(fn, ScalarFunction):
-        return attrs.evolve(fn, name=name or fn.name, returns=returns or fn.returns,
+        return replace(fn, name=name or fn.name, returns=returns or fn.returns,
                             vectorized=vectorized or fn.vectorized)
     if not callable(fn):
         raise UsageError(f"clink.udf needs a function, got {type(fn).__name__}")
@@ -148,7 +149,6 @@ def udf(fn: Callable[..., Any] | None = None, *, returns: str | None = None, vec
     return ScalarFunction(fn=fn, name=sql_name, returns=returns, arg_types=arg_types, vectorized=vectorized)
 
 
-@attrs.define
 class FunctionRegistry:
     """The Python UDFs a pipeline may call, by SQL name (case-insensitive).
 
@@ -156,7 +156,18 @@ class FunctionRegistry:
     in ``RuntimeContext.functions``, where generated code finds the functions when it runs.
     """
 
-    _functions: dict[str, ScalarFunction] = attrs.field(factory=dict, alias="functions")
+    __slots__ = ("_functions",)
+
+    def __init__(self, functions: dict[str, ScalarFunction] | None = None) -> None:
+        self._functions: dict[str, ScalarFunction] = dict(functions or {})
+
+    def __repr__(self) -> str:
+        return f"FunctionRegistry({self.names()})"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, FunctionRegistry) and self._functions == other._functions
+
+    __hash__ = None  # type: ignore[assignment]  # mutable
 
     @classmethod
     def of(cls, functions: FunctionRegistry | Iterable[Any] | None) -> FunctionRegistry:
@@ -214,7 +225,7 @@ def import_function(module: str, attribute: str, *, name: str) -> Callable[..., 
 def _as_array(value: Any, n: int, type: pa.DataType) -> pa.Array:
     if isinstance(value, pa.Scalar):
         if value.type != type:
-            value = value.cast(type)
+            value = pc.cast(value, type)
         return pa.repeat(value, n) if value.is_valid else pa.nulls(n, type)
     if isinstance(value, pa.ChunkedArray):
         return value.combine_chunks()
@@ -234,7 +245,7 @@ def _result(name: str, out: Any, n: int, type: pa.DataType) -> pa.Array:
                        "(a vectorized function returns one value per input row)")
     if out.type != type:
         try:
-            out = out.cast(type)
+            out = pc.cast(out, type)
         except (pa.ArrowException, TypeError, ValueError) as exc:
             raise UdfError(f"function {name} returned {out.type} values, which do not convert to {type}: "
                            f"{exc}") from exc

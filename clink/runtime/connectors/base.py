@@ -11,7 +11,7 @@ import fnmatch
 from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
-import attrs
+from dataclasses import dataclass, field
 import pyarrow as pa
 
 if TYPE_CHECKING:
@@ -27,7 +27,7 @@ __all__ = [
 ]
 
 
-@attrs.frozen(kw_only=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class OptionSpec:
     """One ``WITH`` option a connector accepts.
 
@@ -49,7 +49,7 @@ class OptionSpec:
         )
 
 
-@attrs.frozen(kw_only=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class TableSpec:
     """What a connector is given to read or write one table.
 
@@ -62,7 +62,7 @@ class TableSpec:
     name: str
     schema: pa.Schema
     table_schema: pa.Schema
-    options: Mapping[str, str] = attrs.field(factory=dict)
+    options: Mapping[str, str] = field(default_factory=dict)
     predicate: Any = None
 
 
@@ -137,7 +137,7 @@ class SinkWriter:
         and discard anything written after it."""
 
 
-@attrs.frozen(kw_only=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Connector:
     """A named connector: its options, and factories for readers and writers.
 

@@ -24,14 +24,15 @@ import math
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
-import attrs
+from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from clink.errors import ConnectorError
+from clink.runtime import compute as pc
 from clink.runtime.connectors.base import Connector, OptionSpec, TableSpec
 from clink.runtime.connectors.blocks import BlockReader
+from clink.runtime.connectors.randoms import Randoms
 
 if TYPE_CHECKING:
     from clink.runtime.context import RuntimeContext
@@ -71,7 +72,7 @@ SOURCE_OPTIONS = (
 )
 
 
-@attrs.frozen(kw_only=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class FieldOptions:
     """The generation settings of one column, already parsed."""
 
@@ -193,7 +194,7 @@ def _parse_field(name: str, t: pa.DataType, options: Mapping[str, str]) -> Field
     return field
 
 
-@attrs.frozen(kw_only=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class DatagenConfig:
     number_of_rows: int | None
     rows_per_second: float | None  # None: not throttled
@@ -300,7 +301,7 @@ def _fixed(values: np.ndarray, t: pa.DataType, mask: np.ndarray | None) -> pa.Ar
     return pa.Array.from_buffers(t, len(values), [_validity(mask), pa.py_buffer(values)])
 
 
-def _text(rng: np.random.Generator, n: int, length: int, t: pa.DataType, mask: np.ndarray | None) -> pa.Array:
+def _text(rng: Randoms, n: int, length: int, t: pa.DataType, mask: np.ndarray | None) -> pa.Array:
     if pa.types.is_string(t):
         data = _ALPHABET[rng.integers(0, len(_ALPHABET), size=n * length, dtype=np.uint8)]
     else:
@@ -322,11 +323,11 @@ def _lengths_to_offsets(lengths: np.ndarray) -> np.ndarray:
     return offsets
 
 
-def generate(t: pa.DataType, rng: np.random.Generator, n: int, field: FieldOptions = DEFAULT_FIELD,
+def generate(t: pa.DataType, rng: Randoms, n: int, field: FieldOptions = DEFAULT_FIELD,
              row_start: int = 0) -> pa.Array:
     """Generate ``n`` values of type ``t``; ``row_start`` is the row number of the first (sequences).
 
-    >>> generate(pa.int32(), np.random.default_rng(0), 3, FieldOptions(kind="sequence", start=5)).to_pylist()
+    >>> generate(pa.int32(), Randoms(0), 3, FieldOptions(kind="sequence", start=5)).to_pylist()
     [5, 6, 7]
     """
     mask: np.ndarray | None = None
@@ -436,7 +437,7 @@ class DatagenReader(BlockReader):
         # says exactly where to continue.
         arrays = []
         for position, f in self._columns:
-            rng = np.random.default_rng([self._config.seed % 2**64, position, index])
+            rng = Randoms(self._config.seed, position, index)
             arrays.append(generate(f.type, rng, rows, self._config.fields[f.name],
                                    row_start=index * self._config.batch_size))
         return pa.RecordBatch.from_arrays(arrays, schema=self._schema)

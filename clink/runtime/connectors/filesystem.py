@@ -38,13 +38,20 @@ from typing import TYPE_CHECKING
 import attrs
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 import pyarrow.csv as pa_csv
 import pyarrow.json as pa_json
 import pyarrow.parquet as pq
 
 from clink.errors import ConnectorError, RecordError
-from clink.runtime.connectors.base import PARTITION_COLUMNS_OPTION, Connector, OptionSpec, SinkWriter, SourceReader, TableSpec
+from clink.runtime import compute as pc
+from clink.runtime.connectors.base import (
+    PARTITION_COLUMNS_OPTION,
+    Connector,
+    OptionSpec,
+    SinkWriter,
+    SourceReader,
+    TableSpec,
+)
 from clink.runtime.connectors.text import concatenated, join_list_text
 
 if TYPE_CHECKING:

@@ -31,9 +31,9 @@ from typing import TYPE_CHECKING
 import attrs
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from clink.errors import ConnectorError
+from clink.runtime import compute as pc
 from clink.runtime.connectors.base import Connector, OptionSpec, TableSpec
 from clink.runtime.connectors.blocks import BlockReader
 

@@ -19,9 +19,9 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from clink.errors import ConnectorError
+from clink.runtime import compute as pc
 from clink.runtime.connectors.base import Connector, OptionSpec, SinkWriter, TableSpec
 from clink.runtime.connectors.text import concatenated, join_list_text
 
@@ -57,7 +57,7 @@ def render_text(arr: pa.Array) -> pa.Array:
     if pa.types.is_null(t):
         return pa.array(["null"] * len(arr), pa.string())
     if pa.types.is_floating(t):
-        text = arr.cast(pa.string())
+        text = pc.cast(arr, pa.string())
         # Java prints whole doubles with ".0" and spells the special values out.
         text = pc.replace_substring_regex(text, r"^(-?[0-9]+)$", r"\1.0")
         text = pc.replace_substring(text, "nan", "NaN")
@@ -65,10 +65,10 @@ def render_text(arr: pa.Array) -> pa.Array:
     elif pa.types.is_binary(t) or pa.types.is_large_binary(t):
         text = pa.array([None if v is None else f"x'{v.hex()}'" for v in arr.to_pylist()], pa.string())
     elif pa.types.is_timestamp(t):
-        text = pc.replace_substring(arr.cast(pa.string()), " ", "T", max_replacements=1)
+        text = pc.replace_substring(pc.cast(arr, pa.string()), " ", "T", max_replacements=1)
         text = pc.replace_substring_regex(text, r"\.0+(Z?)$", r"\1")
     elif pa.types.is_time(t):
-        text = pc.replace_substring_regex(arr.cast(pa.string()), r"\.0+$", "")
+        text = pc.replace_substring_regex(pc.cast(arr, pa.string()), r"\.0+$", "")
     elif pa.types.is_struct(t):
         parts: list[object] = ["("]
         for i, child in enumerate(arr.flatten()):
@@ -85,9 +85,9 @@ def render_text(arr: pa.Array) -> pa.Array:
     elif pa.types.is_list(t) or pa.types.is_large_list(t):
         text = pc.binary_join_element_wise("[", join_list_text(arr, render_text, ", "), "]", "")
     else:
-        text = arr.cast(pa.string())
+        text = pc.cast(arr, pa.string())
     if arr.null_count:
-        text = pc.if_else(arr.is_null(), "null", text)
+        text = pc.if_else(pc.is_null(arr), "null", text)
     return text
 
 
@@ -110,7 +110,7 @@ class PrintWriter(SinkWriter):
         names = batch.schema.names
         kind: object = "+I"
         if ROWKIND_COLUMN in names:
-            kind = batch.column(ROWKIND_COLUMN).cast(pa.string())
+            kind = pc.cast(batch.column(ROWKIND_COLUMN), pa.string())
         parts: list[object] = [self._prefix, kind, "["]
         values = [render_text(c) for n, c in zip(names, batch.columns, strict=True) if n != ROWKIND_COLUMN]
         for i, value in enumerate(values):

@@ -24,9 +24,9 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from clink.errors import UsageError
+from clink.runtime import compute as pc
 from clink.runtime.connectors.base import Connector, SourceReader, TableSpec
 
 if TYPE_CHECKING:

@@ -7,7 +7,8 @@ from collections.abc import Callable
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
+
+from clink.runtime import compute as pc
 
 __all__ = ["concatenated", "join_list_text"]
 
@@ -23,7 +24,7 @@ def join_list_text(arr: pa.Array, encode: Callable[[pa.Array], pa.Array], separa
     values = arr.values.slice(start, offsets[-1].as_py() - start)
     encoded = encode(values)
     rebased = pc.subtract(offsets, pa.scalar(start, pa.int32()))
-    mask = arr.is_null() if arr.null_count else None
+    mask = pc.is_null(arr) if arr.null_count else None
     return pc.binary_join(pa.ListArray.from_arrays(rebased, encoded, mask=mask), separator)
 
 

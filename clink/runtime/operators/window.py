@@ -23,8 +23,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
+from clink.runtime import compute as pc
 from clink.runtime.state.backend import OperatorState, StateBackend, TableStateDescriptor
 from clink.runtime.state.keygroups import DEFAULT_MAX_PARALLELISM, key_groups
 from clink.runtime.state.memory import MemoryStateBackend

@@ -11,7 +11,8 @@ from collections.abc import Sequence
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
+
+from clink.runtime import compute as pc
 
 __all__ = ["DEFAULT_MAX_PARALLELISM", "hash_columns", "key_groups"]
 

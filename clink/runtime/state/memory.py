@@ -16,8 +16,8 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
+from clink.runtime import compute as pc
 from clink.runtime.state import codec
 from clink.runtime.state.backend import (
     KEY_GROUP,

@@ -32,8 +32,8 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
-import pyarrow.compute as pc
 
+from clink.runtime import compute as pc
 from clink.runtime.state import codec
 from clink.runtime.state.backend import (
     KEY_GROUP,

@@ -23,8 +23,8 @@ from __future__ import annotations
 import datetime as dt  # noqa: F401  (temporal literals)
 
 import pyarrow as pa
-import pyarrow.compute as pc  # noqa: F401
 
+from clink.runtime import compute as pc  # noqa: F401  (Arrow kernels)
 from clink.runtime import kernels as K  # noqa: F401
 from clink.runtime import plan as P
 

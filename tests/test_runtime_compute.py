@@ -1,0 +1,97 @@
+"""The runtime's kernel facade (``clink.runtime.compute``) against ``pyarrow.compute`` itself, and
+the import guard that keeps a simple compiled pipeline's start cheap."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.compute as real
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from clink.runtime import compute as pc
+
+ints = st.lists(st.one_of(st.none(), st.integers(-(2**40), 2**40)), max_size=30)
+texts = st.lists(st.one_of(st.none(), st.text(max_size=8)), max_size=30)
+
+
+@given(ints, ints)
+def test_binary_kernels_match_pyarrow_compute(a: list, b: list) -> None:
+    n = min(len(a), len(b))
+    x, y = pa.array(a[:n], pa.int64()), pa.array(b[:n], pa.int64())
+    for name in ("add", "subtract", "multiply", "greater", "less_equal", "equal", "max_element_wise"):
+        assert getattr(pc, name)(x, y).equals(getattr(real, name)(x, y)), name
+    assert pc.and_(pc.greater(x, 0), pc.less(y, 0)).equals(real.and_(real.greater(x, 0), real.less(y, 0)))
+
+
+@given(texts)
+def test_kernels_with_options_match_pyarrow_compute(values: list) -> None:
+    s = pa.array(values, pa.string())
+    assert pc.utf8_lpad(s, width=5, padding="*").equals(real.utf8_lpad(s, width=5, padding="*"))
+    assert pc.utf8_slice_codeunits(s, 1, 3).equals(real.utf8_slice_codeunits(s, 1, 3))
+    assert pc.replace_substring(s, "a", "b", max_replacements=1).equals(
+        real.replace_substring(s, "a", "b", max_replacements=1))
+    assert pc.fill_null(s, "x").equals(real.fill_null(s, "x"))
+    assert pc.is_null(s).equals(real.is_null(s))
+    assert pc.count(s, mode="all").equals(real.count(s, mode="all"))
+    assert pc.binary_join_element_wise(s, "-", s, "").equals(real.binary_join_element_wise(s, "-", s, ""))
+
+
+@given(ints)
+def test_cast_take_filter_and_aggregates_match_pyarrow_compute(values: list) -> None:
+    x = pa.array(values, pa.int64())
+    assert pc.cast(x, pa.float64()).equals(real.cast(x, pa.float64()))
+    assert pc.cast(x, pa.int8(), safe=False).equals(real.cast(x, pa.int8(), safe=False))
+    mask = pc.greater(x, 0)
+    batch = pa.record_batch([x], names=["x"])
+    assert pc.filter(batch, mask, null_selection_behavior="drop").equals(batch.filter(mask))
+    indices = pa.array(list(reversed(range(len(values)))), pa.int32())
+    assert pc.take(x, indices).equals(real.take(x, indices))
+    assert pc.sum(x).equals(real.sum(x)) and pc.min_max(x).equals(real.min_max(x))
+
+
+def test_options_objects_and_errors_are_pyarrow_s() -> None:
+    assert pc.CastOptions is real.CastOptions
+    x = pa.array([1.26, 2.5])
+    assert pc.round(x, options=pc.RoundOptions(ndigits=1)).equals(real.round(x, ndigits=1))
+    assert pc.round(x, options={"ndigits": 1}).equals(real.round(x, ndigits=1))
+    with pytest.raises(TypeError, match="add takes 2 positional"):
+        pc.add(x)
+    with pytest.raises(TypeError, match="both an 'options' argument"):
+        pc.round(x, 1, options=pc.RoundOptions(ndigits=1))
+    with pytest.raises(AttributeError):
+        pc.no_such_kernel  # noqa: B018
+    # Helpers that are not kernels come from pyarrow.compute itself.
+    assert str(pc.field("a")) == str(real.field("a"))
+    assert str(pc.greater(pc.field("a"), 1)) == str(real.greater(real.field("a"), 1))
+
+
+def test_a_stateless_compiled_pipeline_starts_without_the_heavy_imports(tmp_path: Path) -> None:
+    """``clink run x.clk`` of a filter/project over datagen, printed, must not import
+    ``pyarrow.compute`` (≈75 ms of wrapper generation), attrs, lark or the compiler."""
+    sql = tmp_path / "q.sql"
+    sql.write_text(
+        "CREATE TABLE orders (id BIGINT, price DOUBLE, region STRING, at TIMESTAMP(3))\n"
+        "  WITH ('connector' = 'datagen', 'number-of-rows' = '5', 'seed' = '7');\n"
+        "SELECT id, price * 0.908 AS eur, UPPER(region) AS r, at FROM orders WHERE price > 0.1 OR id IS NULL;\n")
+    compiled = subprocess.run([sys.executable, "-m", "clink", "compile", str(sql), "-o", str(tmp_path / "q.clk")],
+                              capture_output=True, text=True)
+    assert compiled.returncode == 0, compiled.stderr
+    code = (
+        "import sys\n"
+        "from clink.cli import main\n"
+        "assert main(['run', sys.argv[1]]) == 0\n"
+        "heavy = ('pyarrow.compute', 'attrs', 'attr', 'lark', 'clink.compiler', 'clink.grammar', 'rich')\n"
+        "loaded = sorted(m for m in sys.modules if m in heavy or m.startswith(tuple(h + '.' for h in heavy)))\n"
+        "print('LOADED', loaded)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code, str(tmp_path / "q.clk")], capture_output=True, text=True,
+                          cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert sum(line.startswith("+I[") for line in lines) >= 1
+    assert lines[-1] == "LOADED []"
