@@ -11,9 +11,13 @@ import argparse
 import sys
 import traceback
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from clink import __version__
 from clink.errors import ClinkError, UsageError
+
+if TYPE_CHECKING:
+    from clink.runtime.plan import Plan
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -39,6 +43,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--from-checkpoint", metavar="PATH", help="resume from this checkpoint directory")
     p.add_argument("--stop-with-checkpoint-after", type=int, metavar="N",
                    help="stop, with a final checkpoint, once N checkpoints have been taken")
+    p.add_argument("--recompile", action="store_true",
+                   help="compile the SQL even if the plan cache holds this text's plan")
 
     p = sub.add_parser("inspect", help="print an artefact's manifest and plan")
     p.add_argument("file", help="the artefact (.clk)")
@@ -194,6 +200,23 @@ def _settings(pairs: list[str]) -> dict[str, str]:
     return out
 
 
+def _plan_from_sql(text: str, name: str, *, recompile: bool) -> Plan:
+    """The plan of a SQL file: from the plan cache when this text was compiled before (no
+    compiler, no lark), else compiled now and cached."""
+    from clink import cache
+    from clink.runtime.loader import load_generated, plan_of
+
+    hit = None if recompile else cache.cached_plan_source(text, name)
+    if hit is not None:
+        source, fingerprint = hit
+        return plan_of(load_generated(source, name=name, fingerprint=fingerprint), name)
+    from clink.api import compile as compile_sql
+
+    compiled = compile_sql(text, name=name)
+    cache.store_plan_source(text, name, compiled.source, compiled.runtime_plan.fingerprint)
+    return compiled.runtime_plan
+
+
 def _run(args: argparse.Namespace, sources: dict[str, str]) -> int:
     from clink.runtime.connectors.base import TableSpec
     from clink.runtime.context import RuntimeContext
@@ -224,10 +247,8 @@ def _run(args: argparse.Namespace, sources: dict[str, str]) -> int:
 
         plan = load_plan_file(args.file)
     else:
-        from clink.api import compile as compile_sql
-
         name, text = _read_sql(args.file, sources)
-        plan = compile_sql(text, name=name).runtime_plan
+        plan = _plan_from_sql(text, name, recompile=args.recompile)
 
     for text in plan.explain:
         sys.stdout.write(text)

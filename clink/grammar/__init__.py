@@ -11,24 +11,20 @@ rebuilds and rewrites it. Where no cache directory can be made, the tables are b
 from __future__ import annotations
 
 import functools
-import os
 import sys
 from pathlib import Path
 
 import lark
+
+from clink.cache import cache_dir
 
 GRAMMAR_PATH = Path(__file__).with_name("clink.lark")
 
 
 def cache_path() -> Path | None:
     """Where the parser tables are cached, or None if there is no private place for them."""
-    root = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    folder = Path(root) / "clink"
-    try:
-        folder.mkdir(parents=True, exist_ok=True, mode=0o700)
-    except OSError:
-        return None
-    if not os.access(folder, os.W_OK):
+    folder = cache_dir()
+    if folder is None:
         return None
     version = f"{sys.version_info[0]}{sys.version_info[1]}"
     return folder / f"parser-lark{lark.__version__}-py{version}.cache"
