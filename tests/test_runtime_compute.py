@@ -95,3 +95,35 @@ def test_a_stateless_compiled_pipeline_starts_without_the_heavy_imports(tmp_path
     lines = done.stdout.splitlines()
     assert sum(line.startswith("+I[") for line in lines) >= 1
     assert lines[-1] == "LOADED []"
+
+
+pieces = st.lists(st.one_of(st.none(), st.text(alphabet="ab/é,", max_size=9)), max_size=25)
+
+
+@given(pieces, st.integers(0, 4), st.sampled_from(["/", ",", "é", "ab"]))
+def test_split_index_matches_python_split(values: list, index: int, sep: str) -> None:
+    """SPLIT_INDEX: the index-th piece, NULL past the last piece, for a NULL and for ''; the
+    one-byte separator path (byte arithmetic) and the general one (split_pattern) agree with it."""
+    from clink.runtime.kernels import split_index
+
+    def piece(v: str | None) -> str | None:
+        if v is None or v == "":
+            return None
+        parts = v.split(sep)
+        return parts[index] if index < len(parts) else None
+
+    array = pa.array(values, pa.string())
+    assert split_index(array, sep, index).to_pylist() == [piece(v) for v in values]
+    assert split_index(array.slice(1), sep, index).to_pylist() == [piece(v) for v in values[1:]]
+
+
+def test_kernels_named_like_builtins_do_not_break_the_facade() -> None:
+    """Kernels cached as module attributes (any, all, min, max, sum, round, abs, filter) shadow
+    Python's builtins inside the module; its own code must not be affected."""
+    x = pa.array([1, -2, 3])
+    for name in ("any", "all", "min", "max", "sum", "round", "abs", "filter"):
+        getattr(pc, name)
+    assert pc.any(pc.greater(x, 2)).as_py() is True
+    assert pc.add(x, 1).to_pylist() == [2, -1, 4]
+    assert pc.if_else(pc.greater(x, 0), 1, 0).to_pylist() == [1, 0, 1]
+    assert pc.equal(pa.array(["a", "b"]), "a").to_pylist() == [True, False]

@@ -26,6 +26,7 @@ operators on arrays).
 
 from __future__ import annotations
 
+import builtins
 import importlib
 from collections.abc import Callable
 from typing import Any
@@ -37,6 +38,25 @@ from pyarrow._compute import CastOptions, Expression, call_function, function_re
 #: Python keywords that ``pyarrow.compute`` spells with a trailing underscore.
 _REWRITES = {"and_": "and", "or_": "or"}
 _REGISTRY = function_registry()
+
+
+#: Python values Arrow would type by inference, typed here instead: ``pa.scalar(0)`` without a
+#: type tries (and fails) to import an optional date library on every call, ~25x the cost of a
+#: typed scalar — significant for a kernel called per batch with a literal argument.
+_PYTHON_TYPES = {bool: pa.bool_(), int: pa.int64(), float: pa.float64(), str: pa.string(), bytes: pa.binary()}
+
+
+def _typed(args: tuple) -> tuple:
+    # builtins.any: this module's own globals gain an ``any`` kernel once someone asks for it.
+    if not builtins.any(type(a) in _PYTHON_TYPES for a in args):
+        return args
+    out = []
+    for a in args:
+        t = _PYTHON_TYPES.get(type(a))
+        if t is not None and (t is not _PYTHON_TYPES[int] or -(2**63) <= a < 2**63):
+            a = pa.scalar(a, t)
+        out.append(a)
+    return tuple(out)
 
 
 def _wrap(exposed: str, func: Any) -> Callable[..., Any]:
@@ -51,7 +71,7 @@ def _wrap(exposed: str, func: Any) -> Callable[..., Any]:
                 raise TypeError(f"{exposed} takes {arity} positional argument(s), but {len(args)} were given")
             if args and isinstance(args[0], Expression):
                 return Expression._call(name, list(args))
-            return func.call(args, None, memory_pool)
+            return func.call(_typed(args), None, memory_pool)
     else:
         def call(*args: Any, memory_pool: Any = None, options: Any = None, **kwargs: Any) -> Any:
             option_args: tuple = ()
@@ -67,7 +87,7 @@ def _wrap(exposed: str, func: Any) -> Callable[..., Any]:
                 options = options_class(**options)
             if args and isinstance(args[0], Expression):
                 return Expression._call(name, list(args), options)
-            return func.call(args, options, memory_pool)
+            return func.call(_typed(args), options, memory_pool)
 
     call.__name__ = call.__qualname__ = exposed
     call.__doc__ = f"The Arrow kernel {name!r} (see pyarrow.compute.{exposed})."

@@ -175,14 +175,71 @@ def split_index(a: Value, sep: str, index: int) -> Value:
     if index < 0 or sep == "":
         return pc.cast(pc.if_else(pc.is_valid(a), pa.scalar(None, pa.string()), pa.scalar(None, pa.string())),
                        pa.string())
-    parts = pc.split_pattern(a, pattern=sep)
+    if isinstance(a, pa.Scalar):
+        return split_index(pa.array([a.as_py()], a.type), sep, index)[0]
+    if isinstance(a, pa.ChunkedArray):
+        a = a.combine_chunks()
+    if len(sep.encode()) == 1 and sep.isascii() and a.type == pa.string() and a.offset == 0:
+        picked = _split_index_byte(a, sep.encode()[0], index)
+        if picked is not None:
+            return picked
+    # Splitting stops after the piece wanted; the piece is then found by offset arithmetic
+    # rather than by list kernels, which copy the lists.
+    parts = pc.split_pattern(a, pattern=sep, max_splits=index + 1)
+    offsets = np.asarray(parts.offsets)
+    lengths = np.diff(offsets)
     # An empty string has no pieces at all (as in Flink), not one empty piece.
-    lengths = pc.if_else(pc.equal(a, ""), 0, pc.list_value_length(parts))
-    has = pc.greater(lengths, index)
-    # list_element fails on short lists, so give those a placeholder element first.
-    safe = pc.if_else(pc.fill_null(has, False), parts, pa.scalar([None] * (index + 1), parts.type))
-    picked = pc.list_element(safe, index)
-    return pc.if_else(pc.fill_null(has, False), picked, pa.scalar(None, pa.string()))
+    empty = np.asarray(pc.fill_null(pc.equal(a, ""), False))
+    has = (lengths > index) & ~empty
+    if parts.null_count:
+        has &= np.asarray(pc.is_valid(parts))
+    positions = np.where(has, offsets[:-1] + index, 0)
+    values = parts.values
+    if len(values) == 0:
+        return pa.nulls(len(a), pa.string())
+    picked = pc.take(values, pa.array(positions, pa.int64()))
+    return pc.if_else(pa.array(has), picked, pa.scalar(None, pa.string()))
+
+
+def _split_index_byte(a: pa.StringArray, sep: int, index: int) -> pa.Array | None:
+    """``split_index`` for a one-byte (ASCII) separator, on the bytes themselves: the separators'
+    positions, each one's rank within its string, and the piece between the ``index``-th and the
+    next, gathered into a new string array. An ASCII byte never occurs inside a multi-byte UTF-8
+    character, so byte positions are safe."""
+    n = len(a)
+    offsets = np.frombuffer(a.buffers()[1], np.int32, n + 1)
+    data = np.frombuffer(a.buffers()[2], np.uint8) if a.buffers()[2] is not None else np.zeros(0, np.uint8)
+    data = data[: offsets[-1]]
+    hits = np.flatnonzero(data == sep)
+    first = np.searchsorted(hits, offsets[:-1])  # per row: its first separator's index in hits
+    count = np.searchsorted(hits, offsets[1:]) - first  # separators per row
+    # Piece k starts after separator k-1 (or at the row's start) and ends at separator k (or the end).
+    has = count >= index
+    if index == 0:
+        starts = offsets[:-1].astype(np.int64)
+    else:
+        starts = np.zeros(n, np.int64)
+        take = first + index - 1
+        starts[has] = hits[take[has]] + 1
+    ends = offsets[1:].astype(np.int64).copy()
+    inner = count > index
+    ends[inner] = hits[(first + index)[inner]]
+    lengths = np.where(has, ends - starts, 0)
+    valid = has & (offsets[1:] > offsets[:-1])  # an empty string has no pieces (as in Flink)
+    if a.null_count:
+        valid &= np.asarray(pc.is_valid(a))
+    lengths = np.where(valid, lengths, 0)
+    out_offsets = np.zeros(n + 1, np.int64)
+    np.cumsum(lengths, out=out_offsets[1:])
+    total = int(out_offsets[-1])
+    if total >= 2**31:
+        return None  # too big for 32-bit offsets: the caller takes the general path
+    # Gather: for every output byte, its source position (run starts repeated, plus a ramp).
+    source = np.repeat(starts - out_offsets[:-1], lengths) + np.arange(total)
+    out_data = data[source]
+    mask = None if valid.all() else pa.array(valid).buffers()[1]
+    return pa.StringArray.from_buffers(n, pa.py_buffer(out_offsets.astype(np.int32)), pa.py_buffer(out_data),
+                                       mask, null_count=-1)
 
 
 def _name_groups(pattern: str) -> tuple[str, int]:
