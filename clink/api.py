@@ -20,6 +20,7 @@ from clink.runtime.connectors.base import ConnectorRegistry
 from clink.runtime.context import RuntimeContext
 from clink.runtime.executor import Job, Metrics
 from clink.runtime.loader import load_generated, load_plan_file
+from clink.runtime.plan import ROWKIND_COLUMN
 from clink.runtime.plan import Plan as _RuntimePlan
 from clink.runtime.udf import FunctionRegistry, ScalarFunction, udf
 
@@ -149,12 +150,20 @@ class Result:
         return self._job.run()
 
     def to_arrow(self, query: str | None = None) -> pa.Table:
-        """All rows of ``query`` (the only query, if there is one) as a ``pyarrow.Table``."""
+        """All rows of ``query`` (the only query, if there is one) as a ``pyarrow.Table``. For an
+        updating query (GROUP BY without a window) that is the final table its changes add up
+        to; iterating gives the changes themselves, with their kind in ``_rowkind``."""
         name = self._query_name(query)
         self.run()
         batches = list(self._pending[name])
         self._pending[name].clear()
-        return pa.Table.from_batches(batches, schema=self._schemas[name])
+        table = pa.Table.from_batches(batches, schema=self._schemas[name])
+        if table.schema.names[-1:] == [ROWKIND_COLUMN]:
+            # An updating query: the final table its changes add up to (iterate for the changes).
+            from clink.runtime.changelog import materialize
+
+            table = materialize(table)
+        return table
 
     def to_pylist(self, query: str | None = None) -> list[dict]:
         return self.to_arrow(query).to_pylist()

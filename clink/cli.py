@@ -307,8 +307,10 @@ def _run(args: argparse.Namespace, sources: dict[str, str]) -> int:
     if table_mode:
         import pyarrow as pa
 
+        from clink.runtime.changelog import materialize
+
         for q in queries:
-            _print_table(pa.Table.from_batches(collected[q.table], schema=q.schema))
+            _print_table(materialize(pa.Table.from_batches(collected[q.table], schema=q.schema)))
     print(job.metrics.summary(), file=sys.stderr)
     return 0
 

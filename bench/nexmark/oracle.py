@@ -34,6 +34,13 @@ QUERIES = {
                     ELSE 'otherTime' END,
                dateTime, extra, length(extra) - length(replace(extra, 'c', ''))
         FROM bid WHERE CAST(0.908 AS DOUBLE) * price > 1000000 AND CAST(0.908 AS DOUBLE) * price < 50000000""",
+    "q17": """
+        SELECT auction, strftime(dateTime, '%Y-%m-%d'), COUNT(*),
+               COUNT(*) FILTER (WHERE price < 10000),
+               COUNT(*) FILTER (WHERE price >= 10000 AND price < 1000000),
+               COUNT(*) FILTER (WHERE price >= 1000000),
+               MIN(price), MAX(price), AVG(price), SUM(price)::BIGINT
+        FROM bid GROUP BY auction, strftime(dateTime, '%Y-%m-%d')""",
     # DuckDB's regexp_extract gives '' where Flink's REGEXP_EXTRACT gives NULL.
     "q21": """
         SELECT auction, bidder, price, channel,

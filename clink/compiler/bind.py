@@ -11,7 +11,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 import attrs
 import pyarrow as pa
@@ -332,6 +332,15 @@ class _Binder:
                            span)
         rel = self.select(stmt.query)
         self._raise_collected()
+        if ir.is_updating(rel) and not connector.accepts_updates:
+            producer = ir.updating_source(rel)
+            takers = ", ".join(sorted(n for n in self.connectors.names()
+                                      if (c := self.connectors.get(n)).accepts_updates and c.create_sink))
+            raise SqlError(f"table {stmt.table!r} (connector {target.info.connector!r}) takes only inserts, but the "
+                           f"query produces updates: its GROUP BY without a window (at {producer.span}) revises "
+                           "earlier rows", span,
+                           f"write it to a connector that takes updates ({takers}), or aggregate over windows, "
+                           "whose results are final")
         columns = target.info.columns
         if len(rel.schema) != len(columns):
             raise SqlError(
@@ -585,24 +594,8 @@ class _Binder:
             window, time = self._legacy_window(legacy[0], scope)
             below = rel
         else:
-            where = q.group_by[0].span if q.group_by else q.span
-            raise SqlError("GROUP BY without a window is not supported yet", where,
-                           "aggregate over windows: FROM TABLE(TUMBLE(TABLE t, DESCRIPTOR(ts), INTERVAL '1' MINUTE)) "
-                           "... GROUP BY window_start, window_end, ...")
-        keys: list[ir.Expr] = []
-        key_names: list[str] = []
-        seen: set[int] = set()
-        for g in group:
-            e = self.expr(g, scope)
-            if isinstance(e, ir.Column) and e.index in window_cols:
-                seen.add(window_cols[e.index])
-                continue
-            if any(c in window_cols for c in ir.columns_used(e)):
-                raise SqlError("window columns can be grouped by only as they are (window_start, window_end)",
-                               g.span)
-            if e not in keys:
-                keys.append(e)
-                key_names.append(_derive_name(g, len(key_names)) if not isinstance(g, ast.ColumnRef) else g.name)
+            return self._group_aggregate(q, rel, scope)
+        keys, key_names, seen = self._group_keys(group, scope, window_cols)
         if window_cols and not {0, 1} <= seen:
             where = q.group_by[0].span if q.group_by else q.span
             raise SqlError("a window aggregation must GROUP BY window_start and window_end", where,
@@ -610,41 +603,9 @@ class _Binder:
         if window.kind == "session":
             self._check_session_keys(rel, keys, q)
         self._raise_collected()
-        context = _AggContext(base=len(keys) + 1)
-        previous, self._agg = self._agg, context
-        try:
-            bound = [(item, self.expr(item.expr, scope)) for item in q.items if isinstance(item, ast.AliasedExpr)]
-            having = self.expr(q.having, scope) if q.having is not None else None
-        finally:
-            self._agg = previous
-        for item in q.items:
-            if isinstance(item, ast.Star):
-                self.errors.append(SqlError("'*' cannot be used with GROUP BY", item.span,
-                                            "name the grouped columns and aggregates"))
-        self._raise_collected()
+        context, bound, having = self._bind_aggregates(q, scope, base=len(keys) + 1)
         num_keys = len(keys)
-        key_index = {k: i for i, k in enumerate(keys)}
-
-        def rebase(e: ir.Expr) -> ir.Expr:
-            if e in key_index:
-                i = key_index[e]
-                return ir.Column(index=i, name=key_names[i], type=e.type, nullable=e.nullable, span=e.span)
-            match e:
-                case ir.Call(fn="__agg__", params=(i,)):
-                    return ir.Column(index=num_keys + 3 + i, name=f"agg{i}", type=e.type, nullable=e.nullable,
-                                     span=e.span)
-                case ir.Call(fn="__window__", params=(i,)):
-                    return ir.Column(index=num_keys + i, name=ir.WINDOW_COLUMNS[i], type=e.type, nullable=False,
-                                     span=e.span)
-                case ir.Column(index=i) if i in window_cols:
-                    j = window_cols[i]
-                    return ir.Column(index=num_keys + j, name=ir.WINDOW_COLUMNS[j], type=e.type, nullable=False,
-                                     span=e.span)
-                case ir.Column(name=name):
-                    raise SqlError(f"column {name!r} must be in GROUP BY or inside an aggregate function", e.span,
-                                   f"add {name} to GROUP BY, or aggregate it, e.g. MAX({name})")
-            children = tuple(rebase(c) for c in e.children)
-            return e.with_children(children) if children != e.children else e
+        rebase = _rebaser(keys, key_names, window_cols=window_cols)
 
         inputs = [*keys, ir.Column(index=time, name=below.schema[time].name, type=below.schema[time].type,
                                    nullable=below.schema[time].nullable, span=q.span), *context.inputs]
@@ -662,6 +623,51 @@ class _Binder:
             input=pre, window=window, num_keys=num_keys, time=num_keys, aggs=tuple(context.aggs),
             agg_names=tuple(f"agg{i}" for i in range(len(context.aggs))),
             allowed_lateness=self._allowed_lateness(q), late_sink=late, late_columns=late_columns, span=q.span)
+        project = self._select_over_aggregate(q, agg_rel, bound, having, rebase)
+        rowtime = frozenset(n for n, e in zip(project.names, project.exprs, strict=True)
+                            if isinstance(e, ir.Column) and e.index == num_keys + 2)
+        return project, rowtime
+
+    def _group_keys(self, group: list[ast.Expr], scope: _Scope,
+                    window_cols: dict[int, int]) -> tuple[list[ir.Expr], list[str], set[int]]:
+        """The GROUP BY keys and their names; ``seen``: which window columns were grouped by."""
+        keys: list[ir.Expr] = []
+        key_names: list[str] = []
+        seen: set[int] = set()
+        for g in group:
+            e = self.expr(g, scope)
+            if isinstance(e, ir.Column) and e.index in window_cols:
+                seen.add(window_cols[e.index])
+                continue
+            if any(c in window_cols for c in ir.columns_used(e)):
+                raise SqlError("window columns can be grouped by only as they are (window_start, window_end)",
+                               g.span)
+            if e not in keys:
+                keys.append(e)
+                key_names.append(_derive_name(g, len(key_names)) if not isinstance(g, ast.ColumnRef) else g.name)
+        return keys, key_names, seen
+
+    def _bind_aggregates(self, q: ast.Select, scope: _Scope, base: int, group_input: ir.Rel | None = None
+                         ) -> tuple[_AggContext, list[tuple[ast.AliasedExpr, ir.Expr]], ir.Expr | None]:
+        """Bind the SELECT list and HAVING of an aggregation, collecting its aggregate calls and
+        their input columns (numbered from ``base``)."""
+        context = _AggContext(base=base, group_input=group_input)
+        previous, self._agg = self._agg, context
+        try:
+            bound = [(item, self.expr(item.expr, scope)) for item in q.items if isinstance(item, ast.AliasedExpr)]
+            having = self.expr(q.having, scope) if q.having is not None else None
+        finally:
+            self._agg = previous
+        for item in q.items:
+            if isinstance(item, ast.Star):
+                self.errors.append(SqlError("'*' cannot be used with GROUP BY", item.span,
+                                            "name the grouped columns and aggregates"))
+        self._raise_collected()
+        return context, bound, having
+
+    def _select_over_aggregate(self, q: ast.Select, agg_rel: ir.Rel, bound: list[tuple[ast.AliasedExpr, ir.Expr]],
+                               having: ir.Expr | None, rebase: Callable[[ir.Expr], ir.Expr]) -> ir.Project:
+        """HAVING as a filter over the aggregation, then the SELECT list as a projection."""
         exprs, names = [], []
         for item, e in bound:
             try:
@@ -679,10 +685,22 @@ class _Binder:
             except SqlError as exc:
                 self.errors.append(exc)
         self._raise_collected()
-        unique = _unique(names)
-        rowtime = frozenset(n for n, e in zip(unique, exprs, strict=True)
-                            if isinstance(e, ir.Column) and e.index == num_keys + 2)
-        return ir.Project(input=agg_rel, exprs=tuple(exprs), names=unique, span=q.span), rowtime
+        return ir.Project(input=agg_rel, exprs=tuple(exprs), names=_unique(names), span=q.span)
+
+    def _group_aggregate(self, q: ast.Select, rel: ir.Rel, scope: _Scope) -> tuple[ir.Rel, frozenset[str]]:
+        """GROUP BY without a window: an updating aggregation over every row so far."""
+        keys, key_names, _ = self._group_keys(list(q.group_by), scope, {})
+        self._raise_collected()
+        context, bound, having = self._bind_aggregates(q, scope, base=len(keys), group_input=rel)
+        num_keys = len(keys)
+        rebase = _rebaser(keys, key_names, window_cols=None)
+
+        names = [*key_names, *(f"__arg{i}" for i in range(len(context.inputs)))]
+        pre = ir.Project(input=rel, exprs=(*keys, *context.inputs), names=_unique(names), span=q.span)
+        agg_rel = ir.GroupAggregate(input=pre, num_keys=num_keys, aggs=tuple(context.aggs),
+                                    agg_names=tuple(f"agg{i}" for i in range(len(context.aggs))), span=q.span)
+        # The result has no event time: an update is not an event at a time.
+        return self._select_over_aggregate(q, agg_rel, bound, having, rebase), frozenset()
 
     def _check_session_keys(self, rel: ir.Rel, keys: list[ir.Expr], q: ast.Select) -> None:
         # Sessions are kept per group key; Flink's SESSION(TABLE t PARTITION BY k, ...) means the same
@@ -998,6 +1016,13 @@ class _Binder:
         filter_ = context.add_input(cast_to(condition, pa.bool_())) if condition is not None else None
         call = ir.AggCall(fn=fn, arg=arg, filter=filter_, type=typ, nullable=nullable,
                           sql=_agg_sql(e))
+        if context.group_input is not None:
+            if fn not in GROUP_AGGREGATES:
+                raise SqlError(f"{_agg_sql(e)} is not supported in a GROUP BY without a window yet", span,
+                               f"supported: {', '.join(GROUP_AGGREGATE_NAMES)}; or aggregate over windows")
+            if fn in ("min", "max") and ir.is_updating(context.group_input):
+                raise SqlError(f"{e.name} over an updating input is not supported yet", span,
+                               "its input is itself a GROUP BY without a window, whose rows are revised")
         return ir.Call(fn="__agg__", args=(), params=(context.add_agg(call),), type=typ, nullable=nullable,
                        span=e.span)
 
@@ -1015,12 +1040,52 @@ SOURCE_OPTIONS = {"scan.watermark.idle-timeout": lambda v: parse_duration(v)}
 _WINDOW_PROPERTY = re.compile(r"(TUMBLE|HOP|SESSION|CUMULATE)_(START|END|ROWTIME)")
 
 
+def _rebaser(keys: list[ir.Expr], key_names: list[str],
+             window_cols: dict[int, int] | None) -> Callable[[ir.Expr], ir.Expr]:
+    """Rewrites a SELECT item or HAVING, bound over the aggregation's input, to read the
+    aggregation's output: the keys, then (with ``window_cols``, a window aggregation) the window
+    columns, then the aggregates. Any other input column is an error."""
+    num_keys = len(keys)
+    key_index = {k: i for i, k in enumerate(keys)}
+    windowed = window_cols is not None
+    agg_base = num_keys + (3 if windowed else 0)
+
+    def rebase(e: ir.Expr) -> ir.Expr:
+        if e in key_index:
+            i = key_index[e]
+            return ir.Column(index=i, name=key_names[i], type=e.type, nullable=e.nullable, span=e.span)
+        match e:
+            case ir.Call(fn="__agg__", params=(i,)):
+                return ir.Column(index=agg_base + i, name=f"agg{i}", type=e.type, nullable=e.nullable, span=e.span)
+            case ir.Call(fn="__window__", params=(i,)) if windowed:
+                return ir.Column(index=num_keys + i, name=ir.WINDOW_COLUMNS[i], type=e.type, nullable=False,
+                                 span=e.span)
+            case ir.Column(index=i) if windowed and i in window_cols:
+                j = window_cols[i]
+                return ir.Column(index=num_keys + j, name=ir.WINDOW_COLUMNS[j], type=e.type, nullable=False,
+                                 span=e.span)
+            case ir.Column(name=name):
+                raise SqlError(f"column {name!r} must be in GROUP BY or inside an aggregate function", e.span,
+                               f"add {name} to GROUP BY, or aggregate it, e.g. MAX({name})")
+        children = tuple(rebase(c) for c in e.children)
+        return e.with_children(children) if children != e.children else e
+
+    return rebase
+
+
+#: The aggregates a GROUP BY without a window computes (runtime names), and how SQL spells them.
+GROUP_AGGREGATES = ("count_star", "count", "sum", "avg", "min", "max")
+GROUP_AGGREGATE_NAMES = ("COUNT(*)", "COUNT", "SUM", "AVG", "MIN", "MAX")
+
+
 @attrs.define
 class _AggContext:
     """While binding the SELECT list and HAVING of an aggregation: the aggregates found, and
     the extra input columns they read (placed after the keys and the time column)."""
 
     base: int
+    #: For a GROUP BY without a window: its input, whose aggregates are checked as they are bound.
+    group_input: ir.Rel | None = None
     aggs: list[ir.AggCall] = attrs.field(factory=list)
     inputs: list[ir.Expr] = attrs.field(factory=list)
     inside: bool = False

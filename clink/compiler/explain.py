@@ -8,7 +8,7 @@ import pyarrow as pa
 
 from clink.compiler import ir
 from clink.compiler import types as T
-from clink.compiler.physical import ChainOp, PhysicalPlan, SinkOp, SourceOp, UnionOp, WindowAggOp
+from clink.compiler.physical import ChainOp, GroupAggOp, PhysicalPlan, SinkOp, SourceOp, UnionOp, WindowAggOp
 
 _INFIX = {"add": "+", "subtract": "-", "multiply": "*", "divide": "/", "mod": "%", "eq": "=", "ne": "<>",
           "lt": "<", "le": "<=", "gt": ">", "ge": ">=", "and": "AND", "or": "OR"}
@@ -101,6 +101,10 @@ def explain_logical(node: ir.Rel, indent: int = 0) -> str:
             if node.late_sink is not None:
                 line += f", late_rows_to=[{node.late_sink.name}]"
             line += ")"
+        case ir.GroupAggregate():
+            keys = names[: node.num_keys]
+            aggs = ", ".join(_agg_sql(a, names) for a in node.aggs)
+            line = f"GroupAggregate(keys=[{', '.join(keys)}], aggs=[{aggs}], changelog=[+I, -U, +U, -D])"
         case ir.Union():
             line = f"Union(all=[true], columns=[{', '.join(node.schema.names)}])"
         case ir.Scan():
@@ -139,10 +143,16 @@ def explain_physical(plan: PhysicalPlan) -> str:
                         f"columns=[{', '.join(scan.schema.names)}]")
             case ChainOp():
                 line = f"[{op.id}] Chain chain_{op.id} <- [{op.input}] {op.partitioning}: {' -> '.join(chain_kinds(op))}"
+                if op.updating:
+                    line += " (passes updates on)"
             case WindowAggOp(agg=agg):
                 keys = agg.input.schema.names[: agg.num_keys]
                 line = (f"[{op.id}] WindowAggregate {agg.window.sql()} state keys=[{', '.join(keys) or '(none)'}] "
                         f"<- [{op.input}] {op.partitioning}")
+            case GroupAggOp(agg=agg):
+                keys = agg.input.schema.names[: agg.num_keys]
+                line = (f"[{op.id}] GroupAggregate state keys=[{', '.join(keys) or '(none)'}] "
+                        f"<- [{op.input}] {op.partitioning} produces updates")
             case UnionOp(inputs=inputs):
                 line = f"[{op.id}] Union <- [{', '.join(str(i) for i in inputs)}]"
             case SinkOp(sink=sink):

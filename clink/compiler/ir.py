@@ -439,3 +439,43 @@ class WindowAggregate(Unary):
         keys = self.input.schema.fields[: self.num_keys]
         aggs = tuple(Field(n, a.type, a.nullable) for n, a in zip(self.agg_names, self.aggs, strict=True))
         return Schema(keys + _window_fields() + aggs)
+
+
+@attrs.frozen(kw_only=True)
+class GroupAggregate(Unary):
+    """Group by the first ``num_keys`` input columns, without a window; aggregate with ``aggs``.
+    Output: the keys, then one column per aggregate (``agg_names``). The result is an updating
+    (changelog) stream: each change to a group retracts its previous row (``is_updating``)."""
+
+    num_keys: int
+    aggs: tuple[AggCall, ...]
+    agg_names: tuple[str, ...]
+
+    @functools.cached_property
+    def schema(self) -> Schema:
+        keys = self.input.schema.fields[: self.num_keys]
+        aggs = tuple(Field(n, a.type, a.nullable) for n, a in zip(self.agg_names, self.aggs, strict=True))
+        return Schema(keys + aggs)
+
+
+def is_updating(rel: Rel) -> bool:
+    """Whether ``rel`` produces updates (rows that later rows retract), not only inserts."""
+    match rel:
+        case GroupAggregate():
+            return True
+        case Union(all_inputs=children):
+            return any(is_updating(c) for c in children)
+        case Unary(input=child):
+            return is_updating(child)
+    return False
+
+
+def updating_source(rel: Rel) -> GroupAggregate | None:
+    """The operator below ``rel`` that makes it updating, for messages; None if it is append-only."""
+    if isinstance(rel, GroupAggregate):
+        return rel
+    for child in rel.inputs:
+        found = updating_source(child)
+        if found is not None:
+            return found
+    return None

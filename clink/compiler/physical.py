@@ -12,7 +12,7 @@ import attrs
 from clink.compiler import ir
 from clink.compiler.bind import BoundScript
 from clink.compiler.functions import cast_to
-from clink.errors import CompilerBug
+from clink.errors import CompilerBug, SqlError
 
 
 @attrs.frozen(kw_only=True)
@@ -40,6 +40,8 @@ class ChainOp:
     target: str
     partitioning: str = "forward"
     parallelism: int = 1
+    #: The input is an updating stream: each batch ends with the row-kind column, passed on.
+    updating: bool = False
 
     @property
     def schema(self) -> ir.Schema:
@@ -62,8 +64,32 @@ class WindowAggOp:
 
     @property
     def partitioning(self) -> str:
-        keys = self.agg.input.schema.names[: self.agg.num_keys]
-        return f"hash({', '.join(keys)})" if keys else "single"
+        return _key_partitioning(self.agg.input, self.agg.num_keys)
+
+
+@attrs.frozen(kw_only=True)
+class GroupAggOp:
+    """The stateful GROUP BY without a window; its input is hash-partitioned by the group keys,
+    and its output is an updating stream."""
+
+    id: int
+    input: int
+    agg: ir.GroupAggregate
+    parallelism: int = 1
+
+    @property
+    def schema(self) -> ir.Schema:
+        return self.agg.schema
+
+    @property
+    def partitioning(self) -> str:
+        return _key_partitioning(self.agg.input, self.agg.num_keys)
+
+
+def _key_partitioning(rel: ir.Rel, num_keys: int) -> str:
+    """How an aggregation's input is distributed: by the hash of its first ``num_keys`` columns."""
+    keys = rel.schema.names[:num_keys]
+    return f"hash({', '.join(keys)})" if keys else "single"
 
 
 @attrs.frozen(kw_only=True)
@@ -92,7 +118,7 @@ class SinkOp:
         return self.sink.schema
 
 
-PhysicalOp = SourceOp | ChainOp | WindowAggOp | UnionOp | SinkOp
+PhysicalOp = SourceOp | ChainOp | WindowAggOp | GroupAggOp | UnionOp | SinkOp
 
 
 @attrs.frozen(kw_only=True)
@@ -145,7 +171,15 @@ def _build(rel: ir.Rel, ops: list[PhysicalOp], *, target: str) -> int:
             upstream, table = op.id, f"window aggregate {op.id}"
             if node.late_sink is not None:
                 _build_late_output(op, ops)
+        case ir.GroupAggregate():
+            below = _build(node.input, ops, target="a group aggregate")
+            op = GroupAggOp(id=len(ops) + 1, input=below, agg=node)
+            ops.append(op)
+            upstream, table = op.id, f"group aggregate {op.id}"
         case ir.Union(all_inputs=children):
+            if any(ir.is_updating(c) for c in children) and not all(ir.is_updating(c) for c in children):
+                raise SqlError("UNION ALL of an updating query and an append-only one is not supported yet",
+                               node.span)
             ids = tuple(_build(child, ops, target="a union") for child in children)
             op = UnionOp(id=len(ops) + 1, inputs=ids, union=node)
             ops.append(op)
@@ -154,7 +188,8 @@ def _build(rel: ir.Rel, ops: list[PhysicalOp], *, target: str) -> int:
             raise CompilerBug(f"physical planning does not know {type(node).__name__}")
     if steps or scan_predicate is not None:
         chain = ChainOp(id=len(ops) + 1, input=upstream, scan_predicate=scan_predicate,
-                        steps=tuple(reversed(steps)), input_schema=node.schema, table=table, target=target)
+                        steps=tuple(reversed(steps)), input_schema=node.schema, table=table, target=target,
+                        updating=ir.is_updating(node))
         ops.append(chain)
         upstream = chain.id
     return upstream

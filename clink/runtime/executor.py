@@ -20,7 +20,7 @@ from clink.runtime.context import RuntimeContext, TaskContext
 from clink.runtime.elements import MAX_WATERMARK, Barrier, Batch, Element, EndOfInput, Watermark
 from clink.runtime.kernels import EvaluationError, max_epoch_ms
 from clink.runtime.loader import sql_position_of
-from clink.runtime.plan import Chain, Plan, Sink, Source, Union, WindowAggregate
+from clink.runtime.plan import Chain, GroupAggregate, Plan, Sink, Source, Union, WindowAggregate
 
 
 @dataclass(slots=True)
@@ -149,6 +149,12 @@ class Job:
                     backend=self._backend(), operator_id=self.uids[node.id])
                 if node.late_output is not None:
                     self._late_outputs[node.id] = node.late_output
+            elif isinstance(node, GroupAggregate):
+                from clink.runtime.operators.group import GroupAggregateOperator
+
+                self._operators[node.id] = GroupAggregateOperator(
+                    node, self._tasks[node.id], input_schema=self.plan.node(node.input).schema,
+                    backend=self._backend(), operator_id=self.uids[node.id])
             elif isinstance(node, Sink):
                 connector = self._connector(node.connector)
                 if connector.create_sink is None:
@@ -303,6 +309,11 @@ class Job:
                                 if rows.num_rows:
                                     self._receive(late_output, target_id, Batch(rows))
                         operator.late_rows.clear()
+                    self.metrics.peak_state_bytes = max(self.metrics.peak_state_bytes,
+                                                        operator.metrics.get("state_bytes", 0))
+                elif isinstance(node, GroupAggregate):
+                    operator = self._operators[target_id]
+                    self._emit_all(target_id, operator.process(batch))
                     self.metrics.peak_state_bytes = max(self.metrics.peak_state_bytes,
                                                         operator.metrics.get("state_bytes", 0))
                 else:
@@ -466,12 +477,13 @@ class Job:
 
 
 def stable_ids(plan: Plan) -> dict[int, str]:
-    """A name per source, sink and window aggregate that survives changes elsewhere in the plan:
-    ``source:<table>``, ``sink:<table>`` and ``window-<n>`` (the n-th window aggregate in plan
-    order), with ``#2``, ``#3`` … for a second and third node of the same name."""
+    """A name per source, sink and stateful operator that survives changes elsewhere in the plan:
+    ``source:<table>``, ``sink:<table>``, ``window-<n>`` and ``group-<n>`` (the n-th window
+    aggregate, or GROUP BY without a window, in plan order), with ``#2``, ``#3`` … for a second
+    and third node of the same name."""
     ids: dict[int, str] = {}
     seen: dict[str, int] = defaultdict(int)
-    windows = 0
+    windows = groups = 0
     for node in plan.nodes:
         if isinstance(node, Source):
             base = f"source:{node.table}"
@@ -480,6 +492,9 @@ def stable_ids(plan: Plan) -> dict[int, str]:
         elif isinstance(node, WindowAggregate):
             windows += 1
             base = f"window-{windows}"
+        elif isinstance(node, GroupAggregate):
+            groups += 1
+            base = f"group-{groups}"
         else:
             continue
         seen[base] += 1
@@ -728,12 +743,13 @@ def _readable(signature: str) -> str:
 
 
 def state_signature(job: Job, node_id: int) -> str:
-    """What a window operator's state means: the window, key types and aggregates (readable),
-    then the layout of its partial tables. A checkpoint restores only into the same signature."""
+    """What a stateful operator's state means: the window (if any), key types and aggregates
+    (readable), then the layout of its state. A checkpoint restores only into the same signature."""
     node = job.plan.node(node_id)
     operator = job._operators[node_id]
     schema = job.plan.node(node.input).schema
     keys = ", ".join(str(schema.field(k).type) for k in node.keys)
     aggs = ", ".join(f"{a.fn}({'' if a.arg is None else schema.field(a.arg).type})"
                      f"{' FILTER' if a.filter is not None else ''}" for a in node.aggs)
-    return f"{node.window.describe()} GROUP BY ({keys}) computing {aggs} | {operator.descriptor.signature()}"
+    window = f"{node.window.describe()} " if isinstance(node, WindowAggregate) else ""
+    return f"{window}GROUP BY ({keys}) computing {aggs} | {operator.descriptor.signature()}"

@@ -15,8 +15,9 @@ import pyarrow as pa
 if TYPE_CHECKING:
     from clink.runtime.context import TaskContext
 
-__all__ = ["AggSpec", "BROADCAST", "Chain", "FORWARD", "Node", "Plan", "SINGLE", "Sink", "Source", "TaskContext",
-           "Union", "WindowAggregate", "WindowSpec", "hash_by"]
+__all__ = ["BROADCAST", "DELETE", "FORWARD", "INSERT", "ROWKIND_COLUMN", "SINGLE", "UPDATE_AFTER", "UPDATE_BEFORE",
+           "AggSpec", "Chain", "GroupAggregate", "Node", "Plan", "Sink", "Source", "TaskContext", "Union",
+           "WindowAggregate", "WindowSpec", "hash_by"]
 
 #: How a node's input is distributed over its parallel instances.
 FORWARD = ("forward",)
@@ -174,6 +175,36 @@ class WindowAggregate(Node):
     allowed_lateness: int = 0
     #: The node that receives late rows (with the input's columns) instead of dropping them.
     late_output: int | None = None
+    partitioning: tuple[str, ...] = FORWARD
+
+    @property
+    def inputs(self) -> tuple[int, ...]:
+        return (self.input,)
+
+
+#: The column an updating (changelog) stream carries last: each row's kind, as Flink prints it.
+ROWKIND_COLUMN = "_rowkind"
+#: Row kinds: an insert, the old and the new row of an update, and a delete.
+INSERT, UPDATE_BEFORE, UPDATE_AFTER, DELETE = "+I", "-U", "+U", "-D"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class GroupAggregate(Node):
+    """A GROUP BY without a window: an updating aggregation over all rows seen so far.
+
+    Input columns are addressed by position: ``keys`` the grouping columns, each AggSpec's
+    ``arg``/``filter`` its inputs. An input whose schema ends with ``ROWKIND_COLUMN`` is itself
+    updating: ``-U``/``-D`` rows retract what ``+I``/``+U`` rows added. The output ``schema`` is
+    the keys, then one column per aggregate, then ``ROWKIND_COLUMN`` (string). For each key a
+    batch changes: ``+I`` with the first result, ``-U`` with the previous result then ``+U`` with
+    the new one (nothing when the result did not change), ``-D`` with the previous result when
+    the key has no rows left. State is kept per key through the state contract.
+    """
+
+    input: int
+    keys: tuple[int, ...]
+    aggs: tuple[AggSpec, ...]
+    schema: pa.Schema
     partitioning: tuple[str, ...] = FORWARD
 
     @property

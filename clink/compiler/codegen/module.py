@@ -11,7 +11,7 @@ from clink.compiler import ir
 from clink.compiler.codegen.exprs import emit, field_py, is_constant, type_py
 from clink.compiler.codegen.writer import SourceWriter
 from clink.compiler.explain import chain_kinds, expr_sql
-from clink.compiler.physical import ChainOp, PhysicalPlan, SinkOp, SourceOp, UnionOp, WindowAggOp
+from clink.compiler.physical import ChainOp, GroupAggOp, PhysicalPlan, SinkOp, SourceOp, UnionOp, WindowAggOp
 
 HEADER_NOTE = "do not edit; run `clink compile` again."
 
@@ -99,6 +99,7 @@ def _emit_schemas(w: SourceWriter, plan: PhysicalPlan) -> dict[int, str]:
     """One ``SCHEMA_*`` constant per distinct schema, named after what it describes."""
     names: dict[int, str] = {}
     emitted: dict[str, str] = {}
+    updating = updating_ops(plan)
     for op in plan.ops:
         match op:
             case SourceOp(scan=scan):
@@ -108,12 +109,14 @@ def _emit_schemas(w: SourceWriter, plan: PhysicalPlan) -> dict[int, str]:
                 texts = [(f"SCHEMA_CHAIN_{op.id}", op.schema)]
             case WindowAggOp():
                 texts = [(f"SCHEMA_WINDOW_{op.id}", op.schema)]
+            case GroupAggOp():
+                texts = [(f"SCHEMA_GROUP_{op.id}", op.schema)]
             case UnionOp():
                 texts = [(f"SCHEMA_UNION_{op.id}", op.schema)]
             case SinkOp(sink=sink):
                 texts = [(f"SCHEMA_{_const_name(sink.name)}", sink.schema)]
         for i, (const, schema) in enumerate(texts):
-            body = _schema_py(schema, multiline=True)
+            body = _schema_py(schema, multiline=True, rowkind=i == 0 and op.id in updating)
             existing = next((n for n, b in emitted.items() if b == body), None)
             if existing is None:
                 while const in emitted:
@@ -126,8 +129,24 @@ def _emit_schemas(w: SourceWriter, plan: PhysicalPlan) -> dict[int, str]:
     return names
 
 
-def _schema_py(schema: ir.Schema, *, multiline: bool = False) -> str:
+def updating_ops(plan: PhysicalPlan) -> set[int]:
+    """The operators whose output is an updating stream (its batches end with the row kind)."""
+    updating: set[int] = set()
+    for op in plan.ops:
+        match op:
+            case GroupAggOp():
+                updating.add(op.id)
+            case ChainOp() | SinkOp() if op.input in updating:
+                updating.add(op.id)
+            case UnionOp() if any(i in updating for i in op.inputs):
+                updating.add(op.id)
+    return updating
+
+
+def _schema_py(schema: ir.Schema, *, multiline: bool = False, rowkind: bool = False) -> str:
     fields = [field_py(f.to_arrow()) for f in schema.fields]
+    if rowkind:
+        fields.append("pa.field(P.ROWKIND_COLUMN, pa.string())")
     if not multiline:
         return f"pa.schema([{', '.join(fields)}])"
     body = "".join(f"        {f},\n" for f in fields)
@@ -167,7 +186,7 @@ def _emit_chain(w: SourceWriter, op: ChainOp, schema_names: dict[int, str]) -> N
             if step.predicate is not None:
                 _emit_filter(w, step.predicate, schema, note="WHERE")
             target = schema_names[op.id * 10] if last else None
-            _emit_project(w, step, schema, target=target, last=last)
+            _emit_project(w, step, schema, target=target, last=last, rowkind=op.updating)
             schema = step.schema
         if not op.steps:
             w.line("return batch")
@@ -215,14 +234,15 @@ def _emit_filter(w: SourceWriter, predicate: ir.Expr, schema: ir.Schema, note: s
     w.line(f'batch = K.filter(batch, keep)  # {note}: FALSE and NULL drop the row')
 
 
-def _emit_project(w: SourceWriter, step: ir.Calc, schema: ir.Schema, *, target: str | None, last: bool) -> None:
+def _emit_project(w: SourceWriter, step: ir.Calc, schema: ir.Schema, *, target: str | None, last: bool,
+                  rowkind: bool = False) -> None:
     used: set[int] = set()
     for e in step.exprs:
         used |= ir.columns_used(e)
     columns = _load_columns(w, used, schema)
     if any(is_constant(e) for e in step.exprs):
         w.line("n = batch.num_rows")
-    schema_text = target or _schema_py(step.schema)
+    schema_text = target or _schema_py(step.schema, rowkind=rowkind)
     w.line(f"{'return' if last else 'batch ='} pa.RecordBatch.from_arrays(")
     with w.indent():
         w.line("[")
@@ -240,6 +260,8 @@ def _emit_project(w: SourceWriter, step: ir.Calc, schema: ir.Schema, *, target: 
                     w.line(f"{code},  # {comment_expr}" + (f" AS {name}" if comment_expr != name else ""))
                 else:
                     w.line(f"{code},", span=span)
+            if rowkind:
+                w.line(f"batch.column({len(schema)}),  # the row kind, passed on")
         w.line("],")
         w.line(f"schema={schema_text},")
     w.line(")")
@@ -295,6 +317,19 @@ def _emit_plan(w: SourceWriter, plan: PhysicalPlan, schema_names: dict[int, str]
                                 w.line(f"late_output={op.late_output},  # late rows go to chain_{op.late_output}")
                             w.line(f"partitioning={partitioning}, parallelism={op.parallelism}, "
                                    f"span={str(agg.span or '')!r}),")
+                    case GroupAggOp(agg=agg):
+                        keys = agg.input.schema.names[: agg.num_keys]
+                        partitioning = f"P.hash_by({', '.join(repr(k) for k in keys)})" if keys else "P.SINGLE"
+                        w.line(f"P.GroupAggregate(id={op.id}, input={op.input}, keys={tuple(range(agg.num_keys))!r},",
+                               span=agg.span)
+                        with w.indent():
+                            w.line("aggs=(")
+                            with w.indent():
+                                for a, name in zip(agg.aggs, agg.agg_names, strict=True):
+                                    w.line(f"{_agg_py(a, name)},")
+                            w.line("),")
+                            w.line(f"schema={schema_names[op.id * 10]}, partitioning={partitioning}, "
+                                   f"parallelism={op.parallelism}, span={str(agg.span or '')!r}),")
                     case UnionOp(inputs=inputs):
                         w.line(f"P.Union(id={op.id}, inputs={inputs!r}, schema={schema_names[op.id * 10]}, "
                                f"parallelism={op.parallelism}),", span=op.union.span)

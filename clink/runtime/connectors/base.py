@@ -153,6 +153,9 @@ class Connector:
     #: Checks the option values (not just names) for a table; returns error messages keyed by
     #: option name. Called by the compiler, so a bad value is reported before anything runs.
     validate: Callable[[Mapping[str, str], pa.Schema, str], dict[str, str]] | None = None
+    #: The sink takes an updating stream (batches ending with the row-kind column: +I, -U, +U,
+    #: -D); the compiler refuses to write updates to one that does not.
+    accepts_updates: bool = False
 
     def options_for(self, role: str) -> tuple[OptionSpec, ...]:
         return self.source_options if role == "source" else self.sink_options

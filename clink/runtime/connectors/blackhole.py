@@ -29,4 +29,5 @@ BLACKHOLE = Connector(
     name="blackhole",
     description="discards every row (useful to measure a pipeline without output costs)",
     create_sink=BlackholeWriter,
+    accepts_updates=True,
 )

@@ -30,4 +30,5 @@ COLLECT = Connector(
     name="collect",
     description="rows of a bare SELECT, handed back to the caller (internal)",
     create_sink=CollectWriter,
+    accepts_updates=True,
 )

@@ -30,7 +30,7 @@ if TYPE_CHECKING:
 
 __all__ = ["PRINT", "PrintWriter", "render_text"]
 
-ROWKIND_COLUMN = "_rowkind"
+from clink.runtime.plan import ROWKIND_COLUMN  # noqa: E402
 
 SINK_OPTIONS = (
     OptionSpec(name="print-identifier", description="text printed before every line, followed by '> '"),
@@ -131,8 +131,9 @@ class PrintWriter(SinkWriter):
 
 PRINT = Connector(
     name="print",
-    description="prints every row to standard output, Flink style (+I[...])",
+    description="prints every row to standard output, Flink style (+I[...], and -U, +U, -D for updates)",
     sink_options=SINK_OPTIONS,
     create_sink=PrintWriter,
+    accepts_updates=True,
     validate=validate,
 )

@@ -1,0 +1,49 @@
+"""Updating (changelog) streams: rows that carry a kind, and the table they add up to.
+
+An updating stream's batches end with ``ROWKIND_COLUMN``: ``+I`` inserts a row, ``-U`` retracts
+the old row of an update and ``+U`` inserts its new one, ``-D`` retracts a row. A retraction
+always carries the exact row it retracts, so the table a changelog adds up to is the multiset of
+inserted rows minus the multiset of retracted ones, whatever the order in between.
+
+>>> import pyarrow as pa
+>>> log = pa.table({"k": ["a", "a", "a", "b"], "n": [1, 1, 2, 1], "_rowkind": ["+I", "-U", "+U", "+I"]})
+>>> sorted(materialize(log).to_pylist(), key=str)
+[{'k': 'a', 'n': 2}, {'k': 'b', 'n': 1}]
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+
+from clink.runtime import compute as pc
+from clink.runtime.plan import DELETE, INSERT, ROWKIND_COLUMN, UPDATE_AFTER, UPDATE_BEFORE
+
+__all__ = ["is_changelog", "materialize"]
+
+_SIGN = "__sign"
+
+
+def is_changelog(schema: pa.Schema) -> bool:
+    return len(schema) > 0 and schema.names[-1] == ROWKIND_COLUMN
+
+
+def materialize(table: pa.Table) -> pa.Table:
+    """The rows ``table`` (a changelog) adds up to, without the row-kind column; a table without
+    one is returned as it is."""
+    if not is_changelog(table.schema):
+        return table
+    kinds = table.column(ROWKIND_COLUMN)
+    rows = table.drop_columns([ROWKIND_COLUMN])
+    unknown = pc.invert(pc.is_in(kinds, value_set=pa.array([INSERT, UPDATE_BEFORE, UPDATE_AFTER, DELETE])))
+    if pc.any(unknown).as_py():
+        raise ValueError(f"unknown row kinds in a changelog: {pc.unique(pc.filter(kinds, unknown)).to_pylist()}")
+    adds = pc.or_(pc.equal(kinds, INSERT), pc.equal(kinds, UPDATE_AFTER))
+    sign = pc.if_else(adds, pa.scalar(1, pa.int64()), pa.scalar(-1, pa.int64()))
+    names = rows.column_names
+    counted = rows.append_column(_SIGN, sign).group_by(names, use_threads=False).aggregate([(_SIGN, "sum")])
+    net = counted.column(f"{_SIGN}_sum").to_numpy()
+    if (net < 0).any():
+        raise ValueError("a changelog retracts rows it never inserted")
+    keep = np.repeat(np.arange(len(net)), net)
+    return pc.take(counted.select(names), pa.array(keep, pa.int64())).cast(rows.schema)

@@ -1,0 +1,418 @@
+"""Non-windowed GROUP BY: an updating aggregation over every row seen so far, emitted as a changelog.
+
+State is one value state, ``groups``: per key, a struct of accumulators.
+
+- ``rows``: the key's net row count (rows added minus rows retracted, whatever the aggregate
+  filters say). It decides the key's life: a key whose count reaches 0 is deleted.
+- per aggregate ``i``, one or two fields: ``a<i>_n`` the net count of the rows it counts
+  (COUNT(*) with a FILTER, COUNT, and the non-NULL arguments of SUM and AVG); ``a<i>_s`` the
+  net sum of the arguments (SUM, AVG; int64, float64 or the decimal that Arrow's sum gives);
+  ``a<i>_x`` the smallest or largest argument (MIN, MAX). COUNT(*) without a filter reads
+  ``rows`` and keeps nothing of its own.
+
+Counts and sums can be retracted (a ``-U`` / ``-D`` input row adds its negation), MIN and MAX
+cannot: an extreme that is retracted leaves no record of the next one. So MIN / MAX over an
+updating input is refused. SUM and AVG are NULL while their count is 0, COUNT is then 0.
+
+A batch is processed in four vectorized steps, none looping over rows or keys in Python:
+
+1. every row becomes signed contributions, and one Arrow ``group_by`` over the key columns sums
+   them into one delta row per distinct key of the batch;
+2. ``get_many`` reads those keys' accumulators; a second ``group_by``, over the position of
+   each key, merges old and delta (Arrow's kernels add decimals without overflowing precision);
+3. the results before and after are computed for all keys at once and compared;
+4. ``put_many`` writes the new accumulators (NULL, which deletes, where the count is 0) and one
+   output batch is assembled with ``take``.
+
+Emission per key the batch touched: a new key gives ``+I`` with its result; a key whose count
+reaches 0 gives ``-D`` with its previous result; otherwise, if the result changed, ``-U`` with
+the previous result and ``+U`` with the new one, and nothing if it did not (a MAX not beaten).
+A key that appears and disappears within one batch gives nothing. The output batch holds every
+``-D`` row, then every ``-U``, then every ``+U``, then every ``+I``, so each key's ``-U``
+precedes its ``+U``.
+
+Float keys are normalized before grouping (``-0.0`` to ``0.0``, every NaN to one NaN) because
+the state contract treats them as equal keys and Arrow's ``group_by`` does not.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+from typing import TYPE_CHECKING
+
+import numpy as np
+import pyarrow as pa
+
+from clink.runtime import compute as pc
+from clink.runtime.plan import DELETE, INSERT, ROWKIND_COLUMN, UPDATE_AFTER, UPDATE_BEFORE
+from clink.runtime.state.backend import OperatorState, StateBackend, ValueStateDescriptor
+from clink.runtime.state.keygroups import DEFAULT_MAX_PARALLELISM
+from clink.runtime.state.memory import MemoryStateBackend
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    from clink.runtime import plan
+    from clink.runtime.context import TaskContext
+
+__all__ = ["GroupAggregateOperator"]
+
+_FUNCTIONS = ("count_star", "count", "sum", "avg", "min", "max")
+_ROWS = "rows"
+_POSITION = "_p"
+#: Sums never come out NULL (0 over no value): a missing sum and a sum of nothing then agree.
+_SUM_OPTIONS = pc.ScalarAggregateOptions(skip_nulls=True, min_count=0)
+#: Output row kinds, in the order the output batch holds them.
+_KINDS = pa.array([DELETE, UPDATE_BEFORE, UPDATE_AFTER, INSERT], pa.string())
+_RETRACTING = pa.array([UPDATE_BEFORE, DELETE], pa.string())
+#: Typed, because an untyped Python literal given to a kernel costs a failed import each call.
+_ZERO = pa.scalar(0, pa.int64())
+_ONE = pa.scalar(1, pa.int64())
+#: Bytes counted per value of a variable-width type when no written batch has been measured yet.
+_VARIABLE_BYTES = 16
+
+
+class GroupAggregateOperator:
+    """Run one ``plan.GroupAggregate`` node.
+
+    ``process`` takes an input batch and returns the changelog it causes (batches of
+    ``node.schema``, whose last column is ``ROWKIND_COLUMN``). Watermarks mean nothing here.
+    ``metrics`` (the task context's metrics dict) holds ``state_rows``, the number of keys held,
+    and ``state_bytes``, an estimate of their size as Arrow data. ``late_rows`` is always empty:
+    no row is ever late; it exists so the executor can treat this like a window operator.
+
+    Its keyed state is one value state, ``groups`` (see the module docstring), opened from
+    ``backend`` (memory if not given) as operator ``operator_id``; ``input_schema`` is the schema
+    of the input batches, which ends with ``ROWKIND_COLUMN`` when the input is updating.
+    """
+
+    def __init__(self, node: plan.GroupAggregate, ctx: TaskContext, *, input_schema: pa.Schema,
+                 backend: StateBackend | None = None, operator_id: str | None = None) -> None:
+        self.node = node
+        self.ctx = ctx
+        self._where = f"group aggregate {node.id}"
+        self._max_parallelism = int(ctx.runtime.get("pipeline.max-parallelism") or DEFAULT_MAX_PARALLELISM)
+        self.late_rows: list[pa.RecordBatch] = []
+        self.metrics: dict[str, int] = ctx.metrics
+        for name in ("state_rows", "state_bytes"):
+            self.metrics.setdefault(name, 0)
+        self._updating = len(input_schema) > 0 and input_schema.names[-1] == ROWKIND_COLUMN
+        self._check_schema(input_schema)
+        self._keys = [f"_k{j}" for j in range(max(len(node.keys), 1))]
+        self._plan_aggregates(input_schema)
+
+        if node.keys:
+            key_schema = pa.schema([(f"k{j}", input_schema.field(k).type) for j, k in enumerate(node.keys)])
+        else:  # a global aggregate: one key, the same for every row
+            key_schema = pa.schema([("all", pa.bool_())])
+        value_type = pa.struct(self._fields)
+        self.operator_id = operator_id or f"group-{node.id}"
+        self.descriptor = ValueStateDescriptor("groups", key_schema, value_type)
+        if backend is None:
+            backend = MemoryStateBackend(max_parallelism=self._max_parallelism)
+        elif backend.max_parallelism != self._max_parallelism:
+            raise ValueError(f"{self._where}: the state backend has max parallelism "
+                             f"{backend.max_parallelism}, the job {self._max_parallelism}")
+        self.operator_state: OperatorState = backend.open(self.operator_id, [self.descriptor])
+        self._groups = self.operator_state.value_state("groups")
+        self._num_keys = 0
+        self._entry_bytes = float(sum(_type_bytes(t) for t in [*key_schema.types, value_type]))
+
+    # -- public interface ----------------------------------------------------------------------
+
+    def process(self, batch: pa.RecordBatch) -> list[pa.RecordBatch]:
+        """Add (or retract) ``batch``'s rows; return the changes to the results, as at most one
+        batch (none when no result changed)."""
+        out: list[pa.RecordBatch] = []
+        if batch.num_rows:
+            keys, delta = self._deltas(batch)
+            old = self._groups.get_many(keys)
+            new = self._merge(old, delta)
+            out = self._apply(keys, old, new)
+        self._update_state_metrics()
+        return out
+
+    def snapshot(self, checkpoint_id: int, directory: Path) -> tuple[list[Path], dict[str, int]]:
+        """Commit the keyed state as of checkpoint ``checkpoint_id`` and write it to files in
+        ``directory``; return them and the operator's own small state (the number of keys),
+        which the caller stores with the checkpoint."""
+        self.operator_state.commit(checkpoint_id)
+        files = self.operator_state.snapshot(directory)
+        self._update_state_metrics()
+        return files, {"keys": self._num_keys}
+
+    def restore(self, files: list[Path], meta: dict[str, int], *,
+                key_groups: Collection[int] | None = None) -> None:
+        """Continue from what ``snapshot`` wrote (the snapshots of several tasks may be given);
+        only ``key_groups``, if given: how a task of a rescaled job takes its share."""
+        self.operator_state.restore(files, key_groups=key_groups)
+        if key_groups is None and len(files) == 1 and "keys" in meta:
+            self._num_keys = int(meta["keys"])
+        else:
+            # The count in ``meta`` is that of one whole snapshot: count what was kept instead.
+            groups = range(self._max_parallelism) if key_groups is None else sorted(set(key_groups))
+            self._num_keys = sum(1 for g in groups for _ in self.operator_state.entries(g))
+        self._update_state_metrics()
+
+    def close(self) -> None:
+        """Release the state (a durable backend keeps what was last committed)."""
+        self.operator_state.close()
+
+    # -- set-up ----------------------------------------------------------------------------------
+
+    def _check_schema(self, input_schema: pa.Schema) -> None:
+        node = self.node
+        width = len(input_schema) - self._updating
+        for k in node.keys:
+            if not 0 <= k < width:
+                raise ValueError(f"{self._where}: key column {k} is not an input column (the input has {width})")
+        expected = len(node.keys) + len(node.aggs) + 1
+        schema = node.schema
+        if len(schema) != expected or schema.names[-1] != ROWKIND_COLUMN or schema.types[-1] != pa.string():
+            raise ValueError(f"{self._where}: the output schema must be the {len(node.keys)} key(s), the "
+                             f"{len(node.aggs)} aggregate(s) and {ROWKIND_COLUMN!r} (string); got <{schema}>")
+
+    def _plan_aggregates(self, input_schema: pa.Schema) -> None:
+        """Work out each aggregate's accumulator fields (``_fields``) and the group_by
+        aggregations that sum contributions into them (``_aggregations``)."""
+        self._fields: list[pa.Field] = [pa.field(_ROWS, pa.int64())]
+        self._aggregations: list[tuple] = [(_ROWS, "sum")]
+        width = len(input_schema) - self._updating
+        for i, agg in enumerate(self.node.aggs):
+            what = f"{self._where}: aggregate {i} ({agg.fn})"
+            if agg.fn not in _FUNCTIONS:
+                raise ValueError(f"{what} is not supported without a window; expected one of {', '.join(_FUNCTIONS)}")
+            if agg.fn != "count_star" and (agg.arg is None or not 0 <= agg.arg < width):
+                raise ValueError(f"{what} needs an argument column, got {agg.arg!r}")
+            if agg.fn in ("min", "max") and self._updating:
+                raise ValueError(f"{what}: {agg.fn.upper()} cannot be retracted, and the input is an updating "
+                                 f"stream (its last column is {ROWKIND_COLUMN!r})")
+            if agg.filter is not None and (not 0 <= agg.filter < width
+                                           or input_schema.field(agg.filter).type != pa.bool_()):
+                raise ValueError(f"{what}: the FILTER column {agg.filter!r} must be a BOOLEAN input column")
+            n, s, x = (f"a{i}_{p}" for p in "nsx")
+            if agg.fn == "count_star" and agg.filter is None:
+                continue  # the row count is the result
+            if agg.fn in ("count_star", "count", "sum", "avg"):
+                self._fields.append(pa.field(n, pa.int64()))
+                self._aggregations.append((n, "sum"))
+            if agg.fn in ("sum", "avg"):
+                self._fields.append(pa.field(s, self._sum_type(what, input_schema.field(agg.arg).type)))
+                self._aggregations.append((s, "sum", _SUM_OPTIONS))
+            elif agg.fn in ("min", "max"):
+                self._fields.append(pa.field(x, input_schema.field(agg.arg).type))
+                self._aggregations.append((x, agg.fn))
+
+    @staticmethod
+    def _sum_type(what: str, type_: pa.DataType) -> pa.DataType:
+        # Integers sum in int64 even when unsigned: a retraction subtracts.
+        if pa.types.is_integer(type_):
+            return pa.int64()
+        if pa.types.is_floating(type_):
+            return pa.float64()
+        if pa.types.is_decimal(type_):
+            empty = pa.table({"v": pa.array([], type_)})
+            return empty.group_by([], use_threads=False).aggregate([("v", "sum")]).schema.field(0).type
+        raise ValueError(f"{what} needs a numeric argument, got {type_}")
+
+    # -- process -----------------------------------------------------------------------------
+
+    def _deltas(self, batch: pa.RecordBatch) -> tuple[list[pa.Array], dict[str, pa.Array]]:
+        """The distinct keys of ``batch`` (one array per key column) and, per accumulator field,
+        the net change the batch makes to each key."""
+        n = batch.num_rows
+        retract = None
+        if self._updating:
+            kinds = pc.is_in(batch.column(batch.num_columns - 1), value_set=_RETRACTING)
+            retract = pc.fill_null(kinds, False).to_numpy(zero_copy_only=False)
+            if not retract.any():
+                retract = None
+        sign = np.ones(n, np.int64) if retract is None else np.where(retract, -1, 1).astype(np.int64)
+        if self.node.keys:
+            cols: dict[str, pa.Array] = {name: _normalize_key(batch.column(k))
+                                         for name, k in zip(self._keys, self.node.keys, strict=True)}
+        else:
+            cols = {self._keys[0]: pa.array(np.ones(n, bool))}
+        cols[_ROWS] = pa.array(sign)
+        negate = None if retract is None else pa.array(retract)
+        for i, agg in enumerate(self.node.aggs):
+            n_name, s_name, x_name = (f"a{i}_{p}" for p in "nsx")
+            if agg.fn == "count_star" and agg.filter is None:
+                continue
+            keep = None if agg.filter is None else pc.fill_null(batch.column(agg.filter), False)
+            arg = None if agg.arg is None else batch.column(agg.arg)
+            if agg.fn in ("min", "max"):
+                assert arg is not None
+                cols[x_name] = arg if keep is None else pc.if_else(keep, arg, pa.scalar(None, arg.type))
+                continue
+            counted = np.ones(n, bool) if keep is None else keep.to_numpy(zero_copy_only=False)
+            if agg.fn != "count_star":
+                assert arg is not None
+                counted = counted & pc.is_valid(arg).to_numpy(zero_copy_only=False)
+            cols[n_name] = pa.array(np.where(counted, sign, 0))
+            if agg.fn in ("sum", "avg"):
+                assert arg is not None
+                sum_type = self._field_type(s_name)
+                values = arg if arg.type == sum_type else pc.cast(arg, sum_type)
+                if negate is not None:
+                    values = pc.if_else(negate, pc.negate(values), values)
+                if keep is not None:  # NULL arguments are skipped by the sum anyway
+                    values = pc.if_else(keep, values, pa.scalar(None, sum_type))
+                cols[s_name] = values
+        grouped = pa.table(cols).group_by(self._keys, use_threads=False).aggregate(self._aggregations)
+        keys = [_array(grouped[k]) for k in self._keys]
+        delta = {name: _array(grouped[f"{name}_{fn}"]) for name, fn, *_ in self._aggregations}
+        return keys, delta
+
+    def _field_type(self, name: str) -> pa.DataType:
+        return next(f.type for f in self._fields if f.name == name)
+
+    def _merge(self, old: pa.StructArray, delta: dict[str, pa.Array]) -> dict[str, pa.Array]:
+        """The accumulators after the batch: old (NULL where the key was absent) plus delta, per
+        key position; one group_by over the positions does every field at once."""
+        m = len(old)
+        positions = np.arange(m, dtype=np.int64)
+        cols: dict[str, pa.Array] = {_POSITION: pa.array(np.concatenate([positions, positions]))}
+        for f, previous in zip(self._fields, old.flatten(), strict=True):
+            change = delta[f.name]
+            cols[f.name] = pa.concat_arrays([previous, change if change.type == f.type else pc.cast(change, f.type)])
+        merged = pa.table(cols).group_by(_POSITION, use_threads=False).aggregate(self._aggregations)
+        order = merged[_POSITION].to_numpy()
+        take = None if (order == positions).all() else np.argsort(order)
+        new = {}
+        for name, fn, *_ in self._aggregations:
+            values = _array(merged[f"{name}_{fn}"])
+            if take is not None:
+                values = pc.take(values, pa.array(take))
+            new[name] = values if values.type == self._field_type(name) else pc.cast(values, self._field_type(name))
+        for f in self._fields:
+            if f.name.endswith("_s"):
+                # A sum whose count is back to 0 restarts at exactly 0 (floats may keep a residue).
+                empty = pc.equal(new[f.name[:-2] + "_n"], _ZERO)
+                new[f.name] = pc.if_else(empty, pc.cast(_ZERO, f.type), new[f.name])
+        return new
+
+    def _apply(self, keys: list[pa.Array], old: pa.StructArray, new: dict[str, pa.Array]) -> list[pa.RecordBatch]:
+        """Store the new accumulators and return the changelog rows for them."""
+        m = len(old)
+        existed = pc.is_valid(old).to_numpy(zero_copy_only=False)
+        alive = new[_ROWS].to_numpy() > 0
+        write = existed | alive
+        if write.any():
+            values = pa.StructArray.from_arrays([new[f.name] for f in self._fields], fields=self._fields,
+                                                mask=pa.array(~alive))
+            stored = keys
+            if not write.all():  # keys that came and went within the batch: nothing to store
+                chosen = pa.array(write)
+                stored, values = [pc.filter(k, chosen) for k in keys], pc.filter(values, chosen)
+            self._groups.put_many(stored, values)
+            self._entry_bytes = (sum(k.nbytes for k in stored) + values.nbytes) / len(values)
+
+        inserted = ~existed & alive
+        deleted = existed & ~alive
+        self._num_keys += int(inserted.sum()) - int(deleted.sum())
+        after = self._results(new)
+        kept = existed & alive
+        if kept.any() or deleted.any():
+            before = self._results(dict(zip((f.name for f in self._fields), old.flatten(), strict=True)))
+            changed = kept & ~np.logical_and.reduce([_same(b, a) for b, a in zip(before, after, strict=True)],
+                                                    axis=0, initial=True)
+        else:
+            before = [pa.nulls(m, a.type) for a in after]
+            changed = kept
+        gone, updated, added = np.flatnonzero(deleted), np.flatnonzero(changed), np.flatnonzero(inserted)
+        # Positions into [before results ++ after results]: -D and -U read before, +U and +I after.
+        rows = np.concatenate([gone, updated, updated + m, added + m])
+        if not len(rows):
+            return []
+        key_rows = pa.array(rows % m)
+        columns = [pc.take(k, key_rows) for k in keys] if self.node.keys else []
+        picks = pa.array(rows)
+        columns += [pc.take(pa.concat_arrays([b, a]), picks) for b, a in zip(before, after, strict=True)]
+        counts = [len(gone), len(updated), len(updated), len(added)]
+        columns.append(pc.take(_KINDS, pa.array(np.repeat(np.arange(4), counts))))
+        schema = self.node.schema
+        columns = [c if c.type == t else pc.cast(c, t) for c, t in zip(columns, schema.types, strict=True)]
+        return [pa.RecordBatch.from_arrays(columns, schema=schema)]
+
+    def _results(self, acc: dict[str, pa.Array]) -> list[pa.Array]:
+        """The aggregates' results (of the output types) from accumulators."""
+        base = len(self.node.keys)
+        out = []
+        for i, agg in enumerate(self.node.aggs):
+            type_ = self.node.schema.field(base + i).type
+            n, s, x = (f"a{i}_{p}" for p in "nsx")
+            match agg.fn:
+                case "count_star" if agg.filter is None:
+                    value = acc[_ROWS]
+                case "count_star" | "count":
+                    value = acc[n]
+                case "sum":
+                    value = pc.if_else(pc.greater(acc[n], _ZERO), acc[s], pa.scalar(None, acc[s].type))
+                case "avg":
+                    value = _average(acc[s], acc[n], type_)
+                case _:
+                    value = acc[x]
+            out.append(value if value.type == type_ else pc.cast(value, type_))
+        return out
+
+    def _update_state_metrics(self) -> None:
+        self.metrics["state_rows"] = self._num_keys
+        self.metrics["state_bytes"] = int(self._num_keys * self._entry_bytes)
+
+
+# -- vectorized helpers -----------------------------------------------------------------------
+
+
+def _array(values: pa.Array | pa.ChunkedArray) -> pa.Array:
+    if isinstance(values, pa.ChunkedArray):
+        return values.combine_chunks() if values.num_chunks != 1 else values.chunk(0)
+    return values
+
+
+def _normalize_key(col: pa.Array) -> pa.Array:
+    """``col`` with the float values the state contract treats as one key made identical."""
+    if not pa.types.is_floating(col.type):
+        return col
+    col = pc.add(col, pa.scalar(0.0, col.type))  # -0.0 + 0.0 is 0.0
+    nan = pc.is_nan(col)
+    if pc.any(nan).as_py():
+        col = pc.if_else(nan, pa.scalar(float("nan"), col.type), col)
+    return col
+
+
+def _average(total: pa.Array, count: pa.Array, type_: pa.DataType) -> pa.Array:
+    """SUM / COUNT as ``type_``; NULL where the count is 0 (or NULL)."""
+    empty = pc.equal(count, _ZERO)
+    # The divisor 1 only avoids a division error where the result is NULL anyway.
+    divisor = pc.if_else(empty, _ONE, count)
+    if pa.types.is_floating(type_) or pa.types.is_floating(total.type):
+        value = pc.divide(pc.cast(total, pa.float64()), pc.cast(divisor, pa.float64()))
+    elif pa.types.is_decimal(total.type):
+        # decimal128(38, s) / decimal(19, 0) needs more than 38 digits of precision on the way.
+        wide = pa.decimal256(min(total.type.precision, 76), total.type.scale)
+        value = pc.cast(pc.divide(pc.cast(total, wide), pc.cast(divisor, pa.decimal256(19, 0))), type_, safe=False)
+    else:
+        value = pc.divide(total, pc.cast(divisor, total.type))  # truncates, as SQL
+    return pc.if_else(empty, pa.scalar(None, value.type), value)
+
+
+def _same(a: pa.Array, b: pa.Array) -> np.ndarray:
+    """Per row, whether ``a`` and ``b`` hold the same result (NULL is the same as NULL, NaN as NaN)."""
+    equal = pc.fill_null(pc.equal(a, b), False).to_numpy(zero_copy_only=False)
+    both_null = ~pc.is_valid(a).to_numpy(zero_copy_only=False) & ~pc.is_valid(b).to_numpy(zero_copy_only=False)
+    same = equal | both_null
+    if pa.types.is_floating(a.type):
+        nan = pc.fill_null(pc.and_(pc.is_nan(a), pc.is_nan(b)), False).to_numpy(zero_copy_only=False)
+        same |= nan
+    return same
+
+
+def _type_bytes(type_: pa.DataType) -> int:
+    """A rough size of one value of ``type_`` as Arrow data."""
+    if pa.types.is_struct(type_):
+        return sum(_type_bytes(type_.field(i).type) for i in range(type_.num_fields))
+    try:
+        return max(type_.bit_width // 8, 1)
+    except ValueError:  # variable width
+        return _VARIABLE_BYTES

@@ -1,0 +1,465 @@
+"""The non-windowed GROUP BY operator, checked through the changelog it emits.
+
+The changelog is applied to a dict (``+I`` / ``+U`` set a key's row, ``-U`` / ``-D`` remove it
+and must carry exactly the row held), and the dict must end equal to the aggregates computed
+in plain Python from the rows that were added and not retracted.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import math
+import random
+import tempfile
+from collections import defaultdict
+from collections.abc import Callable, Iterable, Sequence
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from clink.runtime import plan
+from clink.runtime.connectors import ConnectorRegistry
+from clink.runtime.context import RuntimeContext, TaskContext
+from clink.runtime.operators.group import GroupAggregateOperator
+from clink.runtime.state.backend import IncompatibleState, StateBackend
+from clink.runtime.state.keygroups import key_groups
+from clink.runtime.state.memory import MemoryStateBackend
+from clink.runtime.state.sqlite import SqliteStateBackend
+
+A = plan.AggSpec
+ROWKIND = plan.ROWKIND_COLUMN
+
+#: Input layout of most tests: k (STRING key), v (BIGINT), f (BOOLEAN filter); an updating
+#: input adds the row-kind column.
+INPUT = pa.schema([("k", pa.string()), ("v", pa.int64()), ("f", pa.bool_())])
+UPDATING = INPUT.append(pa.field(ROWKIND, pa.string()))
+K, V, F = range(3)
+
+#: Few key groups, so that each holds several keys and the split by key group is exercised.
+MAX_PARALLELISM = 8
+
+#: Aggregates that an updating input can retract, with their plain-Python meaning over the
+#: (v, f) pairs of one key's net rows.
+RETRACTABLE: list[tuple[plan.AggSpec, Callable[[list[tuple[Any, Any]]], Any]]] = [
+    (A(fn="count_star", arg=None, type=pa.int64()), len),
+    (A(fn="count_star", arg=None, type=pa.int64(), filter=F), lambda rs: sum(f is True for _, f in rs)),
+    (A(fn="count", arg=V, type=pa.int64()), lambda rs: sum(v is not None for v, _ in rs)),
+    (A(fn="count", arg=V, type=pa.int64(), filter=F), lambda rs: sum(v is not None and f is True for v, f in rs)),
+    (A(fn="sum", arg=V, type=pa.int64()), lambda rs: _sum([v for v, _ in rs])),
+    (A(fn="sum", arg=V, type=pa.int64(), filter=F), lambda rs: _sum([v for v, f in rs if f is True])),
+    (A(fn="avg", arg=V, type=pa.float64()), lambda rs: _avg([v for v, _ in rs])),
+    (A(fn="avg", arg=V, type=pa.float64(), filter=F), lambda rs: _avg([v for v, f in rs if f is True])),
+]
+#: Aggregates only an append-only input allows.
+EXTREMES: list[tuple[plan.AggSpec, Callable[[list[tuple[Any, Any]]], Any]]] = [
+    (A(fn="min", arg=V, type=pa.int64()), lambda rs: _extreme(min, [v for v, _ in rs])),
+    (A(fn="max", arg=V, type=pa.int64()), lambda rs: _extreme(max, [v for v, _ in rs])),
+    (A(fn="max", arg=V, type=pa.int64(), filter=F), lambda rs: _extreme(max, [v for v, f in rs if f is True])),
+]
+
+
+def _sum(values: list[Any]) -> Any:
+    present = [v for v in values if v is not None]
+    return sum(present) if present else None
+
+
+def _avg(values: list[Any]) -> Any:
+    present = [v for v in values if v is not None]
+    return sum(present) / len(present) if present else None
+
+
+def _extreme(fn: Callable, values: list[Any]) -> Any:
+    present = [v for v in values if v is not None]
+    return fn(present) if present else None
+
+
+BACKENDS: dict[str, Callable[[Path], StateBackend]] = {
+    "memory": lambda d: MemoryStateBackend(max_parallelism=MAX_PARALLELISM),
+    "sqlite": lambda d: SqliteStateBackend(d, max_parallelism=MAX_PARALLELISM),
+    # Nearly every access evicts and reloads: the accumulators go through the database.
+    "sqlite-tiny-cache": lambda d: SqliteStateBackend(d, cache_entries=2, max_parallelism=MAX_PARALLELISM),
+}
+
+
+# ---------------------------------------------------------------- building blocks
+
+
+def context() -> TaskContext:
+    runtime = RuntimeContext(connectors=ConnectorRegistry(), config={"pipeline.max-parallelism": str(MAX_PARALLELISM)})
+    return TaskContext(runtime=runtime, node_id=2)
+
+
+def make_node(aggs: Sequence[plan.AggSpec], *, input_schema: pa.Schema = INPUT,
+              keys: tuple[int, ...] = (K,)) -> plan.GroupAggregate:
+    fields = [input_schema.field(k) for k in keys] + [pa.field(f"a{i}", a.type) for i, a in enumerate(aggs)]
+    schema = pa.schema([*fields, pa.field(ROWKIND, pa.string())])
+    return plan.GroupAggregate(id=2, input=1, keys=keys, aggs=tuple(aggs), schema=schema)
+
+
+def make_op(aggs: Sequence[plan.AggSpec], *, updating: bool = False, keys: tuple[int, ...] = (K,),
+            input_schema: pa.Schema | None = None, backend: StateBackend | None = None) -> GroupAggregateOperator:
+    schema = input_schema or (UPDATING if updating else INPUT)
+    node = make_node(aggs, input_schema=schema, keys=keys)
+    return GroupAggregateOperator(node, context(), input_schema=schema, backend=backend)
+
+
+def batch(rows: Iterable[tuple], schema: pa.Schema = INPUT) -> pa.RecordBatch:
+    """Rows as tuples in the column order of ``schema``."""
+    return pa.RecordBatch.from_pylist([dict(zip(schema.names, r, strict=True)) for r in rows], schema=schema)
+
+
+def rows_of(batches: Iterable[pa.RecordBatch]) -> list[tuple]:
+    """Every output row as a tuple, in output order."""
+    return [tuple(r.values()) for b in batches for r in b.to_pylist()]
+
+
+def apply_changelog(table: dict[tuple, tuple], out: Iterable[pa.RecordBatch], op: GroupAggregateOperator) -> None:
+    """Apply changelog batches to ``table`` (key tuple -> aggregate tuple), checking that each
+    retraction carries the row held and that no key is inserted twice."""
+    width = len(op.node.keys)
+    for b in out:
+        assert b.schema == op.node.schema
+        for row in rows_of([b]):
+            key, values, kind = row[:width], row[width:-1], row[-1]
+            if kind in ("+I", "+U"):
+                assert key not in table, f"{kind} for {key} while it holds {table[key]}"
+                table[key] = values
+            else:
+                assert kind in ("-U", "-D"), kind
+                assert table.get(key) == values, f"{kind} {values} for {key}, which holds {table.get(key)}"
+                del table[key]
+
+
+def model(live: Iterable[tuple], fns: Sequence[Callable]) -> dict[tuple, tuple]:
+    """The aggregates per key of the net input rows ``(k, v, f)``."""
+    by_key: dict[Any, list[tuple[Any, Any]]] = defaultdict(list)
+    for k, v, f in live:
+        by_key[k].append((v, f))
+    return {(k,): tuple(fn(rs) for fn in fns) for k, rs in by_key.items()}
+
+
+def to_batches(steps: list[list[tuple[bool, int, tuple, bool]]], updating: bool) -> tuple[list[pa.RecordBatch],
+                                                                                            list[tuple]]:
+    """Input batches from drawn operations, and the rows live at the end.
+
+    An operation either adds its row (``+I``, or ``+U`` when ``variant``) or, on an updating
+    input with rows live, retracts the live row ``which`` points at (``-D``, or ``-U``): only
+    rows really added are retracted, as a real upstream would.
+    """
+    live: list[tuple] = []
+    batches = []
+    for ops in steps:
+        rows = []
+        for retract, which, row, variant in ops:
+            if updating and retract and live:
+                rows.append((*live.pop(which % len(live)), "-U" if variant else "-D"))
+            else:
+                live.append(row)
+                rows.append((*row, "+U" if variant else "+I") if updating else row)
+        batches.append(batch(rows, UPDATING if updating else INPUT))
+    return batches, live
+
+
+def random_steps(seed: int, n_batches: int, size: int, keys: str = "abcdefghij") -> list[list]:
+    rng = random.Random(seed)
+
+    def row() -> tuple:
+        return (rng.choice([*keys, None]), rng.choice([None, *range(-20, 21)]), rng.choice([True, False, None]))
+
+    return [[(rng.random() < 0.35, rng.randrange(1000), row(), rng.random() < 0.5) for _ in range(size)]
+            for _ in range(n_batches)]
+
+
+# ---------------------------------------------------------------- the changelog against a model
+
+
+_ops = st.tuples(st.booleans(), st.integers(0, 1_000),
+                 st.tuples(st.sampled_from(["a", "b", "c", None]), st.none() | st.integers(-5, 5),
+                           st.sampled_from([True, False, None])),
+                 st.booleans())
+_steps = st.lists(st.lists(_ops, max_size=12), min_size=1, max_size=8)
+_PROPERTY = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+@pytest.mark.parametrize("backend", ["memory", "sqlite-tiny-cache"])
+@pytest.mark.parametrize("updating", [False, True], ids=["append-only", "updating"])
+@_PROPERTY
+@given(steps=_steps)
+def test_the_changelog_ends_at_the_aggregates_of_the_net_rows(backend: str, updating: bool,
+                                                            steps: list[list]) -> None:
+    specs = RETRACTABLE if updating else RETRACTABLE + EXTREMES
+    batches, live = to_batches(steps, updating)
+    with tempfile.TemporaryDirectory() as directory:
+        op = make_op([a for a, _ in specs], updating=updating, backend=BACKENDS[backend](Path(directory)))
+        table: dict[tuple, tuple] = {}
+        for b in batches:
+            apply_changelog(table, op.process(b), op)
+        expected = model(live, [fn for _, fn in specs])
+        assert table == expected
+        assert op.metrics["state_rows"] == len(expected)
+        op.close()
+
+
+# ---------------------------------------------------------------- examples
+
+
+def test_the_first_row_inserts_and_the_next_updates() -> None:
+    op = make_op([A(fn="count_star", arg=None, type=pa.int64()), A(fn="sum", arg=V, type=pa.int64())])
+    assert rows_of(op.process(batch([("a", 5, None)]))) == [("a", 1, 5, "+I")]
+    assert rows_of(op.process(batch([("a", 2, None)]))) == [("a", 1, 5, "-U"), ("a", 2, 7, "+U")]
+    # Several rows of one key in a batch: one update, from the result before to the one after.
+    assert rows_of(op.process(batch([("a", 1, None), ("b", None, None), ("a", 1, None)]))) == [
+        ("a", 2, 7, "-U"), ("a", 4, 9, "+U"), ("b", 1, None, "+I")]
+
+
+def test_an_unchanged_result_emits_nothing() -> None:
+    op = make_op([A(fn="max", arg=V, type=pa.int64())])
+    assert rows_of(op.process(batch([("a", 5, None)]))) == [("a", 5, "+I")]
+    assert op.process(batch([("a", 3, None), ("a", None, None), ("a", 5, None)])) == []
+    assert rows_of(op.process(batch([("a", 8, None)]))) == [("a", 5, "-U"), ("a", 8, "+U")]
+    # The row count still grows even when no result shows it.
+    count = make_op([A(fn="count", arg=V, type=pa.int64())])
+    count.process(batch([("a", None, None)]))
+    assert count.process(batch([("a", None, None)])) == []
+
+
+def test_retracting_the_last_row_deletes_the_key() -> None:
+    op = make_op([A(fn="sum", arg=V, type=pa.int64())], updating=True)
+    assert rows_of(op.process(batch([("a", 1, None, "+I"), ("a", 2, None, "+U")], UPDATING))) == [("a", 3, "+I")]
+    assert rows_of(op.process(batch([("a", 1, None, "-U")], UPDATING))) == [("a", 3, "-U"), ("a", 2, "+U")]
+    assert op.metrics["state_rows"] == 1
+    assert rows_of(op.process(batch([("a", 2, None, "-D")], UPDATING))) == [("a", 2, "-D")]
+    assert op.metrics["state_rows"] == 0
+    # The key is gone: the next row starts it again.
+    assert rows_of(op.process(batch([("a", 4, None, "+I")], UPDATING))) == [("a", 4, "+I")]
+
+
+def test_a_key_that_comes_and_goes_within_a_batch_emits_nothing() -> None:
+    op = make_op([A(fn="count_star", arg=None, type=pa.int64())], updating=True)
+    assert op.process(batch([("a", 1, None, "+I"), ("a", 1, None, "-D")], UPDATING)) == []
+    assert op.metrics["state_rows"] == 0
+
+
+def test_the_sum_of_retracted_values_is_null_again() -> None:
+    op = make_op([A(fn="count_star", arg=None, type=pa.int64()), A(fn="sum", arg=V, type=pa.int64()),
+                  A(fn="avg", arg=V, type=pa.float64())], updating=True)
+    op.process(batch([("a", None, None, "+I"), ("a", 3, None, "+I")], UPDATING))
+    assert rows_of(op.process(batch([("a", 3, None, "-D")], UPDATING))) == [("a", 2, 3, 3.0, "-U"),
+                                                                             ("a", 1, None, None, "+U")]
+
+
+def test_null_is_a_key_like_any_other() -> None:
+    op = make_op([A(fn="count_star", arg=None, type=pa.int64())])
+    out = rows_of(op.process(batch([(None, 1, None), ("a", 1, None), (None, 2, None)])))
+    assert sorted(out, key=repr) == sorted([(None, 2, "+I"), ("a", 1, "+I")], key=repr)
+    assert rows_of(op.process(batch([(None, 1, None)]))) == [(None, 2, "-U"), (None, 3, "+U")]
+
+
+def test_several_key_columns_with_nulls() -> None:
+    op = make_op([A(fn="count_star", arg=None, type=pa.int64())], keys=(K, F))
+    out = rows_of(op.process(batch([("a", 1, None), ("a", 2, None), ("a", 3, True), (None, 4, None)])))
+    assert sorted(out, key=repr) == sorted([("a", None, 2, "+I"), ("a", True, 1, "+I"), (None, None, 1, "+I")],
+                                           key=repr)
+
+
+def test_filters_count_only_rows_where_they_are_true() -> None:
+    aggs = [A(fn="count_star", arg=None, type=pa.int64(), filter=F), A(fn="sum", arg=V, type=pa.int64(), filter=F),
+            A(fn="max", arg=V, type=pa.int64(), filter=F), A(fn="count_star", arg=None, type=pa.int64())]
+    op = make_op(aggs)
+    assert rows_of(op.process(batch([("a", 9, False), ("a", 8, None)]))) == [("a", 0, None, None, 2, "+I")]
+    assert rows_of(op.process(batch([("a", 1, True), ("a", 7, False)]))) == [("a", 0, None, None, 2, "-U"),
+                                                                               ("a", 1, 1, 1, 4, "+U")]
+
+
+def test_no_keys_is_one_global_group() -> None:
+    op = make_op([A(fn="count_star", arg=None, type=pa.int64()), A(fn="sum", arg=V, type=pa.int64())],
+                 updating=True, keys=())
+    assert rows_of(op.process(batch([("a", 1, None, "+I"), ("b", 2, None, "+I")], UPDATING))) == [(2, 3, "+I")]
+    assert rows_of(op.process(batch([("a", 1, None, "-D")], UPDATING))) == [(2, 3, "-U"), (1, 2, "+U")]
+    assert rows_of(op.process(batch([("b", 2, None, "-D")], UPDATING))) == [(1, 2, "-D")]
+
+
+def test_result_types_are_those_of_the_output_schema() -> None:
+    schema = pa.schema([("k", pa.int32()), ("i", pa.int32()), ("d", pa.decimal128(10, 2)), ("x", pa.float32())])
+    aggs = (A(fn="count_star", arg=None, type=pa.int64()), A(fn="sum", arg=1, type=pa.int64()),
+            A(fn="avg", arg=1, type=pa.float64()), A(fn="avg", arg=1, type=pa.int32()),
+            A(fn="min", arg=1, type=pa.int32()), A(fn="sum", arg=2, type=pa.decimal128(38, 2)),
+            A(fn="avg", arg=2, type=pa.decimal128(38, 6)), A(fn="max", arg=2, type=pa.decimal128(10, 2)),
+            A(fn="sum", arg=3, type=pa.float64()), A(fn="count", arg=3, type=pa.int32()))
+    op = make_op(aggs, input_schema=schema)
+    b = batch([(1, 2, Decimal("1.50"), 0.5), (1, 3, Decimal("2.25"), None)], schema)
+    (out,) = op.process(b)
+    assert out.schema == op.node.schema
+    assert rows_of([out]) == [(1, 2, 5, 2.5, 2, 2, Decimal("3.75"), Decimal("1.875000"), Decimal("2.25"), 0.5, 1,
+                               "+I")]
+    (out,) = op.process(batch([(1, -10, Decimal("-4.00"), 1.5)], schema))
+    assert out.schema == op.node.schema
+    assert rows_of([out])[1] == (1, 3, -5, -5 / 3, -1, -10, Decimal("-0.25"), Decimal("-0.083333"), Decimal("2.25"),
+                                 2.0, 2, "+U")
+
+
+@pytest.mark.parametrize(("type_", "values"), [
+    (pa.int8(), [1, -1, None]),
+    (pa.float64(), [1.5, -2.0, None]),
+    (pa.bool_(), [True, False, None]),
+    (pa.decimal128(12, 3), [Decimal("1.250"), Decimal("-7.000"), None]),
+    (pa.date32(), [dt.date(2024, 2, 29), dt.date(1969, 12, 31), None]),
+    (pa.timestamp("ms"), [dt.datetime(2024, 1, 1, 12), dt.datetime(1999, 1, 1), None]),
+    (pa.timestamp("us", tz="UTC"), [dt.datetime(2024, 1, 1, tzinfo=dt.UTC), dt.datetime(2000, 1, 1, tzinfo=dt.UTC),
+                                    None]),
+    (pa.string(), ["x", "", None]),
+], ids=str)
+@pytest.mark.parametrize("backend", ["memory", "sqlite-tiny-cache"])
+def test_keys_of_every_scalar_type(type_: pa.DataType, values: list[Any], backend: str, tmp_path: Path) -> None:
+    schema = pa.schema([("key", type_), ("v", pa.int64())])
+    op = make_op([A(fn="sum", arg=1, type=pa.int64())], input_schema=schema, keys=(0,),
+                 backend=BACKENDS[backend](tmp_path))
+    first = rows_of(op.process(batch([(values[0], 1), (values[1], 2), (values[2], 3), (values[0], 4)], schema)))
+    assert sorted(first, key=repr) == sorted([(values[0], 5, "+I"), (values[1], 2, "+I"), (values[2], 3, "+I")],
+                                             key=repr)
+    assert rows_of(op.process(batch([(values[2], 1)], schema))) == [(values[2], 3, "-U"), (values[2], 4, "+U")]
+    assert op.metrics["state_rows"] == 3
+
+
+def test_float_keys_that_the_state_treats_as_equal_are_one_group() -> None:
+    schema = pa.schema([("key", pa.float64()), ("v", pa.int64())])
+    op = make_op([A(fn="count_star", arg=None, type=pa.int64())], input_schema=schema, keys=(0,))
+    quiet_nan = np.frombuffer(np.array([0x7FF8000000000001], np.uint64).tobytes(), np.float64)[0]
+    out = rows_of(op.process(batch([(-0.0, 1), (0.0, 1), (math.nan, 1), (float(quiet_nan), 1)], schema)))
+    assert len(out) == 2 and out[0] == (0.0, 2, "+I")
+    assert math.isnan(out[1][0]) and out[1][1:] == (2, "+I")
+    assert rows_of(op.process(batch([(-0.0, 1)], schema))) == [(0.0, 2, "-U"), (0.0, 3, "+U")]
+    assert op.metrics["state_rows"] == 2
+
+
+def test_unsupported_aggregates_are_refused() -> None:
+    with pytest.raises(ValueError, match="group aggregate 2: aggregate 0 .count_distinct. is not supported"):
+        make_op([A(fn="count_distinct", arg=V, type=pa.int64())])
+    for fn in ("min", "max"):
+        with pytest.raises(ValueError, match=f"{fn.upper()} cannot be retracted"):
+            make_op([A(fn=fn, arg=V, type=pa.int64())], updating=True)
+    with pytest.raises(ValueError, match="FILTER column 1 must be a BOOLEAN"):
+        make_op([A(fn="count_star", arg=None, type=pa.int64(), filter=V)])
+    with pytest.raises(ValueError, match="needs a numeric argument"):
+        make_op([A(fn="sum", arg=K, type=pa.int64())])
+    node = make_node([A(fn="count_star", arg=None, type=pa.int64())])
+    wrong = plan.GroupAggregate(id=2, input=1, keys=(K,), aggs=node.aggs, schema=node.schema.remove(2))
+    with pytest.raises(ValueError, match="the output schema must be"):
+        GroupAggregateOperator(wrong, context(), input_schema=INPUT)
+
+
+def test_empty_batches_emit_nothing() -> None:
+    op = make_op([A(fn="count_star", arg=None, type=pa.int64())], updating=True)
+    assert op.process(batch([], UPDATING)) == []
+    assert op.metrics["state_rows"] == 0 and op.metrics["state_bytes"] == 0
+
+
+def test_state_metrics_follow_the_keys_held() -> None:
+    op = make_op([A(fn="sum", arg=V, type=pa.int64())], updating=True)
+    op.process(batch([(k, 1, None, "+I") for k in "abcd"], UPDATING))
+    assert op.metrics["state_rows"] == 4 and op.metrics["state_bytes"] > 0
+    op.process(batch([("a", 1, None, "-D"), ("b", 1, None, "-D"), ("e", 1, None, "+I")], UPDATING))
+    assert op.metrics["state_rows"] == 3
+
+
+# ---------------------------------------------------------------- checkpoints
+
+
+AGGS = [a for a, _ in RETRACTABLE]
+
+
+@pytest.mark.parametrize("backend", list(BACKENDS))
+def test_snapshot_restore_and_split_by_key_group(backend: str, tmp_path: Path) -> None:
+    # The second part retracts rows of the first: draw both together, then cut.
+    batches, _ = to_batches(random_steps(seed=5, n_batches=6, size=40), updating=True)
+    first, second = batches[:3], batches[3:]
+    make = BACKENDS[backend]
+
+    whole = make_op(AGGS, updating=True)
+    for b in first:
+        whole.process(b)
+    expected = [rows_of(whole.process(b)) for b in second]
+    assert any(expected)
+
+    op = make_op(AGGS, updating=True, backend=make(tmp_path / "a"))
+    for b in first:
+        op.process(b)
+    (tmp_path / "snap").mkdir()
+    files, meta = op.snapshot(1, tmp_path / "snap")
+    assert op.operator_state.committed_checkpoint == 1
+    held = op.metrics["state_rows"]
+    assert [rows_of(op.process(b)) for b in second] == expected  # the snapshot changed nothing
+    op.close()
+
+    restored = make_op(AGGS, updating=True, backend=make(tmp_path / "b"))
+    restored.restore(files, meta)
+    assert restored.metrics["state_rows"] == held
+    assert [rows_of(restored.process(b)) for b in second] == expected
+    assert restored.metrics["state_rows"] == whole.metrics["state_rows"]
+
+    groups = set(range(MAX_PARALLELISM))
+    half = {0, 2, 3, 7}
+    outputs: list[tuple] = []
+    held_by_tasks = 0
+    for i, part in enumerate((half, groups - half)):  # two tasks, each with half of the key groups
+        task = make_op(AGGS, updating=True, backend=make(tmp_path / f"task{i}"))
+        task.restore(files, meta, key_groups=part)
+        held_by_tasks += task.metrics["state_rows"]
+        for b in second:
+            mine = b.filter(pa.array(np.isin(key_groups([b.column(K)], MAX_PARALLELISM), list(part))))
+            outputs += rows_of(task.process(mine))
+        task.close()
+    assert held_by_tasks == held
+    assert sorted(outputs, key=repr) == sorted((r for rows in expected for r in rows), key=repr)
+
+
+@pytest.mark.parametrize("backend", list(BACKENDS))
+def test_a_restored_operator_continues_the_changelog(backend: str, tmp_path: Path) -> None:
+    """Snapshots at several points, each restored into a fresh operator that finishes the run:
+    the changelog of the first part and of the restored rest ends at the model."""
+    batches, live = to_batches(random_steps(seed=9, n_batches=5, size=30, keys="abc"), updating=True)
+    expected = model(live, [fn for _, fn in RETRACTABLE])
+    for cut in range(1, len(batches)):
+        op = make_op(AGGS, updating=True, backend=BACKENDS[backend](tmp_path / f"a{cut}"))
+        table: dict[tuple, tuple] = {}
+        for b in batches[:cut]:
+            apply_changelog(table, op.process(b), op)
+        snap = tmp_path / f"snap{cut}"
+        snap.mkdir()
+        files, meta = op.snapshot(cut, snap)
+        op.close()
+        restored = make_op(AGGS, updating=True, backend=BACKENDS[backend](tmp_path / f"b{cut}"))
+        restored.restore(files, meta)
+        for b in batches[cut:]:
+            apply_changelog(table, restored.process(b), restored)
+        assert table == expected
+        restored.close()
+
+
+@pytest.mark.parametrize("backend", ["memory", "sqlite"])
+def test_a_snapshot_of_other_aggregates_is_refused(backend: str, tmp_path: Path) -> None:
+    op = make_op(AGGS, updating=True, backend=BACKENDS[backend](tmp_path / "a"))
+    op.process(batch([("a", 1, True, "+I")], UPDATING))
+    (tmp_path / "snap").mkdir()
+    files, meta = op.snapshot(1, tmp_path / "snap")
+    other = make_op(AGGS[:-1], updating=True, backend=BACKENDS[backend](tmp_path / "b"))
+    assert other.descriptor.signature() != op.descriptor.signature()
+    with pytest.raises(IncompatibleState):
+        other.restore(files, meta)
+
+
+@pytest.mark.parametrize("backend", list(BACKENDS))
+def test_empty_state_snapshot_round_trips(backend: str, tmp_path: Path) -> None:
+    op = make_op(AGGS, updating=True, backend=BACKENDS[backend](tmp_path / "a"))
+    (tmp_path / "snap").mkdir()
+    files, meta = op.snapshot(1, tmp_path / "snap")
+    other = make_op(AGGS, updating=True, backend=BACKENDS[backend](tmp_path / "b"))
+    other.restore(files, meta)
+    assert other.metrics["state_rows"] == 0
+    assert rows_of(other.process(batch([("a", 1, True, "+I")], UPDATING)))[0][-1] == "+I"
