@@ -13,6 +13,7 @@ from clink.compiler.rewrite.prune_projections import prune_projections
 from clink.compiler.rewrite.push_filter_below_windows import push_filter_below_windows
 from clink.compiler.rewrite.push_filter_into_scan import push_filter_into_scan
 from clink.compiler.rewrite.push_filter_through_project import push_filter_through_project
+from clink.compiler.rewrite.use_scan_equalities import use_scan_equalities
 from clink.errors import CompilerBug
 
 __all__ = ["RULES", "Rewrite", "run_rewrites", "transform_up"]
@@ -33,6 +34,7 @@ RULES: tuple[Rewrite, ...] = (
     Rewrite("push_filter_through_project", push_filter_through_project),
     Rewrite("merge_projections", merge_projections),
     Rewrite("push_filter_into_scan", push_filter_into_scan),
+    Rewrite("use_scan_equalities", use_scan_equalities),
     Rewrite("prune_projections", prune_projections, whole_plan=True),
     Rewrite("fuse_stateless", fuse_stateless),
 )

@@ -449,7 +449,11 @@ class NexmarkGenerator:
             mask = kind == code
             rng = np.random.default_rng([self._seed, index, code])
             struct_type = pa.struct([NEXMARK_SCHEMA.field(name).type.field(f) for f in fields])
-            if code == BID:
+            if code != BID and set(fields) <= {"dateTime"}:
+                # Every event's time is its timestamp: a query that reads only the dateTime of
+                # people or auctions (the table's computed event time does) needs no generation.
+                children = [self._full(ids.timestamps, child.type) for child in struct_type]
+            elif code == BID:
                 # Bids are most events: computed for every row (the others are null), with no scatter.
                 values = self._bids(rng, ids, set(fields), mask)
                 children = [self._full(values[f], child.type) for f, child in zip(fields, struct_type, strict=True)]
