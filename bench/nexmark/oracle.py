@@ -34,6 +34,30 @@ QUERIES = {
                     ELSE 'otherTime' END,
                dateTime, extra, length(extra) - length(replace(extra, 'c', ''))
         FROM bid WHERE CAST(0.908 AS DOUBLE) * price > 1000000 AND CAST(0.908 AS DOUBLE) * price < 50000000""",
+    "q15": """
+        SELECT strftime(dateTime, '%Y-%m-%d'),
+               COUNT(*), COUNT(*) FILTER (WHERE price < 10000),
+               COUNT(*) FILTER (WHERE price >= 10000 AND price < 1000000),
+               COUNT(*) FILTER (WHERE price >= 1000000),
+               COUNT(DISTINCT bidder), COUNT(DISTINCT bidder) FILTER (WHERE price < 10000),
+               COUNT(DISTINCT bidder) FILTER (WHERE price >= 10000 AND price < 1000000),
+               COUNT(DISTINCT bidder) FILTER (WHERE price >= 1000000),
+               COUNT(DISTINCT auction), COUNT(DISTINCT auction) FILTER (WHERE price < 10000),
+               COUNT(DISTINCT auction) FILTER (WHERE price >= 10000 AND price < 1000000),
+               COUNT(DISTINCT auction) FILTER (WHERE price >= 1000000)
+        FROM bid GROUP BY strftime(dateTime, '%Y-%m-%d')""",
+    "q16": """
+        SELECT channel, strftime(dateTime, '%Y-%m-%d'), MAX(strftime(dateTime, '%H:%M')),
+               COUNT(*), COUNT(*) FILTER (WHERE price < 10000),
+               COUNT(*) FILTER (WHERE price >= 10000 AND price < 1000000),
+               COUNT(*) FILTER (WHERE price >= 1000000),
+               COUNT(DISTINCT bidder), COUNT(DISTINCT bidder) FILTER (WHERE price < 10000),
+               COUNT(DISTINCT bidder) FILTER (WHERE price >= 10000 AND price < 1000000),
+               COUNT(DISTINCT bidder) FILTER (WHERE price >= 1000000),
+               COUNT(DISTINCT auction), COUNT(DISTINCT auction) FILTER (WHERE price < 10000),
+               COUNT(DISTINCT auction) FILTER (WHERE price >= 10000 AND price < 1000000),
+               COUNT(DISTINCT auction) FILTER (WHERE price >= 1000000)
+        FROM bid GROUP BY channel, strftime(dateTime, '%Y-%m-%d')""",
     "q17": """
         SELECT auction, strftime(dateTime, '%Y-%m-%d'), COUNT(*),
                COUNT(*) FILTER (WHERE price < 10000),

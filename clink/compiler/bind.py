@@ -1074,8 +1074,8 @@ def _rebaser(keys: list[ir.Expr], key_names: list[str],
 
 
 #: The aggregates a GROUP BY without a window computes (runtime names), and how SQL spells them.
-GROUP_AGGREGATES = ("count_star", "count", "sum", "avg", "min", "max")
-GROUP_AGGREGATE_NAMES = ("COUNT(*)", "COUNT", "SUM", "AVG", "MIN", "MAX")
+GROUP_AGGREGATES = ("count_star", "count", "count_distinct", "sum", "avg", "min", "max")
+GROUP_AGGREGATE_NAMES = ("COUNT(*)", "COUNT", "COUNT(DISTINCT)", "SUM", "AVG", "MIN", "MAX")
 
 
 @attrs.define

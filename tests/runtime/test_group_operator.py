@@ -8,6 +8,7 @@ in plain Python from the rows that were added and not retracted.
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import math
 import random
 import tempfile
@@ -55,6 +56,10 @@ RETRACTABLE: list[tuple[plan.AggSpec, Callable[[list[tuple[Any, Any]]], Any]]] =
     (A(fn="sum", arg=V, type=pa.int64(), filter=F), lambda rs: _sum([v for v, f in rs if f is True])),
     (A(fn="avg", arg=V, type=pa.float64()), lambda rs: _avg([v for v, _ in rs])),
     (A(fn="avg", arg=V, type=pa.float64(), filter=F), lambda rs: _avg([v for v, f in rs if f is True])),
+    (A(fn="count_distinct", arg=V, type=pa.int64()), lambda rs: _distinct([v for v, _ in rs])),
+    (A(fn="count_distinct", arg=V, type=pa.int64(), filter=F), lambda rs: _distinct([v for v, f in rs if f is True])),
+    # Over another column: a second state of value counts, next to the one of v's two aggregates.
+    (A(fn="count_distinct", arg=F, type=pa.int64()), lambda rs: _distinct([f for _, f in rs])),
 ]
 #: Aggregates only an append-only input allows.
 EXTREMES: list[tuple[plan.AggSpec, Callable[[list[tuple[Any, Any]]], Any]]] = [
@@ -74,24 +79,28 @@ def _avg(values: list[Any]) -> Any:
     return sum(present) / len(present) if present else None
 
 
+def _distinct(values: list[Any]) -> int:
+    return len({v for v in values if v is not None})
+
+
 def _extreme(fn: Callable, values: list[Any]) -> Any:
     present = [v for v in values if v is not None]
     return fn(present) if present else None
 
 
-BACKENDS: dict[str, Callable[[Path], StateBackend]] = {
-    "memory": lambda d: MemoryStateBackend(max_parallelism=MAX_PARALLELISM),
-    "sqlite": lambda d: SqliteStateBackend(d, max_parallelism=MAX_PARALLELISM),
+BACKENDS: dict[str, Callable[..., StateBackend]] = {
+    "memory": lambda d, p=MAX_PARALLELISM: MemoryStateBackend(max_parallelism=p),
+    "sqlite": lambda d, p=MAX_PARALLELISM: SqliteStateBackend(d, max_parallelism=p),
     # Nearly every access evicts and reloads: the accumulators go through the database.
-    "sqlite-tiny-cache": lambda d: SqliteStateBackend(d, cache_entries=2, max_parallelism=MAX_PARALLELISM),
+    "sqlite-tiny-cache": lambda d, p=MAX_PARALLELISM: SqliteStateBackend(d, cache_entries=2, max_parallelism=p),
 }
 
 
 # ---------------------------------------------------------------- building blocks
 
 
-def context() -> TaskContext:
-    runtime = RuntimeContext(connectors=ConnectorRegistry(), config={"pipeline.max-parallelism": str(MAX_PARALLELISM)})
+def context(max_parallelism: int = MAX_PARALLELISM) -> TaskContext:
+    runtime = RuntimeContext(connectors=ConnectorRegistry(), config={"pipeline.max-parallelism": str(max_parallelism)})
     return TaskContext(runtime=runtime, node_id=2)
 
 
@@ -103,10 +112,11 @@ def make_node(aggs: Sequence[plan.AggSpec], *, input_schema: pa.Schema = INPUT,
 
 
 def make_op(aggs: Sequence[plan.AggSpec], *, updating: bool = False, keys: tuple[int, ...] = (K,),
-            input_schema: pa.Schema | None = None, backend: StateBackend | None = None) -> GroupAggregateOperator:
+            input_schema: pa.Schema | None = None, backend: StateBackend | None = None,
+            max_parallelism: int = MAX_PARALLELISM) -> GroupAggregateOperator:
     schema = input_schema or (UPDATING if updating else INPUT)
     node = make_node(aggs, input_schema=schema, keys=keys)
-    return GroupAggregateOperator(node, context(), input_schema=schema, backend=backend)
+    return GroupAggregateOperator(node, context(max_parallelism), input_schema=schema, backend=backend)
 
 
 def batch(rows: Iterable[tuple], schema: pa.Schema = INPUT) -> pa.RecordBatch:
@@ -338,9 +348,92 @@ def test_float_keys_that_the_state_treats_as_equal_are_one_group() -> None:
     assert op.metrics["state_rows"] == 2
 
 
+def test_count_distinct_counts_each_value_once_until_its_last_row_goes() -> None:
+    op = make_op([A(fn="count_distinct", arg=V, type=pa.int64()),
+                  A(fn="count_distinct", arg=V, type=pa.int64(), filter=F)], updating=True)
+    assert rows_of(op.process(batch([("a", 1, True, "+I"), ("a", 1, False, "+I"), ("a", 2, None, "+I"),
+                                     ("a", None, True, "+I"), ("b", None, True, "+I")], UPDATING))) == [
+        ("a", 2, 1, "+I"), ("b", 0, 0, "+I")]
+    # 1 has another row: only the filtered count loses it.
+    assert rows_of(op.process(batch([("a", 1, True, "-U")], UPDATING))) == [("a", 2, 1, "-U"), ("a", 2, 0, "+U")]
+    assert rows_of(op.process(batch([("a", 1, False, "-D"), ("a", 3, True, "+U")], UPDATING))) == [
+        ("a", 2, 0, "-U"), ("a", 2, 1, "+U")]
+    # A value that comes back within a batch changes nothing; nor does a row the filters skip.
+    assert op.process(batch([("a", 2, None, "-U"), ("a", 2, False, "+U"), ("a", 3, None, "+I")], UPDATING)) == []
+    assert rows_of(op.process(batch([("a", 2, False, "-D"), ("a", 3, True, "-D"), ("a", 3, None, "-D"),
+                                     ("a", None, True, "-D")], UPDATING))) == [("a", 2, 1, "-D")]
+    # Nothing of the key is left behind: it starts again from its next row.
+    assert op.operator_state.table_state("distinct0").num_rows() == 0
+    assert rows_of(op.process(batch([("a", 2, True, "+I")], UPDATING))) == [("a", 1, 1, "+I")]
+
+
+def test_count_distinct_of_floats_strings_and_over_no_keys() -> None:
+    schema = pa.schema([("x", pa.float64()), ("s", pa.string())])
+    op = make_op([A(fn="count_distinct", arg=0, type=pa.int64()), A(fn="count_distinct", arg=1, type=pa.int64()),
+                  A(fn="count_star", arg=None, type=pa.int64())], input_schema=schema, keys=())
+    # -0.0 is 0.0 and every NaN one value, as for keys; "" is a value, NULL is none.
+    out = op.process(batch([(-0.0, "x"), (0.0, ""), (math.nan, None), (float("-nan"), "x"), (None, "y")], schema))
+    assert rows_of(out) == [(2, 3, 5, "+I")]
+    assert rows_of(op.process(batch([(1.5, "y")], schema))) == [(2, 3, 5, "-U"), (3, 3, 6, "+U")]
+
+
+def test_the_value_counts_of_a_key_are_in_its_key_group() -> None:
+    op = make_op([A(fn="count_distinct", arg=V, type=pa.int64())], keys=(K, F))
+    rows = [(k, v, f) for k in "abcdefgh" for v in range(6) for f in (True, None)]
+    op.process(batch(rows))
+    seen = 0
+    for g in range(MAX_PARALLELISM):
+        for name, _, value in op.operator_state.entries(g):
+            if name == "distinct0":
+                expected = key_groups([value["_k0"], value["_k1"]], MAX_PARALLELISM)
+                assert (value["_key_group"].to_numpy() == g).all() and (expected == g).all()
+                seen += value.num_rows
+    assert seen == len(rows)
+
+
+@pytest.mark.parametrize("collision", ["three hashes", "the value's hash"])
+def test_pairs_whose_hashes_collide_are_merged_by_grouping(collision: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    from clink.runtime.operators import group
+
+    specs = [(a, fn) for a, fn in RETRACTABLE if a.fn == "count_distinct"]
+    batches, live = to_batches(random_steps(seed=3, n_batches=6, size=40), updating=True)
+    real_hash, real_merge = group.hash_columns, group._DistinctCounts._merge_by_grouping
+    merges = []
+    # Lookups by hash keep finding other pairs: many for one hash, or one of another key.
+    if collision == "three hashes":
+        monkeypatch.setattr(group, "hash_columns", lambda columns: real_hash(columns) % np.uint64(3))
+    else:
+        monkeypatch.setattr(group, "hash_columns", lambda columns: real_hash(columns[-1:]))
+    monkeypatch.setattr(group._DistinctCounts, "_merge_by_grouping",
+                        lambda self, *args: merges.append(1) or real_merge(self, *args))
+    op = make_op([a for a, _ in specs], updating=True)
+    table: dict[tuple, tuple] = {}
+    for b in batches:
+        apply_changelog(table, op.process(b), op)
+    assert table == model(live, [fn for _, fn in specs])
+    assert merges
+
+
+def test_a_hash_of_another_pair_is_not_taken_for_this_one(monkeypatch: pytest.MonkeyPatch) -> None:
+    from clink.runtime.operators import group
+
+    real_hash = group.hash_columns
+    monkeypatch.setattr(group, "hash_columns", lambda columns: real_hash(columns[-1:]))  # the value alone
+    candidates = [f"key{i}" for i in range(50)]
+    first, second = [k for k in candidates if key_groups([pa.array([k])], MAX_PARALLELISM)[0] == 0][:2]
+    op = make_op([A(fn="count_distinct", arg=V, type=pa.int64())])
+    assert rows_of(op.process(batch([(first, 1, None)]))) == [(first, 1, "+I")]
+    # (second, 1) hashes as (first, 1), which is stored in the same bucket.
+    assert rows_of(op.process(batch([(second, 1, None)]))) == [(second, 1, "+I")]
+    assert rows_of(op.process(batch([(first, 2, None), (second, 1, None)]))) == [(first, 1, "-U"), (first, 2, "+U")]
+
+
 def test_unsupported_aggregates_are_refused() -> None:
-    with pytest.raises(ValueError, match="group aggregate 2: aggregate 0 .count_distinct. is not supported"):
-        make_op([A(fn="count_distinct", arg=V, type=pa.int64())])
+    with pytest.raises(ValueError, match="group aggregate 2: aggregate 0 .stddev_pop. is not supported"):
+        make_op([A(fn="stddev_pop", arg=V, type=pa.float64())])
+    with pytest.raises(ValueError, match="needs a scalar argument"):
+        make_op([A(fn="count_distinct", arg=0, type=pa.int64())],
+                input_schema=pa.schema([("l", pa.list_(pa.int64())), ("k", pa.string())]), keys=(1,))
     for fn in ("min", "max"):
         with pytest.raises(ValueError, match=f"{fn.upper()} cannot be retracted"):
             make_op([A(fn=fn, arg=V, type=pa.int64())], updating=True)
@@ -375,19 +468,24 @@ AGGS = [a for a, _ in RETRACTABLE]
 
 
 @pytest.mark.parametrize("backend", list(BACKENDS))
-def test_snapshot_restore_and_split_by_key_group(backend: str, tmp_path: Path) -> None:
+@pytest.mark.parametrize("max_parallelism", [MAX_PARALLELISM, 32])  # 32: COUNT(DISTINCT) buckets of 4 key groups
+def test_snapshot_restore_and_split_by_key_group(backend: str, max_parallelism: int, tmp_path: Path) -> None:
     # The second part retracts rows of the first: draw both together, then cut.
     batches, _ = to_batches(random_steps(seed=5, n_batches=6, size=40), updating=True)
     first, second = batches[:3], batches[3:]
-    make = BACKENDS[backend]
 
-    whole = make_op(AGGS, updating=True)
+    def make(directory: Path) -> StateBackend:
+        return BACKENDS[backend](directory, max_parallelism)
+
+    new_op = functools.partial(make_op, AGGS, updating=True, max_parallelism=max_parallelism)
+
+    whole = new_op()
     for b in first:
         whole.process(b)
     expected = [rows_of(whole.process(b)) for b in second]
     assert any(expected)
 
-    op = make_op(AGGS, updating=True, backend=make(tmp_path / "a"))
+    op = new_op(backend=make(tmp_path / "a"))
     for b in first:
         op.process(b)
     (tmp_path / "snap").mkdir()
@@ -397,22 +495,22 @@ def test_snapshot_restore_and_split_by_key_group(backend: str, tmp_path: Path) -
     assert [rows_of(op.process(b)) for b in second] == expected  # the snapshot changed nothing
     op.close()
 
-    restored = make_op(AGGS, updating=True, backend=make(tmp_path / "b"))
+    restored = new_op(backend=make(tmp_path / "b"))
     restored.restore(files, meta)
     assert restored.metrics["state_rows"] == held
     assert [rows_of(restored.process(b)) for b in second] == expected
     assert restored.metrics["state_rows"] == whole.metrics["state_rows"]
 
-    groups = set(range(MAX_PARALLELISM))
-    half = {0, 2, 3, 7}
+    groups = set(range(max_parallelism))
+    half = {g for g in groups if g % 3 == 0} | {7}
     outputs: list[tuple] = []
     held_by_tasks = 0
     for i, part in enumerate((half, groups - half)):  # two tasks, each with half of the key groups
-        task = make_op(AGGS, updating=True, backend=make(tmp_path / f"task{i}"))
+        task = new_op(backend=make(tmp_path / f"task{i}"))
         task.restore(files, meta, key_groups=part)
         held_by_tasks += task.metrics["state_rows"]
         for b in second:
-            mine = b.filter(pa.array(np.isin(key_groups([b.column(K)], MAX_PARALLELISM), list(part))))
+            mine = b.filter(pa.array(np.isin(key_groups([b.column(K)], max_parallelism), list(part))))
             outputs += rows_of(task.process(mine))
         task.close()
     assert held_by_tasks == held
@@ -450,6 +548,21 @@ def test_a_snapshot_of_other_aggregates_is_refused(backend: str, tmp_path: Path)
     files, meta = op.snapshot(1, tmp_path / "snap")
     other = make_op(AGGS[:-1], updating=True, backend=BACKENDS[backend](tmp_path / "b"))
     assert other.descriptor.signature() != op.descriptor.signature()
+    with pytest.raises(IncompatibleState):
+        other.restore(files, meta)
+
+
+@pytest.mark.parametrize("backend", ["memory", "sqlite"])
+def test_a_snapshot_of_other_distinct_counts_is_refused(backend: str, tmp_path: Path) -> None:
+    # The same accumulators (two distinct counts), but the value counts of other columns.
+    mine = [A(fn="count_distinct", arg=V, type=pa.int64()), A(fn="count_distinct", arg=F, type=pa.int64())]
+    theirs = [A(fn="count_distinct", arg=V, type=pa.int64()), A(fn="count_distinct", arg=V, type=pa.int64(), filter=F)]
+    op = make_op(mine, backend=BACKENDS[backend](tmp_path / "a"))
+    op.process(batch([("a", 1, True)]))
+    (tmp_path / "snap").mkdir()
+    files, meta = op.snapshot(1, tmp_path / "snap")
+    other = make_op(theirs, backend=BACKENDS[backend](tmp_path / "b"))
+    assert other.descriptor.signature() == op.descriptor.signature()
     with pytest.raises(IncompatibleState):
         other.restore(files, meta)
 

@@ -7,8 +7,21 @@ State is one value state, ``groups``: per key, a struct of accumulators.
 - per aggregate ``i``, one or two fields: ``a<i>_n`` the net count of the rows it counts
   (COUNT(*) with a FILTER, COUNT, and the non-NULL arguments of SUM and AVG); ``a<i>_s`` the
   net sum of the arguments (SUM, AVG; int64, float64 or the decimal that Arrow's sum gives);
-  ``a<i>_x`` the smallest or largest argument (MIN, MAX). COUNT(*) without a filter reads
-  ``rows`` and keeps nothing of its own.
+  ``a<i>_x`` the smallest or largest argument (MIN, MAX); ``a<i>_d`` the number of distinct
+  values (COUNT(DISTINCT)). COUNT(*) without a filter reads ``rows`` and keeps nothing of its own.
+
+COUNT(DISTINCT x) also needs, per key and value, how many of the key's net rows it counts hold
+that value, so that a retraction knows whether the value's last row went. These counts live in
+one table state per argument column, ``distinct<j>``, shared by the COUNT(DISTINCT) aggregates
+over that column (with their different FILTERs): a row per (key, value) some of them count, with
+the key columns, ``value``, one int64 ``a<i>`` per aggregate, ``_hash`` (of key and value, to
+find a batch's pairs among the stored ones) and ``_key_group``, the key group of the *key* (not
+of the key and value together). A restore of some key groups filters rows by that column, so it
+keeps a key's values with its accumulators. A row goes when all its counts are 0. The rows are
+in ``_BUCKETS`` buckets (namespaces), each a range of key groups; a batch reads and rewrites the
+buckets of the key groups it touches, so the work per batch grows with the state it touches.
+(A value state cannot hold the pairs: it takes a key group from its whole key, which would be
+key and value together; a map state has no batch form.)
 
 Counts and sums can be retracted (a ``-U`` / ``-D`` input row adds its negation), MIN and MAX
 cannot: an extreme that is retracted leaves no record of the next one. So MIN / MAX over an
@@ -17,7 +30,10 @@ updating input is refused. SUM and AVG are NULL while their count is 0, COUNT is
 A batch is processed in four vectorized steps, none looping over rows or keys in Python:
 
 1. every row becomes signed contributions, and one Arrow ``group_by`` over the key columns sums
-   them into one delta row per distinct key of the batch;
+   them into one delta row per distinct key of the batch; for COUNT(DISTINCT), a ``group_by``
+   over key and value nets the batch's pairs, which are merged with the stored counts of their
+   buckets (one state call per bucket, at most ``_BUCKETS``) and written back, and the rows
+   summed per key get +1 for each value whose count leaves 0 and -1 for each that returns to 0;
 2. ``get_many`` reads those keys' accumulators; a second ``group_by``, over the position of
    each key, merges old and delta (Arrow's kernels add decimals without overflowing precision);
 3. the results before and after are computed for all keys at once and compared;
@@ -32,7 +48,8 @@ A key that appears and disappears within one batch gives nothing. The output bat
 precedes its ``+U``.
 
 Float keys are normalized before grouping (``-0.0`` to ``0.0``, every NaN to one NaN) because
-the state contract treats them as equal keys and Arrow's ``group_by`` does not.
+the state contract treats them as equal keys and Arrow's ``group_by`` does not; so are the
+arguments of COUNT(DISTINCT), which count them as one value each.
 """
 
 from __future__ import annotations
@@ -45,8 +62,15 @@ import pyarrow as pa
 
 from clink.runtime import compute as pc
 from clink.runtime.plan import DELETE, INSERT, ROWKIND_COLUMN, UPDATE_AFTER, UPDATE_BEFORE
-from clink.runtime.state.backend import OperatorState, StateBackend, ValueStateDescriptor
-from clink.runtime.state.keygroups import DEFAULT_MAX_PARALLELISM
+from clink.runtime.state.backend import (
+    KEY_GROUP,
+    OperatorState,
+    StateBackend,
+    TableState,
+    TableStateDescriptor,
+    ValueStateDescriptor,
+)
+from clink.runtime.state.keygroups import DEFAULT_MAX_PARALLELISM, hash_columns, key_groups
 from clink.runtime.state.memory import MemoryStateBackend
 
 if TYPE_CHECKING:
@@ -57,7 +81,7 @@ if TYPE_CHECKING:
 
 __all__ = ["GroupAggregateOperator"]
 
-_FUNCTIONS = ("count_star", "count", "sum", "avg", "min", "max")
+_FUNCTIONS = ("count_star", "count", "count_distinct", "sum", "avg", "min", "max")
 _ROWS = "rows"
 _POSITION = "_p"
 #: Sums never come out NULL (0 over no value): a missing sum and a sum of nothing then agree.
@@ -70,6 +94,14 @@ _ZERO = pa.scalar(0, pa.int64())
 _ONE = pa.scalar(1, pa.int64())
 #: Bytes counted per value of a variable-width type when no written batch has been measured yet.
 _VARIABLE_BYTES = 16
+#: Columns of the COUNT(DISTINCT) states: the argument's value, and a hash of key and value.
+_VALUE = "value"
+_HASH = "_hash"
+#: How many buckets (table state namespaces) hold a COUNT(DISTINCT) state, each a range of key
+#: groups. A batch reads and rewrites the buckets it touches; fewer buckets mean fewer calls to
+#: the state (each costs about as much as processing thousands of stored rows), more of them
+#: less to read for a batch of few keys.
+_BUCKETS = 8
 
 
 class GroupAggregateOperator:
@@ -78,12 +110,15 @@ class GroupAggregateOperator:
     ``process`` takes an input batch and returns the changelog it causes (batches of
     ``node.schema``, whose last column is ``ROWKIND_COLUMN``). Watermarks mean nothing here.
     ``metrics`` (the task context's metrics dict) holds ``state_rows``, the number of keys held,
-    and ``state_bytes``, an estimate of their size as Arrow data. ``late_rows`` is always empty:
+    and ``state_bytes``, an estimate of their state's size as Arrow data (with the value counts
+    of COUNT(DISTINCT)). ``late_rows`` is always empty:
     no row is ever late; it exists so the executor can treat this like a window operator.
 
-    Its keyed state is one value state, ``groups`` (see the module docstring), opened from
-    ``backend`` (memory if not given) as operator ``operator_id``; ``input_schema`` is the schema
-    of the input batches, which ends with ``ROWKIND_COLUMN`` when the input is updating.
+    Its keyed state is one value state, ``groups``, and one table state ``distinct<j>`` per
+    argument column of COUNT(DISTINCT) (see the module docstring), opened from ``backend``
+    (memory if not given) as operator ``operator_id``; ``descriptor`` is that of ``groups``,
+    ``descriptors`` all of them. ``input_schema`` is the schema of the input batches, which ends
+    with ``ROWKIND_COLUMN`` when the input is updating.
     """
 
     def __init__(self, node: plan.GroupAggregate, ctx: TaskContext, *, input_schema: pa.Schema,
@@ -108,13 +143,19 @@ class GroupAggregateOperator:
         value_type = pa.struct(self._fields)
         self.operator_id = operator_id or f"group-{node.id}"
         self.descriptor = ValueStateDescriptor("groups", key_schema, value_type)
+        self._distinct = [_DistinctCounts(f"distinct{j}", arg, aggs, self._keys, key_schema, input_schema,
+                                          self._max_parallelism)
+                          for j, (arg, aggs) in enumerate(self._distinct_args.items())]
+        self.descriptors = [self.descriptor, *(d.descriptor for d in self._distinct)]
         if backend is None:
             backend = MemoryStateBackend(max_parallelism=self._max_parallelism)
         elif backend.max_parallelism != self._max_parallelism:
             raise ValueError(f"{self._where}: the state backend has max parallelism "
                              f"{backend.max_parallelism}, the job {self._max_parallelism}")
-        self.operator_state: OperatorState = backend.open(self.operator_id, [self.descriptor])
+        self.operator_state: OperatorState = backend.open(self.operator_id, self.descriptors)
         self._groups = self.operator_state.value_state("groups")
+        for d in self._distinct:
+            d.table = self.operator_state.table_state(d.descriptor.name)
         self._num_keys = 0
         self._entry_bytes = float(sum(_type_bytes(t) for t in [*key_schema.types, value_type]))
 
@@ -151,7 +192,7 @@ class GroupAggregateOperator:
         else:
             # The count in ``meta`` is that of one whole snapshot: count what was kept instead.
             groups = range(self._max_parallelism) if key_groups is None else sorted(set(key_groups))
-            self._num_keys = sum(1 for g in groups for _ in self.operator_state.entries(g))
+            self._num_keys = sum(name == "groups" for g in groups for name, _, _ in self.operator_state.entries(g))
         self._update_state_metrics()
 
     def close(self) -> None:
@@ -173,10 +214,12 @@ class GroupAggregateOperator:
                              f"{len(node.aggs)} aggregate(s) and {ROWKIND_COLUMN!r} (string); got <{schema}>")
 
     def _plan_aggregates(self, input_schema: pa.Schema) -> None:
-        """Work out each aggregate's accumulator fields (``_fields``) and the group_by
-        aggregations that sum contributions into them (``_aggregations``)."""
+        """Work out each aggregate's accumulator fields (``_fields``), the group_by
+        aggregations that sum contributions into them (``_aggregations``), and the
+        COUNT(DISTINCT) aggregates by argument column (``_distinct_args``: their indices)."""
         self._fields: list[pa.Field] = [pa.field(_ROWS, pa.int64())]
         self._aggregations: list[tuple] = [(_ROWS, "sum")]
+        self._distinct_args: dict[int, list[int]] = {}
         width = len(input_schema) - self._updating
         for i, agg in enumerate(self.node.aggs):
             what = f"{self._where}: aggregate {i} ({agg.fn})"
@@ -190,9 +233,16 @@ class GroupAggregateOperator:
             if agg.filter is not None and (not 0 <= agg.filter < width
                                            or input_schema.field(agg.filter).type != pa.bool_()):
                 raise ValueError(f"{what}: the FILTER column {agg.filter!r} must be a BOOLEAN input column")
-            n, s, x = (f"a{i}_{p}" for p in "nsx")
+            n, s, x, d = (f"a{i}_{p}" for p in "nsxd")
             if agg.fn == "count_star" and agg.filter is None:
                 continue  # the row count is the result
+            if agg.fn == "count_distinct":
+                if pa.types.is_nested(input_schema.field(agg.arg).type):
+                    raise ValueError(f"{what} needs a scalar argument, got {input_schema.field(agg.arg).type}")
+                self._fields.append(pa.field(d, pa.int64()))
+                self._aggregations.append((d, "sum"))
+                self._distinct_args.setdefault(agg.arg, []).append(i)
+                continue
             if agg.fn in ("count_star", "count", "sum", "avg"):
                 self._fields.append(pa.field(n, pa.int64()))
                 self._aggregations.append((n, "sum"))
@@ -239,6 +289,10 @@ class GroupAggregateOperator:
             n_name, s_name, x_name = (f"a{i}_{p}" for p in "nsx")
             if agg.fn == "count_star" and agg.filter is None:
                 continue
+            if agg.fn == "count_distinct":
+                # A row adds nothing itself: the changes come from the value counts, below.
+                cols[f"a{i}_d"] = pa.array(np.zeros(n, np.int64))
+                continue
             keep = None if agg.filter is None else pc.fill_null(batch.column(agg.filter), False)
             arg = None if agg.arg is None else batch.column(agg.arg)
             if agg.fn in ("min", "max"):
@@ -259,10 +313,47 @@ class GroupAggregateOperator:
                 if keep is not None:  # NULL arguments are skipped by the sum anyway
                     values = pc.if_else(keep, values, pa.scalar(None, sum_type))
                 cols[s_name] = values
+        changes = [c for d in self._distinct if (c := self._count_distinct(d, batch, cols, sign)) is not None]
+        if changes:
+            cols = _append_rows(cols, changes)
         grouped = pa.table(cols).group_by(self._keys, use_threads=False).aggregate(self._aggregations)
         keys = [_array(grouped[k]) for k in self._keys]
         delta = {name: _array(grouped[f"{name}_{fn}"]) for name, fn, *_ in self._aggregations}
         return keys, delta
+
+    def _count_distinct(self, d: _DistinctCounts, batch: pa.RecordBatch, cols: dict[str, pa.Array],
+                        sign: np.ndarray) -> dict[str, pa.Array] | None:
+        """Add the batch's (key, value) pairs to the counts of ``d`` and store them; return the
+        changes to its aggregates' distinct counts as rows to sum per key (the key columns and
+        ``a<i>_d``: +1 where a value's count leaves 0, -1 where it returns to 0), or None."""
+        value = _normalize_key(batch.column(d.arg))
+        valid = pc.is_valid(value).to_numpy(zero_copy_only=False)
+        counts = {}
+        for i in d.aggs:
+            counted = valid
+            where = self.node.aggs[i].filter
+            if where is not None:
+                counted = counted & pc.fill_null(batch.column(where), False).to_numpy(zero_copy_only=False)
+            counts[f"a{i}"] = np.where(counted, sign, 0)
+        counted_somewhere = np.logical_or.reduce([c != 0 for c in counts.values()])
+        if not counted_somewhere.any():
+            return None
+        pairs = pa.table({**{k: cols[k] for k in self._keys}, _VALUE: value,
+                          **{name: pa.array(c) for name, c in counts.items()}})
+        if not counted_somewhere.all():
+            pairs = pc.filter(pairs, pa.array(counted_somewhere))
+        delta = pairs.group_by([*self._keys, _VALUE], use_threads=False).aggregate([(n, "sum") for n in counts])
+        delta = delta.rename_columns([c.removesuffix("_sum") for c in delta.column_names])
+        groups = key_groups([delta[k] for k in self._keys], self._max_parallelism)
+        rows, before, after = d.update(delta, groups)
+        moves = {f"{name}_d": (after[name] > 0).astype(np.int64) - (before[name] > 0).astype(np.int64)
+                 for name in counts}
+        moved = np.flatnonzero(np.logical_or.reduce([m != 0 for m in moves.values()]))
+        if not len(moved):
+            return None
+        picks = pa.array(moved)
+        return {**{k: _array(pc.take(rows[k], picks)) for k in self._keys},
+                **{name: pa.array(m[moved]) for name, m in moves.items()}}
 
     def _field_type(self, name: str) -> pa.DataType:
         return next(f.type for f in self._fields if f.name == name)
@@ -347,6 +438,8 @@ class GroupAggregateOperator:
                     value = acc[_ROWS]
                 case "count_star" | "count":
                     value = acc[n]
+                case "count_distinct":
+                    value = acc[f"a{i}_d"]
                 case "sum":
                     value = pc.if_else(pc.greater(acc[n], _ZERO), acc[s], pa.scalar(None, acc[s].type))
                 case "avg":
@@ -358,7 +451,148 @@ class GroupAggregateOperator:
 
     def _update_state_metrics(self) -> None:
         self.metrics["state_rows"] = self._num_keys
-        self.metrics["state_bytes"] = int(self._num_keys * self._entry_bytes)
+        self.metrics["state_bytes"] = int(self._num_keys * self._entry_bytes
+                                          + sum(d.table.num_rows() * d.row_bytes for d in self._distinct))
+
+
+class _DistinctCounts:
+    """The COUNT(DISTINCT) aggregates over one argument column, and the table state of their
+    value counts (see the module docstring): ``aggs`` the aggregates' indices, ``table`` the
+    state once opened.
+
+    Besides the key group, the key columns, ``value`` and the counts ``a<i>``, each row holds
+    ``_hash``, a hash of its key and value (``keygroups.hash_columns``, the same in every
+    process), through which a batch finds its pairs among the stored ones without grouping all
+    of them again; a hash that matches another pair (which comparing the columns shows) makes
+    that batch merge by grouping instead.
+    """
+
+    def __init__(self, name: str, arg: int, aggs: list[int], keys: list[str], key_schema: pa.Schema,
+                 input_schema: pa.Schema, max_parallelism: int) -> None:
+        self.arg = arg
+        self.aggs = tuple(aggs)
+        self.pair = [*keys, _VALUE]
+        self.counts = [f"a{i}" for i in aggs]
+        schema = pa.schema([
+            pa.field(KEY_GROUP, pa.int32()),
+            *(pa.field(k, t) for k, t in zip(keys, key_schema.types, strict=True)),
+            pa.field(_VALUE, input_schema.field(arg).type),
+            pa.field(_HASH, pa.uint64()),
+            *(pa.field(c, pa.int64()) for c in self.counts),
+        ])
+        self.descriptor = TableStateDescriptor(name, schema)
+        self.max_parallelism = max_parallelism
+        self.row_bytes = sum(_type_bytes(t) for t in schema.types)
+        self.table: TableState
+
+    def bucket_of(self, groups: np.ndarray) -> np.ndarray:
+        """The bucket (namespace) of each of the key groups ``groups``: ranges of key groups, so
+        that a bucket's rows all come from one range and a bucket holds rows of its range only."""
+        return (groups.astype(np.int64) * _BUCKETS) // self.max_parallelism
+
+    def update(self, delta: pa.Table, groups: np.ndarray) -> tuple[pa.Table, dict[str, np.ndarray],
+                                                                      dict[str, np.ndarray]]:
+        """Add ``delta`` (one row per key and value: the key columns, ``value``, and per
+        aggregate ``a<i>`` the net change of its count) to the stored counts and store the
+        result; ``groups`` are the key groups of ``delta``'s keys. Return rows with the key
+        columns and, aligned with them, each aggregate's counts before and after (rows whose
+        counts did not change may be among them)."""
+        fresh = pa.table({KEY_GROUP: pa.array(groups), **{c: delta[c] for c in self.pair},
+                          _HASH: pa.array(hash_columns([delta[c] for c in self.pair])),
+                          **{c: delta[c] for c in self.counts}})
+        # Every count of the buckets touched, read whole.
+        old = [t for b in np.unique(self.bucket_of(groups)).tolist() if (t := self.table.take(b)) is not None]
+        if not old:
+            before = {c: np.zeros(fresh.num_rows, np.int64) for c in self.counts}
+            after = {c: fresh[c].to_numpy() for c in self.counts}
+            self._store((fresh, after, None))
+            return fresh, before, after
+        # One chunk: a copy, but slicing and sizing a table of many chunks costs more.
+        stored = pa.concat_tables(old).combine_chunks()
+        return self._merge_by_hash(stored, fresh) or self._merge_by_grouping(stored, fresh)
+
+    def _merge_by_hash(self, stored: pa.Table, fresh: pa.Table) -> tuple[pa.Table, dict, dict] | None:
+        """``update`` by looking the stored pairs up among ``fresh``'s by their hash; None (and
+        nothing stored) if a hash found another pair."""
+        # The lookup table is built over the batch's pairs, the smaller side, and probed with
+        # every stored hash.
+        position = pc.index_in(_array(stored[_HASH]), value_set=fresh[_HASH])
+        position = pc.fill_null(position, -1).to_numpy(zero_copy_only=False)
+        hit = np.flatnonzero(position >= 0)  # stored rows whose pair the batch changes
+        at = position[hit]  # and the rows of fresh that change them
+        if len(at):
+            if len(np.unique(at)) != len(at):
+                return None
+            stored_rows, fresh_rows = pa.array(hit), pa.array(at)
+            for c in self.pair:
+                if not _same(pc.take(stored[c], stored_rows), pc.take(fresh[c], fresh_rows)).all():
+                    return None
+        found = np.zeros(fresh.num_rows, bool)
+        found[at] = True
+        before, after, counts = {}, {}, {}
+        for c in self.counts:
+            held = stored[c].to_numpy()
+            before[c] = np.zeros(fresh.num_rows, np.int64)
+            before[c][at] = held[hit]
+            after[c] = before[c] + fresh[c].to_numpy()
+            counts[c] = held.copy()
+            counts[c][hit] = after[c][at]
+        self._store((stored, counts, None), (fresh, after, ~found))
+        return fresh, before, after
+
+    def _merge_by_grouping(self, stored: pa.Table, fresh: pa.Table) -> tuple[pa.Table, dict, dict]:
+        """``update`` by one group_by over the stored and the new rows together."""
+        both = pa.table({
+            **{c: pa.concat_arrays([_array(stored[c]), _array(fresh[c])]) for c in [KEY_GROUP, *self.pair, _HASH]},
+            **{f"{c}_old": np.concatenate([stored[c].to_numpy(), np.zeros(fresh.num_rows, np.int64)])
+               for c in self.counts},
+            **{f"{c}_new": np.concatenate([np.zeros(stored.num_rows, np.int64), fresh[c].to_numpy()])
+               for c in self.counts},
+        })
+        # The key group and the hash follow from key and value: carried along, not grouped by
+        # (Arrow also groups several times slower with a leading int32 key).
+        aggregations = [(f"{c}_{when}", "sum") for c in self.counts for when in ("old", "new")]
+        aggregations += [(KEY_GROUP, "min"), (_HASH, "min")]
+        merged = both.group_by(self.pair, use_threads=False).aggregate(aggregations)
+        merged = merged.rename_columns([c.removesuffix("_min") for c in merged.column_names])
+        before = {c: merged[f"{c}_old_sum"].to_numpy() for c in self.counts}
+        after = {c: before[c] + merged[f"{c}_new_sum"].to_numpy() for c in self.counts}
+        self._store((merged, after, None))
+        return merged, before, after
+
+    def _store(self, *parts: tuple[pa.Table, dict[str, np.ndarray], np.ndarray | None]) -> None:
+        """Add rows to the buckets of their key groups (the caller took those buckets): each
+        part is a table with the key group, key, value and hash columns, the counts to store
+        with its rows, and which rows to keep (or None: all), leaving out rows whose counts are
+        all 0. A bucket's rows from several parts go in as one table."""
+        tables = []
+        for rows, counts, only in parts:
+            kept = np.logical_or.reduce([counts[c] != 0 for c in self.counts])
+            if only is not None:
+                kept &= only
+            if not kept.any():
+                continue
+            table = pa.Table.from_arrays([rows[c] for c in [KEY_GROUP, *self.pair, _HASH]]
+                                         + [pa.array(counts[c]) for c in self.counts], schema=self.descriptor.schema)
+            if not kept.all():
+                table = pc.filter(table, pa.array(kept))
+            buckets = self.bucket_of(table[KEY_GROUP].to_numpy())
+            if (buckets[1:] < buckets[:-1]).any():
+                order = np.argsort(buckets, kind="stable")
+                table, buckets = pc.take(table, pa.array(order)), buckets[order]
+            tables.append((table, buckets))
+        if not tables:
+            return
+        # Each part is sorted: its buckets start where the bucket number changes.
+        touched = np.unique(np.concatenate([buckets[np.flatnonzero(np.diff(buckets, prepend=-1))]
+                                            for _, buckets in tables]))
+        bounds = [(np.searchsorted(buckets, touched, "left").tolist(),
+                   np.searchsorted(buckets, touched, "right").tolist()) for _, buckets in tables]
+        # One call per bucket (at most _BUCKETS), not per key.
+        for j, bucket in enumerate(touched.tolist()):
+            pieces = [table.slice(lo[j], hi[j] - lo[j]) for (table, _), (lo, hi) in zip(tables, bounds, strict=True)
+                      if hi[j] > lo[j]]
+            self.table.add(bucket, pieces[0] if len(pieces) == 1 else pa.concat_tables(pieces))
 
 
 # -- vectorized helpers -----------------------------------------------------------------------
@@ -368,6 +602,19 @@ def _array(values: pa.Array | pa.ChunkedArray) -> pa.Array:
     if isinstance(values, pa.ChunkedArray):
         return values.combine_chunks() if values.num_chunks != 1 else values.chunk(0)
     return values
+
+
+def _append_rows(cols: dict[str, pa.Array], extra: list[dict[str, pa.Array]]) -> dict[str, pa.Array]:
+    """``cols`` with the rows of each of ``extra`` after its own; a column an extra lacks is NULL
+    there (which the sums and extremes skip)."""
+    out = {}
+    for name, col in cols.items():
+        parts = [col]
+        for rows in extra:
+            part = rows.get(name)
+            parts.append(part if part is not None else pa.nulls(len(next(iter(rows.values()))), col.type))
+        out[name] = pa.concat_arrays(parts)
+    return out
 
 
 def _normalize_key(col: pa.Array) -> pa.Array:
