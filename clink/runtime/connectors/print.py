@@ -24,13 +24,13 @@ from clink.errors import ConnectorError
 from clink.runtime import compute as pc
 from clink.runtime.connectors.base import Connector, OptionSpec, SinkWriter, TableSpec
 from clink.runtime.connectors.text import concatenated, join_list_text
+from clink.runtime.plan import ROWKIND_COLUMN
 
 if TYPE_CHECKING:
     from clink.runtime.context import RuntimeContext
 
 __all__ = ["PRINT", "PrintWriter", "render_text"]
 
-from clink.runtime.plan import ROWKIND_COLUMN  # noqa: E402
 
 SINK_OPTIONS = (
     OptionSpec(name="print-identifier", description="text printed before every line, followed by '> '"),
