@@ -269,6 +269,17 @@ class TableFunctionRef(FromItem):
 
 
 @attrs.frozen(kw_only=True)
+class Join(FromItem):
+    """``left [INNER | LEFT | RIGHT | FULL] JOIN right ON condition``; ``left, right`` and
+    ``CROSS JOIN`` are inner joins without a condition (``kind`` is ``'inner'``)."""
+
+    left: FromItem
+    right: FromItem
+    kind: str
+    condition: Expr | None = None
+
+
+@attrs.frozen(kw_only=True)
 class Select(Node):
     items: tuple[SelectItem, ...]
     from_: FromItem

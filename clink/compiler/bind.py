@@ -337,8 +337,7 @@ class _Binder:
             takers = ", ".join(sorted(n for n in self.connectors.names()
                                       if (c := self.connectors.get(n)).accepts_updates and c.create_sink))
             raise SqlError(f"table {stmt.table!r} (connector {target.info.connector!r}) takes only inserts, but the "
-                           f"query produces updates: its GROUP BY without a window (at {producer.span}) revises "
-                           "earlier rows", span,
+                           f"query produces updates: {_updating_reason(producer, producer.span)}", span,
                            f"write it to a connector that takes updates ({takers}), or aggregate over windows, "
                            "whose results are final")
         columns = target.info.columns
@@ -407,8 +406,12 @@ class _Binder:
         """Bind a query; also return the names of its output columns that carry event time."""
         if q.distinct:
             raise SqlError("SELECT DISTINCT is not supported yet", q.span)
-        rel, scope = self.from_item(q.from_)
-        if q.where is not None:
+        if isinstance(q.from_, ast.Join):
+            # The WHERE of a join is bound with it: its conditions become join keys or move below.
+            rel, scope = self._join(q.from_, q.where)
+        else:
+            rel, scope = self.from_item(q.from_)
+        if q.where is not None and not isinstance(q.from_, ast.Join):
             pred = self.expr(q.where, scope)
             if not (pt.is_boolean(pred.type) or T.is_null(pred.type)):
                 self.errors.append(SqlError(f"WHERE needs a BOOLEAN condition, got {T.sql_name(pred.type)}",
@@ -460,12 +463,124 @@ class _Binder:
             case ast.SubqueryRef(query=query, alias=alias):
                 rel, rowtime = self._query(query)
                 return rel, _Scope(tuple(_ScopeColumn(alias, f.name, f, f.name in rowtime) for f in rel.schema.fields))
+            case ast.Join():
+                return self._join(item, None)
             case ast.TableFunctionRef(call=call):
                 if call.name in TABLE_FUNCTIONS:
                     return self._window_tvf(call, item.alias)
                 raise SqlError(f"unknown table function {call.name}", call.name_span or call.span,
                                f"table functions: {', '.join(sorted(TABLE_FUNCTIONS))}")
         raise SqlError(f"unsupported FROM item {type(item).__name__}", item.span)
+
+    # ------------------------------------------------------------ joins
+
+    def _join(self, item: ast.Join, where: ast.Expr | None) -> tuple[ir.Rel, _Scope]:
+        """Bind a tree of joins, with the WHERE above it (if any).
+
+        Every condition, from ON or WHERE, is split into conjuncts and placed as low as it may
+        go: a conjunct over one input of an inner join filters that input; one over both becomes
+        a join key (``l = r``) or part of the join's residual condition. Outer joins keep their
+        ON conditions (except those over the NULL-padded side only, which filter that side), and
+        a WHERE over an outer join stays above it."""
+        tree = self._join_tree(item)
+        scope = _Scope(tree.columns)
+        conditions: list[ir.Expr] = []
+        if where is not None:
+            pred = self.expr(where, scope)
+            self._raise_collected()
+            conditions = ir.conjuncts(self._condition(pred, "WHERE", where.span))
+        rel = self._build_join(tree, conditions, 0)
+        fields = rel.schema.fields
+        return rel, _Scope(tuple(attrs.evolve(c, field=f) for c, f in zip(tree.columns, fields, strict=True)))
+
+    def _condition(self, pred: ir.Expr, clause: str, span: Span) -> ir.Expr:
+        if not (pt.is_boolean(pred.type) or T.is_null(pred.type)):
+            raise SqlError(f"{clause} needs a BOOLEAN condition, got {T.sql_name(pred.type)}", span)
+        return cast_to(pred, pa.bool_())
+
+    def _join_tree(self, item: ast.FromItem) -> _JoinTree:
+        if not isinstance(item, ast.Join):
+            rel, scope = self.from_item(item)
+            return _JoinTree(columns=scope.columns, rel=rel, span=item.span)
+        left = self._join_tree(item.left)
+        right = self._join_tree(item.right)
+        # Columns of a regular join's output are not event-time attributes: a row may come out long
+        # after the watermark passed its time.
+        columns = tuple(attrs.evolve(c, rowtime=False) for c in left.columns + right.columns)
+        on: list[ir.Expr] = []
+        if item.condition is not None:
+            pred = self.expr(item.condition, _Scope(left.columns + right.columns))
+            self._raise_collected()
+            on = ir.conjuncts(self._condition(pred, "ON", item.condition.span))
+        return _JoinTree(columns=columns, left=left, right=right, kind=item.kind, on=tuple(on), span=item.span)
+
+    def _build_join(self, tree: _JoinTree, above: list[ir.Expr], depth: int) -> ir.Rel:
+        """The relation of ``tree`` with the conjuncts ``above`` (over its columns) applied."""
+        if tree.rel is not None:
+            return _filter(tree.rel, above)
+        width = len(tree.left.columns)
+        inner = tree.kind == "inner"
+        to_left: list[ir.Expr] = []
+        to_right: list[ir.Expr] = []
+        across: list[ir.Expr] = []
+        stay_above: list[ir.Expr] = []
+        for c, from_on in [(c, False) for c in above] + [(c, True) for c in tree.on]:
+            used = ir.columns_used(c)
+            only_left = bool(used) and max(used) < width
+            only_right = bool(used) and min(used) >= width
+            if not from_on and not inner:
+                stay_above.append(c)
+            elif only_left and c.deterministic and (inner or tree.kind == "right"):
+                to_left.append(c)
+            elif only_right and c.deterministic and (inner or tree.kind == "left"):
+                to_right.append(ir.remap(c, {i: i - width for i in used}))
+            else:
+                across.append(c)
+        left = self._build_join(tree.left, to_left, depth + 1)
+        right = self._build_join(tree.right, to_right, depth + 1)
+        rel = self._equi_join(tree, left, right, across)
+        return _filter(rel, stay_above)
+
+    def _equi_join(self, tree: _JoinTree, left: ir.Rel, right: ir.Rel, conditions: list[ir.Expr]) -> ir.Rel:
+        """An ir.Join of ``left`` and ``right``: equalities between a left and a right expression
+        become its keys, the rest its residual. Keys that are not plain columns are computed into
+        extra columns below the join, and a projection above drops them again."""
+        width = len(left.schema)
+        pairs: list[tuple[ir.Expr, ir.Expr]] = []
+        residual: list[ir.Expr] = []
+        for c in conditions:
+            if isinstance(c, ir.Call) and c.fn == "eq":
+                a, b = c.args
+                ua, ub = ir.columns_used(a), ir.columns_used(b)
+                if ua and ub and max(ua) < width <= min(ub) and a.deterministic and b.deterministic:
+                    pairs.append((a, ir.remap(b, {i: i - width for i in ub})))
+                    continue
+                if ua and ub and max(ub) < width <= min(ua) and a.deterministic and b.deterministic:
+                    pairs.append((b, ir.remap(a, {i: i - width for i in ua})))
+                    continue
+            residual.append(c)
+        if not pairs:
+            article = "an" if tree.kind == "inner" else "a"
+            raise SqlError(f"{article} {tree.kind.upper()} JOIN needs at least one equality between the two sides",
+                           tree.span, "add ON a.key = b.key (a join without one would pair every row with every "
+                           "row, which a stream cannot bound)")
+        left_x, left_keys = _key_columns(left, [a for a, _ in pairs])
+        right_x, right_keys = _key_columns(right, [b for _, b in pairs])
+        extra_left = len(left_x.schema) - width
+        shift = {i: i + extra_left for i in range(width, width + len(right.schema))}
+        resid = None
+        for c in residual:
+            resid = ir.and_(resid, ir.remap(c, shift) if extra_left else c)
+        interval = _interval_bounds(resid, left_x, right_x, tree)
+        join = ir.Join(left=left_x, right=right_x, kind=tree.kind, left_keys=left_keys, right_keys=right_keys,
+                       residual=resid, interval=interval, span=tree.span)
+        if left_x is left and right_x is right:
+            return join
+        keep = list(range(width)) + [len(left_x.schema) + i for i in range(len(right.schema))]
+        fields = join.schema.fields
+        exprs = tuple(ir.Column(index=i, name=fields[i].name, type=fields[i].type, nullable=fields[i].nullable,
+                                span=None) for i in keep)
+        return ir.Project(input=join, exprs=exprs, names=tuple(fields[i].name for i in keep), span=tree.span)
 
     # ------------------------------------------------------------ windows
 
@@ -1025,6 +1140,113 @@ class _Binder:
                                "its input is itself a GROUP BY without a window, whose rows are revised")
         return ir.Call(fn="__agg__", args=(), params=(context.add_agg(call),), type=typ, nullable=nullable,
                        span=e.span)
+
+
+@attrs.frozen
+class _JoinTree:
+    """A FROM clause's joins before conditions are placed: a leaf has ``rel``; a join has two
+    subtrees, its kind and its ON conjuncts (over its own columns)."""
+
+    columns: tuple[_ScopeColumn, ...]
+    span: Span | None
+    rel: ir.Rel | None = None
+    left: _JoinTree | None = None
+    right: _JoinTree | None = None
+    kind: str = "inner"
+    on: tuple[ir.Expr, ...] = ()
+
+
+def _filter(rel: ir.Rel, conditions: list[ir.Expr]) -> ir.Rel:
+    pred = None
+    for c in conditions:
+        pred = ir.and_(pred, c)
+    return rel if pred is None else ir.Filter(input=rel, predicate=pred, span=pred.span)
+
+
+def _key_columns(rel: ir.Rel, keys: list[ir.Expr]) -> tuple[ir.Rel, tuple[int, ...]]:
+    """``rel`` and the positions of ``keys`` in it; keys that are not columns of ``rel`` are
+    appended by a projection."""
+    if all(isinstance(k, ir.Column) for k in keys):
+        return rel, tuple(k.index for k in keys)
+    fields = rel.schema.fields
+    exprs = [ir.Column(index=i, name=f.name, type=f.type, nullable=f.nullable, span=None) for i, f in enumerate(fields)]
+    names = list(rel.schema.names)
+    positions = []
+    for n, k in enumerate(keys):
+        if isinstance(k, ir.Column):
+            positions.append(k.index)
+            continue
+        positions.append(len(exprs))
+        exprs.append(k)
+        names.append(f"_join_key{n}")
+    return ir.Project(input=rel, exprs=tuple(exprs), names=tuple(names), span=rel.span), tuple(positions)
+
+
+def _interval_bounds(residual: ir.Expr | None, left: ir.Rel, right: ir.Rel, tree: _JoinTree) -> ir.IntervalBounds | None:
+    """Event-time bounds between an event-time column of each side in ``residual``, if both a
+    lower and an upper bound are there (``r.t BETWEEN l.t - a AND l.t + b`` and its forms): the
+    join can then forget rows the watermark has passed by more than the bound."""
+    left_times = {i for i, c in enumerate(tree.left.columns) if c.rowtime}
+    right_times = {i for i, c in enumerate(tree.right.columns) if c.rowtime}
+    if not left_times or not right_times or residual is None:
+        return None
+    width = len(left.schema)
+    lower: dict[tuple[int, int], int] = {}
+    upper: dict[tuple[int, int], int] = {}
+    for c in ir.conjuncts(residual):
+        if not (isinstance(c, ir.Call) and c.fn in ("ge", "gt", "le", "lt")):
+            continue
+        a, b = (_time_term(x) for x in c.args)
+        if a is None or b is None:
+            continue
+        (ca, oa), (cb, ob) = a, b
+        at_least = c.fn in ("ge", "gt")
+        if ca >= width and cb < width and ca - width in right_times and cb in left_times:
+            pair, bound = (cb, ca - width), ob - oa  # r + oa op l + ob: r - l op ob - oa
+        elif ca < width and cb >= width and ca in left_times and cb - width in right_times:
+            pair, bound, at_least = (ca, cb - width), oa - ob, not at_least  # l + oa op r + ob: r - l op' oa - ob
+        else:
+            continue
+        if at_least:
+            lower[pair] = max(lower.get(pair, bound), bound)
+        else:
+            upper[pair] = min(upper.get(pair, bound), bound)
+    for pair in sorted(set(lower) & set(upper)):
+        if lower[pair] <= upper[pair]:
+            return ir.IntervalBounds(left_time=pair[0], right_time=pair[1], lower=lower[pair], upper=upper[pair])
+    return None
+
+
+def _time_term(e: ir.Expr) -> tuple[int, int] | None:
+    """``column``, ``column + INTERVAL`` or ``column - INTERVAL`` over a timestamp column: (column, ms)."""
+    if isinstance(e, ir.Call) and e.fn == "cast" and pt.is_timestamp(e.type) and pt.is_timestamp(e.args[0].type):
+        return _time_term(e.args[0])
+    if isinstance(e, ir.Column) and pt.is_timestamp(e.type):
+        return e.index, 0
+    if isinstance(e, ir.Call) and e.fn in ("add", "subtract") and len(e.args) == 2:
+        inner, amount = e.args
+        ms = _duration_ms(amount)
+        base = _time_term(inner)
+        if base is not None and ms is not None:
+            return base[0], base[1] + (ms if e.fn == "add" else -ms)
+    return None
+
+
+def _duration_ms(e: ir.Expr) -> int | None:
+    if not (isinstance(e, ir.Literal) and pt.is_duration(e.type) and e.value is not None):
+        return None
+    value = e.value
+    if isinstance(value, dt.timedelta):
+        return value // dt.timedelta(milliseconds=1)
+    return int(value) * {"s": 1000, "ms": 1, "us": 1, "ns": 1}[e.type.unit] // {"s": 1, "ms": 1, "us": 1000,
+                                                                              "ns": 1_000_000}[e.type.unit]
+
+
+def _updating_reason(producer: ir.Rel, where: Span | None) -> str:
+    if isinstance(producer, ir.Join):
+        return (f"its {producer.kind.upper()} JOIN (at {where}) retracts a NULL-padded row when the row's "
+                "first match arrives")
+    return f"its GROUP BY without a window (at {where}) revises earlier rows"
 
 
 def _is_builtin(name: str) -> bool:

@@ -8,7 +8,16 @@ import pyarrow as pa
 
 from clink.compiler import ir
 from clink.compiler import types as T
-from clink.compiler.physical import ChainOp, GroupAggOp, PhysicalPlan, SinkOp, SourceOp, UnionOp, WindowAggOp
+from clink.compiler.physical import (
+    ChainOp,
+    GroupAggOp,
+    JoinOp,
+    PhysicalPlan,
+    SinkOp,
+    SourceOp,
+    UnionOp,
+    WindowAggOp,
+)
 
 _INFIX = {"add": "+", "subtract": "-", "multiply": "*", "divide": "/", "mod": "%", "eq": "=", "ne": "<>",
           "lt": "<", "le": "<=", "gt": ">", "ge": ">=", "and": "AND", "or": "OR"}
@@ -105,6 +114,16 @@ def explain_logical(node: ir.Rel, indent: int = 0) -> str:
             keys = names[: node.num_keys]
             aggs = ", ".join(_agg_sql(a, names) for a in node.aggs)
             line = f"GroupAggregate(keys=[{', '.join(keys)}], aggs=[{aggs}], changelog=[+I, -U, +U, -D])"
+        case ir.Join():
+            line = f"Join(kind=[{node.kind.upper()}], {_join_condition(node)}"
+            if node.interval is not None:
+                b = node.interval
+                names = _join_names(node)
+                line += (f", interval=[{names[len(node.left.schema) + b.right_time]} - {names[b.left_time]}"
+                         f" BETWEEN {b.lower} ms AND {b.upper} ms]")
+            if ir.is_updating(node):
+                line += ", changelog=[+I, -D]"
+            line += ")"
         case ir.Union():
             line = f"Union(all=[true], columns=[{', '.join(node.schema.names)}])"
         case ir.Scan():
@@ -115,6 +134,24 @@ def explain_logical(node: ir.Rel, indent: int = 0) -> str:
         case _:
             line = type(node).__name__
     return "\n".join([pad + line, *(explain_logical(child, indent + 1) for child in node.inputs)])
+
+
+def _join_names(node: ir.Join) -> tuple[str, ...]:
+    """The columns a join's condition reads: left then right, marked by side where names clash."""
+    left, right = node.left.schema.names, node.right.schema.names
+    if not set(left) & set(right):
+        return left + right
+    return tuple(f"left.{n}" for n in left) + tuple(f"right.{n}" for n in right)
+
+
+def _join_condition(node: ir.Join) -> str:
+    names = _join_names(node)
+    width = len(node.left.schema)
+    keys = [f"{names[a]} = {names[width + b]}" for a, b in zip(node.left_keys, node.right_keys, strict=True)]
+    text = f"keys=[{', '.join(keys)}]"
+    if node.residual is not None:
+        text += f", where=[{expr_sql(node.residual, names)}]"
+    return text
 
 
 def _agg_sql(a: ir.AggCall, names: tuple[str, ...]) -> str:
@@ -153,6 +190,12 @@ def explain_physical(plan: PhysicalPlan) -> str:
                 keys = agg.input.schema.names[: agg.num_keys]
                 line = (f"[{op.id}] GroupAggregate state keys=[{', '.join(keys) or '(none)'}] "
                         f"<- [{op.input}] {op.partitioning} produces updates")
+            case JoinOp(join=join):
+                line = (f"[{op.id}] Join {join.kind.upper()}"
+                        f"{' (interval)' if join.interval is not None else ''} state=[both sides by key] "
+                        f"<- [{op.left}, {op.right}] {op.partitioning}")
+                if ir.is_updating(join):
+                    line += " produces updates"
             case UnionOp(inputs=inputs):
                 line = f"[{op.id}] Union <- [{', '.join(str(i) for i in inputs)}]"
             case SinkOp(sink=sink):

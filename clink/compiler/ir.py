@@ -331,6 +331,54 @@ class Union(Rel):
         return Schema(tuple(attrs.evolve(f, nullable=n) for f, n in zip(first.fields, nullable, strict=True)))
 
 
+@attrs.frozen(kw_only=True)
+class IntervalBounds:
+    """Event-time bounds of an interval join: a pair matches only if
+    ``left[left_time] + lower <= right[right_time] <= left[left_time] + upper`` (milliseconds).
+    Both columns are event-time attributes, so rows that the watermark has passed by more than
+    the bound can never match again, and the join drops them from its state."""
+
+    left_time: int
+    right_time: int
+    lower: int
+    upper: int
+
+
+JOIN_KINDS = ("inner", "left", "right", "full")
+
+
+@attrs.frozen(kw_only=True)
+class Join(Rel):
+    """Pairs of rows of ``left`` and ``right`` whose key columns are equal (``left_keys[i]`` with
+    ``right_keys[i]``, of the same type) and for which ``residual`` (over the left columns then
+    the right ones) is TRUE. ``kind`` left/right/full also keeps the rows of that side that match
+    nothing, padded with NULLs. Output: the left columns, then the right ones."""
+
+    left: Rel
+    right: Rel
+    kind: str = attrs.field(validator=attrs.validators.in_(JOIN_KINDS))
+    left_keys: tuple[int, ...]
+    right_keys: tuple[int, ...]
+    residual: Expr | None = attrs.field(default=None, validator=_is_boolean)
+    interval: IntervalBounds | None = None
+
+    @property
+    def inputs(self) -> tuple[Rel, ...]:
+        return (self.left, self.right)
+
+    def with_inputs(self, inputs: tuple[Rel, ...]) -> Join:
+        left, right = inputs
+        return attrs.evolve(self, left=left, right=right)
+
+    @functools.cached_property
+    def schema(self) -> Schema:
+        pad_left = self.kind in ("right", "full")
+        pad_right = self.kind in ("left", "full")
+        left = tuple(attrs.evolve(f, nullable=True) if pad_left else f for f in self.left.schema.fields)
+        right = tuple(attrs.evolve(f, nullable=True) if pad_right else f for f in self.right.schema.fields)
+        return Schema(left + right)
+
+
 # ---------------------------------------------------------------- sinks (statement roots)
 
 
@@ -463,6 +511,9 @@ def is_updating(rel: Rel) -> bool:
     match rel:
         case GroupAggregate():
             return True
+        case Join(kind=kind, left=left, right=right):
+            # An outer join retracts a NULL-padded row when its first match arrives.
+            return kind != "inner" or is_updating(left) or is_updating(right)
         case Union(all_inputs=children):
             return any(is_updating(c) for c in children)
         case Unary(input=child):
@@ -470,9 +521,9 @@ def is_updating(rel: Rel) -> bool:
     return False
 
 
-def updating_source(rel: Rel) -> GroupAggregate | None:
+def updating_source(rel: Rel) -> GroupAggregate | Join | None:
     """The operator below ``rel`` that makes it updating, for messages; None if it is append-only."""
-    if isinstance(rel, GroupAggregate):
+    if isinstance(rel, GroupAggregate) or (isinstance(rel, Join) and rel.kind != "inner"):
         return rel
     for child in rel.inputs:
         found = updating_source(child)

@@ -191,6 +191,10 @@ _UNITS = {
 }
 
 
+class _JoinKind(str):
+    """inner, left, right or full."""
+
+
 class _Name(str):
     """An identifier with the span it was written at."""
 
@@ -435,6 +439,19 @@ class _Builder(Transformer):
                     having = e
         return ast.Select(items=tuple(items), from_=from_, where=where, group_by=group_by,
                           having=having, distinct=distinct, span=self._span(meta))
+
+    def join(self, meta, children):
+        parts = _strip_keywords(children)
+        kind = parts.pop(1) if isinstance(parts[1], _JoinKind) else "inner"
+        left, right, condition = parts
+        return ast.Join(left=left, right=right, kind=str(kind), condition=condition, span=self._span(meta))
+
+    def cross_join(self, meta, children):
+        left, right = _strip_keywords(children)
+        return ast.Join(left=left, right=right, kind="inner", span=self._span(meta))
+
+    def join_kind(self, meta, children):
+        return _JoinKind(children[0].type.lower())
 
     def union_all(self, meta, children):
         left, right = _strip_keywords(children)

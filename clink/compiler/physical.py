@@ -86,6 +86,32 @@ class GroupAggOp:
         return _key_partitioning(self.agg.input, self.agg.num_keys)
 
 
+@attrs.frozen(kw_only=True)
+class JoinOp:
+    """The stateful join; each input is hash-partitioned by its join keys. ``residual_fn`` names
+    the generated function that evaluates the residual condition over joined pairs."""
+
+    id: int
+    left: int
+    right: int
+    join: ir.Join
+    parallelism: int = 1
+
+    @property
+    def schema(self) -> ir.Schema:
+        return self.join.schema
+
+    @property
+    def inputs(self) -> tuple[int, int]:
+        return (self.left, self.right)
+
+    @property
+    def partitioning(self) -> str:
+        left = [self.join.left.schema.names[k] for k in self.join.left_keys]
+        right = [self.join.right.schema.names[k] for k in self.join.right_keys]
+        return f"hash({', '.join(left)}) / hash({', '.join(right)})"
+
+
 def _key_partitioning(rel: ir.Rel, num_keys: int) -> str:
     """How an aggregation's input is distributed: by the hash of its first ``num_keys`` columns."""
     keys = rel.schema.names[:num_keys]
@@ -118,7 +144,7 @@ class SinkOp:
         return self.sink.schema
 
 
-PhysicalOp = SourceOp | ChainOp | WindowAggOp | GroupAggOp | UnionOp | SinkOp
+PhysicalOp = SourceOp | ChainOp | WindowAggOp | GroupAggOp | JoinOp | UnionOp | SinkOp
 
 
 @attrs.frozen(kw_only=True)
@@ -176,6 +202,12 @@ def _build(rel: ir.Rel, ops: list[PhysicalOp], *, target: str) -> int:
             op = GroupAggOp(id=len(ops) + 1, input=below, agg=node)
             ops.append(op)
             upstream, table = op.id, f"group aggregate {op.id}"
+        case ir.Join(left=left, right=right):
+            left_id = _build(left, ops, target="the left side of a join")
+            right_id = _build(right, ops, target="the right side of a join")
+            op = JoinOp(id=len(ops) + 1, left=left_id, right=right_id, join=node)
+            ops.append(op)
+            upstream, table = op.id, f"join {op.id}"
         case ir.Union(all_inputs=children):
             if any(ir.is_updating(c) for c in children) and not all(ir.is_updating(c) for c in children):
                 raise SqlError("UNION ALL of an updating query and an append-only one is not supported yet",

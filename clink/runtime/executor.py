@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import time
 from collections import defaultdict
-
 from dataclasses import dataclass, field
+
 import pyarrow as pa
 
 from clink.errors import ClinkError, CompilerBug, IncompatibleCheckpoint, PipelineError, UsageError
@@ -20,7 +20,7 @@ from clink.runtime.context import RuntimeContext, TaskContext
 from clink.runtime.elements import MAX_WATERMARK, Barrier, Batch, Element, EndOfInput, Watermark
 from clink.runtime.kernels import EvaluationError, max_epoch_ms
 from clink.runtime.loader import sql_position_of
-from clink.runtime.plan import Chain, GroupAggregate, Plan, Sink, Source, Union, WindowAggregate
+from clink.runtime.plan import Chain, GroupAggregate, Join, Plan, Sink, Source, Union, WindowAggregate
 
 
 @dataclass(slots=True)
@@ -155,6 +155,13 @@ class Job:
                 self._operators[node.id] = GroupAggregateOperator(
                     node, self._tasks[node.id], input_schema=self.plan.node(node.input).schema,
                     backend=self._backend(), operator_id=self.uids[node.id])
+            elif isinstance(node, Join):
+                from clink.runtime.operators.join import JoinOperator
+
+                self._operators[node.id] = JoinOperator(
+                    node, self._tasks[node.id], left_schema=self.plan.node(node.left).schema,
+                    right_schema=self.plan.node(node.right).schema, backend=self._backend(),
+                    operator_id=self.uids[node.id], ttl_ms=_duration_ms(self.ctx.get("table.exec.state.ttl")))
             elif isinstance(node, Sink):
                 connector = self._connector(node.connector)
                 if connector.create_sink is None:
@@ -311,6 +318,11 @@ class Job:
                         operator.late_rows.clear()
                     self.metrics.peak_state_bytes = max(self.metrics.peak_state_bytes,
                                                         operator.metrics.get("state_bytes", 0))
+                elif isinstance(node, Join):
+                    operator = self._operators[target_id]
+                    self._emit_all(target_id, operator.process(batch, 0 if from_id == node.left else 1))
+                    self.metrics.peak_state_bytes = max(self.metrics.peak_state_bytes,
+                                                        operator.metrics.get("state_bytes", 0))
                 elif isinstance(node, GroupAggregate):
                     operator = self._operators[target_id]
                     self._emit_all(target_id, operator.process(batch))
@@ -346,7 +358,7 @@ class Job:
         if isinstance(node, Sink):
             self.metrics.watermark = low
             return
-        if isinstance(node, WindowAggregate):
+        if isinstance(node, (WindowAggregate, Join)):
             self._emit_all(node_id, self._operators[node_id].on_watermark(low))
         self._emit(node_id, Watermark(low))
 
@@ -478,12 +490,12 @@ class Job:
 
 def stable_ids(plan: Plan) -> dict[int, str]:
     """A name per source, sink and stateful operator that survives changes elsewhere in the plan:
-    ``source:<table>``, ``sink:<table>``, ``window-<n>`` and ``group-<n>`` (the n-th window
-    aggregate, or GROUP BY without a window, in plan order), with ``#2``, ``#3`` … for a second
+    ``source:<table>``, ``sink:<table>``, ``window-<n>``, ``group-<n>`` and ``join-<n>`` (the
+    n-th window aggregate, GROUP BY without a window, or join, in plan order), with ``#2``, ``#3`` … for a second
     and third node of the same name."""
     ids: dict[int, str] = {}
     seen: dict[str, int] = defaultdict(int)
-    windows = groups = 0
+    windows = groups = joins = 0
     for node in plan.nodes:
         if isinstance(node, Source):
             base = f"source:{node.table}"
@@ -495,6 +507,9 @@ def stable_ids(plan: Plan) -> dict[int, str]:
         elif isinstance(node, GroupAggregate):
             groups += 1
             base = f"group-{groups}"
+        elif isinstance(node, Join):
+            joins += 1
+            base = f"join-{joins}"
         else:
             continue
         seen[base] += 1
@@ -747,6 +762,13 @@ def state_signature(job: Job, node_id: int) -> str:
     (readable), then the layout of its state. A checkpoint restores only into the same signature."""
     node = job.plan.node(node_id)
     operator = job._operators[node_id]
+    if isinstance(node, Join):
+        left, right = (job.plan.node(i).schema for i in (node.left, node.right))
+        keys = ", ".join(f"{left.field(a).type} = {right.field(b).type}"
+                         for a, b in zip(node.left_keys, node.right_keys, strict=True))
+        interval = " (interval)" if node.interval is not None else ""
+        layout = " ; ".join(d.signature() for d in operator.descriptors)
+        return f"{node.kind.upper()} JOIN{interval} ON ({keys}) | {layout}"
     schema = job.plan.node(node.input).schema
     keys = ", ".join(str(schema.field(k).type) for k in node.keys)
     aggs = ", ".join(f"{a.fn}({'' if a.arg is None else schema.field(a.arg).type})"

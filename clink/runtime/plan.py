@@ -16,7 +16,7 @@ if TYPE_CHECKING:
     from clink.runtime.context import TaskContext
 
 __all__ = ["BROADCAST", "DELETE", "FORWARD", "INSERT", "ROWKIND_COLUMN", "SINGLE", "UPDATE_AFTER", "UPDATE_BEFORE",
-           "AggSpec", "Chain", "GroupAggregate", "Node", "Plan", "Sink", "Source", "TaskContext", "Union",
+           "AggSpec", "Chain", "GroupAggregate", "Join", "Node", "Plan", "Sink", "Source", "TaskContext", "Union",
            "WindowAggregate", "WindowSpec", "hash_by"]
 
 #: How a node's input is distributed over its parallel instances.
@@ -210,6 +210,37 @@ class GroupAggregate(Node):
     @property
     def inputs(self) -> tuple[int, ...]:
         return (self.input,)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Join(Node):
+    """Join the rows of ``left`` and ``right`` whose key columns are equal, position by position
+    (``left_keys`` in the left input, ``right_keys`` in the right); ``residual(pairs, ctx)``,
+    when set, gives TRUE for the candidate pairs (a batch of the left columns then the right ones)
+    that also meet the rest of the condition. ``kind``: inner, left, right or full; an outer join
+    also emits each row of its preserved side(s) that has no match, padded with NULLs, and
+    retracts that row when a match arrives. Either input may be updating (its batches end with
+    ``ROWKIND_COLUMN``): a retracted row retracts its pairs.
+
+    ``interval`` = (left_time, right_time, lower, upper) marks an interval join: pairs match only
+    if ``lower <= right.time - left.time <= upper`` (ms), and rows that the watermark has passed
+    by more than that are dropped from state. The output ``schema``: the left columns, then the
+    right ones, then ``ROWKIND_COLUMN`` if the join is updating (an outer join, or an updating
+    input). Both sides are kept in state through the state contract.
+    """
+
+    left: int
+    right: int
+    kind: str
+    left_keys: tuple[int, ...]
+    right_keys: tuple[int, ...]
+    schema: pa.Schema
+    residual: Callable[[pa.RecordBatch, "TaskContext"], Any] | None = None
+    interval: tuple[int, int, int, int] | None = None
+
+    @property
+    def inputs(self) -> tuple[int, ...]:
+        return (self.left, self.right)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

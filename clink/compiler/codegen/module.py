@@ -11,7 +11,16 @@ from clink.compiler import ir
 from clink.compiler.codegen.exprs import emit, field_py, is_constant, type_py
 from clink.compiler.codegen.writer import SourceWriter
 from clink.compiler.explain import chain_kinds, expr_sql
-from clink.compiler.physical import ChainOp, GroupAggOp, PhysicalPlan, SinkOp, SourceOp, UnionOp, WindowAggOp
+from clink.compiler.physical import (
+    ChainOp,
+    GroupAggOp,
+    JoinOp,
+    PhysicalPlan,
+    SinkOp,
+    SourceOp,
+    UnionOp,
+    WindowAggOp,
+)
 
 HEADER_NOTE = "do not edit; run `clink compile` again."
 
@@ -63,6 +72,10 @@ def generate_module(plan: PhysicalPlan, *, name: str, sources: dict[str, str], f
             w.line()
             w.line()
             _emit_chain(w, op, schema_names)
+        if isinstance(op, JoinOp) and op.join.residual is not None:
+            w.line()
+            w.line()
+            _emit_residual(w, op)
     w.line()
     w.line()
     _emit_plan(w, plan, schema_names, name=name, fingerprint=fingerprint, config=config, explains=explains)
@@ -75,6 +88,8 @@ def _udf_refs(plan: PhysicalPlan) -> list[ir.UdfRef]:
     for op in plan.ops:
         if isinstance(op, SourceOp) and op.scan.table.watermark is not None:
             exprs.append(op.scan.table.watermark[1])
+        if isinstance(op, JoinOp) and op.join.residual is not None:
+            exprs.append(op.join.residual)
         if isinstance(op, ChainOp):
             if op.scan_predicate is not None:
                 exprs.append(op.scan_predicate)
@@ -111,6 +126,8 @@ def _emit_schemas(w: SourceWriter, plan: PhysicalPlan) -> dict[int, str]:
                 texts = [(f"SCHEMA_WINDOW_{op.id}", op.schema)]
             case GroupAggOp():
                 texts = [(f"SCHEMA_GROUP_{op.id}", op.schema)]
+            case JoinOp():
+                texts = [(f"SCHEMA_JOIN_{op.id}", op.schema)]
             case UnionOp():
                 texts = [(f"SCHEMA_UNION_{op.id}", op.schema)]
             case SinkOp(sink=sink):
@@ -139,6 +156,8 @@ def updating_ops(plan: PhysicalPlan) -> set[int]:
             case ChainOp() | SinkOp() if op.input in updating:
                 updating.add(op.id)
             case UnionOp() if any(i in updating for i in op.inputs):
+                updating.add(op.id)
+            case JoinOp() if ir.is_updating(op.join):
                 updating.add(op.id)
     return updating
 
@@ -190,6 +209,19 @@ def _emit_chain(w: SourceWriter, op: ChainOp, schema_names: dict[int, str]) -> N
             schema = step.schema
         if not op.steps:
             w.line("return batch")
+
+
+def _emit_residual(w: SourceWriter, op: JoinOp) -> None:
+    join = op.join
+    schema = ir.Schema(join.left.schema.fields + join.right.schema.fields)
+    w.line(f"def residual_{op.id}(batch: pa.RecordBatch, ctx: P.TaskContext) -> pa.Array:")
+    with w.indent():
+        w.line(f'"""Join {op.id}: the condition beyond its keys, over candidate pairs (left columns, then right)."""')
+        columns = _load_columns(w, ir.columns_used(join.residual), schema)
+        code = emit(join.residual, columns)
+        if is_constant(join.residual):
+            code = f"K.broadcast({code}, batch.num_rows, pa.bool_())"
+        w.line(f"return {code}", span=join.residual.span)
 
 
 def _window_py(window: ir.WindowDef) -> str:
@@ -330,6 +362,23 @@ def _emit_plan(w: SourceWriter, plan: PhysicalPlan, schema_names: dict[int, str]
                             w.line("),")
                             w.line(f"schema={schema_names[op.id * 10]}, partitioning={partitioning}, "
                                    f"parallelism={op.parallelism}, span={str(agg.span or '')!r}),")
+                    case JoinOp(join=join):
+                        lnames = join.left.schema.names
+                        rnames = join.right.schema.names
+                        w.line(f"P.Join(id={op.id}, left={op.left}, right={op.right}, kind={join.kind!r},",
+                               span=join.span)
+                        with w.indent():
+                            w.line(f"left_keys={join.left_keys!r}, right_keys={join.right_keys!r},  # "
+                                   + ", ".join(f"{lnames[a]} = {rnames[b]}"
+                                               for a, b in zip(join.left_keys, join.right_keys, strict=True)))
+                            if join.residual is not None:
+                                w.line(f"residual=residual_{op.id},")
+                            if join.interval is not None:
+                                b = join.interval
+                                w.line(f"interval=({b.left_time}, {b.right_time}, {b.lower}, {b.upper}),  # "
+                                       f"{rnames[b.right_time]} - {lnames[b.left_time]} in [{b.lower}, {b.upper}] ms")
+                            w.line(f"schema={schema_names[op.id * 10]}, parallelism={op.parallelism}, "
+                                   f"span={str(join.span or '')!r}),")
                     case UnionOp(inputs=inputs):
                         w.line(f"P.Union(id={op.id}, inputs={inputs!r}, schema={schema_names[op.id * 10]}, "
                                f"parallelism={op.parallelism}),", span=op.union.span)

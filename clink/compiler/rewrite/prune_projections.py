@@ -78,6 +78,29 @@ def _prune(node: ir.Rel, needed: set[int]) -> tuple[ir.Rel, dict[int, int]]:
             new_child, mapping = _prune(child, set(range(len(child.schema))))
             assert all(k == v for k, v in mapping.items())
             return node.with_inputs((new_child,)), {i: i for i in range(len(node.schema))}
+        case ir.Join(left=left, right=right, left_keys=lkeys, right_keys=rkeys, residual=residual):
+            # Each side keeps what is needed above, its keys, and what the residual and the
+            # interval bounds read: the join stores only those columns.
+            width = len(left.schema)
+            used = set(needed) | (ir.columns_used(residual) if residual is not None else set())
+            bounds = node.interval
+            left_used = {i for i in used if i < width} | set(lkeys)
+            right_used = {i - width for i in used if i >= width} | set(rkeys)
+            if bounds is not None:
+                left_used.add(bounds.left_time)
+                right_used.add(bounds.right_time)
+            new_left, lmap = _prune(left, left_used)
+            new_right, rmap = _prune(right, right_used)
+            new_width = len(new_left.schema)
+            out = dict(lmap)
+            out.update({width + old: new_width + new for old, new in rmap.items()})
+            new_node = attrs.evolve(
+                node, left=new_left, right=new_right, left_keys=tuple(lmap[k] for k in lkeys),
+                right_keys=tuple(rmap[k] for k in rkeys),
+                residual=ir.remap(residual, out) if residual is not None else None,
+                interval=attrs.evolve(bounds, left_time=lmap[bounds.left_time], right_time=rmap[bounds.right_time])
+                if bounds is not None else None)
+            return new_node, out
         case ir.WindowTVF(input=child, time=time, partition_by=partition):
             width = len(child.schema)
             used = {i for i in needed if i < width} | {time, *partition}

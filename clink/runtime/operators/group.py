@@ -61,6 +61,7 @@ import numpy as np
 import pyarrow as pa
 
 from clink.runtime import compute as pc
+from clink.runtime.operators.common import max_parallelism, open_state
 from clink.runtime.plan import DELETE, INSERT, ROWKIND_COLUMN, UPDATE_AFTER, UPDATE_BEFORE
 from clink.runtime.state.backend import (
     KEY_GROUP,
@@ -70,8 +71,7 @@ from clink.runtime.state.backend import (
     TableStateDescriptor,
     ValueStateDescriptor,
 )
-from clink.runtime.state.keygroups import DEFAULT_MAX_PARALLELISM, hash_columns, key_groups
-from clink.runtime.state.memory import MemoryStateBackend
+from clink.runtime.state.keygroups import hash_columns, key_groups
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -126,7 +126,7 @@ class GroupAggregateOperator:
         self.node = node
         self.ctx = ctx
         self._where = f"group aggregate {node.id}"
-        self._max_parallelism = int(ctx.runtime.get("pipeline.max-parallelism") or DEFAULT_MAX_PARALLELISM)
+        self._max_parallelism = max_parallelism(ctx)
         self.late_rows: list[pa.RecordBatch] = []
         self.metrics: dict[str, int] = ctx.metrics
         for name in ("state_rows", "state_bytes"):
@@ -147,12 +147,8 @@ class GroupAggregateOperator:
                                           self._max_parallelism)
                           for j, (arg, aggs) in enumerate(self._distinct_args.items())]
         self.descriptors = [self.descriptor, *(d.descriptor for d in self._distinct)]
-        if backend is None:
-            backend = MemoryStateBackend(max_parallelism=self._max_parallelism)
-        elif backend.max_parallelism != self._max_parallelism:
-            raise ValueError(f"{self._where}: the state backend has max parallelism "
-                             f"{backend.max_parallelism}, the job {self._max_parallelism}")
-        self.operator_state: OperatorState = backend.open(self.operator_id, self.descriptors)
+        self.operator_state: OperatorState = open_state(backend, self._max_parallelism, self.operator_id,
+                                                        self.descriptors, self._where)
         self._groups = self.operator_state.value_state("groups")
         for d in self._distinct:
             d.table = self.operator_state.table_state(d.descriptor.name)

@@ -25,9 +25,9 @@ import numpy as np
 import pyarrow as pa
 
 from clink.runtime import compute as pc
+from clink.runtime.operators.common import max_parallelism, open_state
 from clink.runtime.state.backend import OperatorState, StateBackend, TableStateDescriptor
-from clink.runtime.state.keygroups import DEFAULT_MAX_PARALLELISM, key_groups
-from clink.runtime.state.memory import MemoryStateBackend
+from clink.runtime.state.keygroups import key_groups
 from clink.runtime.state.window_state import KEY_GROUP, WindowState, split_by_window
 
 if TYPE_CHECKING:
@@ -78,7 +78,7 @@ class WindowAggregateOperator:
         self._lateness = int(node.allowed_lateness)
         if self._lateness < 0:
             raise ValueError(f"window aggregate {node.id}: allowed lateness must be >= 0, got {self._lateness} ms")
-        self._max_parallelism = int(ctx.runtime.get("pipeline.max-parallelism") or DEFAULT_MAX_PARALLELISM)
+        self._max_parallelism = max_parallelism(ctx)
         self._watermark: int | None = None
         self.late_rows: list[pa.RecordBatch] = []
         self.metrics: dict[str, int] = ctx.metrics
@@ -99,12 +99,8 @@ class WindowAggregateOperator:
             a.fn in ("first_value", "last_value") for a in node.aggs)
         self.operator_id = operator_id or f"window-{node.id}"
         self.descriptor = TableStateDescriptor("windows", self._partial_schema(input_schema))
-        if backend is None:
-            backend = MemoryStateBackend(max_parallelism=self._max_parallelism)
-        elif backend.max_parallelism != self._max_parallelism:
-            raise ValueError(f"window aggregate {node.id}: the state backend has max parallelism "
-                             f"{backend.max_parallelism}, the job {self._max_parallelism}")
-        self.operator_state: OperatorState = backend.open(self.operator_id, [self.descriptor])
+        self.operator_state: OperatorState = open_state(backend, self._max_parallelism, self.operator_id,
+                                                        [self.descriptor], f"window aggregate {node.id}")
         self._state = WindowState(self._merge, table=self.operator_state.table_state("windows"))
 
     # -- public interface ----------------------------------------------------------------------

@@ -1,0 +1,168 @@
+"""Regular joins: the final table of every join kind, over append-only and updating inputs read
+in small interleaved batches, must equal DuckDB's batch answer over the same rows."""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+
+import duckdb
+import numpy as np
+import pyarrow as pa
+import pytest
+
+import clink
+from clink.errors import SqlError
+from clink.runtime.context import RuntimeContext
+from clink.testing import run_select
+
+N_LEFT = 1500
+N_RIGHT = 700
+
+
+@pytest.fixture(scope="module")
+def tables() -> dict[str, pa.Table]:
+    rng = np.random.default_rng(23)
+
+    def nulls(n: int, rate: float) -> np.ndarray:
+        return rng.random(n) < rate
+
+    left = pa.table({
+        "k": pa.array(rng.integers(0, 40, N_LEFT), pa.int64(), mask=nulls(N_LEFT, 0.05)),
+        "s": pa.array(rng.choice(np.array(["a", "b", "c", "d"]), N_LEFT), pa.string(), mask=nulls(N_LEFT, 0.05)),
+        "v": pa.array(rng.integers(0, 100, N_LEFT), pa.int32(), mask=nulls(N_LEFT, 0.1)),
+    })
+    right = pa.table({
+        "k": pa.array(rng.integers(20, 70, N_RIGHT), pa.int32(), mask=nulls(N_RIGHT, 0.05)),
+        "s": pa.array(rng.choice(np.array(["a", "b", "c", "e"]), N_RIGHT), pa.string()),
+        "w": pa.array(rng.integers(0, 100, N_RIGHT), pa.int64(), mask=nulls(N_RIGHT, 0.1)),
+    })
+    return {"l": left, "r": right}
+
+
+def _same(ours: pa.Table, theirs: list[tuple]) -> None:
+    def norm(row: tuple) -> tuple:
+        return tuple(round(v, 6) if isinstance(v, float) and not math.isnan(v) else v for v in row)
+
+    got = Counter(norm(tuple(r.values())) for r in ours.to_pylist())
+    want = Counter(norm(r) for r in theirs)
+    assert got == want, (f"{sum((got - want).values())} rows too many, {sum((want - got).values())} missing; "
+                         f"e.g. extra {list(got - want)[:3]}, missing {list(want - got)[:3]}")
+
+
+QUERIES = [
+    "SELECT l.k, l.s, l.v, r.w FROM l JOIN r ON l.k = r.k",
+    "SELECT l.k, l.v, r.k AS rk, r.w FROM l LEFT JOIN r ON l.k = r.k AND l.s = r.s",
+    "SELECT l.v, r.k, r.s, r.w FROM l RIGHT OUTER JOIN r ON l.k = r.k AND l.v < r.w",
+    "SELECT l.k, l.s, r.k AS rk, r.s AS rs FROM l FULL OUTER JOIN r ON l.k = r.k AND r.w > 50",
+    # Keys that are expressions, and a condition on one side only in ON and in WHERE.
+    "SELECT l.k, r.w FROM l INNER JOIN r ON l.k + 1 = r.k AND l.s = 'a' WHERE r.w % 2 = 0",
+    # A comma join: the WHERE equality is its key, the rest filters below or stays residual.
+    "SELECT l.k, l.v, r.w FROM l, r WHERE l.k = r.k AND l.s = r.s AND l.v > r.w - 20",
+    # Three inputs, and a WHERE above an outer join.
+    ("SELECT a.k, a.v, b.w, c.v AS cv FROM l a JOIN r b ON a.k = b.k LEFT JOIN l c ON b.w = c.v "
+     "WHERE a.v IS NOT NULL"),
+    # An updating input: join the counts per key (revised as rows arrive) with the other side.
+    "SELECT g.k, g.n, r.w FROM (SELECT k, COUNT(*) AS n FROM l GROUP BY k) g JOIN r ON g.k = r.k",
+    # Retractions through an outer join and a second aggregation.
+    ("SELECT rs, COUNT(*) AS n, SUM(v) AS total, COUNT(rk) AS matched FROM "
+     "(SELECT l.v, r.s AS rs, r.k AS rk FROM l LEFT JOIN r ON l.k = r.k AND l.s = r.s) GROUP BY rs"),
+    # Both inputs updating, full outer.
+    ("SELECT a.k, a.n, b.m FROM (SELECT k, COUNT(*) AS n FROM l GROUP BY k) a FULL JOIN "
+     "(SELECT k, SUM(w) AS m FROM r GROUP BY k) b ON a.k = b.k AND a.n > 30"),
+]
+
+
+@pytest.mark.parametrize("query", QUERIES)
+@pytest.mark.parametrize("backend", ["memory", "sqlite"])
+def test_final_table_equals_duckdb(tables: dict[str, pa.Table], query: str, backend: str) -> None:
+    context = RuntimeContext(config={"state.backend": backend})
+    ours = run_select(query, context=context, row_group_size=61, **tables)
+    _same(ours, _duck(query, tables))
+
+
+def _duck(query: str, tables: dict[str, pa.Table]) -> list[tuple]:
+    con = duckdb.connect()
+    for name, table in tables.items():
+        con.register(name, table)
+    return con.execute(query).fetchall()
+
+
+def _refusal(script: str) -> str:
+    with pytest.raises(SqlError) as info:
+        clink.compile(script, name="p.sql")
+    return info.value.render({"p.sql": script})
+
+
+def test_a_join_without_an_equality_is_refused_with_its_position() -> None:
+    script = ("CREATE TABLE a (k INT) WITH ('connector' = 'datagen');\n"
+              "CREATE TABLE b (k INT) WITH ('connector' = 'datagen');\n"
+              "SELECT * FROM a JOIN b ON a.k < b.k;\n")
+    text = _refusal(script)
+    assert "an INNER JOIN needs at least one equality between the two sides" in text
+    assert "p.sql:3:15" in text and "add ON a.key = b.key" in text
+
+
+def test_outer_join_into_an_append_only_sink_is_refused() -> None:
+    script = ("CREATE TABLE a (k INT, v INT) WITH ('connector' = 'datagen');\n"
+              "CREATE TABLE b (k INT, w INT) WITH ('connector' = 'datagen');\n"
+              "CREATE TABLE f (k INT, v INT, w INT) WITH ('connector' = 'filesystem', 'path' = '/tmp/x', "
+              "'format' = 'csv');\n"
+              "INSERT INTO f SELECT a.k, a.v, b.w FROM a LEFT JOIN b ON a.k = b.k;\n")
+    text = _refusal(script)
+    assert "takes only inserts, but the query produces updates: its LEFT JOIN (at p.sql:4:" in text
+
+
+def test_inner_join_of_append_only_inputs_is_append_only(tmp_path) -> None:
+    script = ("CREATE TABLE a (k INT, v INT) WITH ('connector' = 'datagen', 'number-of-rows' = '100');\n"
+              "CREATE TABLE b (k INT, w INT) WITH ('connector' = 'datagen', 'number-of-rows' = '100');\n"
+              f"CREATE TABLE f (k INT, v INT, w INT) WITH ('connector' = 'filesystem', 'path' = '{tmp_path}', "
+              "'format' = 'csv');\n"
+              "INSERT INTO f SELECT a.k, a.v, b.w FROM a JOIN b ON a.k = b.k;\n")
+    plan = clink.compile(script)
+    explained = plan.explain()
+    assert "Join INNER" in explained and "produces updates" not in explained
+
+
+def test_ambiguous_column_in_a_join_asks_for_a_qualifier() -> None:
+    script = ("CREATE TABLE a (k INT, v INT) WITH ('connector' = 'datagen');\n"
+              "CREATE TABLE b (k INT, w INT) WITH ('connector' = 'datagen');\n"
+              "SELECT k FROM a JOIN b ON a.k = b.k;\n")
+    text = _refusal(script)
+    assert "column 'k' is ambiguous" in text and "p.sql:3:8" in text
+
+
+@pytest.mark.parametrize("backend", ["memory", "sqlite"])
+def test_interval_join_equals_duckdb_and_is_planned_as_one(backend: str) -> None:
+    rng = np.random.default_rng(5)
+    n = 2000
+    base = np.datetime64("2026-01-01T00:00:00", "ms")
+
+    def side(key_name: str) -> pa.Table:
+        # Roughly ordered times (jitter of up to 2 s against a 4 s watermark delay).
+        ms = np.arange(n) * 250 + rng.integers(0, 2000, n)
+        return pa.table({key_name: pa.array(rng.integers(0, 12, n), pa.int64()),
+                         "ts": pa.array(base + ms.astype("timedelta64[ms]"), pa.timestamp("ms")),
+                         "x": pa.array(rng.integers(0, 1000, n), pa.int64())})
+
+    tables = {"l": side("k"), "r": side("k")}
+    query = ("SELECT l.k, l.x, r.x AS rx, r.ts FROM l, r WHERE l.k = r.k "
+             "AND r.ts BETWEEN l.ts - INTERVAL '3' SECOND AND l.ts + INTERVAL '1' SECOND")
+    context = RuntimeContext(config={"state.backend": backend})
+    watermark = "ts AS ts - INTERVAL '4' SECOND"
+    ours = run_select(query, context=context, row_group_size=100, watermarks={"l": watermark, "r": watermark},
+                      **tables)
+    duck_query = query.replace("INTERVAL '3' SECOND", "INTERVAL 3 SECOND").replace("INTERVAL '1' SECOND",
+                                                                                    "INTERVAL 1 SECOND")
+    _same(ours, _duck(duck_query, tables))
+    assert ours.num_rows > 1000
+
+
+def test_interval_join_is_explained_with_its_bounds() -> None:
+    script = ("CREATE TABLE a (k INT, ts TIMESTAMP(3), WATERMARK FOR ts AS ts) WITH ('connector' = 'datagen');\n"
+              "CREATE TABLE b (k INT, ts TIMESTAMP(3), WATERMARK FOR ts AS ts) WITH ('connector' = 'datagen');\n"
+              "SELECT a.k FROM a JOIN b ON a.k = b.k AND a.ts BETWEEN b.ts - INTERVAL '5' SECOND AND b.ts;\n")
+    explained = clink.compile(script).explain()
+    # a.ts in [b.ts - 5 s, b.ts]  <=>  b.ts - a.ts in [0, 5000] ms
+    assert "interval=[right.ts - left.ts BETWEEN 0 ms AND 5000 ms]" in explained
+    assert "Join INNER (interval)" in explained

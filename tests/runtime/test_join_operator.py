@@ -1,0 +1,208 @@
+"""The join operator against a model: random inserts and retractions on both sides, in random
+batches, for every join kind; the changelog it emits, applied to a multiset, must retract only
+rows it emitted before and must end as the batch join of the rows that are left."""
+
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from clink.runtime import plan as P
+from clink.runtime.context import RuntimeContext, TaskContext
+from clink.runtime.operators.join import JoinOperator
+from clink.runtime.state.memory import MemoryStateBackend
+from clink.runtime.state.sqlite import SqliteStateBackend
+
+LEFT = pa.schema([("k", pa.int64()), ("v", pa.int64()), (P.ROWKIND_COLUMN, pa.string())])
+RIGHT = pa.schema([("k", pa.int64()), ("w", pa.int64()), (P.ROWKIND_COLUMN, pa.string())])
+
+
+def _node(kind: str, residual: bool) -> P.Join:
+    fields = [pa.field("k", pa.int64()), pa.field("v", pa.int64()), pa.field("k2", pa.int64()),
+              pa.field("w", pa.int64()), pa.field(P.ROWKIND_COLUMN, pa.string())]
+    return P.Join(id=3, left=1, right=2, kind=kind, left_keys=(0,), right_keys=(0,), schema=pa.schema(fields),
+                  residual=(lambda b, ctx: pc.less_equal(b.column(1), b.column(3))) if residual else None)
+
+
+def _expected(kind: str, residual: bool, left: Counter, right: Counter) -> Counter:
+    out: Counter = Counter()
+    matched_right: Counter = Counter()
+    for (lk, v), ln in left.items():
+        hits = 0
+        for (rk, w), rn in right.items():
+            if lk is not None and lk == rk and (not residual or (v is not None and w is not None and v <= w)):
+                out[(lk, v, rk, w)] += ln * rn
+                matched_right[(rk, w)] += 1
+                hits += 1
+        if not hits and kind in ("left", "full"):
+            out[(lk, v, None, None)] += ln
+    if kind in ("right", "full"):
+        for (rk, w), rn in right.items():
+            if not matched_right[(rk, w)]:
+                out[(None, None, rk, w)] += rn
+    return out
+
+
+values = st.one_of(st.none(), st.integers(0, 3))
+
+
+@st.composite
+def changes(draw) -> list[tuple[int, list[tuple[str, tuple]]]]:
+    """Batches of (side, [(kind, row)]): only rows present may be retracted."""
+    present = [Counter(), Counter()]
+    batches = []
+    for _ in range(draw(st.integers(1, 14))):
+        side = draw(st.integers(0, 1))
+        rows = []
+        for _ in range(draw(st.integers(1, 6))):
+            live = sorted((r for r, n in present[side].items() if n > 0), key=repr)
+            if live and draw(st.booleans()):
+                row = draw(st.sampled_from(live))
+                present[side][row] -= 1
+                rows.append((draw(st.sampled_from(["-U", "-D"])), row))
+            else:
+                row = (draw(values), draw(values))
+                present[side][row] += 1
+                rows.append((draw(st.sampled_from(["+I", "+U"])), row))
+        batches.append((side, rows))
+    return batches
+
+
+def _batch(side: int, rows: list[tuple[str, tuple]]) -> pa.RecordBatch:
+    schema = LEFT if side == 0 else RIGHT
+    return pa.RecordBatch.from_arrays(
+        [pa.array([r[0] for _, r in rows], pa.int64()), pa.array([r[1] for _, r in rows], pa.int64()),
+         pa.array([k for k, _ in rows], pa.string())], schema=schema)
+
+
+def _operator(kind: str, residual: bool, backend=None, clock=None) -> JoinOperator:
+    runtime = RuntimeContext(clock=clock) if clock is not None else RuntimeContext()
+    return JoinOperator(_node(kind, residual), TaskContext(runtime=runtime, node_id=3), left_schema=LEFT,
+                        right_schema=RIGHT, backend=backend)
+
+
+def _apply(table: Counter, batches: list[pa.RecordBatch]) -> None:
+    for batch in batches:
+        for row in batch.to_pylist():
+            kind = row.pop(P.ROWKIND_COLUMN)
+            key = (row["k"], row["v"], row["k2"], row["w"])
+            if kind in ("+I", "+U"):
+                table[key] += 1
+            else:
+                assert table[key] > 0, f"{kind} of a row never emitted: {key}"
+                table[key] -= 1
+
+
+def _net(batches, side: int) -> Counter:
+    net: Counter = Counter()
+    for s, rows in batches:
+        if s == side:
+            for kind, row in rows:
+                net[row] += 1 if kind in ("+I", "+U") else -1
+    return +net
+
+
+@pytest.mark.parametrize("kind", ["inner", "left", "right", "full"])
+@pytest.mark.parametrize("residual", [False, True])
+@settings(max_examples=60, deadline=None)
+@given(batches=changes())
+def test_changelog_matches_the_batch_join(kind: str, residual: bool, batches) -> None:
+    op = _operator(kind, residual)
+    table: Counter = Counter()
+    for side, rows in batches:
+        _apply(table, op.process(_batch(side, rows), side))
+    assert +table == _expected(kind, residual, _net(batches, 0), _net(batches, 1))
+
+
+@settings(max_examples=25, deadline=None)
+@given(batches=changes(), cut=st.integers(0, 14))
+def test_restore_at_any_cut_continues_the_same_changelog(tmp_path_factory, batches, cut: int) -> None:
+    """Snapshot after ``cut`` batches; a fresh operator restored from it (the runs of the
+    snapshot reloaded as one) must go on exactly as the original would have. SQLite state, with
+    a cache too small to hold the sides."""
+    directory = tmp_path_factory.mktemp("snap")
+    op = _operator("full", True, backend=SqliteStateBackend(directory / "a", max_parallelism=128,
+                                                            table_cache_bytes=256))
+    table: Counter = Counter()
+    for side, rows in batches[:cut]:
+        _apply(table, op.process(_batch(side, rows), side))
+    files, meta = op.snapshot(1, directory)
+    backend = SqliteStateBackend(directory / "b", max_parallelism=128, table_cache_bytes=256)
+    restored = _operator("full", True, backend=backend)
+    restored.restore(files, meta)
+    for side, rows in batches[cut:]:
+        _apply(table, restored.process(_batch(side, rows), side))
+    restored.close()
+    op.close()
+    assert +table == _expected("full", True, _net(batches, 0), _net(batches, 1))
+
+
+def test_split_by_key_groups_keeps_each_key_with_its_rows(tmp_path: Path) -> None:
+    op = _operator("inner", False)
+    op.process(_batch(0, [("+I", (k, k)) for k in range(40)]), 0)
+    files, meta = op.snapshot(1, tmp_path)
+    halves = [set(range(64)), set(range(64, 128))]
+    seen = Counter()
+    for groups in halves:
+        part = _operator("inner", False, backend=MemoryStateBackend(max_parallelism=128))
+        part.restore(files, meta, key_groups=groups)
+        out = part.process(_batch(1, [("+I", (k, 100)) for k in range(40)]), 1)
+        for batch in out:
+            seen.update(batch.column(0).to_pylist())
+    assert seen == Counter(range(40))
+
+
+def test_state_ttl_forgets_rows_stored_longer_ago() -> None:
+    now = [0]
+    runtime = RuntimeContext(clock=lambda: now[0])
+    op = JoinOperator(_node("inner", False), TaskContext(runtime=runtime, node_id=3), left_schema=LEFT,
+                      right_schema=RIGHT, ttl_ms=1000)
+    op.process(_batch(0, [("+I", (1, 1)), ("+I", (2, 2))]), 0)
+    now[0] = 600
+    op.process(_batch(0, [("+I", (3, 3))]), 0)
+    now[0] = 1200  # rows 1 and 2 are 1200 ms old, row 3 600 ms
+    out = op.process(_batch(1, [("+I", (k, 9)) for k in (1, 2, 3)]), 1)
+    assert [r["k"] for b in out for r in b.to_pylist()] == [3]
+    assert op.metrics["state_rows"] == 4  # row 3 and the three right rows
+
+
+def test_interval_join_frees_state_as_the_watermark_passes() -> None:
+    """Rows 100 ms apart on both sides, matched within one second: the state holds about the
+    rows of the last second or two, whatever the length of the stream, and nothing at the end."""
+    ts = pa.timestamp("ms")
+    left_schema = pa.schema([("k", pa.int64()), ("t", ts)])
+    right_schema = pa.schema([("k", pa.int64()), ("t", ts)])
+    out_schema = pa.schema([("k", pa.int64()), ("t", ts), ("k2", pa.int64()), ("t2", ts)])
+
+    def within(b, ctx):
+        diff = pc.subtract(pc.cast(b.column(3), pa.int64()), pc.cast(b.column(1), pa.int64()))
+        return pc.and_(pc.greater_equal(diff, -1000), pc.less_equal(diff, 1000))
+
+    node = P.Join(id=3, left=1, right=2, kind="inner", left_keys=(0,), right_keys=(0,), schema=out_schema,
+                  residual=within, interval=(1, 1, -1000, 1000))
+    op = JoinOperator(node, TaskContext(runtime=RuntimeContext(), node_id=3), left_schema=left_schema,
+                      right_schema=right_schema)
+    n = 3000
+    times = [i * 100 for i in range(n)]
+    pairs = 0
+    peak = 0
+    for start in range(0, n, 10):
+        chunk = times[start:start + 10]
+        for side, schema in ((0, left_schema), (1, right_schema)):
+            batch = pa.RecordBatch.from_arrays([pa.array([t // 100 % 3 for t in chunk], pa.int64()),
+                                                pa.array(chunk, ts)], schema=schema)
+            pairs += sum(b.num_rows for b in op.process(batch, side))
+        op.on_watermark(chunk[-1])
+        peak = max(peak, op.metrics["state_rows"])
+    # Same key every 300 ms: each row meets the other side's rows at 0, ±300, ±600, ±900 ms.
+    assert pairs == sum(1 for a in range(n) for b in range(max(0, a - 10), min(n, a + 11))
+                        if a % 3 == b % 3)
+    assert peak <= 80, peak  # ~2 x 10 rows per second x 2 s at most, plus a batch or two
+    op.on_watermark(2**62)
+    assert op.metrics["state_rows"] == 0 and op.metrics["state_bytes"] == 0
