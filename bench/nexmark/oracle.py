@@ -1,10 +1,12 @@
-"""The Nexmark queries of this folder in DuckDB's dialect, over a table ``bid`` with the bid
-view's columns: the reference for ``tests/runtime/test_nexmark.py`` (same rows) and for
+"""The Nexmark queries of this folder in DuckDB's dialect, over tables ``person``, ``auction``
+and ``bid`` with the columns of the views of the same names: the reference for ``tests/runtime/test_nexmark.py`` (same rows) and for
 ``bench/nexmark.py`` (batch time over the same events).
 
 Where the dialects differ the DuckDB text gives Flink's answer: ``0.908`` is cast to DOUBLE
 (DuckDB would compute in DECIMAL), ``''`` becomes NULL where DuckDB's string functions return
-an empty string for no match.
+an empty string for no match. Windows are computed from ``epoch_ms``: a TUMBLE of 10 s is
+``epoch_ms(dateTime) // 10000``, a HOP of 10 s every 2 s puts each bid in the five windows
+starting at ``epoch_ms(dateTime) // 2000 * 2000 - k * 2000`` for k = 0..4.
 """
 
 QUERIES = {
@@ -79,4 +81,37 @@ QUERIES = {
         SELECT auction, bidder, price, channel, NULLIF(split_part(url, '/', 4), ''),
                NULLIF(split_part(url, '/', 5), ''), NULLIF(split_part(url, '/', 6), '')
         FROM bid""",
+    "q3": """
+        SELECT P.name, P.city, P.state, A.id
+        FROM auction A JOIN person P ON A.seller = P.id
+        WHERE A.category = 10 AND P.state IN ('OR', 'ID', 'CA')""",
+    "q4": """
+        SELECT Q.category, AVG(Q.final)
+        FROM (SELECT MAX(B.price) AS final, A.category
+              FROM auction A, bid B
+              WHERE A.id = B.auction AND B.dateTime BETWEEN A.dateTime AND A.expires
+              GROUP BY A.id, A.category) Q
+        GROUP BY Q.category""",
+    "q5": """
+        WITH windows AS (
+            SELECT auction, epoch_ms(dateTime) // 2000 * 2000 - k * 2000 AS ws FROM bid, range(5) t(k)),
+        auction_bids AS (SELECT auction, ws, COUNT(*) AS num FROM windows GROUP BY auction, ws),
+        max_bids AS (SELECT ws, MAX(num) AS maxn FROM auction_bids GROUP BY ws)
+        SELECT a.auction, a.num FROM auction_bids a JOIN max_bids m ON a.ws = m.ws AND a.num >= m.maxn""",
+    "q7": """
+        WITH b1 AS (SELECT MAX(price) AS maxprice, epoch_ms(dateTime) // 10000 * 10000 + 10000 AS we
+                    FROM bid GROUP BY epoch_ms(dateTime) // 10000)
+        SELECT B.auction, B.price, B.bidder, B.dateTime, B.extra
+        FROM bid B JOIN b1 ON B.price = b1.maxprice
+        WHERE epoch_ms(B.dateTime) BETWEEN b1.we - 10000 AND b1.we""",
+    "q8": """
+        SELECT P.id, P.name, make_timestamp(P.w * 10000 * 1000)
+        FROM (SELECT id, name, epoch_ms(dateTime) // 10000 AS w FROM person GROUP BY ALL) P
+        JOIN (SELECT seller, epoch_ms(dateTime) // 10000 AS w FROM auction GROUP BY ALL) A
+        ON P.id = A.seller AND P.w = A.w""",
+    "q20": """
+        SELECT auction, bidder, price, channel, url, B.dateTime, B.extra, itemName, description, initialBid,
+               reserve, A.dateTime, expires, seller, category, A.extra
+        FROM bid B JOIN auction A ON B.auction = A.id
+        WHERE A.category = 10""",
 }

@@ -259,7 +259,7 @@ def _oracle():
 
 
 QUERIES = _oracle().QUERIES
-EVENTS = 20_000
+EVENTS = 100_000
 
 
 def test_every_query_script_begins_with_the_ddl() -> None:
@@ -270,15 +270,18 @@ def test_every_query_script_begins_with_the_ddl() -> None:
 
 
 @pytest.fixture(scope="module")
-def bid_parquet(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The bids of the first EVENTS events (the scripts' options, default seed) as Parquet."""
-    path = tmp_path_factory.mktemp("nexmark") / "bid.parquet"
-    pq.write_table(kind_rows(events(EVENTS, **{"first-event.rate": "10000"}), "bid"), path)
-    return path
+def kinds_parquet(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The people, auctions and bids of the first EVENTS events (the scripts' options, default
+    seed) as Parquet files ``person.parquet``, ``auction.parquet``, ``bid.parquet``."""
+    folder = tmp_path_factory.mktemp("nexmark")
+    stream = events(EVENTS, **{"first-event.rate": "10000"})
+    for kind in ("person", "auction", "bid"):
+        pq.write_table(kind_rows(stream, kind), folder / f"{kind}.parquet")
+    return folder
 
 
 @pytest.mark.parametrize("query", sorted(QUERIES))
-def test_query_matches_duckdb(query: str, bid_parquet: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_query_matches_duckdb(query: str, kinds_parquet: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.syspath_prepend(str(BENCH))  # q14's Python function
     script = (BENCH / f"{query}.sql").read_text()
     assert "'events.num' = '10000000'" in script and re.search(r"^INSERT INTO \w+\n", script, re.M)
@@ -287,7 +290,8 @@ def test_query_matches_duckdb(query: str, bid_parquet: Path, monkeypatch: pytest
     script = re.sub(r"^INSERT INTO \w+\n", "", script, flags=re.M)
     ours = clink.sql(script, context=RuntimeContext(stdout=io.StringIO())).to_arrow()
     con = duckdb.connect()
-    con.execute(f"CREATE VIEW bid AS SELECT * FROM read_parquet('{bid_parquet}')")
+    for kind in ("person", "auction", "bid"):
+        con.execute(f"CREATE VIEW {kind} AS SELECT * FROM read_parquet('{kinds_parquet / kind}.parquet')")
     theirs = con.execute(QUERIES[query]).fetchall()
     assert ours.num_rows == len(theirs) > 0
     assert Counter(tuple(row.values()) for row in ours.to_pylist()) == Counter(theirs)

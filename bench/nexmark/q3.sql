@@ -1,0 +1,100 @@
+-- Nexmark: the event table and the person, auction and bid views, as in the nexmark-flink
+-- benchmark. Each qN.sql in this folder begins with this text, unchanged (a test checks it).
+CREATE TABLE datagen (
+    event_type INT,
+    person ROW<
+        id BIGINT,
+        name STRING,
+        emailAddress STRING,
+        creditCard STRING,
+        city STRING,
+        state STRING,
+        dateTime TIMESTAMP(3),
+        extra STRING>,
+    auction ROW<
+        id BIGINT,
+        itemName STRING,
+        description STRING,
+        initialBid BIGINT,
+        reserve BIGINT,
+        dateTime TIMESTAMP(3),
+        expires TIMESTAMP(3),
+        seller BIGINT,
+        category BIGINT,
+        extra STRING>,
+    bid ROW<
+        auction BIGINT,
+        bidder BIGINT,
+        price BIGINT,
+        channel STRING,
+        url STRING,
+        dateTime TIMESTAMP(3),
+        extra STRING>,
+    dateTime AS
+        CASE
+            WHEN event_type = 0 THEN person.dateTime
+            WHEN event_type = 1 THEN auction.dateTime
+            ELSE bid.dateTime
+        END,
+    WATERMARK FOR dateTime AS dateTime - INTERVAL '4' SECOND
+) WITH (
+    'connector' = 'nexmark',
+    'first-event.rate' = '10000',
+    'next-event.rate' = '10000',
+    'events.num' = '10000000'
+);
+
+CREATE VIEW person AS
+SELECT
+    person.id,
+    person.name,
+    person.emailAddress,
+    person.creditCard,
+    person.city,
+    person.state,
+    dateTime,
+    person.extra
+FROM datagen WHERE event_type = 0;
+
+CREATE VIEW auction AS
+SELECT
+    auction.id,
+    auction.itemName,
+    auction.description,
+    auction.initialBid,
+    auction.reserve,
+    dateTime,
+    auction.expires,
+    auction.seller,
+    auction.category,
+    auction.extra
+FROM datagen WHERE event_type = 1;
+
+CREATE VIEW bid AS
+SELECT
+    bid.auction,
+    bid.bidder,
+    bid.price,
+    bid.channel,
+    bid.url,
+    dateTime,
+    bid.extra
+FROM datagen WHERE event_type = 2;
+
+-- q3: local item suggestion. Sellers in three states who put up an auction in category 10: an
+-- inner join of auction and person on the seller, both append-only, so the result is too. A
+-- regular join keeps both sides, so its state grows with the stream.
+CREATE TABLE discard_sink (
+    name STRING,
+    city STRING,
+    state STRING,
+    id BIGINT
+) WITH ('connector' = 'blackhole');
+
+INSERT INTO discard_sink
+SELECT
+    P.name, P.city, P.state, A.id
+FROM
+    auction AS A INNER JOIN person AS P ON A.seller = P.id
+WHERE
+    A.category = 10 AND (P.state = 'OR' OR P.state = 'ID' OR P.state = 'CA');

@@ -1,0 +1,110 @@
+-- Nexmark: the event table and the person, auction and bid views, as in the nexmark-flink
+-- benchmark. Each qN.sql in this folder begins with this text, unchanged (a test checks it).
+CREATE TABLE datagen (
+    event_type INT,
+    person ROW<
+        id BIGINT,
+        name STRING,
+        emailAddress STRING,
+        creditCard STRING,
+        city STRING,
+        state STRING,
+        dateTime TIMESTAMP(3),
+        extra STRING>,
+    auction ROW<
+        id BIGINT,
+        itemName STRING,
+        description STRING,
+        initialBid BIGINT,
+        reserve BIGINT,
+        dateTime TIMESTAMP(3),
+        expires TIMESTAMP(3),
+        seller BIGINT,
+        category BIGINT,
+        extra STRING>,
+    bid ROW<
+        auction BIGINT,
+        bidder BIGINT,
+        price BIGINT,
+        channel STRING,
+        url STRING,
+        dateTime TIMESTAMP(3),
+        extra STRING>,
+    dateTime AS
+        CASE
+            WHEN event_type = 0 THEN person.dateTime
+            WHEN event_type = 1 THEN auction.dateTime
+            ELSE bid.dateTime
+        END,
+    WATERMARK FOR dateTime AS dateTime - INTERVAL '4' SECOND
+) WITH (
+    'connector' = 'nexmark',
+    'first-event.rate' = '10000',
+    'next-event.rate' = '10000',
+    'events.num' = '10000000'
+);
+
+CREATE VIEW person AS
+SELECT
+    person.id,
+    person.name,
+    person.emailAddress,
+    person.creditCard,
+    person.city,
+    person.state,
+    dateTime,
+    person.extra
+FROM datagen WHERE event_type = 0;
+
+CREATE VIEW auction AS
+SELECT
+    auction.id,
+    auction.itemName,
+    auction.description,
+    auction.initialBid,
+    auction.reserve,
+    dateTime,
+    auction.expires,
+    auction.seller,
+    auction.category,
+    auction.extra
+FROM datagen WHERE event_type = 1;
+
+CREATE VIEW bid AS
+SELECT
+    bid.auction,
+    bid.bidder,
+    bid.price,
+    bid.channel,
+    bid.url,
+    dateTime,
+    bid.extra
+FROM datagen WHERE event_type = 2;
+
+-- q8: monitor new users. People who created an auction in the same 10-second window as they
+-- registered: two TUMBLE aggregates joined on the person, window start and window end.
+CREATE TABLE discard_sink (
+    id BIGINT,
+    name STRING,
+    stime TIMESTAMP(3)
+) WITH ('connector' = 'blackhole');
+
+INSERT INTO discard_sink
+SELECT P.id, P.name, P.starttime
+FROM (
+    SELECT id, name,
+           window_start AS starttime,
+           window_end AS endtime
+    FROM TABLE(
+        TUMBLE(TABLE person, DESCRIPTOR(dateTime), INTERVAL '10' SECOND))
+    GROUP BY id, name, window_start, window_end
+) P
+JOIN (
+    SELECT seller,
+           window_start AS starttime,
+           window_end AS endtime
+    FROM TABLE(
+        TUMBLE(TABLE auction, DESCRIPTOR(dateTime), INTERVAL '10' SECOND))
+    GROUP BY seller, window_start, window_end
+) A
+ON P.id = A.seller AND P.starttime = A.starttime AND P.endtime = A.endtime;
