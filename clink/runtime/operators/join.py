@@ -1,22 +1,25 @@
 """Regular and interval joins: both sides kept in state, matched a whole batch at a time.
 
 Each side's rows live in one table state (``left``, ``right``) as *runs*: immutable tables, one
-per namespace, sorted by the hash of the row's join key (``_khash``). A batch on one side is
-matched against the other side's runs with ``numpy.searchsorted`` on that sorted column (one call
-per run, for the whole batch), the candidate pairs are checked for equal keys and for the
-residual condition, and then the batch becomes a new run of its own side. Runs merge as they
-grow — the newest into the one before it while that one is at most twice its size — so a side
-of N rows has about log2(N / batch) runs, and each row is rewritten O(log N) times over its life.
+per namespace, in arrival order, each indexed in memory by its key hashes (``_khash``) sorted,
+with the row each belongs to. A batch on one side is matched against the other side's runs with
+``numpy.searchsorted`` on those sorted hashes (one call per run, for the whole batch), the
+candidate pairs are checked for equal keys and for the residual condition, and then the batch
+becomes a new run of its own side. Runs merge as they grow — the newest into the one before it
+while that one is at most twice its size — so a side of N rows has about log2(N / batch) runs.
+A merge concatenates the two tables without copying rows and merges the two sorted indexes in
+linear time; only a side that takes retractions rewrites its rows (to net them), and a run of
+many chunks is copied into one. The index is rebuilt from ``_khash`` after a restore.
 
 Columns of a run: the side's columns as ``c0`` … ``cN``, then
 
-- ``_khash`` (uint64): hash of the key columns; the run is sorted by it;
+- ``_khash`` (uint64): hash of the key columns;
 - ``_rhash`` (uint64): hash of the whole row (columns of nested types left out), which tells
-  which stored row a retraction removes;
+  which stored row a retraction removes (0 on a side that takes no retractions);
 - ``_count`` (int64): +1 for a row added, -1 for one retracted (``-U``/``-D`` input rows); a merge
   nets the counts of equal rows and drops those that reach 0, so retracted rows leave the state;
 - ``_written`` (int64): when the row was stored (the context clock, ms): rows older than
-  ``table.exec.state.ttl`` are ignored and dropped at the next merge;
+  ``table.exec.state.ttl`` are ignored, and dropped once they are a quarter of their run;
 - ``_time`` (int64): the row's event time in ms (interval joins; 0 otherwise);
 - ``_key_group`` (int32): the key group of the join key, so that a rescaled restore splits a
   side by key like every other keyed state.
@@ -73,12 +76,18 @@ _META_TYPES = (pa.uint64(), pa.uint64(), pa.int64(), pa.int64(), pa.int64())
 
 @dataclass(slots=True)
 class _Run:
-    """One sorted table of a side: its namespace, its sorted key hashes and its oldest time."""
+    """One table of a side, indexed: its namespace, its key hashes sorted, the table row of
+    each (``order``), and its oldest event time and write time."""
 
     namespace: int
     khash: np.ndarray
+    order: np.ndarray
     min_time: int
     min_written: int
+
+
+#: A run whose tables have more chunks than this is copied into one (reads slow down with many).
+_MAX_CHUNKS = 16
 
 
 class _Side:
@@ -139,7 +148,7 @@ class _Side:
             starts = np.cumsum(lengths) - lengths
             positions = np.arange(total, dtype=np.int64) - np.repeat(starts - lo, lengths)
             table = self.table.get(run.namespace)
-            parts.append(table.take(positions))
+            parts.append(table.take(run.order[positions]))
             probes.append(probe)
             ids.append(positions + (run.namespace << 32))
         if not parts:
@@ -155,57 +164,60 @@ class _Side:
         n = len(sign)
         if n == 0:
             return
-        rhash = hash_columns([columns[i] for i in self.hashable], n)
+        # Only retractions need to know which stored row they remove.
+        rhash = hash_columns([columns[i] for i in self.hashable], n) if self.updating else np.zeros(n, np.uint64)
+        time_values = times if times is not None else np.zeros(n, dtype=np.int64)
+        arrays = [*columns, pa.array(khash), pa.array(rhash), pa.array(sign), pa.array(np.full(n, now, dtype=np.int64)),
+                  pa.array(time_values), pa.array((khash % np.uint64(self.max_parallelism)).astype(np.int32))]
         order = np.argsort(khash, kind="stable")
-        arrays = [c.take(order) if len(order) else c for c in columns]
-        sorted_hash = khash[order]
-        time_values = times[order] if times is not None else np.zeros(n, dtype=np.int64)
-        arrays += [pa.array(sorted_hash), pa.array(rhash[order]), pa.array(sign[order]),
-                   pa.array(np.full(n, now, dtype=np.int64)), pa.array(time_values),
-                   pa.array((sorted_hash % np.uint64(self.max_parallelism)).astype(np.int32))]
-        self._add_run(pa.Table.from_arrays(arrays, schema=self.state_schema), sorted_hash)
-        while len(self.runs) >= 2 and self._size(self.runs[-2]) <= 2 * self._size(self.runs[-1]):
+        self._add_run(pa.Table.from_arrays(arrays, schema=self.state_schema), khash[order], order)
+        while len(self.runs) >= 2 and len(self.runs[-2].khash) <= 2 * len(self.runs[-1].khash):
             self._merge_last_two()
 
-    def _size(self, run: _Run) -> int:
-        return len(run.khash)
-
-    def _add_run(self, table: pa.Table, khash: np.ndarray) -> None:
+    def _add_run(self, table: pa.Table, khash: np.ndarray, order: np.ndarray) -> None:
         if table.num_rows == 0:
             return
         namespace = self.next_namespace
         self.next_namespace += 1
         self.table.add(namespace, table)
-        self.runs.append(_Run(namespace, khash, _min(table, "_time"), _min(table, "_written")))
+        self.runs.append(_Run(namespace, khash, order, _min(table, "_time"), _min(table, "_written")))
 
     def _merge_last_two(self) -> None:
+        """One run from the newest two. Rows stay where they are (the tables are concatenated);
+        only the sorted hashes and the row order are merged, in linear time (a stable sort of two
+        sorted runs). A side that takes retractions nets its rows instead, rewriting them."""
         b = self.runs.pop()
         a = self.runs.pop()
-        merged = pa.concat_tables([self.table.take(a.namespace), self.table.take(b.namespace)])
-        self._rebuild(merged)
+        first = self.table.take(a.namespace)
+        merged = pa.concat_tables([first, self.table.take(b.namespace)])
+        if self.updating:
+            self._rebuild(merged)
+            return
+        keys = np.concatenate([a.khash, b.khash])
+        rows = np.concatenate([a.order, b.order + first.num_rows])
+        perm = np.argsort(keys, kind="stable")
+        if merged.num_columns and merged.column(0).num_chunks > _MAX_CHUNKS:
+            merged = merged.combine_chunks()
+        self._add_run(merged, keys[perm], rows[perm])
 
-    def _rebuild(self, table: pa.Table, *, expired_before: int | None = None) -> None:
-        """Net, prune and sort ``table`` and store it as one run."""
+    def _rebuild(self, table: pa.Table) -> None:
+        """Net (a side that takes retractions) and index ``table``, and store it as one run."""
         if self.updating and table.num_rows:
             table = _net(table)
-        if expired_before is not None and table.num_rows:
-            table = table.filter(pc.greater_equal(table.column("_written"), expired_before))
+        table = table.combine_chunks()
         khash = table.column("_khash").to_numpy()
-        if len(khash) > 1 and not bool(np.all(khash[1:] >= khash[:-1])):
-            order = np.argsort(khash, kind="stable")
-            table = table.take(order)
-            khash = khash[order]
-        self._add_run(table.combine_chunks(), khash)
+        order = np.argsort(khash, kind="stable")
+        self._add_run(table, khash[order], order)
 
     def expire(self, *, time_before: int | None = None, written_before: int | None = None) -> None:
         """Drop rows whose ``_time`` (or ``_written``) is below the bound; rewrite a run only when
         a quarter of it or more goes, so that the work stays proportional to what is dropped."""
-        kept: list[_Run] = []
-        for run in self.runs:
+        runs, self.runs = self.runs, []
+        for run in runs:
             old_time = time_before is not None and run.min_time < time_before
             old_write = written_before is not None and run.min_written < written_before
             if not (old_time or old_write):
-                kept.append(run)
+                self.runs.append(run)
                 continue
             table = self.table.get(run.namespace)
             keep = np.ones(table.num_rows, dtype=bool)
@@ -215,16 +227,12 @@ class _Side:
                 keep &= table.column("_written").to_numpy() >= written_before
             dropped = table.num_rows - int(keep.sum())
             if dropped == 0 or (dropped * 4 < table.num_rows and keep.any()):
-                kept.append(run)
+                self.runs.append(run)
                 continue
             self.table.take(run.namespace)
             if keep.any():
-                rest = table.filter(pa.array(keep))
-                namespace = self.next_namespace
-                self.next_namespace += 1
-                self.table.add(namespace, rest)
-                kept.append(_Run(namespace, run.khash[keep], _min(rest, "_time"), _min(rest, "_written")))
-        self.runs = kept
+                self._rebuild(table.filter(pa.array(keep)))
+        self.runs.sort(key=lambda r: -len(r.khash))
 
     def reload(self) -> None:
         """After a restore: every stored row becomes one run (namespaces of several snapshots may
