@@ -30,7 +30,7 @@ from clink.compiler.functions import (
     extract,
 )
 from clink.errors import Span, SqlError, SqlErrors
-from clink.runtime.connectors.base import PARTITION_COLUMNS_OPTION, ConnectorRegistry
+from clink.runtime.connectors.base import PARTITION_COLUMNS_OPTION, PRIMARY_KEY_OPTION, ConnectorRegistry
 from clink.runtime.udf import FunctionRegistry
 
 __all__ = ["BoundScript", "bind_script"]
@@ -187,6 +187,9 @@ class _Binder:
         connector = self._check_connector(stmt, options, ir.Schema(tuple(physical)))
         idle = options.get("scan.watermark.idle-timeout")
         partition_options = self._partitioned_by(stmt, connector, options, ir.Schema(tuple(physical)))
+        registered = self.connectors.get(connector)
+        if stmt.primary_key and registered is not None and registered.upserts:
+            partition_options += ((PRIMARY_KEY_OPTION, json.dumps(list(stmt.primary_key))),)
         info = ir.TableInfo(name=stmt.name, connector=connector,
                             options=tuple((k, p.value) for k, p in options.items()
                                           if k != "connector" and k not in SOURCE_OPTIONS) + partition_options,
@@ -332,10 +335,20 @@ class _Binder:
                            span)
         rel = self.select(stmt.query)
         self._raise_collected()
-        if ir.is_updating(rel) and not connector.accepts_updates:
+        if ir.is_updating(rel) and connector.upserts and not target.info.primary_key:
+            producer = ir.updating_source(rel)
+            raise SqlError(f"table {stmt.table!r} (connector {target.info.connector!r}) takes updates only by a "
+                           f"primary key, and declares none; the query produces updates: "
+                           f"{_updating_reason(producer, producer.span)}", span,
+                           f"declare the key the rows are unique by: PRIMARY KEY (...) NOT ENFORCED in CREATE TABLE "
+                           f"{stmt.table}")
+        if ir.is_updating(rel) and not (connector.accepts_updates or connector.upserts):
             producer = ir.updating_source(rel)
             takers = ", ".join(sorted(n for n in self.connectors.names()
                                       if (c := self.connectors.get(n)).accepts_updates and c.create_sink))
+            upserters = ", ".join(sorted(n for n in self.connectors.names() if self.connectors.get(n).upserts))
+            if upserters:
+                takers += f"; with a PRIMARY KEY: {upserters}"
             raise SqlError(f"table {stmt.table!r} (connector {target.info.connector!r}) takes only inserts, but the "
                            f"query produces updates: {_updating_reason(producer, producer.span)}", span,
                            f"write it to a connector that takes updates ({takers}), or aggregate over windows, "

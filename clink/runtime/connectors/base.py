@@ -156,6 +156,10 @@ class Connector:
     #: The sink takes an updating stream (batches ending with the row-kind column: +I, -U, +U,
     #: -D); the compiler refuses to write updates to one that does not.
     accepts_updates: bool = False
+    #: The sink takes an updating stream when its table declares ``PRIMARY KEY (...) NOT
+    #: ENFORCED``: it upserts and deletes by that key. The compiler passes the key columns in the
+    #: option ``PRIMARY_KEY_OPTION``.
+    upserts: bool = False
 
     def options_for(self, role: str) -> tuple[OptionSpec, ...]:
         return self.source_options if role == "source" else self.sink_options
@@ -164,6 +168,9 @@ class Connector:
 #: The option through which the compiler hands a table's PARTITIONED BY columns (a JSON list) to
 #: its connector; users cannot set it in WITH.
 PARTITION_COLUMNS_OPTION = "partitioned-by"
+#: The option through which the compiler hands a table's PRIMARY KEY columns (a JSON list) to a
+#: connector that ``upserts``; users cannot set it in WITH.
+PRIMARY_KEY_OPTION = "primary-key"
 
 
 class ConnectorRegistry:

@@ -1,0 +1,267 @@
+"""Rows kept per key in table state, found a whole batch at a time: the store of joins and ranks.
+
+A ``KeyedRows`` holds one input's rows in one table state as *runs*: immutable tables, one per
+namespace, in arrival order, each indexed in memory by the hashes of its rows' keys
+(``_khash``), sorted, with the row each belongs to. ``lookup`` finds the stored rows of a whole
+batch of key hashes with one ``numpy.searchsorted`` per run. ``store`` adds a batch as a new run;
+the newest run merges into the one before it while that one is at most twice its size, so N rows
+make about log2(N / batch) runs. A merge concatenates the two tables without copying rows and
+merges the two sorted indexes in linear time (a stable sort of two sorted runs); a store that
+takes retractions nets equal rows instead, rewriting them, and a run of many chunks is copied
+into one. After a restore all rows form one run, indexed again from ``_khash``.
+
+Columns of a run: the input's columns as ``c0`` … ``cN``, then
+
+- ``_khash`` (uint64): hash of the key columns;
+- ``_rhash`` (uint64): hash of the whole row (columns of nested types left out), which tells
+  which stored row a retraction removes (0 in a store that takes no retractions);
+- ``_count`` (int64): +1 for a row added, -1 for one retracted; a merge nets the counts of equal
+  rows and drops those that reach 0, so retracted rows leave the state;
+- ``_written`` (int64): when the row was stored (the context clock, ms), for state TTL;
+- ``_time`` (int64): the row's event time in ms, where the owner drops rows by watermark;
+- ``_key_group`` (int32): the key group of the row's key, so that a rescaled restore splits the
+  rows by key like every other keyed state.
+
+``expire`` drops rows by ``_time`` or ``_written``, rewriting a run only when a quarter of it
+goes, so the work stays proportional to what is dropped.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pyarrow as pa
+
+from clink.runtime import compute as pc
+from clink.runtime.plan import DELETE, ROWKIND_COLUMN, UPDATE_BEFORE
+from clink.runtime.state.backend import KEY_GROUP, TableState, TableStateDescriptor
+from clink.runtime.state.keygroups import hash_columns
+
+__all__ = ["KeyedRows", "net_pairs", "plain_array"]
+
+_META = ("_khash", "_rhash", "_count", "_written", "_time")
+_META_TYPES = (pa.uint64(), pa.uint64(), pa.int64(), pa.int64(), pa.int64())
+
+
+@dataclass(slots=True)
+class _Run:
+    """One table of a side, indexed: its namespace, its key hashes sorted, the table row of
+    each (``order``), and its oldest event time and write time."""
+
+    namespace: int
+    khash: np.ndarray
+    order: np.ndarray
+    min_time: int
+    min_written: int
+
+
+#: A run whose tables have more chunks than this is copied into one (reads slow down with many).
+_MAX_CHUNKS = 16
+
+
+class KeyedRows:
+    """The stored rows of one input, by key (see the module docstring)."""
+
+    def __init__(self, name: str, schema: pa.Schema, keys: tuple[int, ...], max_parallelism: int, *,
+                 retractions: bool | None = None) -> None:
+        self.name = name
+        #: The input is updating: its batches end with the row kind.
+        self.updating = len(schema) > 0 and schema.names[-1] == ROWKIND_COLUMN
+        self.schema = pa.schema(list(schema)[: len(schema) - self.updating])
+        #: Rows may be retracted (stored with -1): rows are hashed whole, and merges net them.
+        self.retractions = self.updating if retractions is None else retractions
+        self.width = len(self.schema)
+        self.keys = keys
+        for k in keys:
+            if not 0 <= k < self.width:
+                raise ValueError(f"join key column {k} is not a column of the {name} input (it has {self.width})")
+        self.max_parallelism = max_parallelism
+        self.hashable = [i for i, t in enumerate(self.schema.types) if _hashable(t)]
+        fields = [pa.field(f"c{i}", t) for i, t in enumerate(self.schema.types)]
+        fields += [pa.field(n, t) for n, t in zip(_META, _META_TYPES, strict=True)]
+        fields.append(pa.field(KEY_GROUP, pa.int32()))
+        self.descriptor = TableStateDescriptor(name, pa.schema(fields))
+        self.state_schema = self.descriptor.schema
+        self.table: TableState
+        self.runs: list[_Run] = []
+        self.next_namespace = 0
+        #: Interval joins: rows with ``_time`` below ``watermark + expire_offset`` can match no more.
+        self.time_column: int | None = None
+        self.expire_offset = 0
+
+    def split(self, batch: pa.RecordBatch) -> tuple[list[pa.Array], np.ndarray]:
+        """The data columns of an input batch, and each row's sign (+1 added, -1 retracted)."""
+        columns = [batch.column(i) for i in range(self.width)]
+        if not self.updating:
+            return columns, np.ones(batch.num_rows, dtype=np.int64)
+        kinds = batch.column(self.width)
+        retract = pc.or_(pc.equal(kinds, UPDATE_BEFORE), pc.equal(kinds, DELETE))
+        sign = np.where(retract.to_numpy(zero_copy_only=False), -1, 1).astype(np.int64)
+        return columns, sign
+
+    def rows(self) -> int:
+        return self.table.num_rows()
+
+    # -- reading
+
+    def lookup(self, khash: np.ndarray) -> tuple[np.ndarray, pa.Table | None, np.ndarray]:
+        """Every stored row whose key hash equals a probe's: (probe index per pair, the rows, an
+        id per stored row: equal ids are the same stored row)."""
+        probes: list[np.ndarray] = []
+        parts: list[pa.Table] = []
+        ids: list[np.ndarray] = []
+        for run in self.runs:
+            lo = np.searchsorted(run.khash, khash, side="left")
+            hi = np.searchsorted(run.khash, khash, side="right")
+            lengths = hi - lo
+            total = int(lengths.sum())
+            if total == 0:
+                continue
+            probe = np.repeat(np.arange(len(khash), dtype=np.int64), lengths)
+            starts = np.cumsum(lengths) - lengths
+            positions = np.arange(total, dtype=np.int64) - np.repeat(starts - lo, lengths)
+            table = self.table.get(run.namespace)
+            parts.append(table.take(run.order[positions]))
+            probes.append(probe)
+            ids.append(positions + (run.namespace << 32))
+        if not parts:
+            return np.zeros(0, dtype=np.int64), None, np.zeros(0, dtype=np.int64)
+        return (np.concatenate(probes), pa.concat_tables(parts) if len(parts) > 1 else parts[0],
+                np.concatenate(ids))
+
+    # -- writing
+
+    def store(self, columns: list[pa.Array], sign: np.ndarray, khash: np.ndarray, now: int,
+              times: np.ndarray | None) -> None:
+        """Add rows (with their signs) as a new run, then merge runs that have grown alike."""
+        n = len(sign)
+        if n == 0:
+            return
+        # Only retractions need to know which stored row they remove.
+        rhash = hash_columns([columns[i] for i in self.hashable], n) if self.retractions else np.zeros(n, np.uint64)
+        time_values = times if times is not None else np.zeros(n, dtype=np.int64)
+        arrays = [*columns, pa.array(khash), pa.array(rhash), pa.array(sign), pa.array(np.full(n, now, dtype=np.int64)),
+                  pa.array(time_values), pa.array((khash % np.uint64(self.max_parallelism)).astype(np.int32))]
+        order = np.argsort(khash, kind="stable")
+        self._add_run(pa.Table.from_arrays(arrays, schema=self.state_schema), khash[order], order)
+        while len(self.runs) >= 2 and len(self.runs[-2].khash) <= 2 * len(self.runs[-1].khash):
+            self._merge_last_two()
+
+    def _add_run(self, table: pa.Table, khash: np.ndarray, order: np.ndarray) -> None:
+        if table.num_rows == 0:
+            return
+        namespace = self.next_namespace
+        self.next_namespace += 1
+        self.table.add(namespace, table)
+        self.runs.append(_Run(namespace, khash, order, _min(table, "_time"), _min(table, "_written")))
+
+    def _merge_last_two(self) -> None:
+        """One run from the newest two. Rows stay where they are (the tables are concatenated);
+        only the sorted hashes and the row order are merged, in linear time (a stable sort of two
+        sorted runs). A store that takes retractions nets its rows instead, rewriting them."""
+        b = self.runs.pop()
+        a = self.runs.pop()
+        first = self.table.take(a.namespace)
+        merged = pa.concat_tables([first, self.table.take(b.namespace)])
+        if self.retractions:
+            self._rebuild(merged)
+            return
+        keys = np.concatenate([a.khash, b.khash])
+        rows = np.concatenate([a.order, b.order + first.num_rows])
+        perm = np.argsort(keys, kind="stable")
+        if merged.num_columns and merged.column(0).num_chunks > _MAX_CHUNKS:
+            merged = merged.combine_chunks()
+        self._add_run(merged, keys[perm], rows[perm])
+
+    def _rebuild(self, table: pa.Table) -> None:
+        """Net (a store that takes retractions) and index ``table``, and store it as one run."""
+        if self.retractions and table.num_rows:
+            table = _net(table)
+        table = table.combine_chunks()
+        khash = table.column("_khash").to_numpy()
+        order = np.argsort(khash, kind="stable")
+        self._add_run(table, khash[order], order)
+
+    def expire(self, *, time_before: int | None = None, written_before: int | None = None) -> None:
+        """Drop rows whose ``_time`` (or ``_written``) is below the bound; rewrite a run only when
+        a quarter of it or more goes, so that the work stays proportional to what is dropped."""
+        runs, self.runs = self.runs, []
+        for run in runs:
+            old_time = time_before is not None and run.min_time < time_before
+            old_write = written_before is not None and run.min_written < written_before
+            if not (old_time or old_write):
+                self.runs.append(run)
+                continue
+            table = self.table.get(run.namespace)
+            keep = np.ones(table.num_rows, dtype=bool)
+            if old_time:
+                keep &= table.column("_time").to_numpy() >= time_before
+            if old_write:
+                keep &= table.column("_written").to_numpy() >= written_before
+            dropped = table.num_rows - int(keep.sum())
+            if dropped == 0 or (dropped * 4 < table.num_rows and keep.any()):
+                self.runs.append(run)
+                continue
+            self.table.take(run.namespace)
+            if keep.any():
+                self._rebuild(table.filter(pa.array(keep)))
+        self.runs.sort(key=lambda r: -len(r.khash))
+
+    def reload(self) -> None:
+        """After a restore: every stored row becomes one run (namespaces of several snapshots may
+        overlap, and a key-group filter may have left gaps)."""
+        parts = [self.table.take(ns) for ns in list(self.table.namespaces())]
+        self.runs = []
+        self.next_namespace = 0
+        parts = [p for p in parts if p is not None and p.num_rows]
+        if parts:
+            self._rebuild(pa.concat_tables(parts))
+
+
+def net_pairs(probe: np.ndarray, stored: pa.Table, ids: np.ndarray) -> tuple[np.ndarray, pa.Table, np.ndarray,
+                                                                              np.ndarray]:
+    """Candidate pairs of a ``lookup`` from a store that takes retractions, netted: one pair per
+    probe and distinct stored row (``_rhash``) with a positive net count. Returns the probes,
+    the rows, each row's net count (its multiplicity) and its id."""
+    counts = stored.column("_count").to_numpy()
+    grouped = pa.table({"p": probe, "r": stored.column("_rhash"), "n": counts,
+                        "i": np.arange(len(probe), dtype=np.int64)}).group_by(["p", "r"]).aggregate(
+        [("n", "sum"), ("i", "min")])
+    net = grouped.column("n_sum").to_numpy()
+    alive = net > 0
+    first = grouped.column("i_min").to_numpy()[alive]
+    order = np.argsort(first, kind="stable")
+    first = first[order]
+    return probe[first], stored.take(pa.array(first)), net[alive][order], ids[first]
+
+
+def _net(table: pa.Table) -> pa.Table:
+    """Equal rows (same key and row hash) as one, with their counts summed; rows at 0 dropped."""
+    index = pa.array(np.arange(table.num_rows, dtype=np.int64))
+    keyed = pa.table({"k": table.column("_khash"), "r": table.column("_rhash"), "n": table.column("_count"),
+                      "w": table.column("_written"), "i": index})
+    grouped = keyed.group_by(["k", "r"]).aggregate([("n", "sum"), ("w", "max"), ("i", "min")])
+    net = grouped.column("n_sum").to_numpy()
+    alive = net != 0
+    first = grouped.column("i_min").to_numpy()[alive]
+    rows = table.take(pa.array(first))
+    rows = rows.set_column(rows.schema.get_field_index("_count"), "_count", pa.array(net[alive]))
+    return rows.set_column(rows.schema.get_field_index("_written"), "_written",
+                           grouped.column("w_max").filter(pa.array(alive)))
+
+
+def _hashable(t: pa.DataType) -> bool:
+    return not (pa.types.is_nested(t) or pa.types.is_dictionary(t) or pa.types.is_map(t))
+
+
+def _min(table: pa.Table, column: str) -> int:
+    if table.num_rows == 0:
+        return 0
+    return int(table.column(column).to_numpy().min())
+
+
+def plain_array(values: pa.Array | pa.ChunkedArray) -> pa.Array:
+    if isinstance(values, pa.ChunkedArray):
+        return values.combine_chunks() if values.num_chunks != 1 else values.chunk(0)
+    return values
