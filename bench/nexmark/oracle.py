@@ -1,5 +1,6 @@
 """The Nexmark queries of this folder in DuckDB's dialect, over tables ``person``, ``auction``
-and ``bid`` with the columns of the views of the same names: the reference for ``tests/runtime/test_nexmark.py`` (same rows) and for
+and ``bid`` with the columns of the views of the same names (``bid`` also with ``file_row_number``, its
+position in the stream): the reference for ``tests/runtime/test_nexmark.py`` (same rows) and for
 ``bench/nexmark.py`` (batch time over the same events).
 
 Where the dialects differ the DuckDB text gives Flink's answer: ``0.908`` is cast to DOUBLE
@@ -114,4 +115,24 @@ QUERIES = {
                reserve, A.dateTime, expires, seller, category, A.extra
         FROM bid B JOIN auction A ON B.auction = A.id
         WHERE A.category = 10""",
+    # Ties in a ROW_NUMBER order go to the earlier row: the bid view's file_row_number.
+    "q9": """
+        SELECT id, itemName, description, initialBid, reserve, dateTime, expires, seller, category, extra,
+               auction, bidder, price, bid_dateTime, bid_extra
+        FROM (SELECT A.*, B.auction, B.bidder, B.price, B.dateTime AS bid_dateTime, B.extra AS bid_extra,
+                     ROW_NUMBER() OVER (PARTITION BY A.id ORDER BY B.price DESC, B.dateTime ASC,
+                                        B.file_row_number) AS rownum
+              FROM auction A, bid B
+              WHERE A.id = B.auction AND B.dateTime BETWEEN A.dateTime AND A.expires)
+        WHERE rownum <= 1""",
+    "q18": """
+        SELECT auction, bidder, price, channel, url, dateTime, extra
+        FROM (SELECT *, ROW_NUMBER() OVER (PARTITION BY bidder, auction ORDER BY dateTime DESC, file_row_number)
+                        AS rank_number FROM bid)
+        WHERE rank_number <= 1""",
+    "q19": """
+        SELECT auction, bidder, price, channel, url, dateTime, extra, rank_number
+        FROM (SELECT *, ROW_NUMBER() OVER (PARTITION BY auction ORDER BY price DESC, file_row_number)
+                        AS rank_number FROM bid)
+        WHERE rank_number <= 10""",
 }

@@ -335,6 +335,7 @@ class _Binder:
                            span)
         rel = self.select(stmt.query)
         self._raise_collected()
+        check_ranks_limited(rel)
         if ir.is_updating(rel) and connector.upserts and not target.info.primary_key:
             producer = ir.updating_source(rel)
             raise SqlError(f"table {stmt.table!r} (connector {target.info.connector!r}) takes updates only by a "
@@ -376,6 +377,7 @@ class _Binder:
     def query_sink(self, stmt: ast.Query) -> ir.Sink:
         rel = self.select(stmt.query)
         self._raise_collected()
+        check_ranks_limited(rel)
         self.query_count += 1
         return ir.Sink(input=rel, name=f"query_{self.query_count}", connector="collect", span=stmt.span)
 
@@ -430,9 +432,12 @@ class _Binder:
                 self.errors.append(SqlError(f"WHERE needs a BOOLEAN condition, got {T.sql_name(pred.type)}",
                                             q.where.span))
             else:
-                rel = ir.Filter(input=rel, predicate=cast_to(pred, pa.bool_()), span=q.where.span)
+                rel, rest = _take_rank_limit(rel, ir.conjuncts(cast_to(pred, pa.bool_())))
+                rel = _filter(rel, rest)
         if q.group_by or q.having is not None or _has_aggregate(q.items):
             return self._aggregate(q, rel, scope)
+        if any(_is_row_number(item) for item in q.items):
+            return self._row_number(q, rel, scope), frozenset()
         if isinstance(rel, ir.WindowTVF) and rel.window.kind == "session":
             raise SqlError("a SESSION window is only usable with GROUP BY window_start, window_end", q.from_.span)
         exprs: list[ir.Expr] = []
@@ -484,6 +489,80 @@ class _Binder:
                 raise SqlError(f"unknown table function {call.name}", call.name_span or call.span,
                                f"table functions: {', '.join(sorted(TABLE_FUNCTIONS))}")
         raise SqlError(f"unsupported FROM item {type(item).__name__}", item.span)
+
+    # ------------------------------------------------------------ ranking
+
+    def _row_number(self, q: ast.Select, rel: ir.Rel, scope: _Scope) -> ir.Rel:
+        """``SELECT ..., ROW_NUMBER() OVER (PARTITION BY p ORDER BY o) AS rn FROM ...``: the select
+        list, the partition and order expressions as one projection, a Rank over it, and the
+        select list again in its order. The query above must keep ``rn <= N`` (``_take_rank_limit``)."""
+        calls = [item for item in q.items if _is_row_number(item)]
+        if len(calls) > 1:
+            raise SqlError("only one ROW_NUMBER() per SELECT is supported", calls[1].span)
+        call: ast.FunctionCall = calls[0].expr
+        over = call.over
+        if call.args or call.distinct or call.star:
+            raise SqlError("ROW_NUMBER() takes no arguments", call.span)
+        if over.frame is not None:
+            raise SqlError("ROW_NUMBER() OVER (...) takes no frame (ROWS/RANGE ...)", over.span)
+        if ir.is_updating(rel):
+            producer = ir.updating_source(rel)
+            raise SqlError("ROW_NUMBER() over an updating input is not supported yet", call.span,
+                           f"the input produces updates: {_updating_reason(producer, producer.span)}")
+        if not over.order_by:
+            raise SqlError("ROW_NUMBER() needs ORDER BY in its OVER (...)", over.span,
+                           "e.g. OVER (PARTITION BY auction ORDER BY price DESC)")
+        exprs: list[ir.Expr] = []
+        names: list[str] = []
+        slots: list[int | None] = []  # per select output: its column in the projection, None for rn
+        rank_name = calls[0].alias or "row_number"
+        for item in q.items:
+            match item:
+                case ast.Star(qualifier=qualifier):
+                    for i, c in enumerate(scope.columns):
+                        if qualifier is None or c.qualifier == qualifier:
+                            slots.append(len(exprs))
+                            exprs.append(ir.Column(index=i, name=c.name, type=c.field.type,
+                                                   nullable=c.field.nullable, span=item.span))
+                            names.append(c.name)
+                case ast.AliasedExpr(expr=e, alias=alias) if not _is_row_number(item):
+                    slots.append(len(exprs))
+                    exprs.append(self.expr(e, scope))
+                    names.append(alias or _derive_name(e, len(names)))
+                case _:
+                    slots.append(None)
+        self._raise_collected()
+        visible = len(exprs)
+        def column_for(bound: ir.Expr, name: str) -> int:
+            """The projection's column holding ``bound``: a selected column, or a new one."""
+            if isinstance(bound, ir.Column):
+                for j, e in enumerate(exprs):
+                    if isinstance(e, ir.Column) and e.index == bound.index:
+                        return j
+            exprs.append(bound)
+            names.append(name)
+            return len(exprs) - 1
+
+        partition = [column_for(self.expr(p, scope), f"_partition{i}") for i, p in enumerate(over.partition_by)]
+        order = []
+        for i, (o, descending) in enumerate(over.order_by):
+            bound = self.expr(o, scope)
+            if pt.is_nested(bound.type):
+                raise SqlError(f"cannot ORDER BY a {T.sql_name(bound.type)}", o.span)
+            order.append((column_for(bound, f"_order{i}"), descending))
+        self._raise_collected()
+        pre = ir.Project(input=rel, exprs=tuple(exprs), names=_unique(names), span=q.span)
+        rank = ir.Rank(input=pre, partition=tuple(partition), order=tuple(order), limit=None, rank_name=rank_name,
+                       span=call.span)
+        fields = rank.schema.fields
+        out_exprs = []
+        out_names = []
+        for slot, name in zip(slots, _select_names(q, names[:visible], slots, rank_name), strict=True):
+            index = len(fields) - 1 if slot is None else slot
+            out_exprs.append(ir.Column(index=index, name=fields[index].name, type=fields[index].type,
+                                       nullable=fields[index].nullable, span=None))
+            out_names.append(name)
+        return ir.Project(input=rank, exprs=tuple(out_exprs), names=_unique(out_names), span=q.span)
 
     # ------------------------------------------------------------ joins
 
@@ -1155,6 +1234,69 @@ class _Binder:
                        span=e.span)
 
 
+def _is_row_number(item: ast.SelectItem) -> bool:
+    return (isinstance(item, ast.AliasedExpr) and isinstance(item.expr, ast.FunctionCall)
+            and item.expr.over is not None and item.expr.name == "ROW_NUMBER")
+
+
+def _select_names(q: ast.Select, names: list[str], slots: list[int | None], rank_name: str) -> list[str]:
+    """The output names of a select list with ROW_NUMBER: each slot's name, ``rank_name`` for rn."""
+    return [rank_name if slot is None else names[slot] for slot in slots]
+
+
+def _take_rank_limit(rel: ir.Rel, conjuncts: list[ir.Expr]) -> tuple[ir.Rel, list[ir.Expr]]:
+    """A WHERE over a ROW_NUMBER query: ``rn <= N``, ``rn < N`` or ``rn = 1`` becomes the
+    Rank's limit (Top-N); the other conjuncts are returned to filter as usual."""
+    if not (isinstance(rel, ir.Project) and isinstance(rel.input, ir.Rank) and rel.input.limit is None):
+        return rel, conjuncts
+    rank = rel.input
+    rank_column = len(rank.schema) - 1
+    outputs = {i for i, e in enumerate(rel.exprs) if isinstance(e, ir.Column) and e.index == rank_column}
+    limit = None
+    rest = []
+    for c in conjuncts:
+        bound = _rank_bound(c, outputs)
+        if bound is not None:
+            limit = bound if limit is None else min(limit, bound)
+        else:
+            rest.append(c)
+    if limit is None:
+        return rel, conjuncts
+    if limit < 1:
+        raise SqlError(f"the row number is at least 1, so this keeps no row (limit {limit})", conjuncts[0].span)
+    return attrs.evolve(rel, input=attrs.evolve(rank, limit=limit)), rest
+
+
+def _rank_bound(c: ir.Expr, outputs: set[int]) -> int | None:
+    if not (isinstance(c, ir.Call) and c.fn in ("le", "lt", "eq", "ge", "gt") and len(c.args) == 2):
+        return None
+    a, b = c.args
+    fn = c.fn
+    if isinstance(b, ir.Column) and isinstance(a, ir.Literal):
+        a, b = b, a
+        fn = {"ge": "le", "gt": "lt", "le": "ge", "lt": "gt", "eq": "eq"}[fn]
+    if not (isinstance(a, ir.Column) and a.index in outputs and isinstance(b, ir.Literal)
+            and isinstance(b.value, int) and not isinstance(b.value, bool)):
+        return None
+    if fn == "le":
+        return b.value
+    if fn == "lt":
+        return b.value - 1
+    if fn == "eq" and b.value == 1:
+        return 1
+    return None
+
+
+def check_ranks_limited(rel: ir.Rel) -> None:
+    """Every ROW_NUMBER needs a limit from the query above it (Top-N)."""
+    if isinstance(rel, ir.Rank) and rel.limit is None:
+        raise SqlError("ROW_NUMBER() OVER (...) is supported as Top-N only: filter its result in the query "
+                       "around it", rel.span, "e.g. SELECT * FROM (SELECT *, ROW_NUMBER() OVER (...) AS rn FROM t) "
+                       "WHERE rn <= 3")
+    for child in rel.inputs:
+        check_ranks_limited(child)
+
+
 @attrs.frozen
 class _JoinTree:
     """A FROM clause's joins before conditions are placed: a leaf has ``rel``; a join has two
@@ -1256,6 +1398,8 @@ def _duration_ms(e: ir.Expr) -> int | None:
 
 
 def _updating_reason(producer: ir.Rel, where: Span | None) -> str:
+    if isinstance(producer, ir.Rank):
+        return f"its ROW_NUMBER() Top-N (at {where}) retracts a row when a better one enters the top"
     if isinstance(producer, ir.Join):
         return (f"its {producer.kind.upper()} JOIN (at {where}) retracts a NULL-padded row when the row's "
                 "first match arrives")
@@ -1402,7 +1546,9 @@ def _ast_walk(node: object):
 
 
 def _has_aggregate(items: tuple[ast.SelectItem, ...]) -> bool:
-    return any(isinstance(n, ast.FunctionCall) and (n.name in AGGREGATES or _WINDOW_PROPERTY.fullmatch(n.name))
+    # An aggregate with OVER (...) is an OVER window function, not a grouping aggregate.
+    return any(isinstance(n, ast.FunctionCall) and n.over is None
+               and (n.name in AGGREGATES or _WINDOW_PROPERTY.fullmatch(n.name))
                for item in items for n in _ast_walk(item))
 
 

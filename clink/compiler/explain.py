@@ -13,6 +13,7 @@ from clink.compiler.physical import (
     GroupAggOp,
     JoinOp,
     PhysicalPlan,
+    RankOp,
     SinkOp,
     SourceOp,
     UnionOp,
@@ -114,6 +115,11 @@ def explain_logical(node: ir.Rel, indent: int = 0) -> str:
             keys = names[: node.num_keys]
             aggs = ", ".join(_agg_sql(a, names) for a in node.aggs)
             line = f"GroupAggregate(keys=[{', '.join(keys)}], aggs=[{aggs}], changelog=[+I, -U, +U, -D])"
+        case ir.Rank():
+            order = ", ".join(f"{names[c]}{' DESC' if d else ''}" for c, d in node.order)
+            line = (f"Rank(ROW_NUMBER() over partition=[{', '.join(names[p] for p in node.partition)}], "
+                    f"order=[{order}], keep=[{node.rank_name} <= {node.limit}]"
+                    f"{'' if node.emit_rank else ', row number not kept'}, changelog=[+I, -D])")
         case ir.Join():
             line = f"Join(kind=[{node.kind.upper()}], {_join_condition(node)}"
             if node.interval is not None:
@@ -189,6 +195,10 @@ def explain_physical(plan: PhysicalPlan) -> str:
             case GroupAggOp(agg=agg):
                 keys = agg.input.schema.names[: agg.num_keys]
                 line = (f"[{op.id}] GroupAggregate state keys=[{', '.join(keys) or '(none)'}] "
+                        f"<- [{op.input}] {op.partitioning} produces updates")
+            case RankOp(rank=rank):
+                names = rank.input.schema.names
+                line = (f"[{op.id}] TopN {rank.limit} state keys=[{', '.join(names[p] for p in rank.partition) or '(none)'}] "
                         f"<- [{op.input}] {op.partitioning} produces updates")
             case JoinOp(join=join):
                 line = (f"[{op.id}] Join {join.kind.upper()}"

@@ -506,10 +506,29 @@ class GroupAggregate(Unary):
         return Schema(keys + aggs)
 
 
+@attrs.frozen(kw_only=True)
+class Rank(Unary):
+    """``ROW_NUMBER() OVER (PARTITION BY ... ORDER BY ...)`` kept to the first ``limit`` rows of
+    each partition (Top-N; ``limit`` 1 is deduplication). ``order``: (column, descending) pairs,
+    NULLs last. Output: the input columns, then the row number (``rank_name``) if ``emit_rank``.
+    The result is updating: a row that enters a partition's top N pushes the last one out."""
+
+    partition: tuple[int, ...]
+    order: tuple[tuple[int, bool], ...]
+    limit: int | None
+    rank_name: str
+    emit_rank: bool = True
+
+    @functools.cached_property
+    def schema(self) -> Schema:
+        rank = (Field(self.rank_name, pa.int64(), False),) if self.emit_rank else ()
+        return Schema(self.input.schema.fields + rank)
+
+
 def is_updating(rel: Rel) -> bool:
     """Whether ``rel`` produces updates (rows that later rows retract), not only inserts."""
     match rel:
-        case GroupAggregate():
+        case GroupAggregate() | Rank():
             return True
         case Join(kind=kind, left=left, right=right):
             # An outer join retracts a NULL-padded row when its first match arrives.
@@ -521,9 +540,9 @@ def is_updating(rel: Rel) -> bool:
     return False
 
 
-def updating_source(rel: Rel) -> GroupAggregate | Join | None:
+def updating_source(rel: Rel) -> GroupAggregate | Join | Rank | None:
     """The operator below ``rel`` that makes it updating, for messages; None if it is append-only."""
-    if isinstance(rel, GroupAggregate) or (isinstance(rel, Join) and rel.kind != "inner"):
+    if isinstance(rel, GroupAggregate | Rank) or (isinstance(rel, Join) and rel.kind != "inner"):
         return rel
     for child in rel.inputs:
         found = updating_source(child)

@@ -112,6 +112,26 @@ class JoinOp:
         return f"hash({', '.join(left)}) / hash({', '.join(right)})"
 
 
+@attrs.frozen(kw_only=True)
+class RankOp:
+    """The stateful Top-N; its input is hash-partitioned by the partition columns, and its output
+    is an updating stream."""
+
+    id: int
+    input: int
+    rank: ir.Rank
+    parallelism: int = 1
+
+    @property
+    def schema(self) -> ir.Schema:
+        return self.rank.schema
+
+    @property
+    def partitioning(self) -> str:
+        names = [self.rank.input.schema.names[p] for p in self.rank.partition]
+        return f"hash({', '.join(names)})" if names else "single"
+
+
 def _key_partitioning(rel: ir.Rel, num_keys: int) -> str:
     """How an aggregation's input is distributed: by the hash of its first ``num_keys`` columns."""
     keys = rel.schema.names[:num_keys]
@@ -144,7 +164,7 @@ class SinkOp:
         return self.sink.schema
 
 
-PhysicalOp = SourceOp | ChainOp | WindowAggOp | GroupAggOp | JoinOp | UnionOp | SinkOp
+PhysicalOp = SourceOp | ChainOp | WindowAggOp | GroupAggOp | JoinOp | RankOp | UnionOp | SinkOp
 
 
 @attrs.frozen(kw_only=True)
@@ -202,6 +222,11 @@ def _build(rel: ir.Rel, ops: list[PhysicalOp], *, target: str) -> int:
             op = GroupAggOp(id=len(ops) + 1, input=below, agg=node)
             ops.append(op)
             upstream, table = op.id, f"group aggregate {op.id}"
+        case ir.Rank():
+            below = _build(node.input, ops, target="a Top-N")
+            op = RankOp(id=len(ops) + 1, input=below, rank=node)
+            ops.append(op)
+            upstream, table = op.id, f"top-n {op.id}"
         case ir.Join(left=left, right=right):
             left_id = _build(left, ops, target="the left side of a join")
             right_id = _build(right, ops, target="the right side of a join")

@@ -20,7 +20,7 @@ from clink.runtime.context import RuntimeContext, TaskContext
 from clink.runtime.elements import MAX_WATERMARK, Barrier, Batch, Element, EndOfInput, Watermark
 from clink.runtime.kernels import EvaluationError, max_epoch_ms
 from clink.runtime.loader import sql_position_of
-from clink.runtime.plan import Chain, GroupAggregate, Join, Plan, Sink, Source, Union, WindowAggregate
+from clink.runtime.plan import Chain, GroupAggregate, Join, Plan, Rank, Sink, Source, Union, WindowAggregate
 
 
 @dataclass(slots=True)
@@ -153,6 +153,12 @@ class Job:
                 from clink.runtime.operators.group import GroupAggregateOperator
 
                 self._operators[node.id] = GroupAggregateOperator(
+                    node, self._tasks[node.id], input_schema=self.plan.node(node.input).schema,
+                    backend=self._backend(), operator_id=self.uids[node.id])
+            elif isinstance(node, Rank):
+                from clink.runtime.operators.rank import RankOperator
+
+                self._operators[node.id] = RankOperator(
                     node, self._tasks[node.id], input_schema=self.plan.node(node.input).schema,
                     backend=self._backend(), operator_id=self.uids[node.id])
             elif isinstance(node, Join):
@@ -323,7 +329,7 @@ class Job:
                     self._emit_all(target_id, operator.process(batch, 0 if from_id == node.left else 1))
                     self.metrics.peak_state_bytes = max(self.metrics.peak_state_bytes,
                                                         operator.metrics.get("state_bytes", 0))
-                elif isinstance(node, GroupAggregate):
+                elif isinstance(node, GroupAggregate | Rank):
                     operator = self._operators[target_id]
                     self._emit_all(target_id, operator.process(batch))
                     self.metrics.peak_state_bytes = max(self.metrics.peak_state_bytes,
@@ -490,12 +496,12 @@ class Job:
 
 def stable_ids(plan: Plan) -> dict[int, str]:
     """A name per source, sink and stateful operator that survives changes elsewhere in the plan:
-    ``source:<table>``, ``sink:<table>``, ``window-<n>``, ``group-<n>`` and ``join-<n>`` (the
-    n-th window aggregate, GROUP BY without a window, or join, in plan order), with ``#2``, ``#3`` … for a second
+    ``source:<table>``, ``sink:<table>``, ``window-<n>``, ``group-<n>``, ``join-<n>`` and ``rank-<n>``
+    (the n-th window aggregate, GROUP BY without a window, join, or Top-N, in plan order), with ``#2``, ``#3`` … for a second
     and third node of the same name."""
     ids: dict[int, str] = {}
     seen: dict[str, int] = defaultdict(int)
-    windows = groups = joins = 0
+    windows = groups = joins = ranks = 0
     for node in plan.nodes:
         if isinstance(node, Source):
             base = f"source:{node.table}"
@@ -510,6 +516,9 @@ def stable_ids(plan: Plan) -> dict[int, str]:
         elif isinstance(node, Join):
             joins += 1
             base = f"join-{joins}"
+        elif isinstance(node, Rank):
+            ranks += 1
+            base = f"rank-{ranks}"
         else:
             continue
         seen[base] += 1
@@ -769,6 +778,12 @@ def state_signature(job: Job, node_id: int) -> str:
         interval = " (interval)" if node.interval is not None else ""
         layout = " ; ".join(d.signature() for d in operator.descriptors)
         return f"{node.kind.upper()} JOIN{interval} ON ({keys}) | {layout}"
+    if isinstance(node, Rank):
+        schema = job.plan.node(node.input).schema
+        partition = ", ".join(str(schema.field(p).type) for p in node.partition)
+        order = ", ".join(f"{schema.field(c).type}{' DESC' if d else ''}" for c, d in node.order)
+        return (f"TOP {node.limit} PARTITION BY ({partition}) ORDER BY ({order}) | "
+                f"{operator.rows.descriptor.signature()}")
     schema = job.plan.node(node.input).schema
     keys = ", ".join(str(schema.field(k).type) for k in node.keys)
     aggs = ", ".join(f"{a.fn}({'' if a.arg is None else schema.field(a.arg).type})"

@@ -16,7 +16,7 @@ if TYPE_CHECKING:
     from clink.runtime.context import TaskContext
 
 __all__ = ["BROADCAST", "DELETE", "FORWARD", "INSERT", "ROWKIND_COLUMN", "SINGLE", "UPDATE_AFTER", "UPDATE_BEFORE",
-           "AggSpec", "Chain", "GroupAggregate", "Join", "Node", "Plan", "Sink", "Source", "TaskContext", "Union",
+           "AggSpec", "Chain", "GroupAggregate", "Join", "Node", "Rank", "Plan", "Sink", "Source", "TaskContext", "Union",
            "WindowAggregate", "WindowSpec", "hash_by"]
 
 #: How a node's input is distributed over its parallel instances.
@@ -205,6 +205,29 @@ class GroupAggregate(Node):
     keys: tuple[int, ...]
     aggs: tuple[AggSpec, ...]
     schema: pa.Schema
+    partitioning: tuple[str, ...] = FORWARD
+
+    @property
+    def inputs(self) -> tuple[int, ...]:
+        return (self.input,)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Rank(Node):
+    """Top-N: per partition (``partition``: input columns), the first ``limit`` rows in ``order``
+    ((column, descending) pairs; NULLs last; ties in arrival order), numbered from 1. The output
+    ``schema``: the input's columns (without its row kind), the row number (int64) if
+    ``emit_rank``, then ``ROWKIND_COLUMN``: ``+I`` when a row enters the top N (or gets a new
+    number), ``-D`` when it leaves it. An updating input retracts rows. State through the state
+    contract: the rows that can still reach the top N of each partition.
+    """
+
+    input: int
+    partition: tuple[int, ...]
+    order: tuple[tuple[int, bool], ...]
+    limit: int
+    schema: pa.Schema
+    emit_rank: bool = True
     partitioning: tuple[str, ...] = FORWARD
 
     @property

@@ -16,6 +16,7 @@ from clink.compiler.physical import (
     GroupAggOp,
     JoinOp,
     PhysicalPlan,
+    RankOp,
     SinkOp,
     SourceOp,
     UnionOp,
@@ -128,6 +129,8 @@ def _emit_schemas(w: SourceWriter, plan: PhysicalPlan) -> dict[int, str]:
                 texts = [(f"SCHEMA_GROUP_{op.id}", op.schema)]
             case JoinOp():
                 texts = [(f"SCHEMA_JOIN_{op.id}", op.schema)]
+            case RankOp():
+                texts = [(f"SCHEMA_TOPN_{op.id}", op.schema)]
             case UnionOp():
                 texts = [(f"SCHEMA_UNION_{op.id}", op.schema)]
             case SinkOp(sink=sink):
@@ -151,7 +154,7 @@ def updating_ops(plan: PhysicalPlan) -> set[int]:
     updating: set[int] = set()
     for op in plan.ops:
         match op:
-            case GroupAggOp():
+            case GroupAggOp() | RankOp():
                 updating.add(op.id)
             case ChainOp() | SinkOp() if op.input in updating:
                 updating.add(op.id)
@@ -362,6 +365,17 @@ def _emit_plan(w: SourceWriter, plan: PhysicalPlan, schema_names: dict[int, str]
                             w.line("),")
                             w.line(f"schema={schema_names[op.id * 10]}, partitioning={partitioning}, "
                                    f"parallelism={op.parallelism}, span={str(agg.span or '')!r}),")
+                    case RankOp(rank=rank):
+                        names = rank.input.schema.names
+                        partitioning = (f"P.hash_by({', '.join(repr(names[p]) for p in rank.partition)})"
+                                        if rank.partition else "P.SINGLE")
+                        order = ", ".join(f"{names[c]}{' DESC' if d else ''}" for c, d in rank.order)
+                        w.line(f"P.Rank(id={op.id}, input={op.input}, partition={rank.partition!r}, "
+                               f"order={rank.order!r},  # {order}", span=rank.span)
+                        with w.indent():
+                            w.line(f"limit={rank.limit}, emit_rank={rank.emit_rank}, schema={schema_names[op.id * 10]},")
+                            w.line(f"partitioning={partitioning}, parallelism={op.parallelism}, "
+                                   f"span={str(rank.span or '')!r}),")
                     case JoinOp(join=join):
                         lnames = join.left.schema.names
                         rnames = join.right.schema.names

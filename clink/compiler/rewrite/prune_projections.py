@@ -101,6 +101,19 @@ def _prune(node: ir.Rel, needed: set[int]) -> tuple[ir.Rel, dict[int, int]]:
                 interval=attrs.evolve(bounds, left_time=lmap[bounds.left_time], right_time=rmap[bounds.right_time])
                 if bounds is not None else None)
             return new_node, out
+        case ir.Rank(input=child, partition=partition, order=order):
+            # The rank keeps (and stores) the columns needed above and its own; the row number
+            # itself is left out when nothing above reads it.
+            width = len(child.schema)
+            used = {i for i in needed if i < width} | set(partition) | {c for c, _ in order}
+            new_child, mapping = _prune(child, used)
+            emit_rank = node.emit_rank and width in needed
+            new_node = attrs.evolve(node, input=new_child, partition=tuple(mapping[p] for p in partition),
+                                    order=tuple((mapping[c], d) for c, d in order), emit_rank=emit_rank)
+            out = dict(mapping)
+            if emit_rank:
+                out[width] = len(new_child.schema)
+            return new_node, out
         case ir.WindowTVF(input=child, time=time, partition_by=partition):
             width = len(child.schema)
             used = {i for i in needed if i < width} | {time, *partition}

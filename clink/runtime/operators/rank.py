@@ -1,0 +1,195 @@
+"""Top-N: ``ROW_NUMBER() OVER (PARTITION BY ... ORDER BY ...) ... WHERE rn <= N``, a whole batch at a time.
+
+State is the current top N rows of every partition, in a ``KeyedRows`` store
+(``clink/runtime/operators/rows.py``, table state ``rows``) keyed by the partition columns. Each
+row carries ``_seq``, its arrival number, which breaks ties in the order (the earlier row ranks
+first) and makes every stored row distinct.
+
+A batch is processed in four vectorized steps:
+
+1. the stored top rows of the partitions the batch touches are read with one lookup;
+2. those rows and the batch's rows are sorted together by (partition hash, order columns, ``_seq``)
+   with one Arrow ``sort_indices``, and numbered within their partition;
+3. a stored row numbered past N leaves the top: ``-D``; a batch row numbered N or less enters it:
+   ``+I``. When the row number is part of the output, a stored row whose number changed is
+   retracted with its old number and emitted with the new one (its old number is its new one
+   minus the batch rows that sorted before it);
+4. the rows that left are stored with count -1 (they net away at the next merge), those that
+   entered with +1.
+
+Only append-only inputs are taken (the compiler refuses an updating one): a partition's rows
+beyond its top N can then never come back, so they need not be kept. Partitions are told apart
+by the 64-bit hash of their columns.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+from typing import TYPE_CHECKING
+
+import numpy as np
+import pyarrow as pa
+
+from clink.runtime import compute as pc
+from clink.runtime.operators.common import max_parallelism, open_state
+from clink.runtime.operators.rows import KeyedRows, net_pairs, plain_array
+from clink.runtime.plan import DELETE, INSERT, ROWKIND_COLUMN
+from clink.runtime.state.backend import OperatorState, StateBackend
+from clink.runtime.state.keygroups import hash_columns
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    from clink.runtime import plan
+    from clink.runtime.context import TaskContext
+
+
+class RankOperator:
+    """Run one ``plan.Rank`` node: ``process(batch)`` returns the changes to the top N."""
+
+    def __init__(self, node: plan.Rank, ctx: TaskContext, *, input_schema: pa.Schema,
+                 backend: StateBackend | None = None, operator_id: str | None = None) -> None:
+        self.node = node
+        self.ctx = ctx
+        self._where = f"top-n {node.id}"
+        self._max_parallelism = max_parallelism(ctx)
+        self.late_rows: list[pa.RecordBatch] = []
+        self.metrics: dict[str, int] = ctx.metrics
+        for name in ("state_rows", "state_bytes"):
+            self.metrics.setdefault(name, 0)
+        if len(input_schema) and input_schema.names[-1] == ROWKIND_COLUMN:
+            raise ValueError(f"{self._where}: the input is updating; Top-N takes append-only input")
+        if node.limit < 1:
+            raise ValueError(f"{self._where}: the limit must be at least 1, got {node.limit}")
+        self.width = len(input_schema)
+        for c in [*node.partition, *(c for c, _ in node.order)]:
+            if not 0 <= c < self.width:
+                raise ValueError(f"{self._where}: column {c} is not an input column (the input has {self.width})")
+        expected = self.width + node.emit_rank + 1
+        if len(node.schema) != expected or node.schema.names[-1] != ROWKIND_COLUMN:
+            raise ValueError(f"{self._where}: the output schema must be the {self.width} input columns"
+                             f"{', the row number' if node.emit_rank else ''} and {ROWKIND_COLUMN!r}; "
+                             f"got <{node.schema}>")
+        stored = pa.schema([*input_schema, pa.field("_seq", pa.int64())])
+        self.rows = KeyedRows("rows", stored, node.partition, self._max_parallelism, retractions=True)
+        self.operator_id = operator_id or f"rank-{node.id}"
+        self.descriptors = [self.rows.descriptor]
+        self.operator_state: OperatorState = open_state(backend, self._max_parallelism, self.operator_id,
+                                                        self.descriptors, self._where)
+        self.rows.table = self.operator_state.table_state("rows")
+        self._next_seq = 0
+        self._sort_keys = [("_khash", "ascending", "at_end"),
+                           *((f"c{c}", "descending" if d else "ascending", "at_end") for c, d in node.order),
+                           ("_seq", "ascending", "at_end")]
+
+    # -- public interface ----------------------------------------------------------------------
+
+    def process(self, batch: pa.RecordBatch) -> list[pa.RecordBatch]:
+        n = batch.num_rows
+        if n == 0:
+            return []
+        seq = np.arange(self._next_seq, self._next_seq + n, dtype=np.int64)
+        self._next_seq += n
+        columns = [*(batch.column(i) for i in range(self.width)), pa.array(seq)]
+        khash = hash_columns([columns[p] for p in self.node.partition], n)
+        # 1. the current top rows of the partitions this batch touches
+        touched = np.unique(khash)
+        probe, stored, ids = self.rows.lookup(touched)
+        old_count = 0
+        if stored is not None:
+            _, stored, _, _ = net_pairs(probe, stored, ids)
+            old_count = stored.num_rows
+        # 2. old and new rows sorted together, numbered within their partition
+        names = [f"c{i}" for i in range(self.width + 1)]
+        fresh = pa.table([*columns, pa.array(khash)], names=[*names, "_khash"])
+        if old_count:
+            old = pa.table([*(plain_array(stored.column(i)) for i in range(self.width + 1)),
+                            plain_array(stored.column("_khash"))], names=[*names, "_khash"])
+            both = pa.concat_tables([old, fresh])
+        else:
+            both = fresh
+        both = both.rename_columns([*names[:-1], "_seq", "_khash"])
+        order = pc.sort_indices(both, sort_keys=self._sort_keys).to_numpy()
+        total = len(order)
+        sorted_hash = both.column("_khash").to_numpy()[order]
+        starts = np.ones(total, dtype=bool)
+        starts[1:] = sorted_hash[1:] != sorted_hash[:-1]
+        position = np.arange(total, dtype=np.int64)
+        rank_sorted = position - np.maximum.accumulate(np.where(starts, position, 0)) + 1
+        rank = np.empty(total, dtype=np.int64)
+        rank[order] = rank_sorted
+        is_old = np.zeros(total, dtype=bool)
+        is_old[:old_count] = True
+        # A stored row's number before this batch: its number now minus the batch rows ahead of it.
+        fresh_sorted = (~is_old[order]).astype(np.int64)
+        ahead = np.cumsum(fresh_sorted) - fresh_sorted
+        group_first = np.maximum.accumulate(np.where(starts, position, 0))
+        ahead_in_partition = ahead - ahead[group_first]
+        old_rank = np.empty(total, dtype=np.int64)
+        old_rank[order] = rank_sorted - ahead_in_partition
+        # 3. the changes
+        limit = self.node.limit
+        leaving = is_old & (rank > limit)
+        entering = ~is_old & (rank <= limit)
+        renumbered = is_old & (rank <= limit) & (old_rank != rank) if self.node.emit_rank else np.zeros(total, bool)
+        retract = np.flatnonzero(leaving | renumbered)
+        emit = np.flatnonzero(entering | renumbered)
+        out = self._changes(both, retract, old_rank, emit, rank)
+        # 4. the stored top rows follow
+        gone = np.flatnonzero(leaving)
+        new = np.flatnonzero(entering)
+        self._store(both, gone, -1)
+        self._store(both, new, 1)
+        self._update_state_metrics()
+        return out
+
+    def snapshot(self, checkpoint_id: int, directory: Path) -> tuple[list[Path], dict[str, int]]:
+        self.operator_state.commit(checkpoint_id)
+        files = self.operator_state.snapshot(directory)
+        return files, {"rows": self.rows.rows(), "next_seq": self._next_seq}
+
+    def restore(self, files: list[Path], meta: dict[str, int], *,
+                key_groups: Collection[int] | None = None) -> None:
+        self.operator_state.restore(files, key_groups=key_groups)
+        self.rows.reload()
+        # Arrival numbers go on after the largest stored (or saved) one, so ties keep their order.
+        largest = -1
+        for run in self.rows.runs:
+            table = self.rows.table.get(run.namespace)
+            largest = max(largest, int(pc.max(table.column(f"c{self.width}")).as_py()))
+        self._next_seq = max(largest + 1, int(meta.get("next_seq", 0)))
+        self._update_state_metrics()
+
+    def on_watermark(self, watermark: int) -> list[pa.RecordBatch]:
+        return []
+
+    def close(self) -> None:
+        self.operator_state.close()
+
+    # -- helpers ---------------------------------------------------------------------------------
+
+    def _changes(self, both: pa.Table, retract: np.ndarray, old_rank: np.ndarray, emit: np.ndarray,
+                 rank: np.ndarray) -> list[pa.RecordBatch]:
+        if not len(retract) and not len(emit):
+            return []
+        index = np.concatenate([retract, emit])
+        columns = [plain_array(both.column(i).take(pa.array(index))) for i in range(self.width)]
+        if self.node.emit_rank:
+            columns.append(pa.array(np.concatenate([old_rank[retract], rank[emit]])))
+        kinds = np.concatenate([np.full(len(retract), DELETE, dtype=object), np.full(len(emit), INSERT, dtype=object)])
+        columns.append(pa.array(kinds, pa.string()))
+        columns = [c if c.type == f.type else pc.cast(c, f.type) for c, f in zip(columns, self.node.schema, strict=True)]
+        return [pa.RecordBatch.from_arrays(columns, schema=self.node.schema)]
+
+    def _store(self, both: pa.Table, rows: np.ndarray, sign: int) -> None:
+        if not len(rows):
+            return
+        taken = both.take(pa.array(rows))
+        columns = [plain_array(taken.column(i)) for i in range(self.width + 1)]
+        khash = taken.column("_khash").to_numpy()
+        self.rows.store(columns, np.full(len(rows), sign, dtype=np.int64), khash,
+                        int(self.ctx.runtime.clock()), None)
+
+    def _update_state_metrics(self) -> None:
+        self.metrics["state_rows"] = self.rows.rows()
+        self.metrics["state_bytes"] = self.rows.table.memory_bytes()
