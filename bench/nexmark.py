@@ -1,6 +1,6 @@
 """The Nexmark queries under bench/nexmark/ over the nexmark source, with DuckDB as a reference.
 
-Each query (``bench/nexmark/qN.sql``, with ``'events.num'`` set to ``--events``) runs in a fresh
+Each query (``bench/nexmark/qN.sql``, with ``ddl.sql``'s ``'events.num'`` set to ``--events``) runs in a fresh
 clink process into its blackhole sink; the table gives events/s (generated events over wall time,
 compiling included), peak RSS and the rows the sink received. For the reference, the people,
 auctions and bids of the same events are written once to Parquet (by clink), and DuckDB (``SET threads = 1``) runs the
@@ -39,7 +39,7 @@ CHILD = """
 import json, sys, time
 t0 = time.perf_counter()
 import clink
-result = clink.sql(open(sys.argv[1]).read(), name=sys.argv[2])
+result = clink.sql(open(sys.argv[1]).read(), name=sys.argv[2], init=[sys.argv[3]])
 metrics = result.run()
 wall = time.perf_counter() - t0
 updating = any(n.schema.names[-1:] == ['_rowkind'] for n in result.plan.runtime_plan.nodes if type(n).__name__ == 'Sink')
@@ -53,20 +53,22 @@ print('RESULT ' + json.dumps({'wall_s': wall, 'rows_out': sum(metrics.records_ou
 """
 
 
-def script(query: str, events: int, folder: Path) -> str:
-    """The query's script with ``events`` events, writing any files (q10) under ``folder``."""
-    text = (QUERIES / f"{query}.sql").read_text()
-    text = text.replace("'path' = 'bench/out/", f"'path' = '{folder}/out/")
-    return re.sub(r"'events\.num'\s*=\s*'\d+'", f"'events.num' = '{events}'", text)
+def ddl(events: int, folder: Path) -> Path:
+    """``ddl.sql`` with ``events`` events, written into ``folder``: the init script of every query."""
+    path = folder / "ddl.sql"
+    text = (QUERIES / "ddl.sql").read_text()
+    path.write_text(re.sub(r"'events\.num'\s*=\s*'\d+'", f"'events.num' = '{events}'", text))
+    return path
 
 
 def run_clink(query: str, events: int, folder: Path) -> dict:
     path = folder / f"{query}.sql"
-    path.write_text(script(query, events, folder))
+    # Files a query writes (q10) go under ``folder``.
+    path.write_text((QUERIES / f"{query}.sql").read_text().replace("'path' = 'bench/out/", f"'path' = '{folder}/out/"))
     # The folder of the queries is on the Python path: q14 calls a function defined there.
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(QUERIES), os.environ.get("PYTHONPATH")]))}
-    done = subprocess.run([sys.executable, "-c", CHILD, str(path), f"{query}.sql"], capture_output=True, text=True,
-                          check=False, env=env)
+    done = subprocess.run([sys.executable, "-c", CHILD, str(path), f"{query}.sql", str(ddl(events, folder))],
+                          capture_output=True, text=True, check=False, env=env)
     lines = [ln for ln in done.stdout.splitlines() if ln.startswith("RESULT ")]
     if done.returncode != 0 or not lines:
         sys.exit(f"{query} failed (exit {done.returncode}):\n{done.stderr[-3000:]}")
@@ -76,9 +78,7 @@ def run_clink(query: str, events: int, folder: Path) -> dict:
 def write_events(events: int, folder: Path) -> Path:
     """The people, auctions and bids of the first ``events`` events, as Parquet files
     ``person.parquet``, ``auction.parquet`` and ``bid.parquet`` in ``folder``, written by clink."""
-    ddl = (QUERIES / "ddl.sql").read_text()
-    ddl = re.sub(r"'events\.num'\s*=\s*'\d+'", f"'events.num' = '{events}'", ddl)
-    text = ddl + f"""
+    text = f"""
 CREATE TABLE person_file (id BIGINT, name STRING, emailAddress STRING, creditCard STRING, city STRING,
                           state STRING, dateTime TIMESTAMP(3), extra STRING)
 WITH ('connector' = 'filesystem', 'path' = '{folder / "person.parquet"}', 'format' = 'parquet');
@@ -95,7 +95,7 @@ INSERT INTO bid_file SELECT * FROM bid;
 """
     import clink
 
-    clink.sql(text, name="events.sql").run()
+    clink.sql(text, name="events.sql", init=[ddl(events, folder)]).run()
     return folder
 
 

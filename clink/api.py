@@ -199,11 +199,13 @@ class Result:
 
 
 def compile(text: str | Iterable[str], *, name: str = "<sql>",  # noqa: A001 - the public verb
-            connectors: ConnectorRegistry | None = None, functions: Functions | None = None) -> Plan:
+            connectors: ConnectorRegistry | None = None, functions: Functions | None = None,
+            init: Iterable[str | Path] = ()) -> Plan:
     """Compile SQL (one string, or several statements) into a ``Plan``.
 
     ``functions`` are Python UDFs (``clink.udf``) the SQL may call; the plan passes them to every
-    run in ``RuntimeContext.functions`` (docs/udf.md).
+    run in ``RuntimeContext.functions`` (docs/udf.md). ``init``: SQL files of declarations
+    (tables, views, functions, SET) that come before ``text``, as ``clink run -i``.
 
     >>> plan = compile("CREATE TABLE t (a INT) WITH ('connector' = 'datagen', 'number-of-rows' = '2');"
     ...                "SELECT a FROM t")
@@ -215,17 +217,19 @@ def compile(text: str | Iterable[str], *, name: str = "<sql>",  # noqa: A001 - t
     if not isinstance(text, str):
         text = ";\n".join(s.strip().rstrip(";") for s in text)
     registry = FunctionRegistry.of(functions)
-    compiled = compile_text(text, name=name, connectors=connectors, functions=registry)
+    compiled = compile_text(text, name=name, connectors=connectors, functions=registry, init=read_init(init))
     module = load_generated(compiled.source, name=name, fingerprint=compiled.fingerprint)
     runtime_plan = module.PLAN
     return Plan(runtime_plan, source=compiled.source, explain_text=compiled.explain(), functions=registry)
 
 
 def sql(text: str | Iterable[str], *, config: Mapping[str, str] | None = None,
-        context: RuntimeContext | None = None, name: str = "<sql>", functions: Functions | None = None) -> Result:
+        context: RuntimeContext | None = None, name: str = "<sql>", functions: Functions | None = None,
+        init: Iterable[str | Path] = ()) -> Result:
     """Compile and start a pipeline; the ``Result`` gives the rows of its ``SELECT``.
 
-    ``functions`` are Python UDFs the SQL may call, added to those of ``context.functions``.
+    ``functions`` are Python UDFs the SQL may call, added to those of ``context.functions``;
+    ``init``, SQL files of declarations that come first (as in ``compile``).
 
     >>> r = sql("CREATE TABLE t (a INT) WITH ('connector' = 'datagen', 'number-of-rows' = '3', "
     ...         "'fields.a.kind' = 'sequence', 'fields.a.start' = '1', 'fields.a.end' = '3');"
@@ -239,7 +243,22 @@ def sql(text: str | Iterable[str], *, config: Mapping[str, str] | None = None,
     registry = FunctionRegistry.of(functions)
     if context is not None:
         registry = context.functions.merged(registry)
-    return compile(text, name=name, connectors=connectors, functions=registry).run(config=config, context=context)
+    return compile(text, name=name, connectors=connectors, functions=registry, init=init).run(config=config,
+                                                                                               context=context)
+
+
+def read_init(paths: Iterable[str | Path]) -> list[tuple[str, str]]:
+    """(file name, text) of each init script, with a clear error for one that cannot be read."""
+    scripts = []
+    for path in paths:
+        p = Path(path)
+        try:
+            scripts.append((p.name, p.read_text(encoding="utf-8")))
+        except FileNotFoundError:
+            raise UsageError(f"no such init script: {path}") from None
+        except (OSError, UnicodeDecodeError) as exc:
+            raise UsageError(f"cannot read the init script {path}: {exc}") from None
+    return scripts
 
 
 def load(path: str | Path) -> Plan:

@@ -28,6 +28,8 @@ def _parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("compile", help="compile a SQL pipeline into an artefact (.clk) or a Python module")
     p.add_argument("file", help="the pipeline (.sql)")
+    p.add_argument("-i", "--init", action="append", default=[], metavar="FILE",
+                   help="a SQL file of declarations (tables, views, functions, SET) to read first; repeatable")
     p.add_argument("-o", "--output",
                    help="where to write it: x.clk for the artefact, x.py for the module alone "
                         "(default: the module on standard output)")
@@ -35,6 +37,8 @@ def _parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("run", help="run a pipeline (.sql, or an artefact or module from `clink compile`)")
     p.add_argument("file", help="the pipeline (.sql, .clk or .py)")
+    p.add_argument("-i", "--init", action="append", default=[], metavar="FILE",
+                   help="a SQL file of declarations (tables, views, functions, SET) to read first; repeatable")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="a configuration setting, as SET 'KEY' = 'VALUE' would (repeatable)")
     p.add_argument("--progress", action="store_true", help="show rows in and out while running")
@@ -54,6 +58,8 @@ def _parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("explain", help="print the logical and physical plans")
     p.add_argument("file", help="the pipeline (.sql)")
+    p.add_argument("-i", "--init", action="append", default=[], metavar="FILE",
+                   help="a SQL file of declarations (tables, views, functions, SET) to read first; repeatable")
     p.add_argument("--rewrites", action="store_true", help="also print the plan after each rewrite")
     return parser
 
@@ -109,11 +115,16 @@ def _read_sql(path: str, sources: dict[str, str]) -> tuple[str, str]:
     return p.name, text
 
 
+def _init_scripts(args: argparse.Namespace, sources: dict[str, str]) -> list[tuple[str, str]]:
+    return [_read_sql(path, sources) for path in args.init]
+
+
 def _compile(args: argparse.Namespace, sources: dict[str, str]) -> int:
     from clink.compiler import compile_text
 
+    init = _init_scripts(args, sources)
     name, text = _read_sql(args.file, sources)
-    compiled = compile_text(text, name=name)
+    compiled = compile_text(text, name=name, init=init)
     written = []
     try:
         if args.emit_python:
@@ -127,7 +138,8 @@ def _compile(args: argparse.Namespace, sources: dict[str, str]) -> int:
             from clink.runtime.loader import load_generated
 
             plan = load_generated(compiled.source, name=name, fingerprint=compiled.fingerprint).PLAN
-            written.append(write_artefact(args.output, module_source=compiled.source, plan=plan, sql=text,
+            sql = "".join(f"-- init script {n}\n{t.rstrip()}\n\n" for n, t in init) + text
+            written.append(write_artefact(args.output, module_source=compiled.source, plan=plan, sql=sql,
                                           explain=compiled.explain(), clink_version=__version__))
         elif args.output:
             out = Path(args.output)
@@ -159,8 +171,9 @@ def _inspect(args: argparse.Namespace) -> int:
 def _explain(args: argparse.Namespace, sources: dict[str, str]) -> int:
     from clink.compiler import compile_text
 
+    init = _init_scripts(args, sources)
     name, text = _read_sql(args.file, sources)
-    compiled = compile_text(text, name=name)
+    compiled = compile_text(text, name=name, init=init)
     if args.rewrites:
         for step in compiled.rewrite_trace:
             print(step)
@@ -200,21 +213,24 @@ def _settings(pairs: list[str]) -> dict[str, str]:
     return out
 
 
-def _plan_from_sql(text: str, name: str, *, recompile: bool) -> Plan:
-    """The plan of a SQL file: from the plan cache when this text was compiled before (no
-    compiler, no lark), else compiled now and cached."""
+def _plan_from_sql(text: str, name: str, *, recompile: bool, init: list[tuple[str, str]] = ()) -> Plan:
+    """The plan of a SQL file: from the plan cache when this text (with the same init scripts)
+    was compiled before (no compiler, no lark), else compiled now and cached."""
     from clink import cache
     from clink.runtime.loader import load_generated, plan_of
 
-    hit = None if recompile else cache.cached_plan_source(text, name)
+    # The cache is keyed by the whole text the compiler reads: init scripts, then the file.
+    key = "".join(f"-- init {n}\0{t}\0" for n, t in init) + text
+    hit = None if recompile else cache.cached_plan_source(key, name)
     if hit is not None:
         source, fingerprint = hit
         return plan_of(load_generated(source, name=name, fingerprint=fingerprint), name)
-    from clink.api import compile as compile_sql
+    from clink.compiler import compile_text
 
-    compiled = compile_sql(text, name=name)
-    cache.store_plan_source(text, name, compiled.source, compiled.runtime_plan.fingerprint)
-    return compiled.runtime_plan
+    compiled = compile_text(text, name=name, init=init)
+    plan = plan_of(load_generated(compiled.source, name=name, fingerprint=compiled.fingerprint), name)
+    cache.store_plan_source(key, name, compiled.source, plan.fingerprint)
+    return plan
 
 
 def _run(args: argparse.Namespace, sources: dict[str, str]) -> int:
@@ -238,6 +254,8 @@ def _run(args: argparse.Namespace, sources: dict[str, str]) -> int:
 
         signal.signal(signal.SIGTERM, stop)
         signal.signal(signal.SIGINT, stop)
+    if args.init and args.file.endswith((".clk", ".py")):
+        raise UsageError("--init applies to SQL files; a compiled plan already holds its declarations")
     if args.file.endswith(".clk"):
         from clink.runtime.artefact import read_artefact
 
@@ -248,7 +266,7 @@ def _run(args: argparse.Namespace, sources: dict[str, str]) -> int:
         plan = load_plan_file(args.file)
     else:
         name, text = _read_sql(args.file, sources)
-        plan = _plan_from_sql(text, name, recompile=args.recompile)
+        plan = _plan_from_sql(text, name, recompile=args.recompile, init=_init_scripts(args, sources))
 
     for text in plan.explain:
         sys.stdout.write(text)

@@ -1,5 +1,6 @@
 -- Nexmark: the event table and the person, auction and bid views, as in the nexmark-flink
--- benchmark. Each qN.sql in this folder begins with this text, unchanged (a test checks it).
+-- benchmark. Each qN.sql in this folder runs with this file as its init script:
+--   clink run -i bench/nexmark/ddl.sql bench/nexmark/q0.sql
 CREATE TABLE datagen (
     event_type INT,
     person ROW<

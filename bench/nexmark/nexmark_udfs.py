@@ -2,7 +2,7 @@
 
 ``CREATE FUNCTION count_char AS 'nexmark_udfs.count_char' LANGUAGE PYTHON`` finds this module on
 the Python path: ``bench/nexmark.py`` puts this folder there; by hand, run
-``PYTHONPATH=bench/nexmark clink run bench/nexmark/q14.sql``.
+``PYTHONPATH=bench/nexmark clink run -i bench/nexmark/ddl.sql bench/nexmark/q14.sql``.
 """
 
 from __future__ import annotations

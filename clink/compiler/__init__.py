@@ -3,16 +3,19 @@
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Sequence
 from pathlib import Path
 
 import attrs
 
+from clink.compiler import ast
 from clink.compiler.bind import bind_script
 from clink.compiler.codegen.module import generate_module
 from clink.compiler.explain import explain, explain_logical
 from clink.compiler.parse import parse_script
 from clink.compiler.physical import plan_physical
 from clink.compiler.rewrite import run_rewrites
+from clink.errors import SqlError
 from clink.runtime.connectors.base import ConnectorRegistry
 from clink.runtime.udf import FunctionRegistry
 
@@ -34,8 +37,13 @@ class CompiledPlan:
 
 
 def compile_text(text: str, *, name: str = "<sql>", connectors: ConnectorRegistry | None = None,
-                 functions: FunctionRegistry | None = None) -> CompiledPlan:
+                 functions: FunctionRegistry | None = None,
+                 init: Sequence[tuple[str, str]] = ()) -> CompiledPlan:
     """Compile every statement of ``text`` into one module.
+
+    ``init``: (name, text) of scripts whose statements come first — declarations only (CREATE
+    TABLE / VIEW / FUNCTION, SET), as a SQL client's init file: shared DDL that several pipeline
+    files use. Errors in them point into their own file.
 
     ``functions`` are Python UDFs the SQL may call besides those it creates with ``CREATE
     FUNCTION``; the generated module looks them up in ``RuntimeContext.functions`` (docs/udf.md).
@@ -49,7 +57,17 @@ def compile_text(text: str, *, name: str = "<sql>", connectors: ConnectorRegistr
         from clink.runtime.connectors import default_registry
 
         connectors = default_registry()
+    declarations: list = []
+    for init_name, init_text in init:
+        init_script = parse_script(init_text, init_name)
+        for stmt in init_script.statements:
+            if not isinstance(stmt, ast.CreateTable | ast.CreateView | ast.CreateFunction | ast.SetStmt):
+                raise SqlError("an init script may only declare tables, views and functions and SET options",
+                               stmt.span, f"move this statement into {name}")
+        declarations.extend(init_script.statements)
     script = parse_script(text, name)
+    if declarations:
+        script = attrs.evolve(script, statements=(*declarations, *script.statements))
     bound = bind_script(script, connectors, functions)
     roots = []
     trace: list[str] = []
@@ -73,14 +91,14 @@ def compile_text(text: str, *, name: str = "<sql>", connectors: ConnectorRegistr
          # Where CREATE FUNCTION finds its functions is part of the plan (absent: no change).
          + ("\n".join(bound.udf_paths) if bound.udf_paths else "")).encode()
     ).hexdigest()[:16]
-    source = generate_module(physical_run, name=name, sources={name: text}, fingerprint=fingerprint,
+    source = generate_module(physical_run, name=name, sources={**dict(init), name: text}, fingerprint=fingerprint,
                              config=config, explains=explains)
     return CompiledPlan(name=name, source=source, fingerprint=fingerprint, explain_text=text_plan,
                         rewrite_trace=tuple(trace))
 
 
 def compile_file(path: str | Path, *, connectors: ConnectorRegistry | None = None,
-                 functions: FunctionRegistry | None = None) -> CompiledPlan:
+                 functions: FunctionRegistry | None = None, init: Sequence[str | Path] = ()) -> CompiledPlan:
     path = Path(path)
     return compile_text(path.read_text(encoding="utf-8"), name=path.name, connectors=connectors,
-                        functions=functions)
+                        functions=functions, init=[(Path(p).name, Path(p).read_text(encoding="utf-8")) for p in init])

@@ -98,3 +98,17 @@ def test_the_cache_keeps_the_newest_plans_only(tmp_path: Path, monkeypatch: pyte
     assert cache.cached_plan_source("SELECT 0", "s.sql") is None
     # The same text under another name is another entry: positions in errors name the file.
     assert cache.cached_plan_source("SELECT 4", "other.sql") is None
+
+
+def test_init_scripts_are_part_of_the_cached_text(tmp_path: Path) -> None:
+    ddl = tmp_path / "ddl.sql"
+    query = tmp_path / "q.sql"
+    ddl.write_text(SQL.format(factor=1).split("SELECT")[0])
+    query.write_text("SELECT a * 7 AS b FROM t;\n")
+    rows, status = _run(tmp_path, "-i", str(ddl), str(query))
+    assert rows == ["+I[7]", "+I[14]", "+I[21]"] and status == "COMPILED 0"
+    assert _run(tmp_path, "-i", str(ddl), str(query)) == (rows, "CACHED 0")
+    # A changed init script is another text: compiled again, with the new table.
+    ddl.write_text(ddl.read_text().replace("'number-of-rows' = '3'", "'number-of-rows' = '2'"))
+    rows, status = _run(tmp_path, "-i", str(ddl), str(query))
+    assert rows == ["+I[7]", "+I[14]"] and status == "COMPILED 0"
