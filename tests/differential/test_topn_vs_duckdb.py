@@ -85,3 +85,27 @@ def test_top_n_is_explained_as_updating() -> None:
     explained = plan.explain()
     assert "Rank(ROW_NUMBER() over partition=[k], order=[v DESC], keep=[rn <= 2], row number not kept" in explained
     assert "TopN 2 state keys=[k]" in explained and "produces updates" in explained
+
+
+def test_window_top_n_over_a_window_aggregation() -> None:
+    """The three keys with the most rows per 10-second window: a Top-N partitioned by the window
+    over a TUMBLE aggregation's results."""
+    rng = np.random.default_rng(3)
+    n = 4000
+    base = np.datetime64("2026-01-01T00:00:00", "ms")
+    ms = np.sort(rng.integers(0, 120_000, n))
+    table = pa.table({"k": pa.array(rng.zipf(1.5, n) % 40, pa.int64()),
+                      "ts": pa.array(base + ms.astype("timedelta64[ms]"), pa.timestamp("ms"))})
+    query = ("SELECT window_start, k, cnt, rn FROM (SELECT window_start, k, cnt, ROW_NUMBER() OVER "
+             "(PARTITION BY window_start, window_end ORDER BY cnt DESC, k) AS rn FROM "
+             "(SELECT window_start, window_end, k, COUNT(*) AS cnt FROM TABLE(TUMBLE(TABLE ev, DESCRIPTOR(ts), "
+             "INTERVAL '10' SECOND)) GROUP BY window_start, window_end, k)) WHERE rn <= 3")
+    ours = run_select(query, row_group_size=250, watermarks={"ev": "ts AS ts - INTERVAL '1' SECOND"}, ev=table)
+    con = duckdb.connect()
+    con.register("ev", table)
+    theirs = con.execute(
+        "SELECT ws, k, cnt, rn FROM (SELECT ws, k, cnt, ROW_NUMBER() OVER (PARTITION BY ws ORDER BY cnt DESC, k) "
+        "AS rn FROM (SELECT time_bucket(INTERVAL 10 SECOND, ts) AS ws, k, COUNT(*) AS cnt FROM ev "
+        "GROUP BY ALL)) WHERE rn <= 3").fetchall()
+    assert Counter(tuple(r.values()) for r in ours.to_pylist()) == Counter(theirs)
+    assert ours.num_rows == 36
