@@ -31,6 +31,7 @@ BUILT_IN = {
     "filesystem": ("clink.runtime.connectors.filesystem", "FILESYSTEM"),
     "print": ("clink.runtime.connectors.print", "PRINT"),
     "blackhole": ("clink.runtime.connectors.blackhole", "BLACKHOLE"),
+    "sqlite": ("clink.runtime.connectors.sqlite", "SQLITE"),
     "collect": ("clink.runtime.connectors.collect", "COLLECT"),
     "push": ("clink.runtime.connectors.push", "PUSH"),
 }
