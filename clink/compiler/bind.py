@@ -106,6 +106,7 @@ class _Binder:
         self.errors: list[SqlError] = []
         self.query_count = 0
         self._agg: _AggContext | None = None
+        self._over: _OverContext | None = None
 
     # ------------------------------------------------------------ statements
 
@@ -432,12 +433,18 @@ class _Binder:
                 self.errors.append(SqlError(f"WHERE needs a BOOLEAN condition, got {T.sql_name(pred.type)}",
                                             q.where.span))
             else:
-                rel, rest = _take_rank_limit(rel, ir.conjuncts(cast_to(pred, pa.bool_())))
-                rel = _filter(rel, rest)
+                pred = cast_to(pred, pa.bool_())
+                ranked, rest = _take_rank_limit(rel, ir.conjuncts(pred))
+                if ranked is rel:
+                    rel = ir.Filter(input=rel, predicate=pred, span=q.where.span)
+                else:
+                    rel = _filter(ranked, rest)
         if q.group_by or q.having is not None or _has_aggregate(q.items):
             return self._aggregate(q, rel, scope)
         if any(_is_row_number(item) for item in q.items):
             return self._row_number(q, rel, scope), frozenset()
+        if any(isinstance(n, ast.FunctionCall) and n.over is not None for item in q.items for n in _ast_walk(item)):
+            return self._over_aggregate(q, rel, scope)
         if isinstance(rel, ir.WindowTVF) and rel.window.kind == "session":
             raise SqlError("a SESSION window is only usable with GROUP BY window_start, window_end", q.from_.span)
         exprs: list[ir.Expr] = []
@@ -563,6 +570,117 @@ class _Binder:
                                        nullable=fields[index].nullable, span=None))
             out_names.append(name)
         return ir.Project(input=rank, exprs=tuple(out_exprs), names=_unique(out_names), span=q.span)
+
+    # ------------------------------------------------------------ OVER aggregation
+
+    def _over_aggregate(self, q: ast.Select, rel: ir.Rel, scope: _Scope) -> tuple[ir.Rel, frozenset[str]]:
+        """``SELECT ..., agg(x) OVER (PARTITION BY p ORDER BY ts <frame>) ... FROM ...``: a
+        projection of the input's columns and the aggregates' arguments, an OverAggregate over it,
+        and the select list over that (each OVER call replaced by its aggregate's column)."""
+        calls = [n for item in q.items for n in _ast_walk(item) if isinstance(n, ast.FunctionCall) and n.over]
+        spec = calls[0].over
+        if ir.is_updating(rel):
+            producer = ir.updating_source(rel)
+            raise SqlError("OVER aggregation over an updating input is not supported yet", spec.span,
+                           f"the input produces updates: {_updating_reason(producer, producer.span)}")
+        width = len(scope.columns)
+        inputs: list[ir.Expr] = [ir.Column(index=i, name=c.name, type=c.field.type, nullable=c.field.nullable,
+                                           span=None) for i, c in enumerate(scope.columns)]
+
+        def column_for(bound: ir.Expr) -> int:
+            if isinstance(bound, ir.Column):
+                return bound.index
+            inputs.append(bound)
+            return len(inputs) - 1
+
+        partition = tuple(column_for(self.expr(p, scope)) for p in spec.partition_by)
+        if len(spec.order_by) != 1 or spec.order_by[0][1]:
+            raise SqlError("OVER (...) needs ORDER BY one event-time column, ascending", spec.span,
+                           "e.g. OVER (PARTITION BY k ORDER BY ts ROWS BETWEEN 10 PRECEDING AND CURRENT ROW)")
+        order_expr = spec.order_by[0][0]
+        time = self.expr(order_expr, scope)
+        if not (isinstance(time, ir.Column) and scope.columns[time.index].rowtime):
+            raise SqlError("OVER (ORDER BY ...) needs an event-time attribute: a column with a WATERMARK",
+                           order_expr.span, "rows are aggregated in event-time order as the watermark passes them")
+        frame, preceding = self._over_frame(spec)
+        context = _OverContext(key=_ast_key(spec), inputs=inputs, column_for=column_for)
+        self._over = context
+        try:
+            exprs: list[ir.Expr] = []
+            names: list[str] = []
+            for item in q.items:
+                match item:
+                    case ast.Star(qualifier=qualifier):
+                        for i, c in enumerate(scope.columns):
+                            if qualifier is None or c.qualifier == qualifier:
+                                exprs.append(inputs[i])
+                                names.append(c.name)
+                    case ast.AliasedExpr(expr=e, alias=alias):
+                        exprs.append(self.expr(e, scope))
+                        names.append(alias or _derive_name(e, len(names)))
+            self._raise_collected()
+        finally:
+            self._over = None
+        pre = ir.Project(input=rel, exprs=tuple(inputs),
+                         names=_unique([*(c.name for c in scope.columns), *(f"_over_arg{i}" for i in
+                                                                          range(len(inputs) - width))]),
+                         span=q.span)
+        over = ir.OverAggregate(input=pre, partition=partition, time=time.index, frame=frame, preceding=preceding,
+                                aggs=tuple(context.aggs), agg_names=tuple(f"over{i}" for i in range(len(context.aggs))),
+                                span=spec.span)
+        base = len(pre.schema)
+
+        def placeholder(e: ir.Expr) -> ir.Expr:
+            if isinstance(e, ir.Call) and e.fn == "__over__":
+                j = e.params[0]
+                return ir.Column(index=base + j, name=over.agg_names[j], type=e.type, nullable=e.nullable, span=e.span)
+            return e
+
+        out = tuple(ir.transform(e, placeholder) for e in exprs)
+        unique = _unique(names)
+        rowtime = frozenset(n for n, e in zip(unique, out, strict=True)
+                            if isinstance(e, ir.Column) and e.index < width and scope.columns[e.index].rowtime)
+        return ir.Project(input=over, exprs=out, names=unique, span=q.span), rowtime
+
+    def _over_frame(self, spec: ast.WindowSpec) -> tuple[str, int | None]:
+        """(frame kind, preceding rows or ms, None for UNBOUNDED); no frame is RANGE UNBOUNDED."""
+        if spec.frame is None:
+            return "range", None
+        kind, (_, bound) = spec.frame
+        kind = kind.lower()
+        if bound is None:
+            return kind, None
+        value = self.expr(bound, _Scope(()))
+        if kind == "rows":
+            if not (isinstance(value, ir.Literal) and T.is_integer(value.type) and value.value is not None
+                    and value.value >= 0):
+                raise SqlError("ROWS BETWEEN n PRECEDING needs a whole number n >= 0", bound.span)
+            return kind, int(value.value)
+        ms = _duration_ms(value)
+        if ms is None or ms < 0:
+            raise SqlError("RANGE BETWEEN ... PRECEDING needs an interval, e.g. INTERVAL '10' SECOND", bound.span)
+        return kind, ms
+
+    def _over_call(self, e: ast.FunctionCall, scope: _Scope) -> ir.Expr:
+        context = self._over
+        span = e.name_span or e.span
+        if _ast_key(e.over) != context.key:
+            raise SqlError("every OVER aggregate of a SELECT needs the same OVER (...) window", e.over.span)
+        if e.filter is not None:
+            raise SqlError("FILTER on an OVER aggregate is not supported yet", e.filter.span)
+        args = [self._expr(a, scope) for a in e.args]
+        fn, typ, nullable = aggregate_signature(e, args)
+        if fn not in OVER_AGGREGATES:
+            raise SqlError(f"{_agg_sql(e)} OVER (...) is not supported yet", span,
+                           f"supported: {', '.join(OVER_AGGREGATE_NAMES)}")
+        if args and not (T.is_numeric(args[0].type) or pt.is_temporal(args[0].type) or fn == "count") \
+                or args and pt.is_decimal(args[0].type) and fn != "count":
+            raise SqlError(f"{e.name} OVER (...) of a {T.sql_name(args[0].type)} is not supported yet", span,
+                           "OVER aggregates take integers, floating-point numbers and times")
+        arg = context.column_for(args[0]) if args else None
+        context.aggs.append(ir.AggCall(fn=fn, arg=arg, type=typ, nullable=nullable, sql=_agg_sql(e)))
+        return ir.Call(fn="__over__", args=(), params=(len(context.aggs) - 1,), type=typ, nullable=nullable,
+                       span=e.span)
 
     # ------------------------------------------------------------ joins
 
@@ -1177,6 +1295,8 @@ class _Binder:
 
     def _call(self, e: ast.FunctionCall, scope: _Scope) -> ir.Expr:
         span = e.name_span or e.span
+        if e.over is not None and self._over is not None and e.name in AGGREGATES:
+            return self._over_call(e, scope)
         if e.over is not None:
             raise SqlError(f"{e.name}(...) OVER (...) is not supported yet", e.over.span)
         if e.name in AGGREGATES:
@@ -1232,6 +1352,31 @@ class _Binder:
                                "its input is itself a GROUP BY without a window, whose rows are revised")
         return ir.Call(fn="__agg__", args=(), params=(context.add_agg(call),), type=typ, nullable=nullable,
                        span=e.span)
+
+
+OVER_AGGREGATES = ("count_star", "count", "sum", "avg", "min", "max")
+OVER_AGGREGATE_NAMES = ("COUNT(*)", "COUNT", "SUM", "AVG", "MIN", "MAX")
+
+
+@attrs.define
+class _OverContext:
+    """While binding a SELECT list with OVER aggregates: the window they share, the projection's
+    columns (the input's, then computed arguments) and the aggregates found."""
+
+    key: object
+    inputs: list[ir.Expr]
+    column_for: Callable[[ir.Expr], int]
+    aggs: list[ir.AggCall] = attrs.Factory(list)
+
+
+def _ast_key(node: object) -> object:
+    """``node`` as nested tuples without positions: equal for the same text written twice."""
+    if isinstance(node, tuple):
+        return tuple(_ast_key(n) for n in node)
+    if attrs.has(type(node)):
+        return (type(node).__name__, *(
+            _ast_key(getattr(node, a.name)) for a in attrs.fields(type(node)) if a.name not in ("span", "name_span")))
+    return node
 
 
 def _is_row_number(item: ast.SelectItem) -> bool:

@@ -12,6 +12,7 @@ from clink.compiler.physical import (
     ChainOp,
     GroupAggOp,
     JoinOp,
+    OverAggOp,
     PhysicalPlan,
     RankOp,
     SinkOp,
@@ -115,6 +116,10 @@ def explain_logical(node: ir.Rel, indent: int = 0) -> str:
             keys = names[: node.num_keys]
             aggs = ", ".join(_agg_sql(a, names) for a in node.aggs)
             line = f"GroupAggregate(keys=[{', '.join(keys)}], aggs=[{aggs}], changelog=[+I, -U, +U, -D])"
+        case ir.OverAggregate():
+            aggs = ", ".join(_agg_sql(a, names) for a in node.aggs)
+            line = (f"OverAggregate(partition=[{', '.join(names[p] for p in node.partition)}], "
+                    f"order=[{names[node.time]}], frame=[{over_frame(node.frame, node.preceding)}], aggs=[{aggs}])")
         case ir.Rank():
             order = ", ".join(f"{names[c]}{' DESC' if d else ''}" for c, d in node.order)
             line = (f"Rank(ROW_NUMBER() over partition=[{', '.join(names[p] for p in node.partition)}], "
@@ -140,6 +145,13 @@ def explain_logical(node: ir.Rel, indent: int = 0) -> str:
         case _:
             line = type(node).__name__
     return "\n".join([pad + line, *(explain_logical(child, indent + 1) for child in node.inputs)])
+
+
+def over_frame(frame: str, preceding: int | None) -> str:
+    if preceding is None:
+        return f"{frame.upper()} BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW"
+    amount = str(preceding) if frame == "rows" else f"{preceding} ms"
+    return f"{frame.upper()} BETWEEN {amount} PRECEDING AND CURRENT ROW"
 
 
 def _join_names(node: ir.Join) -> tuple[str, ...]:
@@ -196,6 +208,10 @@ def explain_physical(plan: PhysicalPlan) -> str:
                 keys = agg.input.schema.names[: agg.num_keys]
                 line = (f"[{op.id}] GroupAggregate state keys=[{', '.join(keys) or '(none)'}] "
                         f"<- [{op.input}] {op.partitioning} produces updates")
+            case OverAggOp(over=over):
+                names = over.input.schema.names
+                line = (f"[{op.id}] OverAggregate {over_frame(over.frame, over.preceding)} state keys=["
+                        f"{', '.join(names[p] for p in over.partition) or '(none)'}] <- [{op.input}] {op.partitioning}")
             case RankOp(rank=rank):
                 names = rank.input.schema.names
                 line = (f"[{op.id}] TopN {rank.limit} state keys=[{', '.join(names[p] for p in rank.partition) or '(none)'}] "

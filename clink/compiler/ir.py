@@ -507,6 +507,26 @@ class GroupAggregate(Unary):
 
 
 @attrs.frozen(kw_only=True)
+class OverAggregate(Unary):
+    """Aggregates over a frame of each row's partition, in event-time order: every input row
+    with one more column per aggregate. ``frame`` is ``"rows"`` (``preceding`` rows before) or
+    ``"range"`` (``preceding`` ms before, peers included); ``preceding`` None is UNBOUNDED. Rows
+    come out once the watermark passes ``time``, so the result is append-only."""
+
+    partition: tuple[int, ...]
+    time: int
+    frame: str
+    preceding: int | None
+    aggs: tuple[AggCall, ...]
+    agg_names: tuple[str, ...]
+
+    @functools.cached_property
+    def schema(self) -> Schema:
+        aggs = tuple(Field(n, a.type, a.nullable) for n, a in zip(self.agg_names, self.aggs, strict=True))
+        return Schema(self.input.schema.fields + aggs)
+
+
+@attrs.frozen(kw_only=True)
 class Rank(Unary):
     """``ROW_NUMBER() OVER (PARTITION BY ... ORDER BY ...)`` kept to the first ``limit`` rows of
     each partition (Top-N; ``limit`` 1 is deduplication). ``order``: (column, descending) pairs,

@@ -113,6 +113,25 @@ class JoinOp:
 
 
 @attrs.frozen(kw_only=True)
+class OverAggOp:
+    """The stateful OVER aggregation; its input is hash-partitioned by the partition columns."""
+
+    id: int
+    input: int
+    over: ir.OverAggregate
+    parallelism: int = 1
+
+    @property
+    def schema(self) -> ir.Schema:
+        return self.over.schema
+
+    @property
+    def partitioning(self) -> str:
+        names = [self.over.input.schema.names[p] for p in self.over.partition]
+        return f"hash({', '.join(names)})" if names else "single"
+
+
+@attrs.frozen(kw_only=True)
 class RankOp:
     """The stateful Top-N; its input is hash-partitioned by the partition columns, and its output
     is an updating stream."""
@@ -164,7 +183,7 @@ class SinkOp:
         return self.sink.schema
 
 
-PhysicalOp = SourceOp | ChainOp | WindowAggOp | GroupAggOp | JoinOp | RankOp | UnionOp | SinkOp
+PhysicalOp = SourceOp | ChainOp | WindowAggOp | GroupAggOp | JoinOp | RankOp | OverAggOp | UnionOp | SinkOp
 
 
 @attrs.frozen(kw_only=True)
@@ -222,6 +241,11 @@ def _build(rel: ir.Rel, ops: list[PhysicalOp], *, target: str) -> int:
             op = GroupAggOp(id=len(ops) + 1, input=below, agg=node)
             ops.append(op)
             upstream, table = op.id, f"group aggregate {op.id}"
+        case ir.OverAggregate():
+            below = _build(node.input, ops, target="an OVER aggregation")
+            op = OverAggOp(id=len(ops) + 1, input=below, over=node)
+            ops.append(op)
+            upstream, table = op.id, f"over aggregate {op.id}"
         case ir.Rank():
             below = _build(node.input, ops, target="a Top-N")
             op = RankOp(id=len(ops) + 1, input=below, rank=node)

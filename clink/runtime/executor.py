@@ -20,7 +20,18 @@ from clink.runtime.context import RuntimeContext, TaskContext
 from clink.runtime.elements import MAX_WATERMARK, Barrier, Batch, Element, EndOfInput, Watermark
 from clink.runtime.kernels import EvaluationError, max_epoch_ms
 from clink.runtime.loader import sql_position_of
-from clink.runtime.plan import Chain, GroupAggregate, Join, Plan, Rank, Sink, Source, Union, WindowAggregate
+from clink.runtime.plan import (
+    Chain,
+    GroupAggregate,
+    Join,
+    OverAggregate,
+    Plan,
+    Rank,
+    Sink,
+    Source,
+    Union,
+    WindowAggregate,
+)
 
 
 @dataclass(slots=True)
@@ -153,6 +164,12 @@ class Job:
                 from clink.runtime.operators.group import GroupAggregateOperator
 
                 self._operators[node.id] = GroupAggregateOperator(
+                    node, self._tasks[node.id], input_schema=self.plan.node(node.input).schema,
+                    backend=self._backend(), operator_id=self.uids[node.id])
+            elif isinstance(node, OverAggregate):
+                from clink.runtime.operators.over import OverAggregateOperator
+
+                self._operators[node.id] = OverAggregateOperator(
                     node, self._tasks[node.id], input_schema=self.plan.node(node.input).schema,
                     backend=self._backend(), operator_id=self.uids[node.id])
             elif isinstance(node, Rank):
@@ -329,7 +346,7 @@ class Job:
                     self._emit_all(target_id, operator.process(batch, 0 if from_id == node.left else 1))
                     self.metrics.peak_state_bytes = max(self.metrics.peak_state_bytes,
                                                         operator.metrics.get("state_bytes", 0))
-                elif isinstance(node, GroupAggregate | Rank):
+                elif isinstance(node, GroupAggregate | Rank | OverAggregate):
                     operator = self._operators[target_id]
                     self._emit_all(target_id, operator.process(batch))
                     self.metrics.peak_state_bytes = max(self.metrics.peak_state_bytes,
@@ -364,7 +381,7 @@ class Job:
         if isinstance(node, Sink):
             self.metrics.watermark = low
             return
-        if isinstance(node, (WindowAggregate, Join)):
+        if isinstance(node, (WindowAggregate, Join, OverAggregate)):
             self._emit_all(node_id, self._operators[node_id].on_watermark(low))
         self._emit(node_id, Watermark(low))
 
@@ -496,12 +513,13 @@ class Job:
 
 def stable_ids(plan: Plan) -> dict[int, str]:
     """A name per source, sink and stateful operator that survives changes elsewhere in the plan:
-    ``source:<table>``, ``sink:<table>``, ``window-<n>``, ``group-<n>``, ``join-<n>`` and ``rank-<n>``
-    (the n-th window aggregate, GROUP BY without a window, join, or Top-N, in plan order), with ``#2``, ``#3`` … for a second
+    ``source:<table>``, ``sink:<table>``, ``window-<n>``, ``group-<n>``, ``join-<n>``, ``rank-<n>`` and
+    ``over-<n>`` (the n-th window aggregate, GROUP BY without a window, join, Top-N, or OVER
+    aggregation, in plan order), with ``#2``, ``#3`` … for a second
     and third node of the same name."""
     ids: dict[int, str] = {}
     seen: dict[str, int] = defaultdict(int)
-    windows = groups = joins = ranks = 0
+    windows = groups = joins = ranks = overs = 0
     for node in plan.nodes:
         if isinstance(node, Source):
             base = f"source:{node.table}"
@@ -519,6 +537,9 @@ def stable_ids(plan: Plan) -> dict[int, str]:
         elif isinstance(node, Rank):
             ranks += 1
             base = f"rank-{ranks}"
+        elif isinstance(node, OverAggregate):
+            overs += 1
+            base = f"over-{overs}"
         else:
             continue
         seen[base] += 1
@@ -778,6 +799,12 @@ def state_signature(job: Job, node_id: int) -> str:
         interval = " (interval)" if node.interval is not None else ""
         layout = " ; ".join(d.signature() for d in operator.descriptors)
         return f"{node.kind.upper()} JOIN{interval} ON ({keys}) | {layout}"
+    if isinstance(node, OverAggregate):
+        schema = job.plan.node(node.input).schema
+        aggs = ", ".join(f"{a.fn}({'' if a.arg is None else schema.field(a.arg).type})" for a in node.aggs)
+        partition = ", ".join(str(schema.field(p).type) for p in node.partition)
+        layout = " ; ".join(d.signature() for d in operator.descriptors)
+        return f"OVER {node.frame} {node.preceding} PARTITION BY ({partition}) computing {aggs} | {layout}"
     if isinstance(node, Rank):
         schema = job.plan.node(node.input).schema
         partition = ", ".join(str(schema.field(p).type) for p in node.partition)

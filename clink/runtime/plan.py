@@ -16,7 +16,7 @@ if TYPE_CHECKING:
     from clink.runtime.context import TaskContext
 
 __all__ = ["BROADCAST", "DELETE", "FORWARD", "INSERT", "ROWKIND_COLUMN", "SINGLE", "UPDATE_AFTER", "UPDATE_BEFORE",
-           "AggSpec", "Chain", "GroupAggregate", "Join", "Node", "Rank", "Plan", "Sink", "Source", "TaskContext", "Union",
+           "AggSpec", "Chain", "GroupAggregate", "Join", "Node", "OverAggregate", "Rank", "Plan", "Sink", "Source", "TaskContext", "Union",
            "WindowAggregate", "WindowSpec", "hash_by"]
 
 #: How a node's input is distributed over its parallel instances.
@@ -203,6 +203,31 @@ class GroupAggregate(Node):
 
     input: int
     keys: tuple[int, ...]
+    aggs: tuple[AggSpec, ...]
+    schema: pa.Schema
+    partitioning: tuple[str, ...] = FORWARD
+
+    @property
+    def inputs(self) -> tuple[int, ...]:
+        return (self.input,)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class OverAggregate(Node):
+    """``agg(...) OVER (PARTITION BY partition ORDER BY time <frame>)``: every input row, once the
+    watermark passes its ``time``, with one column per AggSpec (count_star, count, sum, avg, min,
+    max) over its frame — ``frame`` ``"rows"``: the ``preceding`` rows before it in its partition
+    (time, then arrival order); ``"range"``: the rows whose time is at most ``preceding`` ms
+    before its own, rows of the same time included; ``preceding`` None: every earlier row. The
+    output ``schema``: the input columns, then the aggregates; it is append-only. Rows at or
+    behind the watermark are late: dropped and counted.
+    """
+
+    input: int
+    partition: tuple[int, ...]
+    time: int
+    frame: str
+    preceding: int | None
     aggs: tuple[AggSpec, ...]
     schema: pa.Schema
     partitioning: tuple[str, ...] = FORWARD

@@ -15,6 +15,7 @@ from clink.compiler.physical import (
     ChainOp,
     GroupAggOp,
     JoinOp,
+    OverAggOp,
     PhysicalPlan,
     RankOp,
     SinkOp,
@@ -131,6 +132,8 @@ def _emit_schemas(w: SourceWriter, plan: PhysicalPlan) -> dict[int, str]:
                 texts = [(f"SCHEMA_JOIN_{op.id}", op.schema)]
             case RankOp():
                 texts = [(f"SCHEMA_TOPN_{op.id}", op.schema)]
+            case OverAggOp():
+                texts = [(f"SCHEMA_OVER_{op.id}", op.schema)]
             case UnionOp():
                 texts = [(f"SCHEMA_UNION_{op.id}", op.schema)]
             case SinkOp(sink=sink):
@@ -365,6 +368,21 @@ def _emit_plan(w: SourceWriter, plan: PhysicalPlan, schema_names: dict[int, str]
                             w.line("),")
                             w.line(f"schema={schema_names[op.id * 10]}, partitioning={partitioning}, "
                                    f"parallelism={op.parallelism}, span={str(agg.span or '')!r}),")
+                    case OverAggOp(over=over):
+                        names = over.input.schema.names
+                        partitioning = (f"P.hash_by({', '.join(repr(names[p]) for p in over.partition)})"
+                                        if over.partition else "P.SINGLE")
+                        w.line(f"P.OverAggregate(id={op.id}, input={op.input}, partition={over.partition!r}, "
+                               f"time={over.time},  # ORDER BY {names[over.time]}", span=over.span)
+                        with w.indent():
+                            w.line(f"frame={over.frame!r}, preceding={over.preceding!r},")
+                            w.line("aggs=(")
+                            with w.indent():
+                                for a, agg_name in zip(over.aggs, over.agg_names, strict=True):
+                                    w.line(f"{_agg_py(a, agg_name)},")
+                            w.line("),")
+                            w.line(f"schema={schema_names[op.id * 10]}, partitioning={partitioning}, "
+                                   f"parallelism={op.parallelism}, span={str(over.span or '')!r}),")
                     case RankOp(rank=rank):
                         names = rank.input.schema.names
                         partitioning = (f"P.hash_by({', '.join(repr(names[p]) for p in rank.partition)})"

@@ -101,6 +101,18 @@ def _prune(node: ir.Rel, needed: set[int]) -> tuple[ir.Rel, dict[int, int]]:
                 interval=attrs.evolve(bounds, left_time=lmap[bounds.left_time], right_time=rmap[bounds.right_time])
                 if bounds is not None else None)
             return new_node, out
+        case ir.OverAggregate(input=child, partition=partition, time=time, aggs=aggs):
+            width = len(child.schema)
+            used = {i for i in needed if i < width} | set(partition) | {time}
+            used |= {a.arg for a in aggs if a.arg is not None}
+            new_child, mapping = _prune(child, used)
+            new_node = attrs.evolve(node, input=new_child, partition=tuple(mapping[p] for p in partition),
+                                    time=mapping[time],
+                                    aggs=tuple(attrs.evolve(a, arg=mapping[a.arg] if a.arg is not None else None)
+                                               for a in aggs))
+            out = dict(mapping)
+            out.update({width + j: len(new_child.schema) + j for j in range(len(aggs))})
+            return new_node, out
         case ir.Rank(input=child, partition=partition, order=order):
             # The rank keeps (and stores) the columns needed above and its own; the row number
             # itself is left out when nothing above reads it.
