@@ -1,0 +1,185 @@
+"""Crash harness for joins, Top-N, OVER and group aggregates: Nexmark queries run by `clink run`
+with checkpoints are killed (SIGKILL) at a point of the checkpoint protocol and at random
+moments, restarted from their state directory until they finish; the committed output — CSV
+part files for append-only queries, a SQLite table upserted by key for updating ones — must equal
+an uninterrupted run's.
+
+`pytest tests/runtime/test_crash_harness_operators.py --soak` kills each query many more times.
+"""
+
+from __future__ import annotations
+
+import csv
+import os
+import random
+import signal
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+BENCH = Path(__file__).resolve().parents[2] / "bench" / "nexmark"
+EVENTS = 30_000
+
+SETTINGS = """SET 'execution.checkpointing.interval-rows' = '4000';
+SET 'state.backend' = '{backend}';
+"""
+
+# Each query: its sink (a CSV directory for append-only results, a keyed SQLite table for updating
+# ones) and its INSERT, over the views of bench/nexmark/ddl.sql.
+QUERIES = {
+    "q3": ("CREATE TABLE out (name STRING, city STRING, state STRING, id BIGINT) {csv};\n"
+           "INSERT INTO out SELECT P.name, P.city, P.state, A.id FROM auction AS A INNER JOIN person AS P "
+           "ON A.seller = P.id WHERE A.category = 10;"),
+    "q4": ("CREATE TABLE out (id BIGINT, final DOUBLE, PRIMARY KEY (id) NOT ENFORCED) {sqlite};\n"
+           "INSERT INTO out SELECT Q.category, AVG(Q.final) FROM (SELECT MAX(B.price) AS final, A.category "
+           "FROM auction A, bid B WHERE A.id = B.auction AND B.dateTime BETWEEN A.dateTime AND A.expires "
+           "GROUP BY A.id, A.category) Q GROUP BY Q.category;"),
+    # q5 with the window's start kept: the key its rows are unique by.
+    "q5": ("CREATE TABLE out (auction BIGINT, num BIGINT, starttime TIMESTAMP(3), "
+           "PRIMARY KEY (auction, starttime) NOT ENFORCED) {sqlite};\n"
+           "INSERT INTO out SELECT AuctionBids.auction, AuctionBids.num, AuctionBids.starttime FROM ("
+           "SELECT auction, COUNT(*) AS num, window_start AS starttime, window_end AS endtime FROM TABLE(HOP(TABLE "
+           "bid, DESCRIPTOR(dateTime), INTERVAL '2' SECOND, INTERVAL '10' SECOND)) GROUP BY auction, window_start, "
+           "window_end) AS AuctionBids JOIN (SELECT MAX(CountBids.num) AS maxn, CountBids.starttime, "
+           "CountBids.endtime FROM (SELECT COUNT(*) AS num, window_start AS starttime, window_end AS endtime FROM "
+           "TABLE(HOP(TABLE bid, DESCRIPTOR(dateTime), INTERVAL '2' SECOND, INTERVAL '10' SECOND)) GROUP BY "
+           "auction, window_start, window_end) AS CountBids GROUP BY CountBids.starttime, CountBids.endtime) AS "
+           "MaxBids ON AuctionBids.starttime = MaxBids.starttime AND AuctionBids.endtime = MaxBids.endtime AND "
+           "AuctionBids.num >= MaxBids.maxn;"),
+    "q7": ("CREATE TABLE out (auction BIGINT, price BIGINT, bidder BIGINT, dateTime TIMESTAMP(3)) {csv};\n"
+           "INSERT INTO out SELECT B.auction, B.price, B.bidder, B.dateTime FROM bid B JOIN (SELECT MAX(price) AS "
+           "maxprice, window_end AS dateTime FROM TABLE(TUMBLE(TABLE bid, DESCRIPTOR(dateTime), INTERVAL '10' "
+           "SECOND)) GROUP BY window_start, window_end) B1 ON B.price = B1.maxprice WHERE B.dateTime BETWEEN "
+           "B1.dateTime - INTERVAL '10' SECOND AND B1.dateTime;"),
+    "q8": ("CREATE TABLE out (id BIGINT, name STRING, stime TIMESTAMP(3)) {csv};\n"
+           "INSERT INTO out SELECT P.id, P.name, P.starttime FROM (SELECT id, name, window_start AS starttime, "
+           "window_end AS endtime FROM TABLE(TUMBLE(TABLE person, DESCRIPTOR(dateTime), INTERVAL '10' SECOND)) "
+           "GROUP BY id, name, window_start, window_end) P JOIN (SELECT seller, window_start AS starttime, "
+           "window_end AS endtime FROM TABLE(TUMBLE(TABLE auction, DESCRIPTOR(dateTime), INTERVAL '10' SECOND)) "
+           "GROUP BY seller, window_start, window_end) A ON P.id = A.seller AND P.starttime = A.starttime AND "
+           "P.endtime = A.endtime;"),
+    "q9": ("CREATE TABLE out (id BIGINT, seller BIGINT, bidder BIGINT, price BIGINT, "
+           "PRIMARY KEY (id) NOT ENFORCED) {sqlite};\n"
+           "INSERT INTO out SELECT id, seller, bidder, price FROM (SELECT A.id, A.seller, B.bidder, B.price, "
+           "ROW_NUMBER() OVER (PARTITION BY A.id ORDER BY B.price DESC, B.dateTime ASC) AS rownum FROM auction A, "
+           "bid B WHERE A.id = B.auction AND B.dateTime BETWEEN A.dateTime AND A.expires) WHERE rownum <= 1;"),
+    "q11": ("CREATE TABLE out (bidder BIGINT, bid_count BIGINT, starttime TIMESTAMP(3), endtime TIMESTAMP(3)) "
+            "{csv};\n"
+            "INSERT INTO out SELECT B.bidder, COUNT(*), SESSION_START(B.dateTime, INTERVAL '10' SECOND), "
+            "SESSION_END(B.dateTime, INTERVAL '10' SECOND) FROM bid B "
+            "GROUP BY B.bidder, SESSION(B.dateTime, INTERVAL '10' SECOND);"),
+    "q18": ("CREATE TABLE out (auction BIGINT, bidder BIGINT, price BIGINT, dateTime TIMESTAMP(3), "
+            "PRIMARY KEY (auction, bidder) NOT ENFORCED) {sqlite};\n"
+            "INSERT INTO out SELECT auction, bidder, price, dateTime FROM (SELECT *, ROW_NUMBER() OVER "
+            "(PARTITION BY bidder, auction ORDER BY dateTime DESC) AS rank_number FROM bid) WHERE rank_number <= 1;"),
+    "q19": ("CREATE TABLE out (auction BIGINT, bidder BIGINT, price BIGINT, rank_number BIGINT, "
+            "PRIMARY KEY (auction, rank_number) NOT ENFORCED) {sqlite};\n"
+            "INSERT INTO out SELECT auction, bidder, price, rank_number FROM (SELECT *, ROW_NUMBER() OVER "
+            "(PARTITION BY auction ORDER BY price DESC) AS rank_number FROM bid) WHERE rank_number <= 10;"),
+    "q20": ("CREATE TABLE out (auction BIGINT, bidder BIGINT, price BIGINT, itemName STRING, category BIGINT) "
+            "{csv};\n"
+            "INSERT INTO out SELECT auction, bidder, price, itemName, category FROM bid AS B INNER JOIN auction AS A "
+            "ON B.auction = A.id WHERE A.category = 10;"),
+    # OVER aggregation: each bid with the average of its bidder's last five.
+    "over": ("CREATE TABLE out (bidder BIGINT, price BIGINT, dateTime TIMESTAMP(3), recent DOUBLE) {csv};\n"
+             "INSERT INTO out SELECT bidder, price, dateTime, AVG(price) OVER (PARTITION BY bidder ORDER BY "
+             "dateTime ROWS BETWEEN 4 PRECEDING AND CURRENT ROW) FROM bid;"),
+}
+
+
+def _files(folder: Path, query: str, name: str, backend: str = "memory") -> tuple[Path, Path, Path]:
+    """The init script (DDL with EVENTS events), the query file, and where its output goes."""
+    ddl = folder / "ddl.sql"
+    if not ddl.exists():
+        ddl.write_text((BENCH / "ddl.sql").read_text().replace("'events.num' = '10000000'",
+                                                              f"'events.num' = '{EVENTS}', 'batch-size' = '1000'"))
+    out = folder / f"{name}-out"
+    sink = QUERIES[query].format(csv=f"WITH ('connector' = 'filesystem', 'path' = '{out}/', 'format' = 'csv')",
+                                 sqlite=f"WITH ('connector' = 'sqlite', 'path' = '{out}.db')")
+    path = folder / f"{name}.sql"
+    path.write_text(SETTINGS.format(backend=backend) + sink + "\n")
+    return ddl, path, out
+
+
+def _start(ddl: Path, path: Path, state: Path, env: dict | None = None) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "clink", "run", "-i", str(ddl), str(path), "--state-dir", str(state)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, **(env or {})})
+
+
+def _output(out: Path) -> list[tuple]:
+    if out.with_suffix(".db").exists() or not out.exists():
+        db = out.with_suffix(".db")
+        with sqlite3.connect(db) as conn:
+            rows = conn.execute("SELECT * FROM out").fetchall()
+            assert conn.execute("SELECT COUNT(*) FROM _clink_pending").fetchone()[0] == 0
+        return sorted(rows, key=repr)
+    rows = []
+    for path in sorted(out.iterdir()):
+        if not path.name.startswith("."):
+            rows.extend(tuple(r) for r in csv.reader(path.open()))
+    return sorted(rows)
+
+
+_REFERENCES: dict[str, list[tuple]] = {}
+
+
+def _reference(query: str, tmp_path_factory: pytest.TempPathFactory) -> list[tuple]:
+    if query not in _REFERENCES:
+        folder = tmp_path_factory.mktemp(f"ref-{query}")
+        ddl, path, out = _files(folder, query, "ref")
+        process = _start(ddl, path, folder / "state")
+        _, err = process.communicate(timeout=300)
+        assert process.returncode == 0, err
+        rows = _output(out)
+        assert rows, f"{query}: the reference run wrote nothing"
+        _REFERENCES[query] = rows
+    return _REFERENCES[query]
+
+
+@pytest.mark.parametrize("query", sorted(QUERIES))
+def test_a_kill_inside_a_checkpoint_then_a_restart_gives_the_same_output(
+        query: str, tmp_path: Path, tmp_path_factory: pytest.TempPathFactory) -> None:
+    reference = _reference(query, tmp_path_factory)
+    backend = "sqlite" if query in ("q4", "q19", "q20") else "memory"
+    ddl, path, out = _files(tmp_path, query, "fault", backend)
+    state = tmp_path / "state"
+    process = _start(ddl, path, state, env={"CLINK_FAULT": "after_checkpoint_before_sink_commit:2"})
+    process.wait(timeout=300)
+    assert process.returncode == -signal.SIGKILL, f"{query}: the fault point was never reached"
+    process = _start(ddl, path, state)
+    _, err = process.communicate(timeout=300)
+    assert process.returncode == 0, err
+    assert "resuming from checkpoint" in err
+    assert _output(out) == reference
+
+
+@pytest.mark.parametrize("query", sorted(QUERIES))
+def test_random_kills_give_the_same_output(query: str, tmp_path: Path, tmp_path_factory: pytest.TempPathFactory,
+                                           request: pytest.FixtureRequest) -> None:
+    reference = _reference(query, tmp_path_factory)
+    seeds = 6 if request.config.getoption("--soak") else 1
+    kills = 0
+    for seed in range(seeds):
+        rng = random.Random(f"{query}-{seed}")
+        ddl, path, out = _files(tmp_path, query, f"run{seed}")
+        state = tmp_path / f"state{seed}"
+        for attempt in range(6):
+            process = _start(ddl, path, state)
+            if attempt < 5:
+                try:
+                    process.wait(timeout=rng.uniform(0.4, 1.3))
+                except subprocess.TimeoutExpired:
+                    process.send_signal(signal.SIGKILL)
+                    process.wait()
+                    kills += 1
+                    continue
+            else:
+                process.wait(timeout=300)
+            assert process.returncode == 0, process.stderr.read()
+            break
+        assert _output(out) == reference, f"{query}: output differs after kills (seed {seed})"
+    print(f"{query}: {kills} kills over {seeds} runs")
