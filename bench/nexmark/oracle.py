@@ -1,6 +1,6 @@
 """The Nexmark queries of this folder in DuckDB's dialect, over tables ``person``, ``auction``
 and ``bid`` with the columns of the views of the same names (``bid`` also with ``file_row_number``, its
-position in the stream): the reference for ``tests/runtime/test_nexmark.py`` (same rows) and for
+position in the stream), and ``side_input`` (``side_input.csv``): the reference for ``tests/runtime/test_nexmark.py`` (same rows) and for
 ``bench/nexmark.py`` (batch time over the same events).
 
 Where the dialects differ the DuckDB text gives Flink's answer: ``0.908`` is cast to DOUBLE
@@ -9,6 +9,10 @@ an empty string for no match. Windows are computed from ``epoch_ms``: a TUMBLE o
 ``epoch_ms(dateTime) // 10000``, a HOP of 10 s every 2 s puts each bid in the five windows
 starting at ``epoch_ms(dateTime) // 2000 * 2000 - k * 2000`` for k = 0..4.
 """
+
+#: The DuckDB view of q13's side input (``path``: side_input.csv).
+SIDE_INPUT = ("CREATE VIEW side_input AS SELECT * FROM read_csv('{path}', header = false, "
+              "columns = {{'key': 'BIGINT', 'value': 'VARCHAR'}})")
 
 QUERIES = {
     "q0": "SELECT auction, bidder, price, dateTime, extra FROM bid",
@@ -135,4 +139,7 @@ QUERIES = {
         FROM (SELECT *, ROW_NUMBER() OVER (PARTITION BY auction ORDER BY price DESC, file_row_number)
                         AS rank_number FROM bid)
         WHERE rank_number <= 10""",
+    "q13": """
+        SELECT B.auction, B.bidder, B.price, B.dateTime, S.value
+        FROM bid B JOIN side_input S ON B.auction % 10000 = S.key""",
 }

@@ -248,6 +248,8 @@ class FromItem(Node):
 @attrs.frozen(kw_only=True)
 class TableRef(FromItem):
     name: str
+    #: ``FOR SYSTEM_TIME AS OF expr``: the table as it is at that time (temporal join).
+    as_of: Expr | None = None
 
 
 @attrs.frozen(kw_only=True)

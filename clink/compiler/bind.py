@@ -473,6 +473,8 @@ class _Binder:
     def from_item(self, item: ast.FromItem) -> tuple[ir.Rel, _Scope]:
         match item:
             case ast.TableRef(name=name):
+                if item.as_of is not None:
+                    raise SqlError("FOR SYSTEM_TIME AS OF belongs to the right side of a JOIN", item.as_of.span)
                 entry = self.catalog.lookup(name)
                 if entry is None:
                     raise SqlError(f"unknown table {name!r}", item.span,
@@ -713,7 +715,8 @@ class _Binder:
             rel, scope = self.from_item(item)
             return _JoinTree(columns=scope.columns, rel=rel, span=item.span)
         left = self._join_tree(item.left)
-        right = self._join_tree(item.right)
+        as_of = item.right.as_of if isinstance(item.right, ast.TableRef) else None
+        right = self._join_tree(attrs.evolve(item.right, as_of=None) if as_of is not None else item.right)
         # Columns of a regular join's output are not event-time attributes: a row may come out long
         # after the watermark passed its time.
         columns = tuple(attrs.evolve(c, rowtime=False) for c in left.columns + right.columns)
@@ -722,7 +725,27 @@ class _Binder:
             pred = self.expr(item.condition, _Scope(left.columns + right.columns))
             self._raise_collected()
             on = ir.conjuncts(self._condition(pred, "ON", item.condition.span))
-        return _JoinTree(columns=columns, left=left, right=right, kind=item.kind, on=tuple(on), span=item.span)
+        lookup = False
+        if as_of is not None:
+            lookup = self._check_lookup(item, as_of, left)
+        return _JoinTree(columns=columns, left=left, right=right, kind=item.kind, on=tuple(on), span=item.span,
+                         lookup=lookup)
+
+    def _check_lookup(self, item: ast.Join, as_of: ast.Expr, left: _JoinTree) -> bool:
+        """``JOIN t FOR SYSTEM_TIME AS OF l.p``: a lookup join when ``p`` is a processing-time
+        attribute (``PROCTIME()``) of the left side."""
+        time = self.expr(as_of, _Scope(left.columns))
+        self._raise_collected()
+        rel = left.rel if left.rel is not None else None
+        if not (isinstance(time, ir.Column) and rel is not None and _is_proctime(rel, time.index)):
+            raise SqlError("FOR SYSTEM_TIME AS OF needs a processing-time attribute of the left side "
+                           "(a column defined as PROCTIME()); joins against versioned tables by event time "
+                           "are not supported yet", as_of.span,
+                           "e.g. FROM (SELECT *, PROCTIME() AS p FROM bid) B JOIN side FOR SYSTEM_TIME AS OF B.p")
+        if item.kind not in ("inner", "left"):
+            raise SqlError(f"a lookup join (FOR SYSTEM_TIME AS OF) is INNER or LEFT, not {item.kind.upper()}",
+                           item.span)
+        return True
 
     def _build_join(self, tree: _JoinTree, above: list[ir.Expr], depth: int) -> ir.Rel:
         """The relation of ``tree`` with the conjuncts ``above`` (over its columns) applied."""
@@ -781,9 +804,9 @@ class _Binder:
         resid = None
         for c in residual:
             resid = ir.and_(resid, ir.remap(c, shift) if extra_left else c)
-        interval = _interval_bounds(resid, left_x, right_x, tree)
+        interval = _interval_bounds(resid, left_x, right_x, tree) if not tree.lookup else None
         join = ir.Join(left=left_x, right=right_x, kind=tree.kind, left_keys=left_keys, right_keys=right_keys,
-                       residual=resid, interval=interval, span=tree.span)
+                       residual=resid, interval=interval, lookup=tree.lookup, span=tree.span)
         if left_x is left and right_x is right:
             return join
         keep = list(range(width)) + [len(left_x.schema) + i for i in range(len(right.schema))]
@@ -1454,6 +1477,25 @@ class _JoinTree:
     right: _JoinTree | None = None
     kind: str = "inner"
     on: tuple[ir.Expr, ...] = ()
+    #: ``FOR SYSTEM_TIME AS OF`` a processing time: the right side is looked up, not joined with.
+    lookup: bool = False
+
+
+def _is_proctime(rel: ir.Rel, index: int) -> bool:
+    """Whether column ``index`` of ``rel`` is ``PROCTIME()``, passed on unchanged."""
+    while True:
+        match rel:
+            case ir.Project(exprs=exprs, input=below) | ir.Calc(exprs=exprs, input=below):
+                e = exprs[index]
+                if isinstance(e, ir.Call) and e.fn == "proctime":
+                    return True
+                if not isinstance(e, ir.Column):
+                    return False
+                rel, index = below, e.index
+            case ir.Filter(input=below):
+                rel = below
+            case _:
+                return False
 
 
 def _filter(rel: ir.Rel, conditions: list[ir.Expr]) -> ir.Rel:

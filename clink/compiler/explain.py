@@ -132,6 +132,8 @@ def explain_logical(node: ir.Rel, indent: int = 0) -> str:
                 names = _join_names(node)
                 line += (f", interval=[{names[len(node.left.schema) + b.right_time]} - {names[b.left_time]}"
                          f" BETWEEN {b.lower} ms AND {b.upper} ms]")
+            if node.lookup:
+                line += ", lookup=[right side read whole first]"
             if ir.is_updating(node):
                 line += ", changelog=[+I, -D]"
             line += ")"
@@ -217,8 +219,9 @@ def explain_physical(plan: PhysicalPlan) -> str:
                 line = (f"[{op.id}] TopN {rank.limit} state keys=[{', '.join(names[p] for p in rank.partition) or '(none)'}] "
                         f"<- [{op.input}] {op.partitioning} produces updates")
             case JoinOp(join=join):
-                line = (f"[{op.id}] Join {join.kind.upper()}"
-                        f"{' (interval)' if join.interval is not None else ''} state=[both sides by key] "
+                line = (f"[{op.id}] {'LookupJoin' if join.lookup else 'Join'} {join.kind.upper()}"
+                        f"{' (interval)' if join.interval is not None else ''} "
+                        f"state=[{'right side by key' if join.lookup else 'both sides by key'}] "
                         f"<- [{op.left}, {op.right}] {op.partitioning}")
                 if ir.is_updating(join):
                     line += " produces updates"

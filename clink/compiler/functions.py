@@ -397,6 +397,8 @@ FUNCTIONS: dict[str, Binder] = {
     "MINUTE": _extract_fn("MINUTE"),
     "SECOND": _extract_fn("SECOND"),
     "NOW": _current("current_timestamp", pa.timestamp("ms", tz="UTC")),
+    # The processing time of each row: a processing-time attribute (lookup joins).
+    "PROCTIME": _current("proctime", pa.timestamp("ms", tz="UTC")),
 }
 
 #: Aggregate and window functions: recognised so that using one outside GROUP BY / OVER gets a

@@ -132,7 +132,7 @@ class UdfRef:
 
 
 #: Functions whose value depends on when they run.
-NONDETERMINISTIC = frozenset({"current_timestamp", "current_date", "current_time", "localtimestamp"})
+NONDETERMINISTIC = frozenset({"current_timestamp", "current_date", "current_time", "localtimestamp", "proctime"})
 
 
 def walk(expr: Expr):
@@ -361,6 +361,9 @@ class Join(Rel):
     right_keys: tuple[int, ...]
     residual: Expr | None = attrs.field(default=None, validator=_is_boolean)
     interval: IntervalBounds | None = None
+    #: A lookup join (``FOR SYSTEM_TIME AS OF`` a processing time): the right side is a bounded
+    #: table read whole first; left rows are matched against it and not kept.
+    lookup: bool = False
 
     @property
     def inputs(self) -> tuple[Rel, ...]:
@@ -550,6 +553,9 @@ def is_updating(rel: Rel) -> bool:
     match rel:
         case GroupAggregate() | Rank():
             return True
+        case Join(lookup=True, left=left):
+            # The right side is complete before any left row is matched: nothing is revised.
+            return is_updating(left)
         case Join(kind=kind, left=left, right=right):
             # An outer join retracts a NULL-padded row when its first match arrives.
             return kind != "inner" or is_updating(left) or is_updating(right)
@@ -562,7 +568,7 @@ def is_updating(rel: Rel) -> bool:
 
 def updating_source(rel: Rel) -> GroupAggregate | Join | Rank | None:
     """The operator below ``rel`` that makes it updating, for messages; None if it is append-only."""
-    if isinstance(rel, GroupAggregate | Rank) or (isinstance(rel, Join) and rel.kind != "inner"):
+    if isinstance(rel, GroupAggregate | Rank) or (isinstance(rel, Join) and rel.kind != "inner" and not rel.lookup):
         return rel
     for child in rel.inputs:
         found = updating_source(child)

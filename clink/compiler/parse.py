@@ -496,8 +496,17 @@ class _Builder(Transformer):
     def table_ref(self, meta, children):
         parts = _strip_keywords(children)
         name = parts[0]
-        alias = str(parts[1]) if len(parts) > 1 else None
-        return ast.TableRef(name=str(name), alias=alias, span=self._span(meta))
+        as_of = next((p[1] for p in parts if isinstance(p, tuple) and p[0] == "as_of"), None)
+        names = [p for p in parts[1:] if not (isinstance(p, tuple) and p[0] == "as_of")]
+        alias = str(names[0]) if names else None
+        return ast.TableRef(name=str(name), alias=alias, as_of=as_of, span=self._span(meta))
+
+    def for_system_time(self, meta, children):
+        word, expr = _strip_keywords(children)
+        if str(word).upper() != "SYSTEM_TIME":
+            raise SqlError(f"expected FOR SYSTEM_TIME AS OF, got FOR {word}", word.span if hasattr(word, "span")
+                           else self._span(meta))
+        return ("as_of", expr)
 
     def subquery_ref(self, meta, children):
         parts = _strip_keywords(children)

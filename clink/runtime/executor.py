@@ -362,6 +362,9 @@ class Job:
                 if not isinstance(node, Sink):
                     self._emit(target_id, element)
             case EndOfInput():
+                if isinstance(node, Join):
+                    side = 0 if from_id == node.left else 1
+                    self._emit_all(target_id, self._operators[target_id].end_of_input(side))
                 self._open_inputs[target_id] -= 1
                 if self._open_inputs[target_id] == 0:
                     self._end(target_id)

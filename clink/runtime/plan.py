@@ -285,6 +285,9 @@ class Join(Node):
     schema: pa.Schema
     residual: Callable[[pa.RecordBatch, "TaskContext"], Any] | None = None
     interval: tuple[int, int, int, int] | None = None
+    #: A lookup join: the right input (bounded) is read to its end before left rows are matched
+    #: (they wait until then); left rows are not kept. INNER or LEFT; append-only output.
+    lookup: bool = False
 
     @property
     def inputs(self) -> tuple[int, ...]:

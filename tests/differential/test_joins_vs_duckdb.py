@@ -166,3 +166,38 @@ def test_interval_join_is_explained_with_its_bounds() -> None:
     # a.ts in [b.ts - 5 s, b.ts]  <=>  b.ts - a.ts in [0, 5000] ms
     assert "interval=[right.ts - left.ts BETWEEN 0 ms AND 5000 ms]" in explained
     assert "Join INNER (interval)" in explained
+
+
+@pytest.mark.parametrize("kind", ["JOIN", "LEFT JOIN"])
+def test_lookup_join_equals_duckdb(tables: dict[str, pa.Table], kind: str) -> None:
+    """FOR SYSTEM_TIME AS OF a processing time: the right side is read whole, then every left row
+    is looked up in it (the rows that came before it waited)."""
+    query = (f"SELECT L.k, L.v, R.w FROM (SELECT *, PROCTIME() AS p FROM l) L {kind} r FOR SYSTEM_TIME AS OF L.p "
+             "AS R ON L.k = R.k AND R.w > 10")
+    ours = run_select(query, row_group_size=61, **tables)
+    _same(ours, _duck(f"SELECT L.k, L.v, R.w FROM l L {kind} r R ON L.k = R.k AND R.w > 10", tables))
+
+
+def test_lookup_join_is_append_only_and_explained() -> None:
+    script = ("CREATE TABLE a (k INT, v INT) WITH ('connector' = 'datagen');\n"
+              "CREATE TABLE side (k INT, name STRING) WITH ('connector' = 'filesystem', 'path' = '/tmp/s.csv', "
+              "'format' = 'csv');\n"
+              "CREATE TABLE f (k INT, name STRING) WITH ('connector' = 'filesystem', 'path' = '/tmp/x', "
+              "'format' = 'csv');\n"
+              "INSERT INTO f SELECT A.k, S.name FROM (SELECT *, PROCTIME() AS p FROM a) A LEFT JOIN side "
+              "FOR SYSTEM_TIME AS OF A.p AS S ON A.k = S.k;\n")
+    explained = clink.compile(script).explain()
+    assert "LookupJoin LEFT state=[right side by key]" in explained and "produces updates" not in explained
+
+
+@pytest.mark.parametrize(("sql", "message"), [
+    ("SELECT * FROM a JOIN b FOR SYSTEM_TIME AS OF a.ts AS B ON a.k = B.k",
+     "FOR SYSTEM_TIME AS OF needs a processing-time attribute of the left side"),
+    ("SELECT * FROM b FOR SYSTEM_TIME AS OF CURRENT_TIMESTAMP", "belongs to the right side of a JOIN"),
+    ("SELECT * FROM (SELECT *, PROCTIME() AS p FROM a) A FULL JOIN b FOR SYSTEM_TIME AS OF A.p AS B ON A.k = B.k",
+     "a lookup join (FOR SYSTEM_TIME AS OF) is INNER or LEFT, not FULL"),
+])
+def test_temporal_joins_that_are_not_lookups_are_refused(sql: str, message: str) -> None:
+    text = _refusal("CREATE TABLE a (k INT, ts TIMESTAMP(3), WATERMARK FOR ts AS ts) WITH ('connector' = 'datagen');\n"
+                    "CREATE TABLE b (k INT) WITH ('connector' = 'datagen');\n" + sql + ";\n")
+    assert message in text and "p.sql:3:" in text

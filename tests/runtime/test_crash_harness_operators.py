@@ -71,6 +71,11 @@ QUERIES = {
             "INSERT INTO out SELECT B.bidder, COUNT(*), SESSION_START(B.dateTime, INTERVAL '10' SECOND), "
             "SESSION_END(B.dateTime, INTERVAL '10' SECOND) FROM bid B "
             "GROUP BY B.bidder, SESSION(B.dateTime, INTERVAL '10' SECOND);"),
+    "q13": ("CREATE TABLE side_input (key BIGINT, `value` STRING) WITH ('connector' = 'filesystem', "
+            f"'path' = '{BENCH / 'side_input.csv'}', 'format' = 'csv');\n"
+            "CREATE TABLE out (auction BIGINT, bidder BIGINT, price BIGINT, `value` STRING) {csv};\n"
+            "INSERT INTO out SELECT B.auction, B.bidder, B.price, S.`value` FROM (SELECT *, PROCTIME() AS p_time "
+            "FROM bid) B JOIN side_input FOR SYSTEM_TIME AS OF B.p_time AS S ON MOD(B.auction, 10000) = S.key;"),
     "q18": ("CREATE TABLE out (auction BIGINT, bidder BIGINT, price BIGINT, dateTime TIMESTAMP(3), "
             "PRIMARY KEY (auction, bidder) NOT ENFORCED) {sqlite};\n"
             "INSERT INTO out SELECT auction, bidder, price, dateTime FROM (SELECT *, ROW_NUMBER() OVER "

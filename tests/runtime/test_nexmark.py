@@ -291,12 +291,13 @@ def test_query_matches_duckdb(query: str, kinds_parquet: Path, monkeypatch: pyte
     # The same script over fewer events, with the INSERT made a query whose rows come back.
     ddl = tmp_path / "ddl.sql"
     ddl.write_text(DDL.replace("'events.num' = '10000000'", f"'events.num' = '{EVENTS}'"))
-    script = re.sub(r"^INSERT INTO \w+\n", "", script, flags=re.M)
+    script = re.sub(r"^INSERT INTO \w+\n", "", script, flags=re.M).replace("'bench/nexmark/", f"'{BENCH}/")
     ours = clink.sql(script, context=RuntimeContext(stdout=io.StringIO()), init=[ddl]).to_arrow()
     con = duckdb.connect()
     for kind in ("person", "auction", "bid"):
         rows = ", file_row_number = true" if kind == "bid" else ""
         con.execute(f"CREATE VIEW {kind} AS SELECT * FROM read_parquet('{kinds_parquet / kind}.parquet'{rows})")
+    con.execute(_oracle().SIDE_INPUT.format(path=BENCH / "side_input.csv"))
     theirs = con.execute(QUERIES[query]).fetchall()
     assert ours.num_rows == len(theirs) > 0
     assert Counter(tuple(row.values()) for row in ours.to_pylist()) == Counter(theirs)

@@ -170,6 +170,7 @@ EMITTERS: dict[str, Emitter] = {
     "element_at": _k("element_at"),
     "map_get": _k_params("map_get"),
     "current_timestamp": lambda e, a: "K.current_timestamp(ctx)",
+    "proctime": lambda e, a: "K.current_timestamp(ctx)",
     "localtimestamp": lambda e, a: "K.local_timestamp(ctx)",
     "current_date": lambda e, a: "K.current_date(ctx)",
     "current_time": lambda e, a: "K.current_time(ctx)",

@@ -405,6 +405,8 @@ def _emit_plan(w: SourceWriter, plan: PhysicalPlan, schema_names: dict[int, str]
                                                for a, b in zip(join.left_keys, join.right_keys, strict=True)))
                             if join.residual is not None:
                                 w.line(f"residual=residual_{op.id},")
+                            if join.lookup:
+                                w.line("lookup=True,  # the right side is read whole before left rows are matched")
                             if join.interval is not None:
                                 b = join.interval
                                 w.line(f"interval=({b.left_time}, {b.right_time}, {b.lower}, {b.upper}),  # "

@@ -34,7 +34,7 @@ from clink.runtime import compute as pc
 from clink.runtime.operators.common import max_parallelism, open_state
 from clink.runtime.operators.rows import KeyedRows, net_pairs, plain_array
 from clink.runtime.plan import DELETE, INSERT, ROWKIND_COLUMN
-from clink.runtime.state.backend import OperatorState, StateBackend
+from clink.runtime.state.backend import KEY_GROUP, OperatorState, StateBackend, TableStateDescriptor
 from clink.runtime.state.keygroups import hash_columns
 
 if TYPE_CHECKING:
@@ -83,7 +83,8 @@ class JoinOperator:
         self._out_fields = list(node.schema)[:width]
         self._pair_schema = pa.schema([pa.field(f"c{i}", f.type) for i, f in enumerate(self._out_fields)])
         self.preserves = (node.kind in ("left", "full"), node.kind in ("right", "full"))
-        if not self.updating and (left.updating or right.updating or any(self.preserves)):
+        revises = left.updating or (not node.lookup and (right.updating or any(self.preserves)))
+        if not self.updating and revises:
             raise ValueError(f"{self._where}: an outer join or an updating input makes the join updating: "
                              f"its schema must end with {ROWKIND_COLUMN!r}")
         if node.interval is not None:
@@ -95,10 +96,20 @@ class JoinOperator:
         self.ttl_ms = ttl_ms
         self.operator_id = operator_id or f"join-{node.id}"
         self.descriptors = [left.descriptor, right.descriptor]
+        #: A lookup join: left batches that arrived before the right side was complete.
+        self.right_done = False
+        if node.lookup:
+            if node.kind not in ("inner", "left"):
+                raise ValueError(f"{self._where}: a lookup join is inner or left, not {node.kind}")
+            waiting = [pa.field(f"c{i}", t) for i, t in enumerate(left_schema.types)]
+            self.descriptors.append(TableStateDescriptor("waiting", pa.schema([*waiting,
+                                                                                 pa.field(KEY_GROUP, pa.int32())])))
         self.operator_state: OperatorState = open_state(backend, self._max_parallelism, self.operator_id,
                                                         self.descriptors, self._where)
         for side in self.sides:
             side.table = self.operator_state.table_state(side.name)
+        self._left_schema = left_schema
+        self._waiting = self.operator_state.table_state("waiting") if node.lookup else None
 
     # -- public interface ----------------------------------------------------------------------
 
@@ -106,6 +117,9 @@ class JoinOperator:
         """Match ``batch`` (of input ``side``: 0 left, 1 right) against the other side's stored
         rows, store it, and return what the join emits."""
         if batch.num_rows == 0:
+            return []
+        if self.node.lookup and side == 0 and not self.right_done:
+            self._wait(batch)
             return []
         this = self.sides[side]
         columns, sign = this.split(batch)
@@ -141,14 +155,35 @@ class JoinOperator:
         # 3. the other side's preserved rows that gain their first or lose their last match
         if self.preserves[1 - side] and len(probe):
             gone, back = self._other_padding(side, probe, stored, mult, ids, sign)
-        # 4. store this batch
-        if probe_rows is None:
+        # 4. store this batch (a lookup join keeps only its right side)
+        if self.node.lookup and side == 0:
+            pass
+        elif probe_rows is None:
             this.store(columns, sign, khash, now, self._times(this, columns))
         elif len(probe_rows):
             taken = [c.take(probe_rows) for c in columns]
             this.store(taken, sign[probe_rows], khash[probe_rows], now, self._times(this, taken))
         self._update_state_metrics()
         return self._emit(gone + out + back)
+
+    def end_of_input(self, side: int) -> list[pa.RecordBatch]:
+        """Input ``side`` has ended. For a lookup join, the right side is now complete: the left
+        rows that waited for it are matched."""
+        if not self.node.lookup or side != 1 or self.right_done:
+            return []
+        self.right_done = True
+        waiting = self._waiting.take(0)
+        if waiting is None:
+            return []
+        columns = [plain_array(waiting.column(i)) for i in range(len(self._left_schema))]
+        return self.process(pa.RecordBatch.from_arrays(columns, schema=self._left_schema), 0)
+
+    def _wait(self, batch: pa.RecordBatch) -> None:
+        keys = [batch.column(k) for k in self.sides[0].keys]
+        groups = (hash_columns(keys, batch.num_rows) % np.uint64(self._max_parallelism)).astype(np.int32)
+        names = [f"c{i}" for i in range(batch.num_columns)]
+        self._waiting.add(0, pa.Table.from_arrays([*batch.columns, pa.array(groups)], names=[*names, KEY_GROUP]))
+        self._update_state_metrics()
 
     def on_watermark(self, watermark: int) -> list[pa.RecordBatch]:
         """Drop the rows of an interval join that no later row can match; emit nothing."""
@@ -162,7 +197,8 @@ class JoinOperator:
         """Commit both sides' runs as of checkpoint ``checkpoint_id`` and write them to files."""
         self.operator_state.commit(checkpoint_id)
         files = self.operator_state.snapshot(directory)
-        return files, {"left_rows": self.sides[0].rows(), "right_rows": self.sides[1].rows()}
+        return files, {"left_rows": self.sides[0].rows(), "right_rows": self.sides[1].rows(),
+                       "right_done": int(self.right_done)}
 
     def restore(self, files: list[Path], meta: dict[str, int], *,
                 key_groups: Collection[int] | None = None) -> None:
@@ -170,6 +206,7 @@ class JoinOperator:
         self.operator_state.restore(files, key_groups=key_groups)
         for side in self.sides:
             side.reload()
+        self.right_done = bool(meta.get("right_done", 0))
         self._update_state_metrics()
 
     def close(self) -> None:
@@ -283,8 +320,10 @@ class JoinOperator:
             side.expire(written_before=now - self.ttl_ms)
 
     def _update_state_metrics(self) -> None:
-        self.metrics["state_rows"] = sum(s.rows() for s in self.sides)
-        self.metrics["state_bytes"] = sum(s.table.memory_bytes() for s in self.sides)
+        waiting = [self._waiting] if self._waiting is not None else []
+        self.metrics["state_rows"] = sum(s.rows() for s in self.sides) + sum(w.num_rows() for w in waiting)
+        self.metrics["state_bytes"] = (sum(s.table.memory_bytes() for s in self.sides)
+                                       + sum(w.memory_bytes() for w in waiting))
 
 
 def _all_valid(keys: list[pa.Array], n: int) -> np.ndarray:
