@@ -725,27 +725,36 @@ class _Binder:
             pred = self.expr(item.condition, _Scope(left.columns + right.columns))
             self._raise_collected()
             on = ir.conjuncts(self._condition(pred, "ON", item.condition.span))
-        lookup = False
+        lookup, temporal = False, None
         if as_of is not None:
-            lookup = self._check_lookup(item, as_of, left)
+            lookup, temporal = self._check_temporal(item, as_of, left, right)
         return _JoinTree(columns=columns, left=left, right=right, kind=item.kind, on=tuple(on), span=item.span,
-                         lookup=lookup)
+                         lookup=lookup, temporal=temporal,
+                         primary_key=self.catalog.lookup(item.right.name).info.primary_key if temporal else ())
 
-    def _check_lookup(self, item: ast.Join, as_of: ast.Expr, left: _JoinTree) -> bool:
-        """``JOIN t FOR SYSTEM_TIME AS OF l.p``: a lookup join when ``p`` is a processing-time
-        attribute (``PROCTIME()``) of the left side."""
+    def _check_temporal(self, item: ast.Join, as_of: ast.Expr, left: _JoinTree,
+                        right: _JoinTree) -> tuple[bool, tuple[int, int] | None]:
+        """``JOIN t FOR SYSTEM_TIME AS OF l.x``: a lookup join when ``x`` is a processing-time
+        attribute (``PROCTIME()``) of the left side; a temporal join against the versioned table
+        ``t`` when ``x`` is an event-time attribute and ``t`` has a watermark and a primary key.
+        Returns (lookup, (left time column, right time column) of a temporal join)."""
         time = self.expr(as_of, _Scope(left.columns))
         self._raise_collected()
-        rel = left.rel if left.rel is not None else None
-        if not (isinstance(time, ir.Column) and rel is not None and _is_proctime(rel, time.index)):
-            raise SqlError("FOR SYSTEM_TIME AS OF needs a processing-time attribute of the left side "
-                           "(a column defined as PROCTIME()); joins against versioned tables by event time "
-                           "are not supported yet", as_of.span,
-                           "e.g. FROM (SELECT *, PROCTIME() AS p FROM bid) B JOIN side FOR SYSTEM_TIME AS OF B.p")
         if item.kind not in ("inner", "left"):
-            raise SqlError(f"a lookup join (FOR SYSTEM_TIME AS OF) is INNER or LEFT, not {item.kind.upper()}",
-                           item.span)
-        return True
+            raise SqlError(f"a join FOR SYSTEM_TIME AS OF is INNER or LEFT, not {item.kind.upper()}", item.span)
+        if isinstance(time, ir.Column) and left.rel is not None and _is_proctime(left.rel, time.index):
+            return True, None
+        if not (isinstance(time, ir.Column) and left.columns[time.index].rowtime):
+            raise SqlError("FOR SYSTEM_TIME AS OF needs a time attribute of the left side: an event-time column "
+                           "(with a WATERMARK) or a processing-time one (defined as PROCTIME())", as_of.span,
+                           "e.g. FROM orders o JOIN rates FOR SYSTEM_TIME AS OF o.ts AS r ON o.currency = r.currency")
+        entry = self.catalog.lookup(item.right.name) if isinstance(item.right, ast.TableRef) else None
+        if not isinstance(entry, CatalogTable) or not entry.info.primary_key or not entry.info.watermark:
+            raise SqlError(f"a temporal join by event time needs a versioned table on the right: {item.right.name!r} "
+                           "must be a table with a PRIMARY KEY and a WATERMARK", item.right.span,
+                           "declare PRIMARY KEY (...) NOT ENFORCED and WATERMARK FOR its time column")
+        times = [i for i, c in enumerate(right.columns) if c.rowtime]
+        return False, (time.index, times[0])
 
     def _build_join(self, tree: _JoinTree, above: list[ir.Expr], depth: int) -> ir.Rel:
         """The relation of ``tree`` with the conjuncts ``above`` (over its columns) applied."""
@@ -804,9 +813,19 @@ class _Binder:
         resid = None
         for c in residual:
             resid = ir.and_(resid, ir.remap(c, shift) if extra_left else c)
-        interval = _interval_bounds(resid, left_x, right_x, tree) if not tree.lookup else None
+        plain = not tree.lookup and tree.temporal is None
+        interval = _interval_bounds(resid, left_x, right_x, tree) if plain else None
+        if tree.temporal is not None:
+            names = right.schema.names
+            missing = [k for k in tree.primary_key if names.index(k) not in right_keys]
+            if missing:
+                raise SqlError(f"a temporal join must match the versioned table's whole primary key; "
+                               f"{', '.join(missing)} is not compared with the left side", tree.span,
+                               f"add ON ... = {tree.right.columns[names.index(missing[0])].qualifier or 'r'}."
+                               f"{missing[0]}")
         join = ir.Join(left=left_x, right=right_x, kind=tree.kind, left_keys=left_keys, right_keys=right_keys,
-                       residual=resid, interval=interval, lookup=tree.lookup, span=tree.span)
+                       residual=resid, interval=interval, lookup=tree.lookup, temporal=tree.temporal,
+                       span=tree.span)
         if left_x is left and right_x is right:
             return join
         keep = list(range(width)) + [len(left_x.schema) + i for i in range(len(right.schema))]
@@ -1479,6 +1498,10 @@ class _JoinTree:
     on: tuple[ir.Expr, ...] = ()
     #: ``FOR SYSTEM_TIME AS OF`` a processing time: the right side is looked up, not joined with.
     lookup: bool = False
+    #: ``FOR SYSTEM_TIME AS OF`` an event time: (left time column, right time column), and the
+    #: versioned table's primary key.
+    temporal: tuple[int, int] | None = None
+    primary_key: tuple[str, ...] = ()
 
 
 def _is_proctime(rel: ir.Rel, index: int) -> bool:

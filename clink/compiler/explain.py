@@ -134,6 +134,10 @@ def explain_logical(node: ir.Rel, indent: int = 0) -> str:
                          f" BETWEEN {b.lower} ms AND {b.upper} ms]")
             if node.lookup:
                 line += ", lookup=[right side read whole first]"
+            if node.temporal is not None:
+                names = _join_names(node)
+                line += (f", temporal=[version of the right side at {names[node.temporal[0]]}, "
+                         f"by {names[len(node.left.schema) + node.temporal[1]]}]")
             if ir.is_updating(node):
                 line += ", changelog=[+I, -D]"
             line += ")"
@@ -219,9 +223,10 @@ def explain_physical(plan: PhysicalPlan) -> str:
                 line = (f"[{op.id}] TopN {rank.limit} state keys=[{', '.join(names[p] for p in rank.partition) or '(none)'}] "
                         f"<- [{op.input}] {op.partitioning} produces updates")
             case JoinOp(join=join):
-                line = (f"[{op.id}] {'LookupJoin' if join.lookup else 'Join'} {join.kind.upper()}"
+                what = "LookupJoin" if join.lookup else "TemporalJoin" if join.temporal is not None else "Join"
+                line = (f"[{op.id}] {what} {join.kind.upper()}"
                         f"{' (interval)' if join.interval is not None else ''} "
-                        f"state=[{'right side by key' if join.lookup else 'both sides by key'}] "
+                        f"state=[{'right side by key' if join.lookup else 'versions by key, left rows until the watermark' if join.temporal is not None else 'both sides by key'}] "
                         f"<- [{op.left}, {op.right}] {op.partitioning}")
                 if ir.is_updating(join):
                     line += " produces updates"

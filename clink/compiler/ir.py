@@ -364,6 +364,9 @@ class Join(Rel):
     #: A lookup join (``FOR SYSTEM_TIME AS OF`` a processing time): the right side is a bounded
     #: table read whole first; left rows are matched against it and not kept.
     lookup: bool = False
+    #: A temporal join (``FOR SYSTEM_TIME AS OF`` an event time): (left time column, right time
+    #: column); each left row meets the version of its key valid at its time.
+    temporal: tuple[int, int] | None = None
 
     @property
     def inputs(self) -> tuple[Rel, ...]:
@@ -553,7 +556,7 @@ def is_updating(rel: Rel) -> bool:
     match rel:
         case GroupAggregate() | Rank():
             return True
-        case Join(lookup=True, left=left):
+        case Join(lookup=True, left=left) | Join(temporal=(_, _), left=left):
             # The right side is complete before any left row is matched: nothing is revised.
             return is_updating(left)
         case Join(kind=kind, left=left, right=right):
@@ -568,7 +571,8 @@ def is_updating(rel: Rel) -> bool:
 
 def updating_source(rel: Rel) -> GroupAggregate | Join | Rank | None:
     """The operator below ``rel`` that makes it updating, for messages; None if it is append-only."""
-    if isinstance(rel, GroupAggregate | Rank) or (isinstance(rel, Join) and rel.kind != "inner" and not rel.lookup):
+    if isinstance(rel, GroupAggregate | Rank) or (isinstance(rel, Join) and rel.kind != "inner" and not rel.lookup
+                                                  and rel.temporal is None):
         return rel
     for child in rel.inputs:
         found = updating_source(child)

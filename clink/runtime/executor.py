@@ -178,6 +178,13 @@ class Job:
                 self._operators[node.id] = RankOperator(
                     node, self._tasks[node.id], input_schema=self.plan.node(node.input).schema,
                     backend=self._backend(), operator_id=self.uids[node.id])
+            elif isinstance(node, Join) and node.temporal is not None:
+                from clink.runtime.operators.temporal import TemporalJoinOperator
+
+                self._operators[node.id] = TemporalJoinOperator(
+                    node, self._tasks[node.id], left_schema=self.plan.node(node.left).schema,
+                    right_schema=self.plan.node(node.right).schema, backend=self._backend(),
+                    operator_id=self.uids[node.id])
             elif isinstance(node, Join):
                 from clink.runtime.operators.join import JoinOperator
 
@@ -799,7 +806,7 @@ def state_signature(job: Job, node_id: int) -> str:
         left, right = (job.plan.node(i).schema for i in (node.left, node.right))
         keys = ", ".join(f"{left.field(a).type} = {right.field(b).type}"
                          for a, b in zip(node.left_keys, node.right_keys, strict=True))
-        interval = " (interval)" if node.interval is not None else ""
+        interval = " (interval)" if node.interval is not None else " (temporal)" if node.temporal else ""
         layout = " ; ".join(d.signature() for d in operator.descriptors)
         return f"{node.kind.upper()} JOIN{interval} ON ({keys}) | {layout}"
     if isinstance(node, OverAggregate):

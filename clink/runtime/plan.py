@@ -288,6 +288,10 @@ class Join(Node):
     #: A lookup join: the right input (bounded) is read to its end before left rows are matched
     #: (they wait until then); left rows are not kept. INNER or LEFT; append-only output.
     lookup: bool = False
+    #: A temporal join: (left time column, right time column). Each left row waits for the
+    #: watermark to pass its time, then meets the right row of its key with the latest time at or
+    #: before its own (the version valid then); older versions are dropped as the watermark passes.
+    temporal: tuple[int, int] | None = None
 
     @property
     def inputs(self) -> tuple[int, ...]:

@@ -192,12 +192,69 @@ def test_lookup_join_is_append_only_and_explained() -> None:
 
 @pytest.mark.parametrize(("sql", "message"), [
     ("SELECT * FROM a JOIN b FOR SYSTEM_TIME AS OF a.ts AS B ON a.k = B.k",
-     "FOR SYSTEM_TIME AS OF needs a processing-time attribute of the left side"),
+     "a temporal join by event time needs a versioned table on the right: 'b' must be a table with a PRIMARY KEY"),
+    ("SELECT * FROM a JOIN b FOR SYSTEM_TIME AS OF a.k AS B ON a.k = B.k",
+     "FOR SYSTEM_TIME AS OF needs a time attribute of the left side"),
     ("SELECT * FROM b FOR SYSTEM_TIME AS OF CURRENT_TIMESTAMP", "belongs to the right side of a JOIN"),
     ("SELECT * FROM (SELECT *, PROCTIME() AS p FROM a) A FULL JOIN b FOR SYSTEM_TIME AS OF A.p AS B ON A.k = B.k",
-     "a lookup join (FOR SYSTEM_TIME AS OF) is INNER or LEFT, not FULL"),
+     "a join FOR SYSTEM_TIME AS OF is INNER or LEFT, not FULL"),
 ])
-def test_temporal_joins_that_are_not_lookups_are_refused(sql: str, message: str) -> None:
+def test_joins_for_system_time_that_cannot_run_are_refused(sql: str, message: str) -> None:
     text = _refusal("CREATE TABLE a (k INT, ts TIMESTAMP(3), WATERMARK FOR ts AS ts) WITH ('connector' = 'datagen');\n"
                     "CREATE TABLE b (k INT) WITH ('connector' = 'datagen');\n" + sql + ";\n")
     assert message in text and "p.sql:3:" in text
+
+
+@pytest.mark.parametrize("kind", ["JOIN", "LEFT JOIN"])
+@pytest.mark.parametrize("backend", ["memory", "sqlite"])
+def test_temporal_join_equals_duckdb_asof_join(tmp_path, kind: str, backend: str) -> None:
+    """Each order meets the rate of its currency valid at the order's time (the latest rate at
+    or before it): DuckDB's ASOF JOIN over the same rows."""
+    import pyarrow.parquet as pq
+
+    rng = np.random.default_rng(5)
+    base = np.datetime64("2026-01-01T00:00:00", "ms")
+    n, m = 3000, 400
+    orders = pa.table({
+        "cur": pa.array(rng.choice(np.array(["EUR", "USD", "GBP", "JPY"]), n)),
+        "amount": pa.array(rng.integers(1, 100, n), pa.int64()),
+        "ts": pa.array(base + (np.sort(rng.integers(0, 600_000, n)) + rng.integers(0, 2000, n)).astype(
+            "timedelta64[ms]"), pa.timestamp("ms"))})
+    rates = pa.table({
+        "cur": pa.array(rng.choice(np.array(["EUR", "USD", "GBP"]), m)),
+        "rate": pa.array(rng.integers(1, 50, m), pa.int64()),
+        "rts": pa.array(base + np.sort(rng.choice(600_000, m, replace=False)).astype("timedelta64[ms]"),
+                        pa.timestamp("ms"))})
+    pq.write_table(orders, tmp_path / "orders.parquet", row_group_size=97)
+    pq.write_table(rates, tmp_path / "rates.parquet", row_group_size=13)
+    script = (
+        f"SET 'state.backend' = '{backend}';\n"
+        "CREATE TABLE orders (cur STRING, amount BIGINT, ts TIMESTAMP(3), WATERMARK FOR ts AS ts - INTERVAL '3' "
+        f"SECOND) WITH ('connector' = 'filesystem', 'path' = '{tmp_path / 'orders.parquet'}', 'format' = 'parquet');\n"
+        "CREATE TABLE rates (cur STRING, rate BIGINT, rts TIMESTAMP(3), PRIMARY KEY (cur) NOT ENFORCED, "
+        f"WATERMARK FOR rts AS rts) WITH ('connector' = 'filesystem', 'path' = '{tmp_path / 'rates.parquet'}', "
+        "'format' = 'parquet');\n"
+        f"SELECT o.cur, o.amount, o.ts, r.rate FROM orders o {kind} rates FOR SYSTEM_TIME AS OF o.ts AS r "
+        "ON o.cur = r.cur;\n")
+    ours = clink.sql(script).to_arrow()
+    con = duckdb.connect()
+    con.register("orders", orders)
+    con.register("rates", rates)
+    asof = "ASOF JOIN" if kind == "JOIN" else "ASOF LEFT JOIN"
+    theirs = con.execute(f"SELECT o.cur, o.amount, o.ts, r.rate FROM orders o {asof} rates r "
+                         "ON o.cur = r.cur AND o.ts >= r.rts").fetchall()
+    _same(ours, theirs)
+    assert ours.num_rows > 2000
+    explained = clink.compile(script).explain()
+    assert "TemporalJoin" in explained and "produces updates" not in explained
+
+
+def test_temporal_join_needs_a_versioned_table_and_its_key() -> None:
+    ddl = ("CREATE TABLE o (k INT, ts TIMESTAMP(3), WATERMARK FOR ts AS ts) WITH ('connector' = 'datagen');\n"
+           "CREATE TABLE v (k INT, j INT, x INT, t TIMESTAMP(3), PRIMARY KEY (k, j) NOT ENFORCED, "
+           "WATERMARK FOR t AS t) WITH ('connector' = 'datagen');\n"
+           "CREATE TABLE w (k INT, t TIMESTAMP(3), WATERMARK FOR t AS t) WITH ('connector' = 'datagen');\n")
+    text = _refusal(ddl + "SELECT * FROM o JOIN v FOR SYSTEM_TIME AS OF o.ts ON o.k = v.k;\n")
+    assert "must match the versioned table's whole primary key; j is not compared" in text
+    text = _refusal(ddl + "SELECT * FROM o JOIN w FOR SYSTEM_TIME AS OF o.ts ON o.k = w.k;\n")
+    assert "'w' must be a table with a PRIMARY KEY and a WATERMARK" in text

@@ -4,6 +4,7 @@ rows it emitted before and must end as the batch join of the rows that are left.
 
 from __future__ import annotations
 
+import datetime as dt
 from collections import Counter
 from pathlib import Path
 
@@ -206,3 +207,37 @@ def test_interval_join_frees_state_as_the_watermark_passes() -> None:
     assert peak <= 80, peak  # ~2 x 10 rows per second x 2 s at most, plus a batch or two
     op.on_watermark(2**62)
     assert op.metrics["state_rows"] == 0 and op.metrics["state_bytes"] == 0
+
+
+def test_temporal_join_drops_versions_the_watermark_has_superseded() -> None:
+    """30 keys get a new version every 100 ms for 100 s (30,000 versions); the state keeps about
+    the newest settled version of each key, compacting when it doubles, and never all of them."""
+    from clink.runtime.operators.temporal import TemporalJoinOperator
+
+    ts = pa.timestamp("ms")
+    left_schema = pa.schema([("k", pa.int64()), ("t", ts)])
+    right_schema = pa.schema([("k", pa.int64()), ("v", pa.int64()), ("t", ts)])
+    out_schema = pa.schema([("k", pa.int64()), ("t", ts), ("k2", pa.int64()), ("v", pa.int64()), ("t2", ts)])
+    node = P.Join(id=3, left=1, right=2, kind="inner", left_keys=(0,), right_keys=(0,), schema=out_schema,
+                  temporal=(1, 2))
+    op = TemporalJoinOperator(node, TaskContext(runtime=RuntimeContext(), node_id=3), left_schema=left_schema,
+                              right_schema=right_schema)
+    peak = 0
+    results = []
+    for step in range(1000):
+        now = step * 100
+        op.process(pa.RecordBatch.from_arrays([pa.array(range(30), pa.int64()), pa.array([step] * 30, pa.int64()),
+                                               pa.array([now] * 30, ts)], schema=right_schema), 1)
+        op.process(pa.RecordBatch.from_arrays([pa.array([step % 30], pa.int64()), pa.array([now + 50], ts)],
+                                              schema=left_schema), 0)
+        results += op.on_watermark(now)
+        peak = max(peak, op.metrics["state_rows"])
+    results += op.on_watermark(2**62)
+    rows = [r for b in results for r in b.to_pylist()]
+    # Each left row (at step * 100 + 50) meets its key's version of that step (at step * 100),
+    # although the version of the next step had arrived when the row fired.
+    epoch = dt.datetime(1970, 1, 1)
+    assert len(rows) == 1000
+    assert all(r["v"] == (r["t"] - epoch) // dt.timedelta(milliseconds=100) and r["t"] - r["t2"] ==
+               dt.timedelta(milliseconds=50) for r in rows)
+    assert peak < 4 * 1024, peak

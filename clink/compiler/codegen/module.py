@@ -407,6 +407,9 @@ def _emit_plan(w: SourceWriter, plan: PhysicalPlan, schema_names: dict[int, str]
                                 w.line(f"residual=residual_{op.id},")
                             if join.lookup:
                                 w.line("lookup=True,  # the right side is read whole before left rows are matched")
+                            if join.temporal is not None:
+                                lt, rt = join.temporal
+                                w.line(f"temporal=({lt}, {rt}),  # the version of {rnames[rt]} valid at {lnames[lt]}")
                             if join.interval is not None:
                                 b = join.interval
                                 w.line(f"interval=({b.left_time}, {b.right_time}, {b.lower}, {b.upper}),  # "

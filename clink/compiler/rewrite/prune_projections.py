@@ -89,6 +89,9 @@ def _prune(node: ir.Rel, needed: set[int]) -> tuple[ir.Rel, dict[int, int]]:
             if bounds is not None:
                 left_used.add(bounds.left_time)
                 right_used.add(bounds.right_time)
+            if node.temporal is not None:
+                left_used.add(node.temporal[0])
+                right_used.add(node.temporal[1])
             new_left, lmap = _prune(left, left_used)
             new_right, rmap = _prune(right, right_used)
             new_width = len(new_left.schema)
@@ -99,7 +102,8 @@ def _prune(node: ir.Rel, needed: set[int]) -> tuple[ir.Rel, dict[int, int]]:
                 right_keys=tuple(rmap[k] for k in rkeys),
                 residual=ir.remap(residual, out) if residual is not None else None,
                 interval=attrs.evolve(bounds, left_time=lmap[bounds.left_time], right_time=rmap[bounds.right_time])
-                if bounds is not None else None)
+                if bounds is not None else None,
+                temporal=(lmap[node.temporal[0]], rmap[node.temporal[1]]) if node.temporal is not None else None)
             return new_node, out
         case ir.OverAggregate(input=child, partition=partition, time=time, aggs=aggs):
             width = len(child.schema)

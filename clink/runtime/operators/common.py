@@ -1,10 +1,15 @@
-"""What every stateful operator does the same way: find its max parallelism, open its state."""
+"""What every stateful operator does the same way: find its max parallelism, open its state,
+read times and keys."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
+import numpy as np
+import pyarrow as pa
+
+from clink.runtime import compute as pc
 from clink.runtime.state.keygroups import DEFAULT_MAX_PARALLELISM
 from clink.runtime.state.memory import MemoryStateBackend
 
@@ -28,3 +33,19 @@ def open_state(backend: StateBackend | None, max_parallelism: int, operator_id: 
         raise ValueError(f"{where}: the state backend has max parallelism {backend.max_parallelism}, "
                          f"the job {max_parallelism}")
     return backend.open(operator_id, descriptors)
+
+
+def epoch_ms(col: pa.Array | pa.ChunkedArray) -> np.ndarray:
+    """A timestamp column as int64 milliseconds since the epoch; NULL as a time before any
+    watermark (such a row can never be placed in time)."""
+    ms = pc.cast(pc.cast(col, pa.timestamp("ms", tz=col.type.tz)), pa.int64())
+    return pc.fill_null(ms, -(2**62)).to_numpy(zero_copy_only=False)
+
+
+def all_valid(keys: Sequence[pa.Array], n: int) -> np.ndarray:
+    """Per row, whether no key column is NULL (a NULL key matches nothing in SQL)."""
+    valid = np.ones(n, dtype=bool)
+    for k in keys:
+        if k.null_count:
+            valid &= pc.is_valid(k).to_numpy(zero_copy_only=False)
+    return valid

@@ -31,7 +31,7 @@ import numpy as np
 import pyarrow as pa
 
 from clink.runtime import compute as pc
-from clink.runtime.operators.common import max_parallelism, open_state
+from clink.runtime.operators.common import all_valid, epoch_ms, max_parallelism, open_state
 from clink.runtime.operators.rows import KeyedRows, net_pairs, plain_array
 from clink.runtime.plan import DELETE, INSERT, ROWKIND_COLUMN
 from clink.runtime.state.backend import KEY_GROUP, OperatorState, StateBackend, TableStateDescriptor
@@ -128,7 +128,7 @@ class JoinOperator:
         if self.ttl_ms is not None:
             self._expire_ttl(now)
         keys = [columns[k] for k in this.keys]
-        valid = _all_valid(keys, n)
+        valid = all_valid(keys, n)
         khash = hash_columns(keys, n)
         probe_rows = np.flatnonzero(valid) if not valid.all() else None
         # 1. pairs with the other side's stored rows
@@ -308,12 +308,8 @@ class JoinOperator:
     # -- state -----------------------------------------------------------------------------------
 
     def _times(self, side: KeyedRows, columns: list[pa.Array]) -> np.ndarray | None:
-        if side.time_column is None:
-            return None
-        col = columns[side.time_column]
-        ms = pc.cast(pc.cast(col, pa.timestamp("ms", tz=col.type.tz)), pa.int64())
         # A NULL time can never satisfy the bound: such a row is dropped at the first watermark.
-        return pc.fill_null(ms, -(2**62)).to_numpy(zero_copy_only=False)
+        return epoch_ms(columns[side.time_column]) if side.time_column is not None else None
 
     def _expire_ttl(self, now: int) -> None:
         for side in self.sides:
@@ -325,13 +321,6 @@ class JoinOperator:
         self.metrics["state_bytes"] = (sum(s.table.memory_bytes() for s in self.sides)
                                        + sum(w.memory_bytes() for w in waiting))
 
-
-def _all_valid(keys: list[pa.Array], n: int) -> np.ndarray:
-    valid = np.ones(n, dtype=bool)
-    for k in keys:
-        if k.null_count:
-            valid &= pc.is_valid(k).to_numpy(zero_copy_only=False)
-    return valid
 
 
 def _as(values: pa.Array, type_: pa.DataType) -> pa.Array:

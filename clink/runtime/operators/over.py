@@ -33,7 +33,7 @@ import numpy as np
 import pyarrow as pa
 
 from clink.runtime import compute as pc
-from clink.runtime.operators.common import max_parallelism, open_state
+from clink.runtime.operators.common import epoch_ms, max_parallelism, open_state
 from clink.runtime.operators.rows import KeyedRows, net_pairs, plain_array
 from clink.runtime.state.backend import KEY_GROUP, OperatorState, StateBackend, TableStateDescriptor
 from clink.runtime.state.keygroups import hash_columns
@@ -107,7 +107,7 @@ class OverAggregateOperator:
         n = batch.num_rows
         if n == 0:
             return []
-        ts = _epoch_ms(batch.column(self.node.time))
+        ts = epoch_ms(batch.column(self.node.time))
         late = ts <= self.watermark
         if late.any():
             self.late_rows.append(batch.filter(pa.array(late)))
@@ -369,11 +369,6 @@ class OverAggregateOperator:
         self.metrics["state_rows"] = self.pending.num_rows() + self.store.rows()
         self.metrics["state_bytes"] = self.pending.memory_bytes() + self.store.table.memory_bytes()
 
-
-def _epoch_ms(col: pa.Array) -> np.ndarray:
-    ms = pc.cast(pc.cast(col, pa.timestamp("ms", tz=col.type.tz)), pa.int64())
-    # A row without a time can never be placed in order: it counts as late (the smallest time).
-    return pc.fill_null(ms, -(2**62)).to_numpy(zero_copy_only=False)
 
 
 def _prefix(values: np.ndarray) -> np.ndarray:

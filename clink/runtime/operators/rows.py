@@ -183,6 +183,14 @@ class KeyedRows:
         order = np.argsort(khash, kind="stable")
         self._add_run(table, khash[order], order)
 
+    def replace(self, table: pa.Table) -> None:
+        """Make ``table`` (rows of this store, taken out of it) its whole content, as one run."""
+        for ns in list(self.table.namespaces()):
+            self.table.take(ns)
+        self.runs = []
+        if table.num_rows:
+            self._rebuild(table)
+
     def expire(self, *, time_before: int | None = None, written_before: int | None = None) -> None:
         """Drop rows whose ``_time`` (or ``_written``) is below the bound; rewrite a run only when
         a quarter of it or more goes, so that the work stays proportional to what is dropped."""
