@@ -165,7 +165,8 @@ class Job:
 
                 self._operators[node.id] = GroupAggregateOperator(
                     node, self._tasks[node.id], input_schema=self.plan.node(node.input).schema,
-                    backend=self._backend(), operator_id=self.uids[node.id])
+                    backend=self._backend(), operator_id=self.uids[node.id],
+                    ttl_ms=_duration_ms(self.ctx.get("table.exec.state.ttl")))
             elif isinstance(node, OverAggregate):
                 from clink.runtime.operators.over import OverAggregateOperator
 

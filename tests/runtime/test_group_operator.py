@@ -576,3 +576,36 @@ def test_empty_state_snapshot_round_trips(backend: str, tmp_path: Path) -> None:
     other.restore(files, meta)
     assert other.metrics["state_rows"] == 0
     assert rows_of(other.process(batch([("a", 1, True, "+I")], UPDATING)))[0][-1] == "+I"
+
+
+def test_state_ttl_forgets_keys_not_updated_for_that_long() -> None:
+    """A key idle for longer than the TTL is forgotten: its next row starts it afresh (+I), and
+    a sweep deletes idle keys that get no row at all."""
+    import pyarrow as pa
+
+    from clink.runtime import plan as P
+    from clink.runtime.context import RuntimeContext, TaskContext
+    from clink.runtime.operators.group import GroupAggregateOperator
+
+    now = [0]
+    schema = pa.schema([("k", pa.int64()), ("v", pa.int64())])
+    node = P.GroupAggregate(id=2, input=1, keys=(0,), aggs=(P.AggSpec(fn="sum", arg=1, type=pa.int64()),),
+                            schema=pa.schema([("k", pa.int64()), ("s", pa.int64()), (P.ROWKIND_COLUMN, pa.string())]))
+    op = GroupAggregateOperator(node, TaskContext(runtime=RuntimeContext(clock=lambda: now[0]), node_id=2),
+                                input_schema=schema, ttl_ms=1000)
+
+    def rows(pairs):
+        out = op.process(pa.RecordBatch.from_arrays([pa.array([k for k, _ in pairs], pa.int64()),
+                                                     pa.array([v for _, v in pairs], pa.int64())], schema=schema))
+        return [tuple(r.values()) for b in out for r in b.to_pylist()]
+
+    assert rows([(1, 10), (2, 20)]) == [(1, 10, "+I"), (2, 20, "+I")]
+    now[0] = 800
+    assert rows([(1, 5)]) == [(1, 10, "-U"), (1, 15, "+U")]  # key 1 was updated 800 ms ago: kept
+    now[0] = 1500  # key 2 idle for 1500 ms, key 1 for 700 ms
+    assert rows([(2, 1), (1, 1)]) == [(1, 15, "-U"), (1, 16, "+U"), (2, 1, "+I")]
+    assert op.metrics["state_rows"] == 2
+    now[0] = 5000  # both idle: the sweep (at most every half TTL) deletes them
+    assert rows([(3, 7)]) == [(3, 7, "+I")]
+    assert op.metrics["state_rows"] == 1 and len(list(op.operator_state.entries(
+        next(g for g in range(128) if list(op.operator_state.entries(g)))))) == 1

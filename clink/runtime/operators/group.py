@@ -60,6 +60,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pyarrow as pa
 
+from clink.errors import UsageError
 from clink.runtime import compute as pc
 from clink.runtime.operators.common import max_parallelism, open_state
 from clink.runtime.plan import DELETE, INSERT, ROWKIND_COLUMN, UPDATE_AFTER, UPDATE_BEFORE
@@ -84,6 +85,8 @@ __all__ = ["GroupAggregateOperator"]
 _FUNCTIONS = ("count_star", "count", "count_distinct", "sum", "avg", "min", "max")
 _ROWS = "rows"
 _POSITION = "_p"
+#: The accumulator field that holds a key's last update time (with a state TTL).
+_TOUCHED = "touched"
 #: Sums never come out NULL (0 over no value): a missing sum and a sum of nothing then agree.
 _SUM_OPTIONS = pc.ScalarAggregateOptions(skip_nulls=True, min_count=0)
 #: Output row kinds, in the order the output batch holds them.
@@ -122,7 +125,8 @@ class GroupAggregateOperator:
     """
 
     def __init__(self, node: plan.GroupAggregate, ctx: TaskContext, *, input_schema: pa.Schema,
-                 backend: StateBackend | None = None, operator_id: str | None = None) -> None:
+                 backend: StateBackend | None = None, operator_id: str | None = None,
+                 ttl_ms: int | None = None) -> None:
         self.node = node
         self.ctx = ctx
         self._where = f"group aggregate {node.id}"
@@ -135,6 +139,16 @@ class GroupAggregateOperator:
         self._check_schema(input_schema)
         self._keys = [f"_k{j}" for j in range(max(len(node.keys), 1))]
         self._plan_aggregates(input_schema)
+        #: ``table.exec.state.ttl``: a key not updated for this long is forgotten (its next row
+        #: starts it afresh, with +I). Each key's accumulators carry the time of their last update.
+        self.ttl_ms = ttl_ms
+        if ttl_ms is not None:
+            if self._distinct_args:
+                raise UsageError(f"{self._where}: table.exec.state.ttl does not apply to COUNT(DISTINCT) yet; "
+                                 "unset it for this pipeline")
+            self._fields.append(pa.field(_TOUCHED, pa.int64()))
+            self._aggregations.append((_TOUCHED, "max"))
+            self._next_sweep = int(ctx.runtime.clock()) + ttl_ms
 
         if node.keys:
             key_schema = pa.schema([(f"k{j}", input_schema.field(k).type) for j, k in enumerate(node.keys)])
@@ -164,10 +178,42 @@ class GroupAggregateOperator:
         if batch.num_rows:
             keys, delta = self._deltas(batch)
             old = self._groups.get_many(keys)
+            if self.ttl_ms is not None:
+                now = int(self.ctx.runtime.clock())
+                old = self._unexpired(old, now)
             new = self._merge(old, delta)
             out = self._apply(keys, old, new)
+            if self.ttl_ms is not None and now >= self._next_sweep:
+                self._sweep(now)
         self._update_state_metrics()
         return out
+
+    def _unexpired(self, old: pa.StructArray, now: int) -> pa.StructArray:
+        """``old`` with the keys not updated within the TTL read as absent (their state is
+        overwritten when the batch stores them)."""
+        if old.null_count == len(old):
+            return old
+        touched = pc.struct_field(old, [len(self._fields) - 1])
+        expired = pc.fill_null(pc.less(touched, now - self.ttl_ms), False)
+        count = int(pc.sum(expired).as_py() or 0)
+        if count == 0:
+            return old
+        self._num_keys -= count
+        return pc.if_else(expired, pa.scalar(None, old.type), old)
+
+    def _sweep(self, now: int) -> None:
+        """Delete every key not updated within the TTL (a pass over the state, at most once per
+        half TTL of processing time, so its cost is spread over the rows in between)."""
+        limit = now - self.ttl_ms
+        for group in range(self._max_parallelism):
+            expired = [key for name, key, value in self.operator_state.entries(group)
+                       if name == "groups" and value is not None and value.get(_TOUCHED, limit) < limit]
+            if expired:
+                columns = list(zip(*expired, strict=True))
+                key_arrays = [pa.array(c, f.type) for c, f in zip(columns, self.descriptor.key_schema, strict=True)]
+                self._groups.put_many(key_arrays, pa.nulls(len(expired), self.descriptor.value_type))
+                self._num_keys -= len(expired)
+        self._next_sweep = now + max(self.ttl_ms // 2, 1)
 
     def snapshot(self, checkpoint_id: int, directory: Path) -> tuple[list[Path], dict[str, int]]:
         """Commit the keyed state as of checkpoint ``checkpoint_id`` and write it to files in
@@ -280,6 +326,8 @@ class GroupAggregateOperator:
         else:
             cols = {self._keys[0]: pa.array(np.ones(n, bool))}
         cols[_ROWS] = pa.array(sign)
+        if self.ttl_ms is not None:
+            cols[_TOUCHED] = pa.array(np.full(n, int(self.ctx.runtime.clock()), np.int64))
         negate = None if retract is None else pa.array(retract)
         for i, agg in enumerate(self.node.aggs):
             n_name, s_name, x_name = (f"a{i}_{p}" for p in "nsx")
