@@ -910,15 +910,21 @@ class _Binder:
             raise SqlError(f"a {function} window length must be positive, got {value.value} ms", arg.span)
         return value.value
 
-    def _legacy_window(self, call: ast.FunctionCall, scope: _Scope) -> tuple[ir.WindowDef, int]:
-        """``GROUP BY TUMBLE(ts, size)``, ``HOP(ts, slide, size)``, ``SESSION(ts, gap)``."""
+    def _legacy_window(self, call: ast.FunctionCall, scope: _Scope,
+                       rel: ir.Rel) -> tuple[ir.WindowDef, int, bool]:
+        """``GROUP BY TUMBLE(ts, size)``, ``HOP(ts, slide, size)``, ``SESSION(ts, gap)``; ``ts``
+        an event-time column, or a processing-time one (``PROCTIME()``, the last value: True)."""
         wanted = {"TUMBLE": 2, "HOP": 3, "SESSION": 2, "CUMULATE": 3}[call.name]
         if len(call.args) != wanted:
             raise SqlError(f"{call.name} in GROUP BY takes {wanted} arguments, got {len(call.args)}", call.span)
         time = self._expr(call.args[0], scope)
-        if not isinstance(time, ir.Column) or not scope.columns[time.index].rowtime:
+        proctime = isinstance(time, ir.Column) and _is_proctime(rel, time.index)
+        if proctime and call.name != "TUMBLE":
+            raise SqlError(f"{call.name} windows over processing time are not supported yet; TUMBLE is",
+                           call.args[0].span)
+        if not isinstance(time, ir.Column) or not (scope.columns[time.index].rowtime or proctime):
             raise SqlError(f"the first argument of {call.name} must be an event-time column "
-                           "(the table's WATERMARK column)", call.args[0].span)
+                           "(the table's WATERMARK column) or a processing-time one (PROCTIME())", call.args[0].span)
         ms = [self._window_length(call.name, a) for a in call.args[1:]]
         match call.name:
             case "TUMBLE":
@@ -931,7 +937,7 @@ class _Binder:
                 window = ir.WindowDef("cumulate", slide=ms[0], size=ms[1])
             case _:
                 window = ir.WindowDef("session", gap=ms[0])
-        return window, time.index
+        return window, time.index, proctime
 
     def _aggregate(self, q: ast.Select, rel: ir.Rel, scope: _Scope) -> tuple[ir.Rel, frozenset[str]]:
         """A window aggregation: GROUP BY window_start, window_end (of a window table function)
@@ -952,13 +958,14 @@ class _Binder:
                 raise SqlError("GROUP BY a window function over a window table function", legacy[0].span,
                                "group by window_start, window_end instead")
             window, time, below = rel.window, rel.time, rel.input
+            proctime = False
             n = len(below.schema)
             window_cols = {n: 0, n + 1: 1, n + 2: 2}
         elif legacy:
             if len(legacy) > 1:
                 raise SqlError("GROUP BY can have only one window", legacy[1].span)
             group.remove(legacy[0])
-            window, time = self._legacy_window(legacy[0], scope)
+            window, time, proctime = self._legacy_window(legacy[0], scope, rel)
             below = rel
         else:
             return self._group_aggregate(q, rel, scope)
@@ -989,7 +996,8 @@ class _Binder:
         agg_rel: ir.Rel = ir.WindowAggregate(
             input=pre, window=window, num_keys=num_keys, time=num_keys, aggs=tuple(context.aggs),
             agg_names=tuple(f"agg{i}" for i in range(len(context.aggs))),
-            allowed_lateness=self._allowed_lateness(q), late_sink=late, late_columns=late_columns, span=q.span)
+            allowed_lateness=self._allowed_lateness(q), late_sink=late, late_columns=late_columns, proctime=proctime,
+            span=q.span)
         project = self._select_over_aggregate(q, agg_rel, bound, having, rebase)
         rowtime = frozenset(n for n, e in zip(project.names, project.exprs, strict=True)
                             if isinstance(e, ir.Column) and e.index == num_keys + 2)

@@ -109,6 +109,8 @@ def explain_logical(node: ir.Rel, indent: int = 0) -> str:
                     f"keys=[{', '.join(keys)}], aggs=[{aggs}]")
             if node.allowed_lateness:
                 line += f", allowed_lateness=[{node.allowed_lateness} ms]"
+            if node.proctime:
+                line += ", clock=[processing time]"
             if node.late_sink is not None:
                 line += f", late_rows_to=[{node.late_sink.name}]"
             line += ")"

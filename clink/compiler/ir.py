@@ -487,6 +487,9 @@ class WindowAggregate(Unary):
     #: columns they are; None: late rows are dropped and counted.
     late_sink: Sink | None = attrs.field(default=None, eq=False)
     late_columns: tuple[int, ...] = ()
+    #: Windows over processing time (``time`` is a PROCTIME() column): they fire as the clock
+    #: passes their end, not on watermarks.
+    proctime: bool = False
 
     @functools.cached_property
     def schema(self) -> Schema:

@@ -103,6 +103,7 @@ class Job:
         self._writers: dict[int, SinkWriter] = {}
         self._operators: dict[int, object] = {}
         self._late_outputs: dict[int, int] = {}
+        self._proctime_windows: list[int] = []
         self._tasks: dict[int, TaskContext] = {}
         self._downstream: dict[int, list[int]] = defaultdict(list)
         self._open_inputs: dict[int, int] = {}
@@ -160,6 +161,8 @@ class Job:
                     backend=self._backend(), operator_id=self.uids[node.id])
                 if node.late_output is not None:
                     self._late_outputs[node.id] = node.late_output
+                if node.proctime:
+                    self._proctime_windows.append(node.id)
             elif isinstance(node, GroupAggregate):
                 from clink.runtime.operators.group import GroupAggregateOperator
 
@@ -240,6 +243,10 @@ class Job:
                 if reader.finished:
                     progressed = True
                     self._end(node_id)
+            # Windows over processing time fire as the clock passes their end.
+            for node_id in self._proctime_windows:
+                if node_id not in self._ended:
+                    self._emit_all(node_id, self._operators[node_id].on_watermark(self.ctx.clock()))
             # Between rounds nothing is in flight: every node has handled every element sent so
             # far, which is the point a checkpoint's barriers would align on.
             if self._checkpointing is not None and not self._ended and self._checkpointing.due():
@@ -392,7 +399,11 @@ class Job:
         if isinstance(node, Sink):
             self.metrics.watermark = low
             return
-        if isinstance(node, (WindowAggregate, Join, OverAggregate)):
+        if isinstance(node, WindowAggregate) and node.proctime:
+            # Event time means nothing to processing-time windows; the end of input fires them all.
+            if low >= MAX_WATERMARK:
+                self._emit_all(node_id, self._operators[node_id].on_watermark(low))
+        elif isinstance(node, (WindowAggregate, Join, OverAggregate)):
             self._emit_all(node_id, self._operators[node_id].on_watermark(low))
         self._emit(node_id, Watermark(low))
 

@@ -176,6 +176,9 @@ class WindowAggregate(Node):
     #: The node that receives late rows (with the input's columns) instead of dropping them.
     late_output: int | None = None
     partitioning: tuple[str, ...] = FORWARD
+    #: Windows over processing time: ``time`` holds each row's processing time, and windows
+    #: fire as the clock passes their end (and all at the end of the input), not on watermarks.
+    proctime: bool = False
 
     @property
     def inputs(self) -> tuple[int, ...]:

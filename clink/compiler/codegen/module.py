@@ -353,6 +353,8 @@ def _emit_plan(w: SourceWriter, plan: PhysicalPlan, schema_names: dict[int, str]
                             w.line(f"schema={schema_names[op.id * 10]}, allowed_lateness={agg.allowed_lateness},")
                             if op.late_output is not None:
                                 w.line(f"late_output={op.late_output},  # late rows go to chain_{op.late_output}")
+                            if agg.proctime:
+                                w.line("proctime=True,  # windows over processing time: they fire by the clock")
                             w.line(f"partitioning={partitioning}, parallelism={op.parallelism}, "
                                    f"span={str(agg.span or '')!r}),")
                     case GroupAggOp(agg=agg):
