@@ -24,13 +24,22 @@ class EvaluationError(Exception):
     """A value could not be computed (a cast that does not fit, an overflow): fails the pipeline."""
 
 
-def filter(batch: pa.RecordBatch, keep: Value) -> pa.RecordBatch:  # noqa: A001 - mirrors RecordBatch.filter
-    """Rows of ``batch`` where ``keep`` is TRUE (FALSE and NULL drop the row)."""
+def filter(batch: pa.RecordBatch, keep: Value, used: tuple[int, ...] | None = None) -> pa.RecordBatch:  # noqa: A001
+    """Rows of ``batch`` where ``keep`` is TRUE (FALSE and NULL drop the row).
+
+    ``used``: the only columns the caller reads afterwards; the others come back as NULLs of the
+    right length instead of being filtered (a wide row type, such as a ROW of strings, costs
+    several times more to filter than the fields read from it)."""
     if isinstance(keep, pa.Scalar):
         return batch if keep.is_valid and keep.as_py() else batch.slice(0, 0)
     if keep.null_count == 0 and pc.all(keep).as_py():
         return batch
-    return pc.filter(batch, keep, null_selection_behavior="drop")
+    if used is None or len(used) == batch.num_columns:
+        return pc.filter(batch, keep, null_selection_behavior="drop")
+    columns = {i: pc.filter(batch.column(i), keep, null_selection_behavior="drop") for i in used}
+    n = len(next(iter(columns.values()))) if columns else int(pc.sum(keep).as_py() or 0)
+    return pa.RecordBatch.from_arrays(
+        [columns[i] if i in columns else pa.nulls(n, f.type) for i, f in enumerate(batch.schema)], schema=batch.schema)
 
 
 def max_epoch_ms(values: Value) -> int | None:

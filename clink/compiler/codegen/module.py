@@ -6,6 +6,8 @@ import builtins
 import keyword
 import re
 
+import attrs
+
 from clink import __version__
 from clink.compiler import ir
 from clink.compiler.codegen.exprs import emit, field_py, is_constant, type_py
@@ -198,7 +200,8 @@ def _emit_chain(w: SourceWriter, op: ChainOp, schema_names: dict[int, str]) -> N
                f'writing `{op.target}`."""')
         schema = op.input_schema
         if op.scan_predicate is not None:
-            _emit_filter(w, op.scan_predicate, schema, note="pushed into the scan")
+            _emit_filter(w, op.scan_predicate, schema, note="pushed into the scan",
+                         used=None if op.updating else _read_by(op.steps, schema))
         for i, step in enumerate(op.steps):
             last = i == len(op.steps) - 1
             if isinstance(step, ir.WindowTVF):
@@ -209,7 +212,8 @@ def _emit_chain(w: SourceWriter, op: ChainOp, schema_names: dict[int, str]) -> N
                 schema = step.schema
                 continue
             if step.predicate is not None:
-                _emit_filter(w, step.predicate, schema, note="WHERE")
+                _emit_filter(w, step.predicate, schema, note="WHERE",
+                             used=None if op.updating else _read_by((attrs.evolve(step, predicate=None),), schema))
             target = schema_names[op.id * 10] if last else None
             _emit_project(w, step, schema, target=target, last=last, rowkind=op.updating)
             schema = step.schema
@@ -266,10 +270,29 @@ def _load_columns(w: SourceWriter, used: set[int], schema: ir.Schema) -> list[st
     return columns
 
 
-def _emit_filter(w: SourceWriter, predicate: ir.Expr, schema: ir.Schema, note: str) -> None:
+def _read_by(steps, schema: ir.Schema) -> tuple[int, ...] | None:
+    """The input columns the first of ``steps`` reads, or None if it passes every column on (a
+    window assignment) or reads them all."""
+    if not steps or isinstance(steps[0], ir.WindowTVF):
+        return None
+    step = steps[0]
+    used: set[int] = set()
+    for e in step.exprs:
+        used |= ir.columns_used(e)
+    if step.predicate is not None:
+        used |= ir.columns_used(step.predicate)
+    return tuple(sorted(used)) if len(used) < len(schema) else None
+
+
+def _emit_filter(w: SourceWriter, predicate: ir.Expr, schema: ir.Schema, note: str,
+                 used: tuple[int, ...] | None = None) -> None:
     columns = _load_columns(w, ir.columns_used(predicate), schema)
     w.line(f"keep = {emit(predicate, columns)}", span=predicate.span)
-    w.line(f'batch = K.filter(batch, keep)  # {note}: FALSE and NULL drop the row')
+    if used is None:
+        w.line(f'batch = K.filter(batch, keep)  # {note}: FALSE and NULL drop the row')
+    else:
+        w.line(f'batch = K.filter(batch, keep, {used!r})  # {note}: FALSE and NULL drop the row; '
+               'only the columns read below are filtered')
 
 
 def _emit_project(w: SourceWriter, step: ir.Calc, schema: ir.Schema, *, target: str | None, last: bool,

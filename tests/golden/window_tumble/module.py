@@ -102,7 +102,7 @@ def chain_4(batch: pa.RecordBatch, ctx: P.TaskContext) -> pa.RecordBatch:
     """Operator 4: Filter -> Project, reading `window aggregate 3`, writing `query_1`."""
     agg0 = batch.column(4)
     keep = pc.greater(agg0, pa.scalar(1, pa.int64()))  # input.sql:21:8  COUNT(*) > 1
-    batch = K.filter(batch, keep)  # WHERE: FALSE and NULL drop the row
+    batch = K.filter(batch, keep, (0, 1, 2, 4, 5, 6, 7))  # WHERE: FALSE and NULL drop the row; only the columns read below are filtered
     auction = batch.column(0)
     window_start = batch.column(1)
     window_end = batch.column(2)
