@@ -194,7 +194,8 @@ class PhysicalPlan:
 def plan_physical(script: BoundScript, roots: tuple[ir.Sink, ...]) -> PhysicalPlan:
     ops: list[PhysicalOp] = []
     for sink in roots:
-        upstream = _build(sink.input, ops, target=sink.name)
+        # Equal scans of one statement share a source (rewrite/share_scans.py).
+        upstream = _build(sink.input, ops, target=sink.name, shared={})
         ops.append(SinkOp(id=len(ops) + 1, input=upstream, sink=sink))
     return PhysicalPlan(ops=tuple(ops))
 
@@ -215,8 +216,9 @@ def _build_late_output(op: WindowAggOp, ops: list[PhysicalOp]) -> None:
     ops.append(SinkOp(id=len(ops) + 1, input=chain.id, sink=attrs.evolve(sink, input=calc)))
 
 
-def _build(rel: ir.Rel, ops: list[PhysicalOp], *, target: str) -> int:
-    """Add the operators that produce ``rel`` to ``ops``; return the id of the last one."""
+def _build(rel: ir.Rel, ops: list[PhysicalOp], *, target: str, shared: dict[ir.Scan, SourceOp]) -> int:
+    """Add the operators that produce ``rel`` to ``ops``; return the id of the last one.
+    ``shared``: the source already planned for each scan of the statement."""
     steps: list[ir.Calc | ir.WindowTVF] = []
     node = rel
     while isinstance(node, (ir.Calc, ir.WindowTVF)):
@@ -225,11 +227,13 @@ def _build(rel: ir.Rel, ops: list[PhysicalOp], *, target: str) -> int:
     scan_predicate = None
     match node:
         case ir.Scan():
-            source = SourceOp(id=len(ops) + 1, scan=node)
-            ops.append(source)
+            source = shared.get(node)
+            if source is None:
+                source = shared[node] = SourceOp(id=len(ops) + 1, scan=node)
+                ops.append(source)
             upstream, table, scan_predicate = source.id, node.table.name, node.predicate
         case ir.WindowAggregate():
-            below = _build(node.input, ops, target="a window aggregate")
+            below = _build(node.input, ops, target="a window aggregate", shared=shared)
             op = WindowAggOp(id=len(ops) + 1, input=below, agg=node,
                              late_output=len(ops) + 2 if node.late_sink is not None else None)
             ops.append(op)
@@ -237,23 +241,31 @@ def _build(rel: ir.Rel, ops: list[PhysicalOp], *, target: str) -> int:
             if node.late_sink is not None:
                 _build_late_output(op, ops)
         case ir.GroupAggregate():
-            below = _build(node.input, ops, target="a group aggregate")
+            below = _build(node.input, ops, target="a group aggregate", shared=shared)
             op = GroupAggOp(id=len(ops) + 1, input=below, agg=node)
             ops.append(op)
             upstream, table = op.id, f"group aggregate {op.id}"
         case ir.OverAggregate():
-            below = _build(node.input, ops, target="an OVER aggregation")
+            below = _build(node.input, ops, target="an OVER aggregation", shared=shared)
             op = OverAggOp(id=len(ops) + 1, input=below, over=node)
             ops.append(op)
             upstream, table = op.id, f"over aggregate {op.id}"
         case ir.Rank():
-            below = _build(node.input, ops, target="a Top-N")
+            below = _build(node.input, ops, target="a Top-N", shared=shared)
             op = RankOp(id=len(ops) + 1, input=below, rank=node)
             ops.append(op)
             upstream, table = op.id, f"top-n {op.id}"
         case ir.Join(left=left, right=right):
-            left_id = _build(left, ops, target="the left side of a join")
-            right_id = _build(right, ops, target="the right side of a join")
+            left_id = _build(left, ops, target="the left side of a join", shared=shared)
+            right_id = _build(right, ops, target="the right side of a join", shared=shared)
+            if right_id == left_id:
+                # A table joined with itself through one shared source: the join tells its sides
+                # apart by the node they come from, so the right side passes through a chain.
+                passing = ChainOp(id=len(ops) + 1, input=right_id, scan_predicate=None, steps=(),
+                                  input_schema=right.schema, table=f"the right side of join {len(ops) + 2}",
+                                  target="a join", updating=ir.is_updating(right))
+                ops.append(passing)
+                right_id = passing.id
             op = JoinOp(id=len(ops) + 1, left=left_id, right=right_id, join=node)
             ops.append(op)
             upstream, table = op.id, f"join {op.id}"
@@ -261,7 +273,7 @@ def _build(rel: ir.Rel, ops: list[PhysicalOp], *, target: str) -> int:
             if any(ir.is_updating(c) for c in children) and not all(ir.is_updating(c) for c in children):
                 raise SqlError("UNION ALL of an updating query and an append-only one is not supported yet",
                                node.span)
-            ids = tuple(_build(child, ops, target="a union") for child in children)
+            ids = tuple(_build(child, ops, target="a union", shared=shared) for child in children)
             op = UnionOp(id=len(ops) + 1, inputs=ids, union=node)
             ops.append(op)
             upstream, table = op.id, f"union {op.id}"

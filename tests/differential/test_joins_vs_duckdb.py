@@ -258,3 +258,17 @@ def test_temporal_join_needs_a_versioned_table_and_its_key() -> None:
     assert "must match the versioned table's whole primary key; j is not compared" in text
     text = _refusal(ddl + "SELECT * FROM o JOIN w FOR SYSTEM_TIME AS OF o.ts ON o.k = w.k;\n")
     assert "'w' must be a table with a PRIMARY KEY and a WATERMARK" in text
+
+
+def test_a_table_read_twice_by_one_query_is_read_once(tables: dict[str, pa.Table]) -> None:
+    """A self-join, and a join of two views of one table, read the table through one source."""
+    query = "SELECT a.k, a.v, b.v AS bv FROM l a JOIN l b ON a.k = b.k AND a.v < b.v"
+    ours = run_select(query, row_group_size=61, **tables)
+    _same(ours, _duck(query, tables))
+    other = ("SELECT x.k, x.n, y.s FROM (SELECT k, COUNT(*) AS n FROM l GROUP BY k) x "
+             "JOIN (SELECT k, s FROM l WHERE v > 50) y ON x.k = y.k")
+    _same(run_select(other, row_group_size=61, **tables), _duck(other, tables))
+    script = ("CREATE TABLE t (k INT, v INT, w INT) WITH ('connector' = 'datagen');\n"
+              "SELECT a.k, b.w FROM t a JOIN t b ON a.k = b.v;\n")
+    physical = clink.compile(script).explain().split("== Physical plan ==")[1]
+    assert physical.count("Source table=[t]") == 1

@@ -13,6 +13,7 @@ from clink.compiler.rewrite.prune_projections import prune_projections
 from clink.compiler.rewrite.push_filter_below_windows import push_filter_below_windows
 from clink.compiler.rewrite.push_filter_into_scan import push_filter_into_scan
 from clink.compiler.rewrite.push_filter_through_project import push_filter_through_project
+from clink.compiler.rewrite.share_scans import share_scans
 from clink.compiler.rewrite.use_scan_equalities import use_scan_equalities
 from clink.errors import CompilerBug
 
@@ -36,6 +37,7 @@ RULES: tuple[Rewrite, ...] = (
     Rewrite("push_filter_into_scan", push_filter_into_scan),
     Rewrite("use_scan_equalities", use_scan_equalities),
     Rewrite("prune_projections", prune_projections, whole_plan=True),
+    Rewrite("share_scans", share_scans, whole_plan=True),
     Rewrite("fuse_stateless", fuse_stateless),
 )
 
