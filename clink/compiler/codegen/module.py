@@ -284,15 +284,81 @@ def _read_by(steps, schema: ir.Schema) -> tuple[int, ...] | None:
     return tuple(sorted(used)) if len(used) < len(schema) else None
 
 
+#: Calls cheap enough to evaluate on every row before a filter: comparisons, boolean logic,
+#: NULL tests, field access, casts. A conjunct with anything else waits until they have filtered.
+_CHEAP = frozenset({"eq", "ne", "lt", "le", "gt", "ge", "and", "or", "not", "is_null", "is_not_null", "is_true",
+                    "is_not_true", "is_false", "is_not_false", "field", "cast", "in", "add", "subtract",
+                    "multiply", "negate", "abs"})
+
+
+def _cheap(e: ir.Expr) -> bool:
+    return all(not isinstance(x, ir.Call) or x.fn in _CHEAP for x in ir.walk(e))
+
+
 def _emit_filter(w: SourceWriter, predicate: ir.Expr, schema: ir.Schema, note: str,
                  used: tuple[int, ...] | None = None) -> None:
-    columns = _load_columns(w, ir.columns_used(predicate), schema)
-    w.line(f"keep = {emit(predicate, columns)}", span=predicate.span)
-    if used is None:
-        w.line(f'batch = K.filter(batch, keep)  # {note}: FALSE and NULL drop the row')
-    else:
-        w.line(f'batch = K.filter(batch, keep, {used!r})  # {note}: FALSE and NULL drop the row; '
-               'only the columns read below are filtered')
+    """Keep the rows where ``predicate`` is TRUE. Its cheap conjuncts filter first, so that costly
+    ones (string functions, regular expressions, UDFs) run only on the rows those let through."""
+    parts = ir.conjuncts(predicate)
+    cheap = [c for c in parts if _cheap(c)]
+    costly = [c for c in parts if not _cheap(c)]
+    stages = [predicate] if not cheap or not costly else [_all_of(cheap), _all_of(costly)]
+    for i, stage in enumerate(stages):
+        last = i == len(stages) - 1
+        # Before the last stage, the columns the later stages read must survive too.
+        keep_cols = used if last or used is None else tuple(sorted(
+            set(used) | {c for later in stages[i + 1:] for c in ir.columns_used(later)}))
+        columns = _load_columns(w, ir.columns_used(stage), schema)
+        w.line(f"keep = {emit_shared(w, [stage], columns)[0]}", span=stage.span)
+        if keep_cols is None:
+            w.line(f'batch = K.filter(batch, keep)  # {note}: FALSE and NULL drop the row')
+        else:
+            w.line(f'batch = K.filter(batch, keep, {keep_cols!r})  # {note}: FALSE and NULL drop the row; '
+                   'only the columns read below are filtered')
+
+
+def _all_of(conditions: list[ir.Expr]) -> ir.Expr:
+    out = None
+    for c in conditions:
+        out = ir.and_(out, c)
+    return out
+
+
+def emit_shared(w: SourceWriter, exprs: list[ir.Expr], columns: list[str]) -> list[str]:
+    """The source of each of ``exprs``, with every costly subexpression that occurs more than once
+    among them computed once into a variable first (common subexpression elimination)."""
+    counts: dict[ir.Expr, int] = {}
+    for e in exprs:
+        for x in ir.walk(e):
+            if isinstance(x, ir.Call) and not _cheap(x) and x.deterministic and x.args:
+                key = _unspanned(x)
+                counts[key] = counts.get(key, 0) + 1
+    repeated = [k for k, n in counts.items() if n > 1]
+    if not repeated:
+        return [emit(e, columns) for e in exprs]
+    names = list(columns)
+    slot: dict[ir.Expr, int] = {}
+    # Inner ones first, so that an outer repeated expression reuses them.
+    for key in sorted(repeated, key=lambda k: sum(1 for _ in ir.walk(k))):
+        code = emit(_substitute(key, slot, len(columns)), names)
+        names.append(f"_same{len(slot)}")
+        w.line(f"{names[-1]} = {code}  # used {counts[key]} times below")
+        slot[key] = len(names) - 1
+    return [emit(_substitute(e, slot, len(columns)), names) for e in exprs]
+
+
+def _unspanned(e: ir.Expr) -> ir.Expr:
+    return ir.transform(e, lambda x: attrs.evolve(x, span=None))
+
+
+def _substitute(e: ir.Expr, slot: dict[ir.Expr, int], width: int) -> ir.Expr:
+    """``e`` with each subexpression in ``slot`` (outermost first) read from its variable."""
+    if isinstance(e, ir.Call):
+        index = slot.get(_unspanned(e))
+        if index is not None:
+            return ir.Column(index=index, name=f"_same{index - width}", type=e.type, nullable=e.nullable, span=e.span)
+    children = tuple(_substitute(c, slot, width) for c in e.children)
+    return e.with_children(children) if children != e.children else e
 
 
 def _emit_project(w: SourceWriter, step: ir.Calc, schema: ir.Schema, *, target: str | None, last: bool,
@@ -303,13 +369,13 @@ def _emit_project(w: SourceWriter, step: ir.Calc, schema: ir.Schema, *, target: 
     columns = _load_columns(w, used, schema)
     if any(is_constant(e) for e in step.exprs):
         w.line("n = batch.num_rows")
+    codes = emit_shared(w, list(step.exprs), columns)
     schema_text = target or _schema_py(step.schema, rowkind=rowkind)
     w.line(f"{'return' if last else 'batch ='} pa.RecordBatch.from_arrays(")
     with w.indent():
         w.line("[")
         with w.indent():
-            for e, name in zip(step.exprs, step.names, strict=True):
-                code = emit(e, columns)
+            for e, name, code in zip(step.exprs, step.names, codes, strict=True):
                 if is_constant(e):
                     # A constant evaluates to one scalar; the batch needs a column of n of them.
                     code = f"K.broadcast({code}, n, {type_py(e.type)})"

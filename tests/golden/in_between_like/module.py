@@ -59,10 +59,12 @@ SCHEMA_CHAIN_2 = pa.schema(
 
 def chain_2(batch: pa.RecordBatch, ctx: P.TaskContext) -> pa.RecordBatch:
     """Operator 2: Filter -> Project, reading `products`, writing `picked`."""
-    code = batch.column(0)
     price = batch.column(1)
     cat = batch.column(2)
-    keep = pc.and_kleene(pc.and_kleene(pc.and_kleene(K.in_list(cat, [pa.scalar(1, pa.int32()), pa.scalar(2, pa.int32()), pa.scalar(3, pa.int32())]), pc.and_kleene(pc.greater_equal(price, pa.scalar(10, pa.int32())), pc.less_equal(price, pa.scalar(150, pa.int32())))), pc.invert(K.like(code, '%z_', None))), pc.invert(K.in_list(cat, [pa.scalar(2, pa.int32())])))  # input.sql:22:7  cat IN (1, 2, 3) ...
+    keep = pc.and_kleene(pc.and_kleene(pc.and_kleene(K.in_list(cat, [pa.scalar(1, pa.int32()), pa.scalar(2, pa.int32()), pa.scalar(3, pa.int32())]), pc.greater_equal(price, pa.scalar(10, pa.int32()))), pc.less_equal(price, pa.scalar(150, pa.int32()))), pc.invert(K.in_list(cat, [pa.scalar(2, pa.int32())])))  # input.sql:22:7  cat IN (1, 2, 3)
+    batch = K.filter(batch, keep)  # pushed into the scan: FALSE and NULL drop the row
+    code = batch.column(0)
+    keep = pc.invert(K.like(code, '%z_', None))  # input.sql:24:7  code NOT LIKE '%z_'
     batch = K.filter(batch, keep)  # pushed into the scan: FALSE and NULL drop the row
     code = batch.column(0)
     price = batch.column(1)
