@@ -814,7 +814,7 @@ class _Binder:
         for c in residual:
             resid = ir.and_(resid, ir.remap(c, shift) if extra_left else c)
         plain = not tree.lookup and tree.temporal is None
-        interval = _interval_bounds(resid, left_x, right_x, tree) if plain else None
+        interval = _interval_bounds(resid, left_x, right_x, tree, left_keys, right_keys) if plain else None
         if tree.temporal is not None:
             names = right.schema.names
             missing = [k for k in tree.primary_key if names.index(k) not in right_keys]
@@ -1555,13 +1555,26 @@ def _key_columns(rel: ir.Rel, keys: list[ir.Expr]) -> tuple[ir.Rel, tuple[int, .
     return ir.Project(input=rel, exprs=tuple(exprs), names=tuple(names), span=rel.span), tuple(positions)
 
 
-def _interval_bounds(residual: ir.Expr | None, left: ir.Rel, right: ir.Rel, tree: _JoinTree) -> ir.IntervalBounds | None:
-    """Event-time bounds between an event-time column of each side in ``residual``, if both a
-    lower and an upper bound are there (``r.t BETWEEN l.t - a AND l.t + b`` and its forms): the
-    join can then forget rows the watermark has passed by more than the bound."""
+def _interval_bounds(residual: ir.Expr | None, left: ir.Rel, right: ir.Rel, tree: _JoinTree,
+                     left_keys: tuple[int, ...] = (), right_keys: tuple[int, ...] = ()) -> ir.IntervalBounds | None:
+    """Event-time bounds between a time column of each side, if both a lower and an upper bound
+    are there (``r.t BETWEEN l.t - a AND l.t + b`` and its forms, or a key ``l.t = r.t``): the
+    join can then forget rows the watermark has passed by more than the bound.
+
+    A time column is an event-time attribute, or the ``window_end`` of a window aggregation
+    (passed on unchanged, or as a key of a GROUP BY over it): rows with a window end at or before
+    the watermark have all arrived, so a join on two window ends (a window join) or bounded by
+    one drops state as windows close."""
     left_times = {i for i, c in enumerate(tree.left.columns) if c.rowtime}
+    left_times |= {i for i in range(len(left.schema)) if _window_end(left, i)}
     right_times = {i for i, c in enumerate(tree.right.columns) if c.rowtime}
-    if not left_times or not right_times or residual is None:
+    right_times |= {i for i in range(len(right.schema)) if _window_end(right, i)}
+    if not left_times or not right_times:
+        return None
+    for a, b in zip(left_keys, right_keys, strict=True):
+        if a in left_times and b in right_times and pt.is_timestamp(left.schema[a].type):
+            return ir.IntervalBounds(left_time=a, right_time=b, lower=0, upper=0)
+    if residual is None:
         return None
     width = len(left.schema)
     lower: dict[tuple[int, int], int] = {}
@@ -1588,6 +1601,26 @@ def _interval_bounds(residual: ir.Expr | None, left: ir.Rel, right: ir.Rel, tree
         if lower[pair] <= upper[pair]:
             return ir.IntervalBounds(left_time=pair[0], right_time=pair[1], lower=lower[pair], upper=upper[pair])
     return None
+
+
+def _window_end(rel: ir.Rel, index: int) -> bool:
+    """Whether column ``index`` of ``rel`` is a window aggregation's window_end, passed on
+    unchanged through projections, filters and the keys of GROUP BYs."""
+    while True:
+        match rel:
+            case ir.Project(exprs=exprs, input=below) | ir.Calc(exprs=exprs, input=below):
+                e = exprs[index]
+                if not isinstance(e, ir.Column):
+                    return False
+                rel, index = below, e.index
+            case ir.Filter(input=below):
+                rel = below
+            case ir.GroupAggregate(num_keys=n, input=below) if index < n:
+                rel = below
+            case ir.WindowAggregate(num_keys=n, proctime=False):
+                return index == n + 1
+            case _:
+                return False
 
 
 def _time_term(e: ir.Expr) -> tuple[int, int] | None:
