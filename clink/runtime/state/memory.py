@@ -7,7 +7,6 @@ only, since nothing here outlives the process.
 
 from __future__ import annotations
 
-import bisect
 import itertools
 import urllib.parse
 from collections.abc import Collection, Iterable, Iterator, Sequence
@@ -189,16 +188,32 @@ class _MemoryListState(_Store, ListState):
         group.pop(k, None)
 
 
+#: Tables of at least this many rows are measured (``nbytes``); smaller ones are estimated.
+_MEASURED_ROWS = 256
+
+
 class _MemoryTableState(TableState):
-    """Buckets as lists of tables, oldest first, and their namespaces in a sorted list."""
+    """Buckets as lists of tables, oldest first. The sorted list of namespaces is made when it is
+    asked for after a change (a state of many buckets — session windows — adds and removes far
+    more often than it lists them, and keeping a list sorted costs a move of it per change)."""
 
     def __init__(self, descriptor: TableStateDescriptor, max_parallelism: int) -> None:
         self.descriptor = descriptor
         self.buckets: dict[int, list[pa.Table]] = {}
-        self.ordered: list[int] = []
+        self._ordered: list[int] | None = []
         self._parts: dict[int, int] = {}
+        self._sizes: dict[int, int] = {}
         self._rows = 0
         self._bytes = 0
+        #: Bytes per row, learnt from the tables large enough to measure: a small slice of a big
+        #: table takes ~20 us to measure (``nbytes`` walks its buffers), more than the add itself.
+        self._row_bytes = 16.0 * len(descriptor.schema)
+
+    @property
+    def ordered(self) -> list[int]:  # type: ignore[override]
+        if self._ordered is None:
+            self._ordered = sorted(self.buckets)
+        return self._ordered
 
     def add(self, namespace: int, table: pa.Table) -> None:
         if table.num_rows == 0:
@@ -209,11 +224,17 @@ class _MemoryTableState(TableState):
         if bucket is None:
             bucket = self.buckets[namespace] = []
             self._parts[namespace] = 0
-            bisect.insort(self.ordered, namespace)
+            self._ordered = None
         bucket.append(table)
         self._parts[namespace] += 1
         self._rows += table.num_rows
-        self._bytes += table.nbytes
+        if table.num_rows >= _MEASURED_ROWS:
+            size = table.nbytes
+            self._row_bytes = size / table.num_rows
+        else:
+            size = round(table.num_rows * self._row_bytes)
+        self._sizes[namespace] = self._sizes.get(namespace, 0) + size
+        self._bytes += size
 
     def get(self, namespace: int) -> pa.Table | None:
         bucket = self.buckets.get(int(namespace))
@@ -228,10 +249,10 @@ class _MemoryTableState(TableState):
         if bucket is None:
             return None
         del self._parts[namespace]
-        del self.ordered[bisect.bisect_left(self.ordered, namespace)]
+        self._ordered = None
         for part in bucket:
             self._rows -= part.num_rows
-            self._bytes -= part.nbytes
+        self._bytes -= self._sizes.pop(namespace, 0)
         return table
 
     def num_rows(self, namespace: int | None = None) -> int:
@@ -247,8 +268,9 @@ class _MemoryTableState(TableState):
 
     def clear_all(self) -> None:
         self.buckets.clear()
-        self.ordered.clear()
+        self._ordered = []
         self._parts.clear()
+        self._sizes.clear()
         self._rows = self._bytes = 0
 
     def group_rows(self, key_group: int) -> Iterator[tuple[int, pa.Table]]:
