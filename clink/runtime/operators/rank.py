@@ -71,7 +71,9 @@ class RankOperator:
                              f"{', the row number' if node.emit_rank else ''} and {ROWKIND_COLUMN!r}; "
                              f"got <{node.schema}>")
         stored = pa.schema([*input_schema, pa.field("_seq", pa.int64())])
-        self.rows = KeyedRows("rows", stored, node.partition, self._max_parallelism, retractions=True)
+        # Each row's arrival number is unique: it alone tells stored rows apart.
+        self.rows = KeyedRows("rows", stored, node.partition, self._max_parallelism, retractions=True,
+                              identity=(self.width,))
         self.operator_id = operator_id or f"rank-{node.id}"
         self.descriptors = [self.rows.descriptor]
         self.operator_state: OperatorState = open_state(backend, self._max_parallelism, self.operator_id,

@@ -64,7 +64,7 @@ class KeyedRows:
     """The stored rows of one input, by key (see the module docstring)."""
 
     def __init__(self, name: str, schema: pa.Schema, keys: tuple[int, ...], max_parallelism: int, *,
-                 retractions: bool | None = None) -> None:
+                 retractions: bool | None = None, identity: tuple[int, ...] | None = None) -> None:
         self.name = name
         #: The input is updating: its batches end with the row kind.
         self.updating = len(schema) > 0 and schema.names[-1] == ROWKIND_COLUMN
@@ -77,7 +77,10 @@ class KeyedRows:
             if not 0 <= k < self.width:
                 raise ValueError(f"join key column {k} is not a column of the {name} input (it has {self.width})")
         self.max_parallelism = max_parallelism
-        self.hashable = [i for i, t in enumerate(self.schema.types) if _hashable(t)]
+        #: The columns that tell stored rows apart (``_rhash``): all hashable ones, or fewer when
+        #: the owner knows a unique one (a Top-N's arrival number).
+        self.hashable = list(identity) if identity is not None else [
+            i for i, t in enumerate(self.schema.types) if _hashable(t)]
         fields = [pa.field(f"c{i}", t) for i, t in enumerate(self.schema.types)]
         fields += [pa.field(n, t) for n, t in zip(_META, _META_TYPES, strict=True)]
         fields.append(pa.field(KEY_GROUP, pa.int32()))
