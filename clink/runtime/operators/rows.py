@@ -2,11 +2,13 @@
 
 A ``KeyedRows`` holds one input's rows in one table state as *runs*: immutable tables, one per
 namespace, in arrival order, each indexed in memory by the hashes of its rows' keys
-(``_khash``), sorted, with the row each belongs to. ``lookup`` finds the stored rows of a whole
-batch of key hashes with one ``numpy.searchsorted`` per run. ``store`` adds a batch as a new run;
+(``_khash``), sorted, with the row each belongs to — an index made when the run is first
+searched, so that a store that is rarely probed does not sort runs it merges away. ``lookup``
+finds the stored rows of a whole batch of key hashes with one ``numpy.searchsorted`` per run. ``store`` adds a batch as a new run;
 the newest run merges into the one before it while that one is at most twice its size, so N rows
 make about log2(N / batch) runs. A merge concatenates the two tables without copying rows and
-merges the two sorted indexes in linear time (a stable sort of two sorted runs); a store that
+merges the two sorted indexes in linear time (a stable sort of two sorted runs) when both have
+one; a store that
 takes retractions nets equal rows instead, rewriting them, and a run of many chunks is copied
 into one. After a restore all rows form one run, indexed again from ``_khash``.
 
@@ -46,12 +48,14 @@ _META_TYPES = (pa.uint64(), pa.uint64(), pa.int64(), pa.int64(), pa.int64())
 
 @dataclass(slots=True)
 class _Run:
-    """One table of a side, indexed: its namespace, its key hashes sorted, the table row of
-    each (``order``), and its oldest event time and write time."""
+    """One table of a store: its namespace, the key hash of each row (``raw``, in table order),
+    and — once it has been searched — those hashes sorted (``khash``) with the row of each
+    (``order``); its oldest event time and write time."""
 
     namespace: int
-    khash: np.ndarray
-    order: np.ndarray
+    raw: np.ndarray
+    khash: np.ndarray | None
+    order: np.ndarray | None
     min_time: int
     min_written: int
 
@@ -115,6 +119,11 @@ class KeyedRows:
         parts: list[pa.Table] = []
         ids: list[np.ndarray] = []
         for run in self.runs:
+            if run.order is None:
+                # Indexed when first searched: a side that is rarely probed (the bids of a join
+                # with a per-window maximum) never pays for sorting runs it merges away.
+                run.order = np.argsort(run.raw, kind="stable")
+                run.khash = run.raw[run.order]
             lo = np.searchsorted(run.khash, khash, side="left")
             hi = np.searchsorted(run.khash, khash, side="right")
             lengths = hi - lo
@@ -146,18 +155,18 @@ class KeyedRows:
         time_values = times if times is not None else np.zeros(n, dtype=np.int64)
         arrays = [*columns, pa.array(khash), pa.array(rhash), pa.array(sign), pa.array(np.full(n, now, dtype=np.int64)),
                   pa.array(time_values), pa.array((khash % np.uint64(self.max_parallelism)).astype(np.int32))]
-        order = np.argsort(khash, kind="stable")
-        self._add_run(pa.Table.from_arrays(arrays, schema=self.state_schema), khash[order], order)
-        while len(self.runs) >= 2 and len(self.runs[-2].khash) <= 2 * len(self.runs[-1].khash):
+        self._add_run(pa.Table.from_arrays(arrays, schema=self.state_schema), khash)
+        while len(self.runs) >= 2 and len(self.runs[-2].raw) <= 2 * len(self.runs[-1].raw):
             self._merge_last_two()
 
-    def _add_run(self, table: pa.Table, khash: np.ndarray, order: np.ndarray) -> None:
+    def _add_run(self, table: pa.Table, raw: np.ndarray, khash: np.ndarray | None = None,
+                 order: np.ndarray | None = None) -> None:
         if table.num_rows == 0:
             return
         namespace = self.next_namespace
         self.next_namespace += 1
         self.table.add(namespace, table)
-        self.runs.append(_Run(namespace, khash, order, _min(table, "_time"), _min(table, "_written")))
+        self.runs.append(_Run(namespace, raw, khash, order, _min(table, "_time"), _min(table, "_written")))
 
     def _merge_last_two(self) -> None:
         """One run from the newest two. Rows stay where they are (the tables are concatenated);
@@ -170,21 +179,23 @@ class KeyedRows:
         if self.retractions:
             self._rebuild(merged)
             return
+        raw = np.concatenate([a.raw, b.raw])
+        if merged.num_columns and merged.column(0).num_chunks > _MAX_CHUNKS:
+            merged = merged.combine_chunks()
+        if a.order is None or b.order is None:
+            self._add_run(merged, raw)  # indexed when first searched
+            return
         keys = np.concatenate([a.khash, b.khash])
         rows = np.concatenate([a.order, b.order + first.num_rows])
         perm = np.argsort(keys, kind="stable")
-        if merged.num_columns and merged.column(0).num_chunks > _MAX_CHUNKS:
-            merged = merged.combine_chunks()
-        self._add_run(merged, keys[perm], rows[perm])
+        self._add_run(merged, raw, keys[perm], rows[perm])
 
     def _rebuild(self, table: pa.Table) -> None:
         """Net (a store that takes retractions) and index ``table``, and store it as one run."""
         if self.retractions and table.num_rows:
             table = _net(table)
         table = table.combine_chunks()
-        khash = table.column("_khash").to_numpy()
-        order = np.argsort(khash, kind="stable")
-        self._add_run(table, khash[order], order)
+        self._add_run(table, table.column("_khash").to_numpy())
 
     def replace(self, table: pa.Table) -> None:
         """Make ``table`` (rows of this store, taken out of it) its whole content, as one run."""
@@ -217,7 +228,7 @@ class KeyedRows:
             self.table.take(run.namespace)
             if keep.any():
                 self._rebuild(table.filter(pa.array(keep)))
-        self.runs.sort(key=lambda r: -len(r.khash))
+        self.runs.sort(key=lambda r: -len(r.raw))
 
     def reload(self) -> None:
         """After a restore: every stored row becomes one run (namespaces of several snapshots may
