@@ -210,11 +210,18 @@ def split_index(a: Value, sep: str, index: int) -> Value:
     return pc.if_else(pa.array(has), picked, pa.scalar(None, pa.string()))
 
 
-def _split_index_byte(a: pa.StringArray, sep: int, index: int) -> pa.Array | None:
-    """``split_index`` for a one-byte (ASCII) separator, on the bytes themselves: the separators'
-    positions, each one's rank within its string, and the piece between the ``index``-th and the
-    next, gathered into a new string array. An ASCII byte never occurs inside a multi-byte UTF-8
-    character, so byte positions are safe."""
+#: The separators found in the last array split on a byte: SPLIT_INDEX(url, '/', 3), (url, '/', 4)
+#: … in one projection split the same array, and finding the separators is most of the work. The
+#: array itself is kept with them, so the memo can only ever match that very array.
+_LAST_SPLIT: list = [None]
+
+
+def _separators(a: pa.StringArray, sep: int) -> tuple[np.ndarray, ...]:
+    """(offsets, data, separator positions, per row its first separator's index among them, and
+    its number of separators) of ``a`` split on byte ``sep``."""
+    memo = _LAST_SPLIT[0]
+    if memo is not None and memo[0] is a and memo[1] == sep:
+        return memo[2]
     n = len(a)
     offsets = np.frombuffer(a.buffers()[1], np.int32, n + 1)
     data = np.frombuffer(a.buffers()[2], np.uint8) if a.buffers()[2] is not None else np.zeros(0, np.uint8)
@@ -222,6 +229,18 @@ def _split_index_byte(a: pa.StringArray, sep: int, index: int) -> pa.Array | Non
     hits = np.flatnonzero(data == sep)
     first = np.searchsorted(hits, offsets[:-1])  # per row: its first separator's index in hits
     count = np.searchsorted(hits, offsets[1:]) - first  # separators per row
+    found = (offsets, data, hits, first, count)
+    _LAST_SPLIT[0] = (a, sep, found)
+    return found
+
+
+def _split_index_byte(a: pa.StringArray, sep: int, index: int) -> pa.Array | None:
+    """``split_index`` for a one-byte (ASCII) separator, on the bytes themselves: the separators'
+    positions, each one's rank within its string, and the piece between the ``index``-th and the
+    next, gathered into a new string array. An ASCII byte never occurs inside a multi-byte UTF-8
+    character, so byte positions are safe."""
+    n = len(a)
+    offsets, data, hits, first, count = _separators(a, sep)
     # Piece k starts after separator k-1 (or at the row's start) and ends at separator k (or the end).
     has = count >= index
     if index == 0:

@@ -330,7 +330,9 @@ def emit_shared(w: SourceWriter, exprs: list[ir.Expr], columns: list[str]) -> li
     counts: dict[ir.Expr, int] = {}
     for e in exprs:
         for x in ir.walk(e):
-            if isinstance(x, ir.Call) and not _cheap(x) and x.deterministic and x.args:
+            # A ROW field read twice is computed once too: the same array then reaches the
+            # functions that read it (SPLIT_INDEX remembers the separators of its last array).
+            if isinstance(x, ir.Call) and (not _cheap(x) or x.fn == "field") and x.deterministic and x.args:
                 key = _unspanned(x)
                 counts[key] = counts.get(key, 0) + 1
     repeated = [k for k, n in counts.items() if n > 1]
