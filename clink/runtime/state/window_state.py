@@ -44,6 +44,7 @@ class WindowState:
         self._merge = merge
         self._compact_after = compact_after
         self._table = table
+        self._checked: pa.Schema | None = None
 
     @property
     def table(self) -> TableState:
@@ -55,8 +56,10 @@ class WindowState:
         """Append ``partials`` (which must have a ``_key_group`` column) to window ``window_end``."""
         if partials.num_rows == 0:
             return
-        if KEY_GROUP not in partials.column_names:
+        # The parts of one split share their schema: check it once (session windows add thousands).
+        if partials.schema is not self._checked and partials.schema.get_field_index(KEY_GROUP) < 0:
             raise ValueError(f"partial tables need a {KEY_GROUP!r} column, got {partials.column_names}")
+        self._checked = partials.schema
         window_end = int(window_end)
         self._table.add(window_end, partials)
         if self._merge is not None and self._table.parts(window_end) >= self._compact_after:
@@ -99,12 +102,18 @@ class WindowState:
     def take_many(self, window_ends: Iterable[int]) -> pa.Table | None:
         """Remove the given windows and return their partials in one table, with a
         ``_window_end`` column (int64) first; windows in the order given."""
-        tables = []
+        tables, ends, counts = [], [], []
         for end in window_ends:
             table = self.take(end)
             if table is not None:
-                tables.append(table.add_column(0, WINDOW_END, pa.array(np.full(table.num_rows, end, np.int64))))
-        return pa.concat_tables(tables) if tables else None
+                tables.append(table)
+                ends.append(end)
+                counts.append(table.num_rows)
+        if not tables:
+            return None
+        # One column for all windows (a session window state takes thousands at a time).
+        column = pa.array(np.repeat(np.array(ends, np.int64), counts))
+        return pa.concat_tables(tables).add_column(0, WINDOW_END, column)
 
     def num_rows(self) -> int:
         """Partial rows held (a proxy for the number of open (window, key) groups)."""
