@@ -533,6 +533,11 @@ class Job:
             self._scratch = None
 
 
+#: Stateful node types and the prefix of their stable ids.
+_STATEFUL = ((WindowAggregate, "window"), (GroupAggregate, "group"), (Join, "join"), (Rank, "rank"),
+             (OverAggregate, "over"))
+
+
 def stable_ids(plan: Plan) -> dict[int, str]:
     """A name per source, sink and stateful operator that survives changes elsewhere in the plan:
     ``source:<table>``, ``sink:<table>``, ``window-<n>``, ``group-<n>``, ``join-<n>``, ``rank-<n>`` and
@@ -541,29 +546,16 @@ def stable_ids(plan: Plan) -> dict[int, str]:
     and third node of the same name."""
     ids: dict[int, str] = {}
     seen: dict[str, int] = defaultdict(int)
-    windows = groups = joins = ranks = overs = 0
+    counts: dict[str, int] = defaultdict(int)
     for node in plan.nodes:
-        if isinstance(node, Source):
-            base = f"source:{node.table}"
-        elif isinstance(node, Sink):
-            base = f"sink:{node.table}"
-        elif isinstance(node, WindowAggregate):
-            windows += 1
-            base = f"window-{windows}"
-        elif isinstance(node, GroupAggregate):
-            groups += 1
-            base = f"group-{groups}"
-        elif isinstance(node, Join):
-            joins += 1
-            base = f"join-{joins}"
-        elif isinstance(node, Rank):
-            ranks += 1
-            base = f"rank-{ranks}"
-        elif isinstance(node, OverAggregate):
-            overs += 1
-            base = f"over-{overs}"
+        if isinstance(node, Source | Sink):
+            base = f"{'source' if isinstance(node, Source) else 'sink'}:{node.table}"
         else:
-            continue
+            kind = next((name for cls, name in _STATEFUL if isinstance(node, cls)), None)
+            if kind is None:
+                continue
+            counts[kind] += 1
+            base = f"{kind}-{counts[kind]}"
         seen[base] += 1
         ids[node.id] = base if seen[base] == 1 else f"{base}#{seen[base]}"
     return ids

@@ -15,7 +15,10 @@ from clink.runtime.state.memory import MemoryStateBackend
 
 if TYPE_CHECKING:
     from clink.runtime.context import TaskContext
-    from clink.runtime.state.backend import OperatorState, StateBackend, StateDescriptor
+    from clink.runtime.state.backend import OperatorState, StateBackend, StateDescriptor, TableState
+
+#: Rows that wait for the watermark are held in buckets of this many ms of their time.
+BUCKET_MS = 1000
 
 
 def max_parallelism(ctx: TaskContext) -> int:
@@ -49,3 +52,25 @@ def all_valid(keys: Sequence[pa.Array], n: int) -> np.ndarray:
         if k.null_count:
             valid &= pc.is_valid(k).to_numpy(zero_copy_only=False)
     return valid
+
+
+def hold(pending: TableState, table: pa.Table, ts: np.ndarray) -> None:
+    """Keep ``table``'s rows (times ``ts``, ms) in ``pending``, one bucket per second of time."""
+    buckets = ts // BUCKET_MS
+    for bucket in np.unique(buckets):
+        pending.add(int(bucket), table.filter(pa.array(buckets == bucket)))
+
+
+def take_ready(pending: TableState, watermark: int) -> pa.Table | None:
+    """Remove and return the held rows whose ``_ts`` is at or before ``watermark`` (the rest of
+    the one bucket it splits goes back); None if there are none."""
+    parts = [pending.take(ns) for ns in pending.namespaces(until=watermark // BUCKET_MS)]
+    parts = [p for p in parts if p is not None]
+    if not parts:
+        return None
+    held = pa.concat_tables(parts)
+    ready = held.column("_ts").to_numpy() <= watermark
+    if not ready.all():
+        pending.add(int(watermark // BUCKET_MS), held.filter(pa.array(~ready)))
+        held = held.filter(pa.array(ready))
+    return held if held.num_rows else None

@@ -9,7 +9,7 @@ or behind the watermark is late: dropped and counted.
 
 State, through the state contract:
 
-- ``pending`` (table state): rows waiting for the watermark, in buckets of ``_BUCKET_MS`` by time;
+- ``pending`` (table state): rows waiting for the watermark, in buckets of a second by time;
 - ``history`` (bounded frames; a ``KeyedRows`` store keyed by partition): the rows a later row's
   frame can still reach — the last ``n`` of each partition (``ROWS``), or those newer than the
   watermark minus ``x`` (``RANGE``; older ones are dropped as the watermark passes);
@@ -33,7 +33,7 @@ import numpy as np
 import pyarrow as pa
 
 from clink.runtime import compute as pc
-from clink.runtime.operators.common import epoch_ms, max_parallelism, open_state
+from clink.runtime.operators.common import epoch_ms, hold, max_parallelism, open_state, take_ready
 from clink.runtime.operators.rows import KeyedRows, net_pairs, plain_array
 from clink.runtime.state.backend import KEY_GROUP, OperatorState, StateBackend, TableStateDescriptor
 from clink.runtime.state.keygroups import hash_columns
@@ -44,8 +44,6 @@ if TYPE_CHECKING:
     from clink.runtime import plan
     from clink.runtime.context import TaskContext
 
-#: Pending rows are bucketed by time: a firing takes whole buckets, and splits one at most.
-_BUCKET_MS = 1000
 _AGGREGATES = ("count_star", "count", "sum", "avg", "min", "max")
 
 
@@ -123,9 +121,7 @@ class OverAggregateOperator:
         table = pa.Table.from_arrays(
             [*batch.columns, pa.array(seq), pa.array(ts), pa.array(khash),
              pa.array((khash % np.uint64(self._max_parallelism)).astype(np.int32))], schema=self._pending_schema)
-        buckets = ts // _BUCKET_MS
-        for bucket in np.unique(buckets):
-            self.pending.add(int(bucket), table.filter(pa.array(buckets == bucket)))
+        hold(self.pending, table, ts)
         self._update_state_metrics()
         return []
 
@@ -134,19 +130,8 @@ class OverAggregateOperator:
         if watermark <= self.watermark:
             return []
         self.watermark = watermark
-        parts = [self.pending.take(ns) for ns in self.pending.namespaces(until=watermark // _BUCKET_MS)]
-        parts = [p for p in parts if p is not None]
-        out: list[pa.RecordBatch] = []
-        if parts:
-            held = pa.concat_tables(parts)
-            ts = held.column("_ts").to_numpy()
-            ready = ts <= watermark
-            if not ready.all():
-                later = held.filter(pa.array(~ready))
-                self.pending.add(int(watermark // _BUCKET_MS), later)
-                held = held.filter(pa.array(ready))
-            if held.num_rows:
-                out = [self._fire(held)]
+        held = take_ready(self.pending, watermark)
+        out = [self._fire(held)] if held is not None else []
         if self.bounded and self.node.frame == "range":
             # A later row's frame starts after watermark - x: older history can go.
             self.store.expire(time_before=watermark + 1 - self.node.preceding)

@@ -26,7 +26,7 @@ import numpy as np
 import pyarrow as pa
 
 from clink.runtime import compute as pc
-from clink.runtime.operators.common import all_valid, epoch_ms, max_parallelism, open_state
+from clink.runtime.operators.common import all_valid, epoch_ms, hold, max_parallelism, open_state, take_ready
 from clink.runtime.operators.rows import KeyedRows, plain_array
 from clink.runtime.plan import ROWKIND_COLUMN
 from clink.runtime.state.backend import KEY_GROUP, OperatorState, StateBackend, TableStateDescriptor
@@ -37,9 +37,6 @@ if TYPE_CHECKING:
 
     from clink.runtime import plan
     from clink.runtime.context import TaskContext
-
-_BUCKET_MS = 1000
-
 
 class TemporalJoinOperator:
     """Run a ``plan.Join`` with ``temporal`` set: ``process(batch, side)`` holds left rows and
@@ -98,9 +95,7 @@ class TemporalJoinOperator:
             table = pa.Table.from_arrays(
                 [*batch.columns, pa.array(ts), pa.array(khash),
                  pa.array((khash % np.uint64(self._max_parallelism)).astype(np.int32))], schema=self._pending_schema)
-            buckets = ts // _BUCKET_MS
-            for bucket in np.unique(buckets):
-                self.pending.add(int(bucket), table.filter(pa.array(buckets == bucket)))
+            hold(self.pending, table, ts)
         self._update_state_metrics()
         return []
 
@@ -108,17 +103,8 @@ class TemporalJoinOperator:
         if watermark <= self.watermark:
             return []
         self.watermark = watermark
-        parts = [self.pending.take(ns) for ns in self.pending.namespaces(until=watermark // _BUCKET_MS)]
-        parts = [p for p in parts if p is not None]
-        out: list[pa.RecordBatch] = []
-        if parts:
-            held = pa.concat_tables(parts)
-            ready = held.column("_ts").to_numpy() <= watermark
-            if not ready.all():
-                self.pending.add(int(watermark // _BUCKET_MS), held.filter(pa.array(~ready)))
-                held = held.filter(pa.array(ready))
-            if held.num_rows:
-                out = self._fire(held)
+        held = take_ready(self.pending, watermark)
+        out = self._fire(held) if held is not None else []
         if self.versions.rows() >= 2 * max(self._compacted_at, 1024):
             self._compact(watermark)
         self._update_state_metrics()
