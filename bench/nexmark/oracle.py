@@ -103,6 +103,19 @@ QUERIES = {
         auction_bids AS (SELECT auction, ws, COUNT(*) AS num FROM windows GROUP BY auction, ws),
         max_bids AS (SELECT ws, MAX(num) AS maxn FROM auction_bids GROUP BY ws)
         SELECT a.auction, a.num FROM auction_bids a JOIN max_bids m ON a.ws = m.ws AND a.num >= m.maxn""",
+    # The winning bids as in q9; each seller's are ordered by time, then by position in the stream.
+    "q6": """
+        WITH winners AS (
+            SELECT seller, final, dateTime, bid_row
+            FROM (SELECT A.seller, B.price AS final, B.dateTime, B.file_row_number AS bid_row,
+                         ROW_NUMBER() OVER (PARTITION BY A.id, A.seller ORDER BY B.price DESC, B.dateTime ASC,
+                                            B.file_row_number) AS rownum
+                  FROM auction A, bid B
+                  WHERE A.id = B.auction AND B.dateTime BETWEEN A.dateTime AND A.expires)
+            WHERE rownum <= 1)
+        SELECT seller, AVG(final) OVER (PARTITION BY seller ORDER BY dateTime, bid_row
+                                        ROWS BETWEEN 10 PRECEDING AND CURRENT ROW)
+        FROM winners""",
     "q7": """
         WITH b1 AS (SELECT MAX(price) AS maxprice, epoch_ms(dateTime) // 10000 * 10000 + 10000 AS we
                     FROM bid GROUP BY epoch_ms(dateTime) // 10000)

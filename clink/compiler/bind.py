@@ -581,10 +581,7 @@ class _Binder:
         and the select list over that (each OVER call replaced by its aggregate's column)."""
         calls = [n for item in q.items for n in _ast_walk(item) if isinstance(n, ast.FunctionCall) and n.over]
         spec = calls[0].over
-        if ir.is_updating(rel):
-            producer = ir.updating_source(rel)
-            raise SqlError("OVER aggregation over an updating input is not supported yet", spec.span,
-                           f"the input produces updates: {_updating_reason(producer, producer.span)}")
+        updating = ir.is_updating(rel)
         width = len(scope.columns)
         inputs: list[ir.Expr] = [ir.Column(index=i, name=c.name, type=c.field.type, nullable=c.field.nullable,
                                            span=None) for i, c in enumerate(scope.columns)]
@@ -596,15 +593,24 @@ class _Binder:
             return len(inputs) - 1
 
         partition = tuple(column_for(self.expr(p, scope)) for p in spec.partition_by)
+        what = "one column" if updating else "one event-time column"
         if len(spec.order_by) != 1 or spec.order_by[0][1]:
-            raise SqlError("OVER (...) needs ORDER BY one event-time column, ascending", spec.span,
+            raise SqlError(f"OVER (...) needs ORDER BY {what}, ascending", spec.span,
                            "e.g. OVER (PARTITION BY k ORDER BY ts ROWS BETWEEN 10 PRECEDING AND CURRENT ROW)")
         order_expr = spec.order_by[0][0]
         time = self.expr(order_expr, scope)
-        if not (isinstance(time, ir.Column) and scope.columns[time.index].rowtime):
+        frame, preceding = self._over_frame(spec)
+        if updating:
+            # Results are revised as rows come and go: no watermark to wait for, any order column.
+            if not (pt.is_timestamp(time.type) or pt.is_date(time.type) or T.is_integer(time.type)):
+                raise SqlError(f"OVER (ORDER BY ...) of a {T.sql_name(time.type)} is not supported", order_expr.span,
+                               "over an updating input, order by a timestamp, date or integer")
+            if frame == "range" and preceding is not None and not pt.is_timestamp(time.type):
+                raise SqlError("RANGE BETWEEN INTERVAL ... PRECEDING needs ORDER BY a timestamp", order_expr.span)
+            time = ir.Column(index=column_for(time), name="", type=time.type, nullable=time.nullable, span=None)
+        elif not (isinstance(time, ir.Column) and scope.columns[time.index].rowtime):
             raise SqlError("OVER (ORDER BY ...) needs an event-time attribute: a column with a WATERMARK",
                            order_expr.span, "rows are aggregated in event-time order as the watermark passes them")
-        frame, preceding = self._over_frame(spec)
         context = _OverContext(key=_ast_key(spec), inputs=inputs, column_for=column_for)
         self._over = context
         try:
@@ -641,7 +647,8 @@ class _Binder:
         out = tuple(ir.transform(e, placeholder) for e in exprs)
         unique = _unique(names)
         rowtime = frozenset(n for n, e in zip(unique, out, strict=True)
-                            if isinstance(e, ir.Column) and e.index < width and scope.columns[e.index].rowtime)
+                            if isinstance(e, ir.Column) and e.index < width and scope.columns[e.index].rowtime
+                            and not updating)
         return ir.Project(input=over, exprs=out, names=unique, span=q.span), rowtime
 
     def _over_frame(self, spec: ast.WindowSpec) -> tuple[str, int | None]:

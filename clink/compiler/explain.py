@@ -121,7 +121,8 @@ def explain_logical(node: ir.Rel, indent: int = 0) -> str:
         case ir.OverAggregate():
             aggs = ", ".join(_agg_sql(a, names) for a in node.aggs)
             line = (f"OverAggregate(partition=[{', '.join(names[p] for p in node.partition)}], "
-                    f"order=[{names[node.time]}], frame=[{over_frame(node.frame, node.preceding)}], aggs=[{aggs}])")
+                    f"order=[{names[node.time]}], frame=[{over_frame(node.frame, node.preceding)}], aggs=[{aggs}]"
+                    f"{', changelog=[+I, -U, +U, -D]' if ir.is_updating(node) else ''})")
         case ir.Rank():
             order = ", ".join(f"{names[c]}{' DESC' if d else ''}" for c, d in node.order)
             line = (f"Rank(ROW_NUMBER() over partition=[{', '.join(names[p] for p in node.partition)}], "
@@ -220,6 +221,8 @@ def explain_physical(plan: PhysicalPlan) -> str:
                 names = over.input.schema.names
                 line = (f"[{op.id}] OverAggregate {over_frame(over.frame, over.preceding)} state keys=["
                         f"{', '.join(names[p] for p in over.partition) or '(none)'}] <- [{op.input}] {op.partitioning}")
+                if ir.is_updating(over):
+                    line += " produces updates"
             case RankOp(rank=rank):
                 names = rank.input.schema.names
                 line = (f"[{op.id}] TopN {rank.limit} state keys=[{', '.join(names[p] for p in rank.partition) or '(none)'}] "

@@ -519,8 +519,10 @@ class GroupAggregate(Unary):
 class OverAggregate(Unary):
     """Aggregates over a frame of each row's partition, in event-time order: every input row
     with one more column per aggregate. ``frame`` is ``"rows"`` (``preceding`` rows before) or
-    ``"range"`` (``preceding`` ms before, peers included); ``preceding`` None is UNBOUNDED. Rows
-    come out once the watermark passes ``time``, so the result is append-only."""
+    ``"range"`` (``preceding`` ms before, peers included); ``preceding`` None is UNBOUNDED. Over
+    an append-only input, rows come out once the watermark passes ``time`` (an event-time
+    attribute), so the result is append-only; over an updating input, ``time`` is any ordered
+    column and results are revised as rows come and go, so the result is updating."""
 
     partition: tuple[int, ...]
     time: int

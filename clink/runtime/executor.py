@@ -21,6 +21,7 @@ from clink.runtime.elements import MAX_WATERMARK, Barrier, Batch, Element, EndOf
 from clink.runtime.kernels import EvaluationError, max_epoch_ms
 from clink.runtime.loader import sql_position_of
 from clink.runtime.plan import (
+    ROWKIND_COLUMN,
     Chain,
     GroupAggregate,
     Join,
@@ -170,6 +171,12 @@ class Job:
                     node, self._tasks[node.id], input_schema=self.plan.node(node.input).schema,
                     backend=self._backend(), operator_id=self.uids[node.id],
                     ttl_ms=_duration_ms(self.ctx.get("table.exec.state.ttl")))
+            elif isinstance(node, OverAggregate) and self.plan.node(node.input).schema.names[-1:] == [ROWKIND_COLUMN]:
+                from clink.runtime.operators.over_updating import UpdatingOverOperator
+
+                self._operators[node.id] = UpdatingOverOperator(
+                    node, self._tasks[node.id], input_schema=self.plan.node(node.input).schema,
+                    backend=self._backend(), operator_id=self.uids[node.id])
             elif isinstance(node, OverAggregate):
                 from clink.runtime.operators.over import OverAggregateOperator
 

@@ -224,6 +224,10 @@ class OverAggregate(Node):
     before its own, rows of the same time included; ``preceding`` None: every earlier row. The
     output ``schema``: the input columns, then the aggregates; it is append-only. Rows at or
     behind the watermark are late: dropped and counted.
+
+    Over an updating input (its schema ends with ``ROWKIND_COLUMN``) ``time`` is any timestamp,
+    date or integer column and nothing waits for the watermark: the output (schema ending with
+    ``ROWKIND_COLUMN``) revises the results of the rows after each row that comes or goes.
     """
 
     input: int

@@ -167,6 +167,8 @@ def updating_ops(plan: PhysicalPlan) -> set[int]:
                 updating.add(op.id)
             case JoinOp() if ir.is_updating(op.join):
                 updating.add(op.id)
+            case OverAggOp() if ir.is_updating(op.over):
+                updating.add(op.id)
     return updating
 
 

@@ -198,37 +198,11 @@ class OverAggregateOperator:
             values[i] = plain_array(col.take(pa.array(order)))
         is_new = order >= (m - n_new)
         new_positions = np.flatnonzero(is_new)
-        results = [self._frame_aggregate(a, values, lo[new_positions], hi[new_positions]) for a in self.node.aggs]
+        results = [frame_aggregate(a, values, lo[new_positions], hi[new_positions]) for a in self.node.aggs]
         # The held rows in output order.
         rows = held.take(pa.array(order[new_positions] - (m - n_new)))
         self._keep_history(old, held, order, k, position, starts, m, n_new)
         return self._batch(rows, results)
-
-    def _frame_aggregate(self, agg, values: dict, lo: np.ndarray, hi: np.ndarray) -> pa.Array:
-        if agg.fn == "count_star":
-            return pa.array(hi - lo + 1, pa.int64())
-        col = values[agg.arg]
-        valid = pc.is_valid(col).to_numpy(zero_copy_only=False)
-        counts = _prefix(valid.astype(np.int64))
-        n = counts[hi + 1] - counts[lo]
-        if agg.fn == "count":
-            return pa.array(n, pa.int64())
-        numbers, kind = _numbers(col, valid, agg.fn)
-        if agg.fn in ("sum", "avg"):
-            sums = _prefix(numbers)
-            total = sums[hi + 1] - sums[lo]
-            if agg.fn == "avg":
-                with np.errstate(invalid="ignore", divide="ignore"):
-                    return _typed(total / np.maximum(n, 1), n == 0, agg.type)
-            return _typed(total, n == 0, agg.type)
-        # MIN / MAX over each [lo, hi]: reduceat over interleaved bounds takes every other result.
-        padded = np.append(numbers, numbers[:1])
-        bounds = np.empty(2 * len(lo), dtype=np.int64)
-        bounds[0::2] = lo
-        bounds[1::2] = hi + 1
-        ufunc = np.minimum if agg.fn == "min" else np.maximum
-        extreme = ufunc.reduceat(padded, bounds)[0::2]
-        return _typed(extreme, n == 0, agg.type, kind)
 
     def _keep_history(self, old: pa.Table | None, held: pa.Table, order: np.ndarray, k: np.ndarray,
                       position: np.ndarray, starts: np.ndarray, m: int, n_new: int) -> None:
@@ -355,6 +329,37 @@ class OverAggregateOperator:
         self.metrics["state_bytes"] = self.pending.memory_bytes() + self.store.table.memory_bytes()
 
 
+def frame_aggregate(agg, values: dict, lo: np.ndarray, hi: np.ndarray, *, running: bool = False) -> pa.Array:
+    """``agg`` over each frame ``[lo, hi]`` (positions into ``values``, an argument column by
+    input index, in frame order). ``running``: every frame starts at its partition's first row
+    and ``lo`` holds every partition's start, so MIN and MAX are running extremes (linear time)."""
+    if agg.fn == "count_star":
+        return pa.array(hi - lo + 1, pa.int64())
+    col = values[agg.arg]
+    valid = pc.is_valid(col).to_numpy(zero_copy_only=False)
+    counts = _prefix(valid.astype(np.int64))
+    n = counts[hi + 1] - counts[lo]
+    if agg.fn == "count":
+        return pa.array(n, pa.int64())
+    numbers, kind = _numbers(col, valid, agg.fn)
+    if agg.fn in ("sum", "avg"):
+        sums = _prefix(numbers)
+        total = sums[hi + 1] - sums[lo]
+        if agg.fn == "avg":
+            with np.errstate(invalid="ignore", divide="ignore"):
+                return _typed(total / np.maximum(n, 1), n == 0, agg.type)
+        return _typed(total, n == 0, agg.type)
+    if running:
+        return _typed(_running_extreme(numbers, lo, agg.fn)[hi], n == 0, agg.type, kind)
+    # MIN / MAX over each [lo, hi]: reduceat over interleaved bounds takes every other result.
+    padded = np.append(numbers, numbers[:1])
+    bounds = np.empty(2 * len(lo), dtype=np.int64)
+    bounds[0::2] = lo
+    bounds[1::2] = hi + 1
+    ufunc = np.minimum if agg.fn == "min" else np.maximum
+    extreme = ufunc.reduceat(padded, bounds)[0::2]
+    return _typed(extreme, n == 0, agg.type, kind)
+
 
 def _prefix(values: np.ndarray) -> np.ndarray:
     out = np.zeros(len(values) + 1, dtype=values.dtype)
@@ -376,6 +381,23 @@ def _segment_extreme(values: np.ndarray, part_start: np.ndarray, fn: str) -> np.
     for s, e in itertools.pairwise([*part_start.tolist(), len(values)]):
         out[s:e] = ufunc.accumulate(values[s:e])
     return out
+
+
+def _running_extreme(values: np.ndarray, part_start: np.ndarray, fn: str) -> np.ndarray:
+    """Running MIN/MAX that restarts at each position in ``part_start``, in one pass: values are
+    replaced by their dense rank, offset by partition so that a later partition's ranks exceed
+    every earlier one's; a running maximum of that never crosses a partition start."""
+    if not len(values):
+        return values
+    distinct, rank = np.unique(values, return_inverse=True)
+    rank = rank.astype(np.int64)
+    if fn == "min":
+        rank = len(distinct) - 1 - rank
+    starts = np.zeros(len(values), dtype=bool)
+    starts[part_start] = True
+    offset = (np.cumsum(starts) - 1) * len(distinct)
+    best = np.maximum.accumulate(rank + offset) - offset
+    return distinct[len(distinct) - 1 - best if fn == "min" else best]
 
 
 def _numbers(col: pa.Array, valid: np.ndarray, fn: str) -> tuple[np.ndarray, str]:

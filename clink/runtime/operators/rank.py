@@ -24,7 +24,6 @@ by the 64-bit hash of their columns.
 
 from __future__ import annotations
 
-from collections.abc import Collection
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -32,19 +31,18 @@ import pyarrow as pa
 
 from clink.runtime import compute as pc
 from clink.runtime.operators.common import max_parallelism, open_state
-from clink.runtime.operators.rows import KeyedRows, net_pairs, plain_array
+from clink.runtime.operators.rows import KeyedRows, NumberedRowsOperator, net_pairs, plain_array
 from clink.runtime.plan import DELETE, INSERT, ROWKIND_COLUMN
 from clink.runtime.state.backend import OperatorState, StateBackend
 from clink.runtime.state.keygroups import hash_columns
 
 if TYPE_CHECKING:
-    from pathlib import Path
 
     from clink.runtime import plan
     from clink.runtime.context import TaskContext
 
 
-class RankOperator:
+class RankOperator(NumberedRowsOperator):
     """Run one ``plan.Rank`` node: ``process(batch)`` returns the changes to the top N."""
 
     def __init__(self, node: plan.Rank, ctx: TaskContext, *, input_schema: pa.Schema,
@@ -139,34 +137,12 @@ class RankOperator:
         out = self._changes(both, retract, old_rank, emit, rank)
         # 4. the stored top rows follow
         gone = np.flatnonzero(leaving)
+        now = int(self.ctx.runtime.clock())
         new = np.flatnonzero(entering)
-        self._store(both, gone, -1)
-        self._store(both, new, 1)
+        self.rows.store_rows(both, gone, -1, now)
+        self.rows.store_rows(both, new, 1, now)
         self._update_state_metrics()
         return out
-
-    def snapshot(self, checkpoint_id: int, directory: Path) -> tuple[list[Path], dict[str, int]]:
-        self.operator_state.commit(checkpoint_id)
-        files = self.operator_state.snapshot(directory)
-        return files, {"rows": self.rows.rows(), "next_seq": self._next_seq}
-
-    def restore(self, files: list[Path], meta: dict[str, int], *,
-                key_groups: Collection[int] | None = None) -> None:
-        self.operator_state.restore(files, key_groups=key_groups)
-        self.rows.reload()
-        # Arrival numbers go on after the largest stored (or saved) one, so ties keep their order.
-        largest = -1
-        for run in self.rows.runs:
-            table = self.rows.table.get(run.namespace)
-            largest = max(largest, int(pc.max(table.column(f"c{self.width}")).as_py()))
-        self._next_seq = max(largest + 1, int(meta.get("next_seq", 0)))
-        self._update_state_metrics()
-
-    def on_watermark(self, watermark: int) -> list[pa.RecordBatch]:
-        return []
-
-    def close(self) -> None:
-        self.operator_state.close()
 
     # -- helpers ---------------------------------------------------------------------------------
 
@@ -182,16 +158,3 @@ class RankOperator:
         columns.append(pa.array(kinds, pa.string()))
         columns = [c if c.type == f.type else pc.cast(c, f.type) for c, f in zip(columns, self.node.schema, strict=True)]
         return [pa.RecordBatch.from_arrays(columns, schema=self.node.schema)]
-
-    def _store(self, both: pa.Table, rows: np.ndarray, sign: int) -> None:
-        if not len(rows):
-            return
-        taken = both.take(pa.array(rows))
-        columns = [plain_array(taken.column(i)) for i in range(self.width + 1)]
-        khash = taken.column("_khash").to_numpy()
-        self.rows.store(columns, np.full(len(rows), sign, dtype=np.int64), khash,
-                        int(self.ctx.runtime.clock()), None)
-
-    def _update_state_metrics(self) -> None:
-        self.metrics["state_rows"] = self.rows.rows()
-        self.metrics["state_bytes"] = self.rows.table.memory_bytes()

@@ -31,6 +31,7 @@ goes, so the work stays proportional to what is dropped.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pyarrow as pa
@@ -40,7 +41,13 @@ from clink.runtime.plan import DELETE, ROWKIND_COLUMN, UPDATE_BEFORE
 from clink.runtime.state.backend import KEY_GROUP, TableState, TableStateDescriptor
 from clink.runtime.state.keygroups import hash_columns
 
-__all__ = ["KeyedRows", "net_pairs", "plain_array"]
+if TYPE_CHECKING:
+    from collections.abc import Collection
+    from pathlib import Path
+
+    from clink.runtime.state.backend import OperatorState
+
+__all__ = ["KeyedRows", "NumberedRowsOperator", "net_pairs", "plain_array"]
 
 _META = ("_khash", "_rhash", "_count", "_written", "_time")
 _META_TYPES = (pa.uint64(), pa.uint64(), pa.int64(), pa.int64(), pa.int64())
@@ -159,6 +166,24 @@ class KeyedRows:
         while len(self.runs) >= 2 and len(self.runs[-2].raw) <= 2 * len(self.runs[-1].raw):
             self._merge_last_two()
 
+    def store_rows(self, table: pa.Table, rows: np.ndarray, sign: int, now: int) -> None:
+        """Store rows ``rows`` of ``table`` (the store's columns first, and ``_khash``), each
+        with count ``sign``."""
+        if not len(rows):
+            return
+        taken = table.take(pa.array(rows))
+        self.store([plain_array(taken.column(i)) for i in range(self.width)], np.full(len(rows), sign, dtype=np.int64),
+                   taken.column("_khash").to_numpy(), now, None)
+
+    def largest(self, column: int) -> int:
+        """The largest value of an integer column over the stored rows (-1 if none)."""
+        largest = -1
+        for run in self.runs:
+            values = self.table.get(run.namespace).column(f"c{column}")
+            if len(values):
+                largest = max(largest, int(pc.max(values).as_py()))
+        return largest
+
     def _add_run(self, table: pa.Table, raw: np.ndarray, khash: np.ndarray | None = None,
                  order: np.ndarray | None = None) -> None:
         if table.num_rows == 0:
@@ -239,6 +264,41 @@ class KeyedRows:
         parts = [p for p in parts if p is not None and p.num_rows]
         if parts:
             self._rebuild(pa.concat_tables(parts))
+
+
+class NumberedRowsOperator:
+    """What an operator whose state is one ``KeyedRows`` store ``rows`` of input rows with their
+    arrival number (column ``width``, counted by ``_next_seq``) does the same way: checkpoint,
+    restore, report its size. A Top-N and an OVER over an updating input are such operators."""
+
+    rows: KeyedRows
+    operator_state: OperatorState
+    width: int
+    metrics: dict[str, int]
+    _next_seq: int
+
+    def on_watermark(self, watermark: int) -> list[pa.RecordBatch]:
+        return []
+
+    def snapshot(self, checkpoint_id: int, directory: Path) -> tuple[list[Path], dict[str, int]]:
+        self.operator_state.commit(checkpoint_id)
+        files = self.operator_state.snapshot(directory)
+        return files, {"rows": self.rows.rows(), "next_seq": self._next_seq}
+
+    def restore(self, files: list[Path], meta: dict[str, int], *,
+                key_groups: Collection[int] | None = None) -> None:
+        self.operator_state.restore(files, key_groups=key_groups)
+        self.rows.reload()
+        # Arrival numbers go on after the largest stored (or saved) one, so ties keep their order.
+        self._next_seq = max(self.rows.largest(self.width) + 1, int(meta.get("next_seq", 0)))
+        self._update_state_metrics()
+
+    def close(self) -> None:
+        self.operator_state.close()
+
+    def _update_state_metrics(self) -> None:
+        self.metrics["state_rows"] = self.rows.rows()
+        self.metrics["state_bytes"] = self.rows.table.memory_bytes()
 
 
 def net_pairs(probe: np.ndarray, stored: pa.Table, ids: np.ndarray) -> tuple[np.ndarray, pa.Table, np.ndarray,
