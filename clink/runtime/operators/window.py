@@ -28,7 +28,7 @@ from clink.runtime import compute as pc
 from clink.runtime.operators.common import max_parallelism, open_state
 from clink.runtime.state.backend import OperatorState, StateBackend, TableStateDescriptor
 from clink.runtime.state.keygroups import key_groups
-from clink.runtime.state.window_state import KEY_GROUP, WindowState, split_by_window
+from clink.runtime.state.window_state import KEY_GROUP, WINDOW_END, WindowState, split_by_window
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -45,6 +45,8 @@ _TOUCHED = "_t"
 _GID = "_gid"
 #: Partial rows merged together in one ``group_by`` when many windows fire at once.
 _FIRE_ROWS = 1 << 20
+#: Session windows are held in buckets of this many ms of their end.
+_SESSION_BUCKET = 1000
 #: Partial rows merged with one ``group_by``; more are merged in slices by key group.
 _MERGE_ROWS = 1 << 19
 
@@ -130,6 +132,10 @@ class WindowAggregateOperator:
             return []
         self._watermark = ts
         horizon = self._horizon()
+        if self._kind == "session":
+            out = self._fire_sessions(ts, previous, horizon)
+            self._update_state_metrics()
+            return out
         due = self._state.windows_until(ts)
         fire = [end for end in due if previous is None or end > previous]
         out = self._fire(fire, horizon)
@@ -178,7 +184,9 @@ class WindowAggregateOperator:
         by = [_START, _END] if self._kind == "session" else [_END]
         for name in by:
             cols[name] = pa.array([], pa.int64())
-        return self._preaggregate(pa.table(cols), by).drop_columns([_END]).schema
+        partials = self._preaggregate(pa.table(cols), by)
+        # Sessions are held by time bucket, each row with its own end; other windows by their end.
+        return (partials if self._kind == "session" else partials.drop_columns([_END])).schema
 
     def _check_window(self, spec: plan.WindowSpec) -> None:
         where = f"window aggregate {self.node.id} ({spec.describe()})"
@@ -473,7 +481,7 @@ class WindowAggregateOperator:
             keys = [cols[k] for k in self._keys]
             starts, ends = ts, ts + gap
         else:
-            old = old.rename_columns([_END if c == "_window_end" else c for c in old.column_names])
+            old = old.drop_columns([WINDOW_END])
             keys = [pa.chunked_array(old[k].chunks + [cols[k]], type=cols[k].type) for k in self._keys]
             starts = np.concatenate([old[_START].to_numpy(), ts])
             ends = np.concatenate([old[_END].to_numpy(), ts + gap])
@@ -499,8 +507,44 @@ class WindowAggregateOperator:
             updated = merged.filter(pc.and_(ended, merged[_TOUCHED]))
             if updated.num_rows:
                 out.append(self._finish(_sort_by_end(updated.drop_columns([_TOUCHED]))))
-        for end, part in split_by_window(merged.drop_columns([_TOUCHED]), _END):
+        self._hold_sessions(merged.drop_columns([_TOUCHED]))
+        return out
+
+    def _hold_sessions(self, sessions: pa.Table) -> None:
+        """Store session partials in the bucket of their end: one namespace per ``_SESSION_BUCKET``
+        ms of end time, not per end (a batch ends thousands of sessions at distinct times)."""
+        if not sessions.num_rows:
+            return
+        bucket = -(-sessions[_END].to_numpy() // _SESSION_BUCKET) * _SESSION_BUCKET
+        for end, part in split_by_window(sessions.append_column(WINDOW_END, pa.array(bucket)), WINDOW_END):
             self._state.add(end, part)
+
+    def _fire_sessions(self, watermark: int, previous: int | None, horizon: int) -> list[pa.RecordBatch]:
+        """Emit the sessions that end at or before ``watermark`` (and after ``previous``: those
+        fired already), a bounded number of rows at a time; keep those not past ``horizon``."""
+        due = self._state.windows_until(watermark + _SESSION_BUCKET - 1)
+        out: list[pa.RecordBatch] = []
+        chunk: list[int] = []
+        rows = 0
+        for i, bucket in enumerate(due):
+            rows += self._state.window_rows(bucket)
+            chunk.append(bucket)
+            if rows < _FIRE_ROWS and i + 1 < len(due):
+                continue
+            table = self._state.take_many(chunk)
+            chunk, rows = [], 0
+            if table is None:
+                continue
+            merged = self._merge(table.drop_columns([WINDOW_END]))
+            ends = merged[_END].to_numpy()
+            fire = ends <= watermark
+            if previous is not None:
+                fire &= ends > previous
+            self._hold_sessions(merged.filter(pa.array(ends > horizon)))
+            if fire.any():
+                fired = _sort_by_end(merged.filter(pa.array(fire)))
+                out.append(self._finish(fired))
+                self.metrics["windows_fired"] += fired.num_rows
         return out
 
     # -- merge, fire, finish ---------------------------------------------------------------------
@@ -568,8 +612,7 @@ class WindowAggregateOperator:
                     if window_end > horizon:
                         self._state.add(window_end, part)
                 out.append(self._finish(merged))
-                # Every end in the chunk holds state; for SESSION each key's session is a window.
-                self.metrics["windows_fired"] += merged.num_rows if self._kind == "session" else len(chunk)
+                self.metrics["windows_fired"] += len(chunk)  # every end in the chunk holds state
             chunk, rows = [], 0
         return out
 
