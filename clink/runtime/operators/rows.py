@@ -67,6 +67,8 @@ class _Run:
     min_written: int
 
 
+#: Lookups with at most this many probes scan a run that is not indexed yet instead of sorting it.
+_SCAN_PROBES = 8
 #: A run whose tables have more chunks than this is copied into one (reads slow down with many).
 _MAX_CHUNKS = 16
 
@@ -126,9 +128,21 @@ class KeyedRows:
         parts: list[pa.Table] = []
         ids: list[np.ndarray] = []
         for run in self.runs:
+            if run.order is None and len(khash) <= _SCAN_PROBES:
+                # A few probes into a run never searched: compare every row rather than index it
+                # (the bids of a join with a per-window maximum are probed once per window).
+                hits = [np.flatnonzero(run.raw == k) for k in khash]
+                total = sum(len(h) for h in hits)
+                if total == 0:
+                    continue
+                rows = np.concatenate(hits)
+                probes.append(np.repeat(np.arange(len(khash), dtype=np.int64), [len(h) for h in hits]))
+                parts.append(self.table.get(run.namespace).take(rows))
+                ids.append(rows + (run.namespace << 32))
+                continue
             if run.order is None:
-                # Indexed when first searched: a side that is rarely probed (the bids of a join
-                # with a per-window maximum) never pays for sorting runs it merges away.
+                # Indexed when first searched by many probes: a side that is rarely probed never
+                # pays for sorting runs it merges away.
                 run.order = np.argsort(run.raw, kind="stable")
                 run.khash = run.raw[run.order]
             lo = np.searchsorted(run.khash, khash, side="left")
