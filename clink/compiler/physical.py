@@ -216,16 +216,25 @@ def _build_late_output(op: WindowAggOp, ops: list[PhysicalOp]) -> None:
     ops.append(SinkOp(id=len(ops) + 1, input=chain.id, sink=attrs.evolve(sink, input=calc)))
 
 
-def _build(rel: ir.Rel, ops: list[PhysicalOp], *, target: str, shared: dict[ir.Scan, SourceOp]) -> int:
+def _build(rel: ir.Rel, ops: list[PhysicalOp], *, target: str, shared: dict) -> int:
     """Add the operators that produce ``rel`` to ``ops``; return the id of the last one.
-    ``shared``: the source already planned for each scan of the statement."""
+    ``shared``: the source already planned for each scan of the statement, and the (operator
+    id, description) planned for each stateful subquery, by its shape."""
     steps: list[ir.Calc | ir.WindowTVF] = []
     node = rel
     while isinstance(node, (ir.Calc, ir.WindowTVF)):
         steps.append(node)
         node = node.input
     scan_predicate = None
+    key = _shape(node) if not isinstance(node, ir.Scan) else None
+    if key is not None and key in shared:
+        # The same stateful subquery twice in one statement (Nexmark q5 counts bids per auction
+        # and window for both sides of its join): computed once, its output feeds both.
+        upstream, table = shared[key]
+        node = None
     match node:
+        case None:
+            pass
         case ir.Scan():
             source = shared.get(node)
             if source is None:
@@ -279,10 +288,37 @@ def _build(rel: ir.Rel, ops: list[PhysicalOp], *, target: str, shared: dict[ir.S
             upstream, table = op.id, f"union {op.id}"
         case _:
             raise CompilerBug(f"physical planning does not know {type(node).__name__}")
+    if key is not None and node is not None:
+        shared[key] = (upstream, table)
     if steps or scan_predicate is not None:
         chain = ChainOp(id=len(ops) + 1, input=upstream, scan_predicate=scan_predicate,
-                        steps=tuple(reversed(steps)), input_schema=node.schema, table=table, target=target,
-                        updating=ir.is_updating(node))
+                        steps=tuple(reversed(steps)), input_schema=(rel if not steps else steps[-1].input).schema,
+                        table=table, target=target, updating=ir.is_updating(steps[-1].input if steps else rel))
         ops.append(chain)
         upstream = chain.id
     return upstream
+
+
+def _shape(node: ir.Rel) -> tuple | None:
+    """What a stateful subquery computes, ignoring where its text is (spans): equal shapes are
+    the same computation. None for a node never shared (a window aggregate that writes late rows
+    to a table: those must be written once)."""
+    if isinstance(node, ir.WindowAggregate) and node.late_sink is not None:
+        return None
+    shape = _value_shape(node)
+    try:
+        hash(shape)
+    except TypeError:
+        return None
+    return shape
+
+
+def _value_shape(value: object) -> object:
+    if attrs.has(type(value)):
+        return (type(value).__name__, *((a.name, _value_shape(getattr(value, a.name)))
+                                        for a in attrs.fields(type(value)) if a.name != "span"))
+    if isinstance(value, (tuple, list)):
+        return tuple(_value_shape(v) for v in value)
+    if isinstance(value, dict):
+        return tuple(sorted((str(k), _value_shape(v)) for k, v in value.items()))
+    return value
