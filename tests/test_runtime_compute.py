@@ -127,3 +127,29 @@ def test_kernels_named_like_builtins_do_not_break_the_facade() -> None:
     assert pc.add(x, 1).to_pylist() == [2, -1, 4]
     assert pc.if_else(pc.greater(x, 0), 1, 0).to_pylist() == [1, 0, 1]
     assert pc.equal(pa.array(["a", "b"]), "a").to_pylist() == [True, False]
+
+
+ROW = pa.struct([("a", pa.int64()), ("s", pa.string()), ("b", pa.int64())])
+
+
+@given(st.lists(st.tuples(st.one_of(st.none(), st.tuples(st.integers(-9, 9), st.text(max_size=4),
+                                                           st.one_of(st.none(), st.integers()))),
+                          st.one_of(st.none(), st.booleans())), max_size=30), st.integers(0, 5))
+def test_filtering_the_fields_read_gives_those_fields_as_a_whole_filter_does(rows: list, offset: int) -> None:
+    from clink.runtime import kernels as K
+
+    values = [None if r is None else {"a": r[0], "s": r[1], "b": r[2] if r[2] is None else r[2] % 2**40}
+              for r, _ in rows]
+    column = pa.array([{"a": 0, "s": "", "b": 0}] * offset + values, ROW).slice(offset)  # an offset struct
+    batch = pa.RecordBatch.from_arrays([column, pa.array(range(len(values)), pa.int64())], names=["r", "i"])
+    keep = pa.array([k for _, k in rows], pa.bool_())
+    whole = K.filter(batch, keep, (0,))
+    fields = K.filter(batch, keep, (0,), {0: (0, 2)})
+    assert fields.num_rows == whole.num_rows
+    for j in (0, 2):
+        assert real.struct_field(fields.column(0), [j]).equals(real.struct_field(whole.column(0), [j]))
+    assert fields.column(0).is_valid().equals(whole.column(0).is_valid())
+    if fields.num_rows < len(values):
+        # what is not read is not copied (when every row stays, the batch comes back as it is)
+        assert real.struct_field(fields.column(0), [1]).null_count == fields.num_rows
+        assert fields.column(1).null_count == fields.num_rows

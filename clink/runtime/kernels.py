@@ -24,22 +24,35 @@ class EvaluationError(Exception):
     """A value could not be computed (a cast that does not fit, an overflow): fails the pipeline."""
 
 
-def filter(batch: pa.RecordBatch, keep: Value, used: tuple[int, ...] | None = None) -> pa.RecordBatch:  # noqa: A001
+def filter(batch: pa.RecordBatch, keep: Value, used: tuple[int, ...] | None = None,  # noqa: A001
+           fields: dict[int, tuple[int, ...]] | None = None) -> pa.RecordBatch:
     """Rows of ``batch`` where ``keep`` is TRUE (FALSE and NULL drop the row).
 
     ``used``: the only columns the caller reads afterwards; the others come back as NULLs of the
     right length instead of being filtered (a wide row type, such as a ROW of strings, costs
-    several times more to filter than the fields read from it)."""
+    several times more to filter than the fields read from it). ``fields``: of a ROW column in
+    ``used``, the only fields read afterwards; its other fields become NULLs likewise."""
     if isinstance(keep, pa.Scalar):
         return batch if keep.is_valid and keep.as_py() else batch.slice(0, 0)
     if keep.null_count == 0 and pc.all(keep).as_py():
         return batch
     if used is None or len(used) == batch.num_columns:
         return pc.filter(batch, keep, null_selection_behavior="drop")
-    columns = {i: pc.filter(batch.column(i), keep, null_selection_behavior="drop") for i in used}
+    fields = fields or {}
+    columns = {i: _filter_fields(batch.column(i), keep, fields[i]) if i in fields else
+               pc.filter(batch.column(i), keep, null_selection_behavior="drop") for i in used}
     n = len(next(iter(columns.values()))) if columns else int(pc.sum(keep).as_py() or 0)
     return pa.RecordBatch.from_arrays(
         [columns[i] if i in columns else pa.nulls(n, f.type) for i, f in enumerate(batch.schema)], schema=batch.schema)
+
+
+def _filter_fields(column: pa.StructArray, keep: pa.Array, read: tuple[int, ...]) -> pa.StructArray:
+    """``column`` filtered by ``keep``, with only the fields ``read`` (the others NULL)."""
+    taken = {j: pc.filter(pc.struct_field(column, [j]), keep, null_selection_behavior="drop") for j in read}
+    n = len(next(iter(taken.values())))
+    mask = pc.invert(pc.filter(pc.is_valid(column), keep, null_selection_behavior="drop")) if column.null_count else None
+    children = [taken[j] if j in taken else pa.nulls(n, f.type) for j, f in enumerate(column.type)]
+    return pa.StructArray.from_arrays(children, fields=list(column.type), mask=mask)
 
 
 def max_epoch_ms(values: Value) -> int | None:

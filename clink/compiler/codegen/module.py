@@ -203,7 +203,8 @@ def _emit_chain(w: SourceWriter, op: ChainOp, schema_names: dict[int, str]) -> N
         schema = op.input_schema
         if op.scan_predicate is not None:
             _emit_filter(w, op.scan_predicate, schema, note="pushed into the scan",
-                         used=None if op.updating else _read_by(op.steps, schema))
+                         used=None if op.updating else _read_by(op.steps, schema),
+                         fields=_fields_read_by(op.steps))
         for i, step in enumerate(op.steps):
             last = i == len(op.steps) - 1
             if isinstance(step, ir.WindowTVF):
@@ -214,8 +215,9 @@ def _emit_chain(w: SourceWriter, op: ChainOp, schema_names: dict[int, str]) -> N
                 schema = step.schema
                 continue
             if step.predicate is not None:
+                rest = (attrs.evolve(step, predicate=None),)
                 _emit_filter(w, step.predicate, schema, note="WHERE",
-                             used=None if op.updating else _read_by((attrs.evolve(step, predicate=None),), schema))
+                             used=None if op.updating else _read_by(rest, schema), fields=_fields_read_by(rest))
             target = schema_names[op.id * 10] if last else None
             _emit_project(w, step, schema, target=target, last=last, rowkind=op.updating)
             schema = step.schema
@@ -286,6 +288,29 @@ def _read_by(steps, schema: ir.Schema) -> tuple[int, ...] | None:
     return tuple(sorted(used)) if len(used) < len(schema) else None
 
 
+def _fields_read_by(steps: tuple) -> dict[int, tuple[int, ...]]:
+    """The ROW columns the first of ``steps`` reads only through field access, each with the
+    fields it reads."""
+    if not steps or isinstance(steps[0], ir.WindowTVF):
+        return {}
+    fields: dict[int, set[int]] = {}
+    whole: set[int] = set()
+
+    def visit(e: ir.Expr) -> None:
+        if isinstance(e, ir.Call) and e.fn == "field" and isinstance(e.args[0], ir.Column):
+            fields.setdefault(e.args[0].index, set()).add(e.params[0])
+            return
+        if isinstance(e, ir.Column):
+            whole.add(e.index)
+        for child in e.children:
+            visit(child)
+
+    step = steps[0]
+    for e in (*step.exprs, *((step.predicate,) if step.predicate is not None else ())):
+        visit(e)
+    return {c: tuple(sorted(f)) for c, f in sorted(fields.items()) if c not in whole}
+
+
 #: Calls cheap enough to evaluate on every row before a filter: comparisons, boolean logic,
 #: NULL tests, field access, casts. A conjunct with anything else waits until they have filtered.
 _CHEAP = frozenset({"eq", "ne", "lt", "le", "gt", "ge", "and", "or", "not", "is_null", "is_not_null", "is_true",
@@ -298,7 +323,7 @@ def _cheap(e: ir.Expr) -> bool:
 
 
 def _emit_filter(w: SourceWriter, predicate: ir.Expr, schema: ir.Schema, note: str,
-                 used: tuple[int, ...] | None = None) -> None:
+                 used: tuple[int, ...] | None = None, fields: dict[int, tuple[int, ...]] | None = None) -> None:
     """Keep the rows where ``predicate`` is TRUE. Its cheap conjuncts filter first, so that costly
     ones (string functions, regular expressions, UDFs) run only on the rows those let through."""
     parts = ir.conjuncts(predicate)
@@ -315,8 +340,10 @@ def _emit_filter(w: SourceWriter, predicate: ir.Expr, schema: ir.Schema, note: s
         if keep_cols is None:
             w.line(f'batch = K.filter(batch, keep)  # {note}: FALSE and NULL drop the row')
         else:
-            w.line(f'batch = K.filter(batch, keep, {keep_cols!r})  # {note}: FALSE and NULL drop the row; '
-                   'only the columns read below are filtered')
+            read = {c: f for c, f in (fields or {}).items() if c in keep_cols} if last else {}
+            more = f", {read!r}" if read else ""
+            w.line(f'batch = K.filter(batch, keep, {keep_cols!r}{more})  # {note}: FALSE and NULL drop the row; '
+                   f'only the columns{" and fields" if read else ""} read below are filtered')
 
 
 def _all_of(conditions: list[ir.Expr]) -> ir.Expr:
