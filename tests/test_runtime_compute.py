@@ -153,3 +153,15 @@ def test_filtering_the_fields_read_gives_those_fields_as_a_whole_filter_does(row
         # what is not read is not copied (when every row stays, the batch comes back as it is)
         assert real.struct_field(fields.column(0), [1]).null_count == fields.num_rows
         assert fields.column(1).null_count == fields.num_rows
+
+
+@given(st.lists(st.one_of(st.none(), st.integers(-(2**33), 2**33)), min_size=64, max_size=400),
+       st.sampled_from(["%Y-%m-%d", "%H:%M", "%Y-%m-%d %H:%M:%S", "%j %a %p", "%M", "%S", "at %H o'clock"]),
+       st.integers(1, 7))
+def test_date_format_of_many_rows_formats_each_distinct_time_as_strftime(seconds: list, fmt: str, spread: int) -> None:
+    from clink.runtime import kernels as K
+
+    # few distinct minutes (the distinct path) or all distinct (the plain one)
+    times = [None if s is None else s // 10**spread for s in seconds]
+    a = pa.array(times, pa.int64()).cast(pa.timestamp("s"))
+    assert K.date_format(a, fmt).equals(real.strftime(a, format=fmt))

@@ -9,6 +9,7 @@ error path.
 from __future__ import annotations
 
 import datetime as dt
+import re
 from typing import Any
 
 import numpy as np
@@ -448,11 +449,40 @@ def date_format(a: Value, fmt: str, millis: bool = False) -> Value:
         a = pc.cast(a, pa.timestamp("s"))
     # %S of a sub-second timestamp prints fractional seconds; drop them unless SSS asked for them.
     secs = pc.cast(pc.floor_temporal(a, unit="second"), pa.timestamp("s")) if a.type.unit != "s" else a
-    text = pc.strftime(secs, format=fmt)
+    text = _strftime_distinct(secs, fmt)
     if millis:
         ms = pc.utf8_lpad(pc.cast(pc.millisecond(a), pa.string()), width=3, padding="0")
         text = pc.binary_join_element_wise(text, ms, "")
     return text
+
+
+#: strftime directives by the coarsest time unit (in seconds) they can be printed from; any
+#: other directive needs the second.
+_DIRECTIVE_UNIT = {**dict.fromkeys("YymdejaAbBhCGgVUWuwDFxnt%", 86400), **dict.fromkeys("HIklp", 3600),
+                   **dict.fromkeys("MR", 60)}
+
+
+def _strftime_distinct(secs: Value, fmt: str) -> Value:
+    """``strftime`` of whole-second timestamps, computed once per distinct value of the coarsest
+    unit the format prints (a batch of events spans a few minutes or days: a handful of strings,
+    taken for every row, instead of formatting each row)."""
+    if isinstance(secs, pa.Scalar) or len(secs) < 64:
+        return pc.strftime(secs, format=fmt)
+    directives = re.findall(r"%(.)", fmt)
+    unit = min((_DIRECTIVE_UNIT.get(d, 1) for d in directives), default=86400)
+    raw = pc.cast(secs, pa.int64())
+    if isinstance(raw, pa.ChunkedArray):
+        raw = raw.combine_chunks()
+    valid = pc.is_valid(raw).to_numpy(zero_copy_only=False) if raw.null_count else None
+    values = raw.to_numpy(zero_copy_only=False) if valid is None else np.where(valid, pc.fill_null(raw, 0), 0)
+    if unit > 1:
+        values = values // unit * unit
+    distinct, index = np.unique(values, return_inverse=True)
+    if len(distinct) * 4 > len(values):
+        return pc.strftime(secs, format=fmt)
+    texts = pc.strftime(pa.array(distinct, pa.int64()).cast(pa.timestamp("s")), format=fmt)
+    mask = None if valid is None else ~valid
+    return texts.take(pa.array(index.reshape(-1).astype(np.int32), mask=mask))
 
 
 def current_timestamp(ctx: TaskContext) -> pa.Scalar:
