@@ -165,3 +165,72 @@ def test_date_format_of_many_rows_formats_each_distinct_time_as_strftime(seconds
     times = [None if s is None else s // 10**spread for s in seconds]
     a = pa.array(times, pa.int64()).cast(pa.timestamp("s"))
     assert K.date_format(a, fmt).equals(real.strftime(a, format=fmt))
+
+
+def test_regexp_extract_captures_only_the_group_asked_for() -> None:
+    """The group asked for is the one named for ``extract_regex``; the others stop capturing, and
+    a '(' that is escaped, in a class or opens a non-capturing group is not counted."""
+    from clink.runtime.kernels import _name_groups
+
+    pattern = r"(a(?P<x>b)\((c)[(])(?:d)(?i:e)(?<y>f)"
+    assert _name_groups(pattern, 2) == (r"(?:a(?P<clink_group>b)\((?:c)[(])(?:d)(?i:e)(?:f)", 4)
+    assert _name_groups(pattern, 4) == (r"(?:a(?:b)\((?:c)[(])(?:d)(?i:e)(?P<clink_group>f)", 4)
+    assert _name_groups(pattern, 0)[0] == r"(?:a(?:b)\((?:c)[(])(?:d)(?i:e)(?:f)"
+
+
+def _python_regexp_extract(value: str | None, pattern: str, index: int) -> str | None:
+    import re
+
+    if value is None:
+        return None
+    found = re.search(pattern, value)
+    return None if found is None else found.group(index) or ""
+
+
+#: Values that repeat, as a column of URLs or names does, with NULLs, '' and non-ASCII text.
+repeating = st.lists(st.one_of(st.none(), st.sampled_from([
+    "https://x.com/a/b/c/item.htm?query=1&channel_id=7", "https://x.com/a/b/c/item.htm?query=1",
+    "channel_id=12&x=1", "https://x.com/dé/é/日本?channel_id=", "", "/", "a//b", "k=1&channel_id=abc&z=2",
+]), st.text(alphabet="a/&=_é", max_size=12)), min_size=1, max_size=40)
+
+
+@given(repeating, st.integers(0, 2**32 - 1))
+def test_string_functions_per_distinct_value_match_per_row(values: list, seed: int) -> None:
+    """REGEXP_EXTRACT and SPLIT_INDEX over a long column of repeating values run once per distinct
+    value and take the results back out; they must equal the per-row path and Python's own
+    ``re`` and ``str.split``, NULLs, '' and slices included."""
+    import numpy as np
+
+    from clink.runtime import kernels as K
+
+    rng = np.random.default_rng(seed)
+    rows = [values[i] for i in rng.integers(0, len(values), 3000)]
+    array = pa.array(rows, pa.string())
+    assert K._distinct(array, K._REGEX_MOST_DISTINCT) is not None  # the per-distinct-value path runs
+    cases = [("(&|^)channel_id=([^&]*)", 2), ("(&|^)channel_id=([^&]*)", 1), ("(&|^)channel_id=([^&]*)", 0),
+             ("(?P<key>[a-z_]+)=(?P<value>[0-9]*)", 2), ("é+", 0), ("(x)?(/)", 1)]
+
+    def piece(v: str | None, index: int) -> str | None:
+        if v is None or v == "":
+            return None
+        parts = v.split("/")
+        return parts[index] if index < len(parts) else None
+
+    for column, expected in ((array, rows), (array.slice(7), rows[7:])):
+        for pattern, index in cases:
+            got = K.regexp_extract(column, pattern, index).to_pylist()
+            assert got == [_python_regexp_extract(v, pattern, index) for v in expected], (pattern, index)
+        for index in (0, 3, 4):
+            assert K.split_index(column, "/", index).to_pylist() == [piece(v, index) for v in expected]
+        assert K.split_index(column, "é", 1).to_pylist() == [
+            (v.split("é")[1] if v and len(v.split("é")) > 1 else None) for v in expected]
+
+
+def test_string_functions_on_mostly_distinct_values_stay_per_row() -> None:
+    """A column whose values hardly repeat is not hashed first: the sample says so."""
+    from clink.runtime import kernels as K
+
+    array = pa.array([f"k={i}&channel_id={i * 7}" for i in range(5000)], pa.string())
+    assert K._distinct(array, K._REGEX_MOST_DISTINCT) is None
+    assert K.regexp_extract(array, "(&|^)channel_id=([^&]*)", 2).to_pylist() == [str(i * 7) for i in range(5000)]
+    assert K.split_index(array, "=", 2).to_pylist() == [str(i * 7) for i in range(5000)]

@@ -325,6 +325,15 @@ CASES: list[Any] = [
       "CASE WHEN s IS NOT NULL THEN NULL END, "
       "CASE WHEN regexp_matches(s, '(?i)(o)(\\w)') THEN regexp_extract(s, '(?i)(o)(\\w)', 2) END, "
       "CASE WHEN regexp_matches(s, '[(]?(_)') THEN '_' END, CASE WHEN s IS NOT NULL THEN NULL END FROM t")),
+    # Only the group asked for captures; nested, named and repeated groups keep their numbers.
+    ("regexp_extract_nested_groups",
+     ("SELECT id, REGEXP_EXTRACT(s, '((?P<w>[a-z]+)(_|%))+(o?)', 2), REGEXP_EXTRACT(s, '((?P<w>[a-z]+)(_|%))+(o?)', 3), "
+      "REGEXP_EXTRACT(s, '((?P<w>[a-z]+)(_|%))+(o?)', 1), REGEXP_EXTRACT(s, '(^|_)([a-z]*)$', 2) FROM t"),
+     ("SELECT id, "
+      "CASE WHEN regexp_matches(s, '((?P<w>[a-z]+)(_|%))+(o?)') THEN regexp_extract(s, '((?P<w>[a-z]+)(_|%))+(o?)', 2) END, "
+      "CASE WHEN regexp_matches(s, '((?P<w>[a-z]+)(_|%))+(o?)') THEN regexp_extract(s, '((?P<w>[a-z]+)(_|%))+(o?)', 3) END, "
+      "CASE WHEN regexp_matches(s, '((?P<w>[a-z]+)(_|%))+(o?)') THEN regexp_extract(s, '((?P<w>[a-z]+)(_|%))+(o?)', 1) END, "
+      "CASE WHEN regexp_matches(s, '(^|_)([a-z]*)$') THEN regexp_extract(s, '(^|_)([a-z]*)$', 2) END FROM t")),
     ("regexp_extract_constants",
      ("SELECT id, REGEXP_EXTRACT('foothebar', 'foo(.*?)(bar)', 2), REGEXP_EXTRACT('foothebar', 'foo(.*?)(bar)'), "
       "REGEXP_EXTRACT('abc', 'x'), REGEXP_EXTRACT('abc', 'b', NULL), REGEXP_EXTRACT(NULL, 'b') FROM t WHERE id < 20"),
