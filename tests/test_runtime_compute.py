@@ -234,3 +234,43 @@ def test_string_functions_on_mostly_distinct_values_stay_per_row() -> None:
     assert K._distinct(array, K._REGEX_MOST_DISTINCT) is None
     assert K.regexp_extract(array, "(&|^)channel_id=([^&]*)", 2).to_pylist() == [str(i * 7) for i in range(5000)]
     assert K.split_index(array, "=", 2).to_pylist() == [str(i * 7) for i in range(5000)]
+
+
+@given(st.lists(st.tuples(st.integers(0, 60), st.integers(1, 60), st.floats(0, 0.5), st.integers(0, 2)),
+                min_size=1, max_size=6), st.integers(0, 2**32 - 1))
+def test_string_functions_remember_values_across_calls(batches: list, seed: int) -> None:
+    """Batch after batch of a column whose values come from moving windows of one pool (some seen
+    before, some new, some NULL, some batches sliced), REGEXP_EXTRACT and SPLIT_INDEX run only on
+    the values they have not seen yet: the results must stay those of Python, whatever the
+    earlier calls left behind, the limits on what is kept included."""
+    import numpy as np
+
+    from clink.runtime import kernels as K
+
+    pool = [f"https://h/{i % 7}/d{i % 13}/item?query=1" + ("" if i % 5 == 0 else f"&channel_id={i}")
+            for i in range(200)]
+    rng = np.random.default_rng(seed)
+    limits = (K._SEEN_MOST_VALUES, K._SEEN_MOST_NEW)
+    try:
+        for first, width, nulls, kind in batches:
+            if kind == 2:
+                K._SEEN_MOST_VALUES, K._SEEN_MOST_NEW = 50, 0.01  # forces starting afresh
+            else:
+                K._SEEN_MOST_VALUES, K._SEEN_MOST_NEW = limits
+            rows = [None if rng.random() < nulls else pool[first + int(rng.integers(0, width)) % len(pool)]
+                    for _ in range(2500)]
+            array = pa.array(rows, pa.string())
+            if kind == 1:
+                array, rows = array.slice(3, 2000), rows[3:2003]
+            got = K.regexp_extract(array, "(&|^)channel_id=([^&]*)", 2).to_pylist()
+            assert got == [_python_regexp_extract(v, "(&|^)channel_id=([^&]*)", 2) for v in rows]
+            for index in (3, 2, 4):
+                expected = [None if v is None else (v.split("/")[index] if index < len(v.split("/")) else None)
+                            for v in rows]
+                assert K.split_index(array, "/", index).to_pylist() == expected
+            # The same column once more, filtered: another array with the values seen.
+            kept = pc.filter(array, pa.array(rng.random(len(rows)) < 0.9))
+            assert K.regexp_extract(kept, "(&|^)channel_id=([^&]*)", 2).to_pylist() == [
+                _python_regexp_extract(v, "(&|^)channel_id=([^&]*)", 2) for v in kept.to_pylist()]
+    finally:
+        K._SEEN_MOST_VALUES, K._SEEN_MOST_NEW = limits

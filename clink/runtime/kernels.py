@@ -203,10 +203,11 @@ def split_index(a: Value, sep: str, index: int) -> Value:
         return split_index(pa.array([a.as_py()], a.type), sep, index)[0]
     if isinstance(a, pa.ChunkedArray):
         a = a.combine_chunks()
-    distinct = _distinct(a, _SPLIT_MOST_DISTINCT) if a.type == pa.string() else None
-    if distinct is not None:
-        values, indices = distinct
-        return pc.take(_split_index_array(values, sep, index), indices)
+    if a.type == pa.string():
+        picked = _per_value(a, ("split_index", sep), index, lambda values, i: _split_index_array(values, sep, i),
+                            _SPLIT_MOST_DISTINCT)
+        if picked is not None:
+            return picked
     return _split_index_array(a, sep, index)
 
 
@@ -272,6 +273,74 @@ def _distinct(a: pa.Array, most: float) -> tuple[pa.Array, pa.Array] | None:
         encoded = (dictionary.dictionary, dictionary.indices)
     _LAST_DISTINCT[0] = (a, share, encoded)
     return encoded
+
+
+#: Per string function and fixed argument (REGEXP_EXTRACT's pattern, SPLIT_INDEX's separator):
+#: the distinct values it has run on and, per group or piece index, its results for them, in the
+#: same order. A column such as a URL repeats its values from batch to batch as well as within one:
+#: a call then looks its rows up among the values seen (one hash probe), runs the function only on
+#: the values new to it, and takes the results out by position.
+_SEEN: dict[tuple, tuple[pa.Array, dict[int, pa.Array]]] = {}
+_SEEN_MOST_KEYS = 32
+_SEEN_MOST_VALUES = 1 << 16
+_SEEN_MOST_BYTES = 16 << 20
+#: Values new to a call beyond this share of its rows start the values seen afresh from that call.
+_SEEN_MOST_NEW = 0.25
+#: The last look-up, (array, values seen, positions): calls on that very array share it.
+_LAST_LOOKUP: list = [None]
+
+
+def _per_value(a: pa.Array, key: tuple, param: int, fn, most: float) -> pa.Array | None:
+    """``fn(a, param)`` for a string array ``a``, where ``fn(values, param)`` gives one result per
+    value and ``key`` names ``fn``: run on the distinct values of ``a`` not seen by an earlier
+    call, and taken back out by position. None when ``a``'s values hardly repeat (see
+    ``_distinct``): the caller then runs ``fn`` on ``a`` itself."""
+    n = len(a)
+    if n < _DISTINCT_MIN_ROWS:
+        return None
+    seen = _SEEN.get(key)
+    last = _LAST_LOOKUP[0]
+    if seen is not None and last is not None and last[0] is a and last[1] is seen[0]:
+        values, results = seen
+        positions = last[2]
+    else:
+        positions = None
+        if seen is not None:
+            values, results = seen
+            found = pc.index_in(a, value_set=values)  # NULL for a NULL and for a value not seen
+            missing = found.null_count - a.null_count
+            if missing == 0:
+                positions = found
+            elif missing <= n * _SEEN_MOST_NEW and len(values) + missing <= _SEEN_MOST_VALUES:
+                valid = np.asarray(pc.is_valid(a))
+                lost = np.flatnonzero(valid & np.asarray(pc.is_null(found)))
+                lost_values = pc.take(a, pa.array(lost))
+                new = pc.unique(lost_values)
+                if values.nbytes + new.nbytes <= _SEEN_MOST_BYTES:
+                    where = pc.fill_null(found, 0).to_numpy().astype(np.int32)
+                    where[lost] = len(values) + pc.index_in(lost_values, value_set=new).to_numpy()
+                    values = pa.concat_arrays([values, new])
+                    results = {p: pa.concat_arrays([r, fn(new, p)]) for p, r in results.items()}
+                    mask = None if a.null_count == 0 else pa.py_buffer(np.packbits(valid, bitorder="little"))
+                    positions = pa.Array.from_buffers(pa.int32(), n, [mask, pa.py_buffer(where)])
+        if positions is None:
+            distinct = _distinct(a, most)
+            if distinct is None:
+                return None
+            values, positions = distinct
+            results = {}
+            if values.nbytes > _SEEN_MOST_BYTES:
+                # Too big to keep: used for this call only.
+                return pc.take(fn(values, param), positions)
+        _SEEN.pop(key, None)
+        while len(_SEEN) >= _SEEN_MOST_KEYS:
+            _SEEN.pop(next(iter(_SEEN)))
+        _SEEN[key] = (values, results)
+        _LAST_LOOKUP[0] = (a, values, positions)
+    result = results.get(param)
+    if result is None:
+        result = results[param] = fn(values, param)
+    return pc.take(result, positions)
 
 
 #: The separators found in the last array split on a byte: SPLIT_INDEX(url, '/', 3), (url, '/', 4)
@@ -394,22 +463,28 @@ def regexp_extract(a: Value, pattern: str, index: int = 0) -> Value:
     """REGEXP_EXTRACT(a, pattern[, index]): group ``index`` of the first match of ``pattern`` in
     ``a`` (0 is the whole match); NULL when nothing matches or the pattern has no such group.
     A group that takes no part in the match gives '' (RE2 does not tell it from an empty one)."""
-    named, groups = _name_groups(pattern, index)
+    groups = _name_groups(pattern, index)[1]
     if not 0 <= index <= groups:
         if isinstance(a, pa.Scalar):
             return pa.scalar(None, pa.string())
         return pa.nulls(len(a), pa.string())
-    if index == 0:
-        # The whole match: the pattern, wrapped in the one group captured.
-        named = f"(?P<clink_group>{named})"
     if isinstance(a, pa.Scalar):
         return regexp_extract(pa.array([a.as_py()], pa.string()), pattern, index)[0]
     if isinstance(a, pa.ChunkedArray):
         a = a.combine_chunks()
-    distinct = _distinct(a, _REGEX_MOST_DISTINCT)
-    if distinct is not None:
-        values, indices = distinct
-        return pc.take(pc.struct_field(pc.extract_regex(values, pattern=named), [0]), indices)
+    if a.type == pa.string():
+        found = _per_value(a, ("regexp_extract", pattern), index, functools.partial(_extract, pattern),
+                           _REGEX_MOST_DISTINCT)
+        if found is not None:
+            return found
+    return _extract(pattern, a, index)
+
+
+def _extract(pattern: str, a: pa.Array, index: int) -> pa.Array:
+    named, _ = _name_groups(pattern, index)
+    if index == 0:
+        # The whole match: the pattern, wrapped in the one group captured.
+        named = f"(?P<clink_group>{named})"
     return pc.struct_field(pc.extract_regex(a, pattern=named), [0])
 
 
