@@ -274,3 +274,33 @@ def test_string_functions_remember_values_across_calls(batches: list, seed: int)
                 _python_regexp_extract(v, "(&|^)channel_id=([^&]*)", 2) for v in kept.to_pylist()]
     finally:
         K._SEEN_MOST_VALUES, K._SEEN_MOST_NEW = limits
+
+
+@given(st.lists(st.one_of(st.none(), st.text(alphabet="aZ_ 9~\x7fÀéßİ", max_size=6)), max_size=20),
+       st.integers(0, 3))
+def test_lower_and_upper_match_unicode_case_mapping(values: list, start: int) -> None:
+    """LOWER and UPPER take the ASCII kernel only when the text is all ASCII, and give what the
+    Unicode one gives in either case (slices, whose buffers hold bytes outside them, included)."""
+    from clink.runtime import kernels as K
+
+    for array in (pa.array(values, pa.string()), pa.array(values, pa.string()).slice(min(start, len(values))),
+                  pa.chunked_array([pa.array(values, pa.string()), pa.array(["ÀB", "ab"])])):
+        assert K.lower(array).to_pylist() == real.utf8_lower(array).to_pylist()
+        assert K.upper(array).to_pylist() == real.utf8_upper(array).to_pylist()
+    ascii_only = pa.array(["Hello", None, "WORLD_1~"], pa.string())
+    assert K._ascii(ascii_only) and not K._ascii(pa.array(["é"]))
+    assert K.lower(ascii_only).to_pylist() == ["hello", None, "world_1~"]
+    assert K.upper(pa.scalar("ß")).as_py() == real.utf8_upper(pa.scalar("ß")).as_py()
+
+
+def test_case_when_keeps_constant_results_scalar() -> None:
+    """CASE with constant results (strings, NULL) and a column ELSE, as q21 has."""
+    from clink.runtime import kernels as K
+
+    low = pa.array(["apple", "x", None, "baidu"])
+    conditions = [real.equal(low, "apple"), real.equal(low, "baidu")]
+    got = K.case_when(conditions, [pa.scalar("0"), pa.scalar(None, pa.string())], pa.array(["a", "b", "c", "d"]),
+                      pa.string())
+    assert got.to_pylist() == ["0", "b", "c", None]
+    assert K.case_when(conditions, [pa.scalar(1, pa.int32()), pa.scalar(3)], pa.scalar(2), pa.int64()).to_pylist() == [
+        1, 2, 2, 3]

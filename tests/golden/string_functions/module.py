@@ -80,8 +80,8 @@ def chain_2(batch: pa.RecordBatch, ctx: P.TaskContext) -> pa.RecordBatch:
     n = batch.num_rows
     return pa.RecordBatch.from_arrays(
         [
-            pc.utf8_upper(w),  # input.sql:28:3  UPPER(w)
-            pc.utf8_lower(w),  # input.sql:29:3  LOWER(w)
+            K.upper(w),  # input.sql:28:3  UPPER(w)
+            K.lower(w),  # input.sql:29:3  LOWER(w)
             pc.utf8_length(w),  # input.sql:30:3  CHAR_LENGTH(w)
             K.substring(w, 1, 3),  # input.sql:31:3  SUBSTRING(w, 1, 3)
             pc.binary_join_element_wise(pc.binary_join_element_wise(w, pa.scalar('-', pa.string()), '', null_handling='emit_null'), K.cast(k, pa.string()), '', null_handling='emit_null'),  # input.sql:32:3  w || '-' || CAST(k AS STRING)
