@@ -304,9 +304,9 @@ def _distinct(a: pa.Array, most: float) -> tuple[pa.Array, pa.Array] | None:
 #: a call then looks its rows up among the values seen (one hash probe), runs the function only on
 #: the values new to it, and takes the results out by position.
 _SEEN: dict[tuple, tuple[pa.Array, dict[int, pa.Array]]] = {}
-_SEEN_MOST_KEYS = 32
+_SEEN_MOST_KEYS = 16
 _SEEN_MOST_VALUES = 1 << 16
-_SEEN_MOST_BYTES = 16 << 20
+_SEEN_MOST_BYTES = 8 << 20  # per key: at most 128 MiB in all
 #: Values new to a call beyond this share of its rows start the values seen afresh from that call.
 _SEEN_MOST_NEW = 0.25
 #: The last look-up, (array, values seen, positions): calls on that very array share it.
