@@ -1568,6 +1568,15 @@ def _interval_bounds(residual: ir.Expr | None, left: ir.Rel, right: ir.Rel, tree
     are there (``r.t BETWEEN l.t - a AND l.t + b`` and its forms, or a key ``l.t = r.t``): the
     join can then forget rows the watermark has passed by more than the bound.
 
+    Between two append-only inputs, the bound away from a side's time column may also be another
+    timestamp column of that side: ``r.t BETWEEN l.t AND l.expires`` (``l.t <= r.t`` and
+    ``r.t <= l.expires``), its mirror ``l.t BETWEEN r.t AND r.expires``, or two spans that
+    overlap. What makes a bound usable is the column it puts a limit on: an upper bound
+    ``r.t <= l.x + b`` must limit a right time attribute (a right row arriving on time is after
+    the watermark, so the left row is done once the watermark passes ``l.x + b``), and a lower
+    bound ``l.t + a <= r.y`` a left one (the right row is done once it passes ``r.y - a``). The
+    other column may be any timestamp; the plain pair of time columns is preferred when present.
+
     A time column is an event-time attribute, or the ``window_end`` of a window aggregation
     (passed on unchanged, or as a key of a GROUP BY over it): rows with a window end at or before
     the watermark have all arrived, so a join on two window ends (a window join) or bounded by
@@ -1584,6 +1593,8 @@ def _interval_bounds(residual: ir.Expr | None, left: ir.Rel, right: ir.Rel, tree
     if residual is None:
         return None
     width = len(left.schema)
+    # (left column, right column) -> the bound on right - left: a lower bound needs a left time
+    # attribute, an upper bound a right one (the side whose rows arrive after the watermark).
     lower: dict[tuple[int, int], int] = {}
     upper: dict[tuple[int, int], int] = {}
     for c in ir.conjuncts(residual):
@@ -1594,20 +1605,33 @@ def _interval_bounds(residual: ir.Expr | None, left: ir.Rel, right: ir.Rel, tree
             continue
         (ca, oa), (cb, ob) = a, b
         at_least = c.fn in ("ge", "gt")
-        if ca >= width and cb < width and ca - width in right_times and cb in left_times:
+        if ca >= width and cb < width:
             pair, bound = (cb, ca - width), ob - oa  # r + oa op l + ob: r - l op ob - oa
-        elif ca < width and cb >= width and ca in left_times and cb - width in right_times:
+        elif ca < width and cb >= width:
             pair, bound, at_least = (ca, cb - width), oa - ob, not at_least  # l + oa op r + ob: r - l op' oa - ob
         else:
             continue
-        if at_least:
+        if at_least and pair[0] in left_times:
             lower[pair] = max(lower.get(pair, bound), bound)
-        else:
+        elif not at_least and pair[1] in right_times:
             upper[pair] = min(upper.get(pair, bound), bound)
     for pair in sorted(set(lower) & set(upper)):
-        if lower[pair] <= upper[pair]:
+        if pair[0] in left_times and pair[1] in right_times and lower[pair] <= upper[pair]:
             return ir.IntervalBounds(left_time=pair[0], right_time=pair[1], lower=lower[pair], upper=upper[pair])
-    return None
+    if ir.is_updating(left) or ir.is_updating(right):
+        # A retraction must meet every row its pairs were made with: only the plain bound above,
+        # whose rows leave by their own time attribute, is kept for updating inputs.
+        return None
+    # A bound against another column of a side: prefer the fewest such columns, then positions.
+    candidates = sorted(((low[1] != up[1]) + (low[0] != up[0]), low, up)
+                        for low in lower for up in upper if low != up)
+    if not candidates:
+        return None
+    _, (left_time, right_end), (left_end, right_time) = candidates[0]
+    return ir.IntervalBounds(left_time=left_time, right_time=right_time, lower=lower[left_time, right_end],
+                             upper=upper[left_end, right_time],
+                             left_end=left_end if left_end != left_time else None,
+                             right_end=right_end if right_end != right_time else None)
 
 
 def _window_end(rel: ir.Rel, index: int) -> bool:

@@ -133,8 +133,13 @@ def explain_logical(node: ir.Rel, indent: int = 0) -> str:
             if node.interval is not None:
                 b = node.interval
                 names = _join_names(node)
-                line += (f", interval=[{names[len(node.left.schema) + b.right_time]} - {names[b.left_time]}"
-                         f" BETWEEN {b.lower} ms AND {b.upper} ms]")
+                right = len(node.left.schema)
+                if b.left_end is None and b.right_end is None:
+                    line += (f", interval=[{names[right + b.right_time]} - {names[b.left_time]}"
+                             f" BETWEEN {b.lower} ms AND {b.upper} ms]")
+                else:
+                    line += (f", interval=[{names[right + b.right_expiry]} - {names[b.left_time]} >= {b.lower} ms"
+                             f" AND {names[right + b.right_time]} - {names[b.left_expiry]} <= {b.upper} ms]")
             if node.lookup:
                 line += ", lookup=[right side read whole first]"
             if node.temporal is not None:

@@ -334,14 +334,32 @@ class Union(Rel):
 @attrs.frozen(kw_only=True)
 class IntervalBounds:
     """Event-time bounds of an interval join: a pair matches only if
-    ``left[left_time] + lower <= right[right_time] <= left[left_time] + upper`` (milliseconds).
-    Both columns are event-time attributes, so rows that the watermark has passed by more than
-    the bound can never match again, and the join drops them from its state."""
+    ``left[left_time] + lower <= right[right_end]`` and ``right[right_time] <= left[left_end] + upper``
+    (milliseconds), where ``left_end`` and ``right_end`` default to the time columns themselves
+    (the plain ``r.t BETWEEN l.t + lower AND l.t + upper``).
+
+    ``left_time`` and ``right_time`` are event-time attributes: a row arriving on time is after
+    the watermark. The ends may be any timestamp column of their side (an auction's ``expires``).
+    So a left row can match no right row arriving on time once the watermark passes
+    ``left[left_end] + upper``, nor a right row any left row once it passes
+    ``right[right_end] - lower``, and the join drops such rows from its state."""
 
     left_time: int
     right_time: int
     lower: int
     upper: int
+    left_end: int | None = None
+    right_end: int | None = None
+
+    @property
+    def left_expiry(self) -> int:
+        """The left column whose value (plus ``upper``) is the last time a left row can match."""
+        return self.left_time if self.left_end is None else self.left_end
+
+    @property
+    def right_expiry(self) -> int:
+        """The right column whose value (minus ``lower``) is the last time a right row can match."""
+        return self.right_time if self.right_end is None else self.right_end
 
 
 JOIN_KINDS = ("inner", "left", "right", "full")

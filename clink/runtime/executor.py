@@ -818,6 +818,10 @@ def state_signature(job: Job, node_id: int) -> str:
         keys = ", ".join(f"{left.field(a).type} = {right.field(b).type}"
                          for a, b in zip(node.left_keys, node.right_keys, strict=True))
         interval = " (interval)" if node.interval is not None else " (temporal)" if node.temporal else ""
+        if node.interval_ends is not None:
+            # Stored rows carry the value of these columns as the time they leave by: a pipeline
+            # that bounds the join by other columns must not take them over.
+            interval = f" (interval; rows leave by left column {node.interval_ends[0]}, right column {node.interval_ends[1]})"
         layout = " ; ".join(d.signature() for d in operator.descriptors)
         return f"{node.kind.upper()} JOIN{interval} ON ({keys}) | {layout}"
     if isinstance(node, OverAggregate):

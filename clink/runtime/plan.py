@@ -279,7 +279,12 @@ class Join(Node):
 
     ``interval`` = (left_time, right_time, lower, upper) marks an interval join: pairs match only
     if ``lower <= right.time - left.time <= upper`` (ms), and rows that the watermark has passed
-    by more than that are dropped from state. The output ``schema``: the left columns, then the
+    by more than that are dropped from state. With ``interval_ends`` = (left_end, right_end), the
+    upper bound is measured from the left column ``left_end`` and the lower bound reaches the
+    right column ``right_end`` instead (``left.time + lower <= right.right_end`` and
+    ``right.time <= left.left_end + upper``): a left row is dropped once the watermark passes
+    ``left.left_end + upper``, a right row once it passes ``right.right_end - lower`` (the bounds
+    are in ``residual`` too: matching never depends on when rows go). The output ``schema``: the left columns, then the
     right ones, then ``ROWKIND_COLUMN`` if the join is updating (an outer join, or an updating
     input). Both sides are kept in state through the state contract.
     """
@@ -292,6 +297,7 @@ class Join(Node):
     schema: pa.Schema
     residual: Callable[[pa.RecordBatch, "TaskContext"], Any] | None = None
     interval: tuple[int, int, int, int] | None = None
+    interval_ends: tuple[int, int] | None = None
     #: A lookup join: the right input (bounded) is read to its end before left rows are matched
     #: (they wait until then); left rows are not kept. INNER or LEFT; append-only output.
     lookup: bool = False

@@ -87,8 +87,8 @@ def _prune(node: ir.Rel, needed: set[int]) -> tuple[ir.Rel, dict[int, int]]:
             left_used = {i for i in used if i < width} | set(lkeys)
             right_used = {i - width for i in used if i >= width} | set(rkeys)
             if bounds is not None:
-                left_used.add(bounds.left_time)
-                right_used.add(bounds.right_time)
+                left_used |= {bounds.left_time, bounds.left_expiry}
+                right_used |= {bounds.right_time, bounds.right_expiry}
             if node.temporal is not None:
                 left_used.add(node.temporal[0])
                 right_used.add(node.temporal[1])
@@ -101,7 +101,10 @@ def _prune(node: ir.Rel, needed: set[int]) -> tuple[ir.Rel, dict[int, int]]:
                 node, left=new_left, right=new_right, left_keys=tuple(lmap[k] for k in lkeys),
                 right_keys=tuple(rmap[k] for k in rkeys),
                 residual=ir.remap(residual, out) if residual is not None else None,
-                interval=attrs.evolve(bounds, left_time=lmap[bounds.left_time], right_time=rmap[bounds.right_time])
+                interval=attrs.evolve(
+                    bounds, left_time=lmap[bounds.left_time], right_time=rmap[bounds.right_time],
+                    left_end=lmap[bounds.left_end] if bounds.left_end is not None else None,
+                    right_end=rmap[bounds.right_end] if bounds.right_end is not None else None)
                 if bounds is not None else None,
                 temporal=(lmap[node.temporal[0]], rmap[node.temporal[1]]) if node.temporal is not None else None)
             return new_node, out

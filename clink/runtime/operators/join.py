@@ -89,10 +89,14 @@ class JoinOperator:
                              f"its schema must end with {ROWKIND_COLUMN!r}")
         if node.interval is not None:
             left_time, right_time, lower, upper = node.interval
-            # right.t - left.t in [lower, upper]: a left row can match no right row once the
-            # watermark passes left.t + upper; a right row none once it passes right.t - lower.
-            left.time_column, left.expire_offset = left_time, -upper
-            right.time_column, right.expire_offset = right_time, lower
+            left_end, right_end = node.interval_ends or (left_time, right_time)
+            # left.t + lower <= right.right_end and right.t <= left.left_end + upper, where a row
+            # arriving on time has its t after the watermark: a left row can match no such right
+            # row once the watermark passes left.left_end + upper; a right row no such left row
+            # once it passes right.right_end - lower. (The ends are the time columns themselves
+            # in a plain interval join.)
+            left.time_column, left.expire_offset = left_end, -upper
+            right.time_column, right.expire_offset = right_end, lower
         self.ttl_ms = ttl_ms
         self.operator_id = operator_id or f"join-{node.id}"
         self.descriptors = [left.descriptor, right.descriptor]
