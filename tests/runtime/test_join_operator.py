@@ -209,6 +209,107 @@ def test_interval_join_frees_state_as_the_watermark_passes() -> None:
     assert op.metrics["state_rows"] == 0 and op.metrics["state_bytes"] == 0
 
 
+AUCTIONS = pa.schema([("k", pa.int64()), ("t", pa.timestamp("ms")), ("expires", pa.timestamp("ms"))])
+BIDS = pa.schema([("k", pa.int64()), ("t", pa.timestamp("ms"))])
+
+
+def _auction_bid_join(ends: bool, upper: int = 0) -> JoinOperator:
+    """Auctions (k, t, expires) joined with bids (k, t) on ``bid.t BETWEEN auction.t AND
+    auction.expires`` (``ends``: bounded by the expires column, as the compiler plans it), or on
+    ``bid.t BETWEEN auction.t AND auction.t + upper`` (a plain interval join)."""
+    ts = pa.timestamp("ms")
+    out_schema = pa.schema([("k", pa.int64()), ("t", ts), ("expires", ts), ("k2", pa.int64()), ("t2", ts)])
+
+    def open_then(b, ctx):
+        bid, start = pc.cast(b.column(4), pa.int64()), pc.cast(b.column(1), pa.int64())
+        end = pc.cast(b.column(2), pa.int64()) if ends else pc.add(start, upper)
+        return pc.and_(pc.greater_equal(bid, start), pc.less_equal(bid, end))
+
+    node = P.Join(id=3, left=1, right=2, kind="inner", left_keys=(0,), right_keys=(0,), schema=out_schema,
+                  residual=open_then, interval=(1, 1, 0, 0 if ends else upper),
+                  interval_ends=(2, 1) if ends else None)
+    return JoinOperator(node, TaskContext(runtime=RuntimeContext(), node_id=3), left_schema=AUCTIONS,
+                        right_schema=BIDS)
+
+
+def _auctions(rows: list[tuple[int, int, int | None]]) -> pa.RecordBatch:
+    return pa.RecordBatch.from_arrays([pa.array([r[0] for r in rows], pa.int64()),
+                                       pa.array([r[1] for r in rows], pa.timestamp("ms")),
+                                       pa.array([r[2] for r in rows], pa.timestamp("ms"))], schema=AUCTIONS)
+
+
+def _bids(rows: list[tuple[int, int]]) -> pa.RecordBatch:
+    return pa.RecordBatch.from_arrays([pa.array([r[0] for r in rows], pa.int64()),
+                                       pa.array([r[1] for r in rows], pa.timestamp("ms"))], schema=BIDS)
+
+
+def test_join_bounded_by_another_column_frees_state_as_the_watermark_passes() -> None:
+    """An auction every 100 ms, open for 300 to 1,200 ms (a few never: expired before they
+    start, or with no end), and four bids every 100 ms, 200 ms out of order: an auction leaves
+    the state once the watermark passes its ``expires``, a bid once it passes the bid's time. The
+    state stays that of the last second or so however long the stream, and is empty at the end."""
+    op = _auction_bid_join(ends=True)
+    n = 3000
+    auctions = [(i % 7, i * 100, None if i % 50 == 0 else i * 100 - 10 if i % 37 == 0 else i * 100 + 300 + i % 10 * 100)
+                for i in range(n)]
+    bids = [(j % 11, j * 25 + (j * 7919) % 200) for j in range(4 * n)]
+    pairs = 0
+    peak = 0
+    for start in range(0, n, 10):
+        pairs += sum(b.num_rows for b in op.process(_auctions(auctions[start:start + 10]), 0))
+        pairs += sum(b.num_rows for b in op.process(_bids(bids[4 * start:4 * start + 40]), 1))
+        # The newest rows are up to 200 ms out of order: the watermark lags the latest time by that.
+        op.on_watermark((start + 10) * 100 - 300)
+        peak = max(peak, op.metrics["state_rows"])
+    by_key: dict[int, list[int]] = {}
+    for k, t in bids:
+        by_key.setdefault(k, []).append(t)
+    assert pairs == sum(1 for k, t, e in auctions if e is not None for b in by_key.get(k, ()) if t <= b <= e)
+    assert pairs > 5_000
+    # Open auctions (12 a second at most), and the bids of the last ~500 ms.
+    assert peak <= 120, peak
+    op.on_watermark(2**62)
+    assert op.metrics["state_rows"] == 0 and op.metrics["state_bytes"] == 0
+
+
+def test_join_bounded_by_another_column_treats_late_rows_as_a_plain_interval_join_does() -> None:
+    """Where every auction's ``expires`` is its time + 1 s, the join bounded by ``expires`` and
+    the plain interval join ``BETWEEN a.t AND a.t + 1 s`` are the same join, late rows included:
+    a late row is matched against what is still stored, is stored, and leaves at the next
+    watermark; nothing is counted as dropped."""
+    by_end, plain = _auction_bid_join(ends=True), _auction_bid_join(ends=False, upper=1000)
+    steps = [
+        (0, [(1, 0), (2, 500)]),          # auctions at 0 and 500 ms, open for a second
+        (1, [(1, 300), (2, 900)]),        # bids that meet them
+        (2, 1200),                        # watermark 1200: auction 1 (until 1000) is done
+        (1, [(1, 800), (2, 1100)]),       # late bids: the first finds auction 1 gone, the second meets auction 2
+        (0, [(2, 700)]),                  # a late auction: meets the late bid at 1100, not the bid at 900, gone
+        (2, 1400),                        # the late bids leave; the late auction is open until 1700
+        (1, [(2, 1450), (1, 1500)]),
+        (2, 1600),                        # auction 2 (until 1500) is done
+        (1, [(2, 1500)]),                 # late: only the late auction at 700 (until 1700) is left
+    ]
+    outputs: list[list[list[dict]]] = [[], []]
+    states: list[list[int]] = [[], []]
+    for which, op in enumerate((by_end, plain)):
+        for kind, arg in steps:
+            if kind == 2:
+                op.on_watermark(arg)
+                states[which].append(op.metrics["state_rows"])
+                continue
+            rows = ([(k, t, t + 1000) for k, t in arg] if kind == 0 else arg)
+            batch = _auctions(rows) if kind == 0 else _bids(rows)
+            outputs[which].append([r for b in op.process(batch, kind) for r in b.to_pylist()])
+    assert outputs[0] == outputs[1]
+    assert states[0] == states[1] == [1, 2, 1]
+    ms = dt.timedelta(milliseconds=1)
+    epoch = dt.datetime(1970, 1, 1)
+    met = [[((r["t"] - epoch) // ms, (r["t2"] - epoch) // ms) for r in rows] for rows in outputs[0]]
+    assert met == [[], [(0, 300), (500, 900)], [(500, 1100)], [(700, 1100)], [(500, 1450), (700, 1450)],
+                   [(700, 1500)]]
+    assert "late_records" not in by_end.metrics
+
+
 def test_temporal_join_drops_versions_the_watermark_has_superseded() -> None:
     """30 keys get a new version every 100 ms for 100 s (30,000 versions); the state keeps about
     the newest settled version of each key, compacting when it doubles, and never all of them."""
