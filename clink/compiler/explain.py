@@ -138,8 +138,9 @@ def explain_logical(node: ir.Rel, indent: int = 0) -> str:
                     line += (f", interval=[{names[right + b.right_time]} - {names[b.left_time]}"
                              f" BETWEEN {b.lower} ms AND {b.upper} ms]")
                 else:
-                    line += (f", interval=[{names[right + b.right_expiry]} - {names[b.left_time]} >= {b.lower} ms"
-                             f" AND {names[right + b.right_time]} - {names[b.left_expiry]} <= {b.upper} ms]")
+                    line += (f", interval=[{names[right + b.right_expiry]} - {names[b.left_time]}"
+                             f" >= {b.lower} ms AND {names[right + b.right_time]} - {names[b.left_expiry]}"
+                             f" <= {b.upper} ms]")
             if node.lookup:
                 line += ", lookup=[right side read whole first]"
             if node.temporal is not None:

@@ -821,7 +821,8 @@ def state_signature(job: Job, node_id: int) -> str:
         if node.interval_ends is not None:
             # Stored rows carry the value of these columns as the time they leave by: a pipeline
             # that bounds the join by other columns must not take them over.
-            interval = f" (interval; rows leave by left column {node.interval_ends[0]}, right column {node.interval_ends[1]})"
+            left_end, right_end = node.interval_ends
+            interval = f" (interval; rows leave by left column {left_end}, right column {right_end})"
         layout = " ; ".join(d.signature() for d in operator.descriptors)
         return f"{node.kind.upper()} JOIN{interval} ON ({keys}) | {layout}"
     if isinstance(node, OverAggregate):

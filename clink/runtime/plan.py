@@ -284,9 +284,9 @@ class Join(Node):
     right column ``right_end`` instead (``left.time + lower <= right.right_end`` and
     ``right.time <= left.left_end + upper``): a left row is dropped once the watermark passes
     ``left.left_end + upper``, a right row once it passes ``right.right_end - lower`` (the bounds
-    are in ``residual`` too: matching never depends on when rows go). The output ``schema``: the left columns, then the
-    right ones, then ``ROWKIND_COLUMN`` if the join is updating (an outer join, or an updating
-    input). Both sides are kept in state through the state contract.
+    are in ``residual`` too: matching never depends on when rows go). The output ``schema``: the
+    left columns, then the right ones, then ``ROWKIND_COLUMN`` if the join is updating (an outer
+    join, or an updating input). Both sides are kept in state through the state contract.
     """
 
     left: int

@@ -418,11 +418,13 @@ def test_join_bounded_by_another_column_keeps_the_state_of_open_rows(monkeypatch
 def test_join_of_an_updating_input_is_not_bounded_by_another_column() -> None:
     """A bound by a column other than the time attributes is taken between append-only inputs
     only: a retraction must meet the rows its pairs were made with."""
-    script = ("CREATE TABLE l (k BIGINT, ts TIMESTAMP(3), WATERMARK FOR ts AS ts) WITH ('connector' = 'datagen');\n"
-              "CREATE TABLE r (k BIGINT, ts TIMESTAMP(3), WATERMARK FOR ts AS ts) WITH ('connector' = 'datagen');\n"
-              "SELECT g.k, r.ts FROM (SELECT we, k, MAX(last) AS last FROM (SELECT window_end AS we, k, MAX(ts) AS last "
-              "FROM TABLE(TUMBLE(TABLE l, DESCRIPTOR(ts), INTERVAL '10' SECOND)) GROUP BY k, window_start, window_end) "
-              "GROUP BY we, k) g JOIN r ON g.k = r.k AND r.ts BETWEEN g.we AND g.last + INTERVAL '1' MINUTE;\n")
+    table = "(k BIGINT, ts TIMESTAMP(3), WATERMARK FOR ts AS ts) WITH ('connector' = 'datagen');\n"
+    # Per window end and key, the latest time: a GROUP BY over a window aggregation, updating.
+    latest = ("SELECT we, k, MAX(last) AS last FROM (SELECT window_end AS we, k, MAX(ts) AS last FROM "
+              "TABLE(TUMBLE(TABLE l, DESCRIPTOR(ts), INTERVAL '10' SECOND)) GROUP BY k, window_start, window_end) "
+              "GROUP BY we, k")
+    script = (f"CREATE TABLE l {table}CREATE TABLE r {table}SELECT g.k, r.ts FROM ({latest}) g JOIN r "
+              "ON g.k = r.k AND r.ts BETWEEN g.we AND g.last + INTERVAL '1' MINUTE;\n")
     explained = clink.compile(script).explain()
     assert "Join INNER state=[both sides by key]" in explained and "interval=" not in explained
     # Bounded by the window end alone, the same join is an interval join.

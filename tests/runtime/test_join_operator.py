@@ -250,8 +250,10 @@ def test_join_bounded_by_another_column_frees_state_as_the_watermark_passes() ->
     state stays that of the last second or so however long the stream, and is empty at the end."""
     op = _auction_bid_join(ends=True)
     n = 3000
-    auctions = [(i % 7, i * 100, None if i % 50 == 0 else i * 100 - 10 if i % 37 == 0 else i * 100 + 300 + i % 10 * 100)
-                for i in range(n)]
+    def expires(i: int) -> int | None:
+        return None if i % 50 == 0 else i * 100 - 10 if i % 37 == 0 else i * 100 + 300 + i % 10 * 100
+
+    auctions = [(i % 7, i * 100, expires(i)) for i in range(n)]
     bids = [(j % 11, j * 25 + (j * 7919) % 200) for j in range(4 * n)]
     pairs = 0
     peak = 0

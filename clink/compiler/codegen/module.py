@@ -534,15 +534,16 @@ def _emit_plan(w: SourceWriter, plan: PhysicalPlan, schema_names: dict[int, str]
                                 w.line(f"temporal=({lt}, {rt}),  # the version of {rnames[rt]} valid at {lnames[lt]}")
                             if join.interval is not None:
                                 b = join.interval
+                                bounds = f"interval=({b.left_time}, {b.right_time}, {b.lower}, {b.upper}),  # "
                                 if b.left_end is None and b.right_end is None:
-                                    w.line(f"interval=({b.left_time}, {b.right_time}, {b.lower}, {b.upper}),  # "
-                                           f"{rnames[b.right_time]} - {lnames[b.left_time]} in [{b.lower}, {b.upper}] ms")
+                                    w.line(bounds + f"{rnames[b.right_time]} - {lnames[b.left_time]} "
+                                                    f"in [{b.lower}, {b.upper}] ms")
                                 else:
-                                    w.line(f"interval=({b.left_time}, {b.right_time}, {b.lower}, {b.upper}),  # "
-                                           f"{rnames[b.right_expiry]} - {lnames[b.left_time]} >= {b.lower} ms, "
-                                           f"{rnames[b.right_time]} - {lnames[b.left_expiry]} <= {b.upper} ms")
-                                    w.line(f"interval_ends=({b.left_expiry}, {b.right_expiry}),  # rows leave by "
-                                           f"{lnames[b.left_expiry]} and {rnames[b.right_expiry]}")
+                                    lx, rx = b.left_expiry, b.right_expiry
+                                    w.line(bounds + f"{rnames[rx]} - {lnames[b.left_time]} >= {b.lower} ms, "
+                                                    f"{rnames[b.right_time]} - {lnames[lx]} <= {b.upper} ms")
+                                    w.line(f"interval_ends=({lx}, {rx}),  # rows leave by {lnames[lx]} "
+                                           f"and {rnames[rx]}")
                             w.line(f"schema={schema_names[op.id * 10]}, parallelism={op.parallelism}, "
                                    f"span={str(join.span or '')!r}),")
                     case UnionOp(inputs=inputs):
