@@ -90,7 +90,7 @@ def format_watermark(ms: int) -> str:
         return "end of input"
     import datetime as dt
 
-    return dt.datetime.fromtimestamp(ms / 1000, dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3]
+    return dt.datetime.fromtimestamp(ms / 1000, dt.UTC).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3]
 
 
 class Job:
@@ -176,7 +176,8 @@ class Job:
 
                 self._operators[node.id] = UpdatingOverOperator(
                     node, self._tasks[node.id], input_schema=self.plan.node(node.input).schema,
-                    backend=self._backend(), operator_id=self.uids[node.id])
+                    backend=self._backend(), operator_id=self.uids[node.id],
+                    ttl_ms=_duration_ms(self.ctx.get("table.exec.state.ttl")))
             elif isinstance(node, OverAggregate):
                 from clink.runtime.operators.over import OverAggregateOperator
 
@@ -188,7 +189,8 @@ class Job:
 
                 self._operators[node.id] = RankOperator(
                     node, self._tasks[node.id], input_schema=self.plan.node(node.input).schema,
-                    backend=self._backend(), operator_id=self.uids[node.id])
+                    backend=self._backend(), operator_id=self.uids[node.id],
+                    ttl_ms=_duration_ms(self.ctx.get("table.exec.state.ttl")))
             elif isinstance(node, Join) and node.temporal is not None:
                 from clink.runtime.operators.temporal import TemporalJoinOperator
 

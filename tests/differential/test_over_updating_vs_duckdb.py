@@ -12,7 +12,7 @@ import duckdb
 import numpy as np
 import pyarrow as pa
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 import clink
@@ -113,6 +113,9 @@ ROW = st.tuples(st.integers(0, 2), st.integers(0, 6), st.integers(-5, 5))
 
 
 @settings(max_examples=60, deadline=None)
+# A retraction removes a row inserted before it in its batch, not one inserted after it.
+@example(frame=("rows", 2), steps=[[(False, (0, 0, 0), 0)], [(False, (0, 0, 0), 0)] * 7 + [(False, (0, 0, 1), 0)],
+                                   [(False, (0, 0, 0), 0)] * 4 + [(True, (0, 0, 0), 0), (True, (0, 0, 1), 0)]])
 @given(frame=st.sampled_from([("rows", 2), ("rows", None), ("range", 2), ("range", None)]),
        steps=st.lists(st.lists(st.tuples(st.booleans(), ROW, st.integers(0, 50)), max_size=8), max_size=8))
 def test_random_changes_match_a_model(frame: tuple[str, int | None], steps: list) -> None:
@@ -197,3 +200,23 @@ def test_an_updating_over_is_explained_as_producing_updates() -> None:
     explained = clink.compile(DDL + f"SELECT k, SUM(n) OVER (ORDER BY ts) FROM {UPDATING};\n").explain()
     assert "changelog=[+I, -U, +U, -D])" in explained.split("OverAggregate(", 1)[1].split("\n", 1)[0]
     assert "OverAggregate RANGE" in explained and "produces updates" in explained.split("] OverAggregate", 1)[1]
+
+
+def test_state_ttl_forgets_rows_stored_longer_ago() -> None:
+    now = [0]
+    aggs = (P.AggSpec(fn="count_star", arg=None, type=pa.int64()),)
+    out = pa.schema([*list(SCHEMA)[:3], ("c", pa.int64()), (P.ROWKIND_COLUMN, pa.string())])
+    node = P.OverAggregate(id=2, input=1, partition=(0,), time=1, frame="rows", preceding=None, aggs=aggs, schema=out)
+    op = UpdatingOverOperator(node, TaskContext(runtime=RuntimeContext(clock=lambda: now[0]), node_id=2),
+                              input_schema=SCHEMA, ttl_ms=1000)
+
+    def send(rows: list[tuple[int, int]]) -> list[tuple]:
+        batch = pa.RecordBatch.from_arrays([pa.array([1] * len(rows), pa.int64()), pa.array([o for o, _ in rows]),
+                                            pa.array([v for _, v in rows]), pa.array([P.INSERT] * len(rows))],
+                                           schema=SCHEMA)
+        return [(r["o"], r["c"], r[P.ROWKIND_COLUMN]) for b in op.process(batch) for r in b.to_pylist()]
+
+    assert send([(1, 10), (2, 20)]) == [(1, 1, P.INSERT), (2, 2, P.INSERT)]
+    now[0] = 1500  # both rows are older than the TTL: the partition starts afresh
+    assert send([(3, 30)]) == [(3, 1, P.INSERT)]
+    assert op.metrics["state_rows"] == 1

@@ -109,3 +109,24 @@ def test_window_top_n_over_a_window_aggregation() -> None:
         "GROUP BY ALL)) WHERE rn <= 3").fetchall()
     assert Counter(tuple(r.values()) for r in ours.to_pylist()) == Counter(theirs)
     assert ours.num_rows == 36
+
+
+def test_state_ttl_reaches_the_top_n() -> None:
+    """A deduplication keeping each key's first row, with a TTL shorter than the clock's step
+    between batches: every batch finds its keys forgotten and emits their first row again."""
+    n = 300_000  # read in several batches
+    table = pa.table({"k": pa.array(np.arange(n) % 3, pa.int64()), "v": pa.array(np.arange(n), pa.int64())})
+    query = "SELECT k, v FROM (SELECT k, v, ROW_NUMBER() OVER (PARTITION BY k ORDER BY v) AS rn FROM t) WHERE rn = 1"
+    ticks = iter(range(0, 10**9, 1000))
+
+    def ticking(ttl: str | None) -> list[tuple[int, int]]:
+        config = {"table.exec.state.ttl": ttl} if ttl else {}
+        out = run_select(query, context=RuntimeContext(config=config, clock=lambda: next(ticks)),
+                         row_group_size=20_000, t=table)
+        return sorted((r["k"], r["v"]) for r in out.to_pylist())
+
+    assert ticking(None) == [(0, 0), (1, 1), (2, 2)]
+    forgetful = ticking("1 ms")
+    firsts = [v for k, v in forgetful if k == 0]
+    assert firsts[0] == 0 and len(firsts) > 1 and all(v % 3 == k for k, v in forgetful)
+    assert {k for k, _ in forgetful} == {0, 1, 2} and len(forgetful) == 3 * len(firsts)

@@ -99,3 +99,27 @@ def test_state_holds_only_the_top_rows() -> None:
         batch = pa.RecordBatch.from_pylist([{"k": i % 10, "v": i} for i in range(start, start + 500)], schema=INPUT)
         op.process(batch)
     assert op.metrics["state_rows"] <= 10 * 3 * 3  # top 3 of 10 keys, with retracted entries not yet netted
+
+
+def test_state_ttl_forgets_top_rows_stored_longer_ago() -> None:
+    """Deduplication keeping each key's first row: a key whose row was stored more than the TTL
+    ago is forgotten, so its next row is emitted as new (as Flink's state TTL does); the state
+    holds only what was written within the TTL."""
+    now = [0]
+    node = _node(1, emit_rank=False, descending=False)
+    op = RankOperator(node, TaskContext(runtime=RuntimeContext(clock=lambda: now[0]), node_id=2),
+                      input_schema=INPUT, ttl_ms=1000)
+
+    def send(rows: list[tuple[int, int]]) -> list[tuple]:
+        batch = pa.RecordBatch.from_arrays([pa.array([k for k, _ in rows], pa.int64()),
+                                            pa.array([v for _, v in rows], pa.int64())], schema=INPUT)
+        return [(r["k"], r["v"], r[P.ROWKIND_COLUMN]) for b in op.process(batch) for r in b.to_pylist()]
+
+    assert send([(1, 5), (2, 5)]) == [(1, 5, "+I"), (2, 5, "+I")]
+    now[0] = 600
+    assert send([(1, 9), (3, 5)]) == [(3, 5, "+I")]  # key 1 keeps its first row
+    now[0] = 1200  # keys 1 and 2 were stored 1200 ms ago, key 3 600 ms ago
+    assert send([(1, 7), (2, 6), (3, 9)]) == [(1, 7, "+I"), (2, 6, "+I")]
+    now[0] = 5000
+    send([(4, 1)])
+    assert op.metrics["state_rows"] == 1  # everything but key 4 has expired

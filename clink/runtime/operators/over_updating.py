@@ -35,7 +35,7 @@ import pyarrow as pa
 from clink.runtime import compute as pc
 from clink.runtime.operators.common import epoch_ms, max_parallelism, open_state
 from clink.runtime.operators.over import _AGGREGATES, frame_aggregate
-from clink.runtime.operators.rows import KeyedRows, NumberedRowsOperator, net_pairs, plain_array
+from clink.runtime.operators.rows import KeyedRows, NumberedRowsOperator, plain_array
 from clink.runtime.plan import DELETE, INSERT, ROWKIND_COLUMN, UPDATE_AFTER, UPDATE_BEFORE
 from clink.runtime.state.backend import OperatorState, StateBackend
 from clink.runtime.state.keygroups import hash_columns
@@ -51,8 +51,10 @@ class UpdatingOverOperator(NumberedRowsOperator):
     the changes to the results."""
 
     def __init__(self, node: plan.OverAggregate, ctx: TaskContext, *, input_schema: pa.Schema,
-                 backend: StateBackend | None = None, operator_id: str | None = None) -> None:
+                 backend: StateBackend | None = None, operator_id: str | None = None,
+                 ttl_ms: int | None = None) -> None:
         self.node = node
+        self.ttl_ms = ttl_ms
         self.ctx = ctx
         self._where = f"over aggregate {node.id}"
         self._max_parallelism = max_parallelism(ctx)
@@ -102,7 +104,7 @@ class UpdatingOverOperator(NumberedRowsOperator):
         columns = [plain_array(batch.column(i)) for i in range(self.width)]
         khash = hash_columns([columns[p] for p in self.node.partition], n)
         # 1. the live rows of the touched partitions
-        probe, stored, ids = self.rows.lookup(np.unique(khash))
+        stored = self._live_rows(np.unique(khash))
         names = [f"c{i}" for i in range(self.width)]
         added = np.flatnonzero(~retract)
         seq = np.arange(self._next_seq, self._next_seq + len(added), dtype=np.int64)
@@ -111,7 +113,6 @@ class UpdatingOverOperator(NumberedRowsOperator):
                          names=[*names, "_seq", "_khash"])
         n_old = 0
         if stored is not None:
-            _, stored, _, _ = net_pairs(probe, stored, ids)
             n_old = stored.num_rows
             old = pa.table([*(plain_array(stored.column(i)) for i in range(self.width + 1)),
                             plain_array(stored.column("_khash"))], names=[*names, "_seq", "_khash"])
@@ -119,7 +120,7 @@ class UpdatingOverOperator(NumberedRowsOperator):
         else:
             pool = fresh
         # 2. retractions remove the latest equal live row
-        removed = self._match_retractions(pool, [c.filter(pa.array(retract)) for c in columns])
+        removed = self._match_retractions(pool, n_old, retract, columns)
         is_old = np.zeros(pool.num_rows, dtype=bool)
         is_old[:n_old] = True
         # 3. results before and after
@@ -136,26 +137,53 @@ class UpdatingOverOperator(NumberedRowsOperator):
 
     # -- steps -----------------------------------------------------------------------------------
 
-    def _match_retractions(self, pool: pa.Table, retracted: list[pa.Array]) -> np.ndarray:
-        """Which pool rows the retractions remove: for each distinct row retracted r times, the r
-        equal pool rows that arrived last."""
+    def _match_retractions(self, pool: pa.Table, n_old: int, retract: np.ndarray, columns: list[pa.Array]
+                           ) -> np.ndarray:
+        """Which pool rows the batch's retractions remove. Per distinct row (by hash), the stored
+        rows in arrival order and then the batch's inserts and retractions in batch order form a
+        stack: a retraction removes the latest equal row inserted before it (one with nothing to
+        remove is unmatched). A row survives exactly when the stack never falls below the height
+        it was pushed at: one segmented running sum and one suffix minimum, no loop over rows."""
         removed = np.zeros(pool.num_rows, dtype=bool)
-        count = len(retracted[0]) if retracted else 0
-        if count == 0:
+        gone = np.flatnonzero(retract)
+        if not len(gone):
             return removed
-        wanted = hash_columns([retracted[i] for i in self._hashable], count)
+        wanted = hash_columns([columns[i].take(pa.array(gone)) for i in self._hashable], len(gone))
         have = hash_columns([pool.column(i) for i in self._hashable], pool.num_rows)
-        distinct, times = np.unique(wanted, return_counts=True)
-        order = np.lexsort((-pool.column("_seq").to_numpy(), have))
-        sorted_have = have[order]
-        position = np.arange(len(order), dtype=np.int64)
-        starts = np.ones(len(order), dtype=bool)
-        starts[1:] = sorted_have[1:] != sorted_have[:-1]
-        nth = position - np.maximum.accumulate(np.where(starts, position, 0))
-        slot = np.minimum(np.searchsorted(distinct, sorted_have), len(distinct) - 1)
-        need = np.where(distinct[slot] == sorted_have, times[slot], 0)
-        removed[order] = nth < need
-        self.metrics["unmatched_retractions"] += count - int(removed.sum())
+        # Only rows equal to a retracted one can go.
+        candidates = np.flatnonzero(np.isin(have, wanted))
+        inserted = np.flatnonzero(~retract)  # batch position of each fresh pool row
+        base = int(pool.column("_seq").to_numpy()[:n_old].max()) + 1 if n_old else 0
+        when = np.where(candidates < n_old, pool.column("_seq").to_numpy()[candidates],
+                        base + inserted[np.maximum(candidates - n_old, 0)] if len(inserted) else 0)
+        hashes = np.concatenate([have[candidates], wanted])
+        order_key = np.concatenate([when, base + gone])
+        step = np.concatenate([np.ones(len(candidates), np.int64), np.full(len(gone), -1, np.int64)])
+        row = np.concatenate([candidates, np.full(len(gone), -1, np.int64)])
+        order = np.lexsort((order_key, hashes))
+        hashes, step, row = hashes[order], step[order], row[order]
+        m = len(order)
+        starts = np.ones(m, dtype=bool)
+        starts[1:] = hashes[1:] != hashes[:-1]
+        group = np.cumsum(starts) - 1
+        total = np.cumsum(step)
+        height = total - (total - step)[starts][group]  # the running sum within each group
+        # A retraction on an empty stack is unmatched: the height is clamped at 0.
+        width = 2 * m + 1
+        lowest = np.maximum.accumulate(group * width + (m - height)) - group * width  # m - running min
+        floor = np.minimum(0, m - lowest)
+        height = height - floor
+        # The lowest height from each position to the end of its group, then after it.
+        last = group.max()
+        reverse = (last - group[::-1]) * width + (m - height[::-1])
+        after_min = m - (np.maximum.accumulate(reverse) - (last - group[::-1]) * width)[::-1]
+        later = np.full(m, m + 1, dtype=np.int64)
+        same = ~starts[1:]
+        later[:-1][same] = after_min[1:][same]
+        survives = later >= height
+        pushed = step > 0
+        removed[row[pushed & ~survives]] = True
+        self.metrics["unmatched_retractions"] += len(gone) - int((pushed & ~survives).sum())
         return removed
 
     def _results(self, pool: pa.Table, live: np.ndarray) -> list[np.ndarray | pa.Array]:

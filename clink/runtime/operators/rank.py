@@ -31,7 +31,7 @@ import pyarrow as pa
 
 from clink.runtime import compute as pc
 from clink.runtime.operators.common import max_parallelism, open_state
-from clink.runtime.operators.rows import KeyedRows, NumberedRowsOperator, net_pairs, plain_array
+from clink.runtime.operators.rows import KeyedRows, NumberedRowsOperator, plain_array
 from clink.runtime.plan import DELETE, INSERT, ROWKIND_COLUMN
 from clink.runtime.state.backend import OperatorState, StateBackend
 from clink.runtime.state.keygroups import hash_columns
@@ -46,8 +46,10 @@ class RankOperator(NumberedRowsOperator):
     """Run one ``plan.Rank`` node: ``process(batch)`` returns the changes to the top N."""
 
     def __init__(self, node: plan.Rank, ctx: TaskContext, *, input_schema: pa.Schema,
-                 backend: StateBackend | None = None, operator_id: str | None = None) -> None:
+                 backend: StateBackend | None = None, operator_id: str | None = None,
+                 ttl_ms: int | None = None) -> None:
         self.node = node
+        self.ttl_ms = ttl_ms
         self.ctx = ctx
         self._where = f"top-n {node.id}"
         self._max_parallelism = max_parallelism(ctx)
@@ -94,11 +96,8 @@ class RankOperator(NumberedRowsOperator):
         khash = hash_columns([columns[p] for p in self.node.partition], n)
         # 1. the current top rows of the partitions this batch touches
         touched = np.unique(khash)
-        probe, stored, ids = self.rows.lookup(touched)
-        old_count = 0
-        if stored is not None:
-            _, stored, _, _ = net_pairs(probe, stored, ids)
-            old_count = stored.num_rows
+        stored = self._live_rows(touched)
+        old_count = 0 if stored is None else stored.num_rows
         # 2. old and new rows sorted together, numbered within their partition
         names = [f"c{i}" for i in range(self.width + 1)]
         fresh = pa.table([*columns, pa.array(khash)], names=[*names, "_khash"])

@@ -45,6 +45,7 @@ if TYPE_CHECKING:
     from collections.abc import Collection
     from pathlib import Path
 
+    from clink.runtime.context import TaskContext
     from clink.runtime.state.backend import OperatorState
 
 __all__ = ["KeyedRows", "NumberedRowsOperator", "net_pairs", "plain_array"]
@@ -289,7 +290,28 @@ class NumberedRowsOperator:
     operator_state: OperatorState
     width: int
     metrics: dict[str, int]
+    ctx: TaskContext
     _next_seq: int
+    #: ``table.exec.state.ttl``: rows stored longer ago than this (by the context clock) are
+    #: forgotten; None keeps them.
+    ttl_ms: int | None = None
+
+    def _live_rows(self, partitions: np.ndarray) -> pa.Table | None:
+        """The stored rows of the partitions with these key hashes (each once), or None; with a
+        TTL, rows stored longer ago than it are left out (and dropped from the store)."""
+        if self.ttl_ms is not None:
+            oldest = int(self.ctx.runtime.clock()) - self.ttl_ms
+            self.rows.expire(written_before=oldest)
+        probe, stored, ids = self.rows.lookup(partitions)
+        if stored is None:
+            return None
+        if self.ttl_ms is not None:
+            # An expired run is rewritten only once a quarter of it has expired: filter the rest.
+            fresh = stored.column("_written").to_numpy() >= oldest
+            if not fresh.all():
+                probe, stored, ids = probe[fresh], stored.filter(pa.array(fresh)), ids[fresh]
+        _, stored, _, _ = net_pairs(probe, stored, ids)
+        return stored if stored.num_rows else None
 
     def on_watermark(self, watermark: int) -> list[pa.RecordBatch]:
         return []
