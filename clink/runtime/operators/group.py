@@ -17,11 +17,11 @@ over that column (with their different FILTERs): a row per (key, value) some of 
 the key columns, ``value``, one int64 ``a<i>`` per aggregate, ``_hash`` (of key and value, to
 find a batch's pairs among the stored ones) and ``_key_group``, the key group of the *key* (not
 of the key and value together). A restore of some key groups filters rows by that column, so it
-keeps a key's values with its accumulators. A row goes when all its counts are 0. The rows are
-in ``_BUCKETS`` buckets (namespaces), each a range of key groups; a batch reads and rewrites the
-buckets of the key groups it touches, so the work per batch grows with the state it touches.
-(A value state cannot hold the pairs: it takes a key group from its whole key, which would be
-key and value together; a map state has no batch form.)
+keeps a key's values with its accumulators. The rows are runs of count changes sorted by
+``_hash``, found by binary search and merged as they grow (``_DistinctCounts``), so the work per
+batch grows with the batch, not with the state; a pair goes when its counts sum to 0. (A value
+state cannot hold the pairs: it takes a key group from its whole key, which would be key and
+value together; a map state has no batch form.)
 
 Counts and sums can be retracted (a ``-U`` / ``-D`` input row adds its negation), MIN and MAX
 cannot: an extreme that is retracted leaves no record of the next one. So MIN / MAX over an
@@ -31,8 +31,8 @@ A batch is processed in four vectorized steps, none looping over rows or keys in
 
 1. every row becomes signed contributions, and one Arrow ``group_by`` over the key columns sums
    them into one delta row per distinct key of the batch; for COUNT(DISTINCT), a ``group_by``
-   over key and value nets the batch's pairs, which are merged with the stored counts of their
-   buckets (one state call per bucket, at most ``_BUCKETS``) and written back, and the rows
+   over key and value nets the batch's pairs, whose stored counts are looked up and whose
+   changes are stored as a new run, and the rows
    summed per key get +1 for each value whose count leaves 0 and -1 for each that returns to 0;
 2. ``get_many`` reads those keys' accumulators; a second ``group_by``, over the position of
    each key, merges old and delta (Arrow's kernels add decimals without overflowing precision);
@@ -100,11 +100,6 @@ _VARIABLE_BYTES = 16
 #: Columns of the COUNT(DISTINCT) states: the argument's value, and a hash of key and value.
 _VALUE = "value"
 _HASH = "_hash"
-#: How many buckets (table state namespaces) hold a COUNT(DISTINCT) state, each a range of key
-#: groups. A batch reads and rewrites the buckets it touches; fewer buckets mean fewer calls to
-#: the state (each costs about as much as processing thousands of stored rows), more of them
-#: less to read for a batch of few keys.
-_BUCKETS = 8
 
 
 class GroupAggregateOperator:
@@ -229,6 +224,8 @@ class GroupAggregateOperator:
         """Continue from what ``snapshot`` wrote (the snapshots of several tasks may be given);
         only ``key_groups``, if given: how a task of a rescaled job takes its share."""
         self.operator_state.restore(files, key_groups=key_groups)
+        for d in self._distinct:
+            d.reload()
         if key_groups is None and len(files) == 1 and "keys" in meta:
             self._num_keys = int(meta["keys"])
         else:
@@ -506,9 +503,12 @@ class _DistinctCounts:
 
     Besides the key group, the key columns, ``value`` and the counts ``a<i>``, each row holds
     ``_hash``, a hash of its key and value (``keygroups.hash_columns``, the same in every
-    process), through which a batch finds its pairs among the stored ones without grouping all
-    of them again; a hash that matches another pair (which comparing the columns shows) makes
-    that batch merge by grouping instead.
+    process). The rows are runs (namespaces) of count *changes*, each sorted by ``_hash``: a
+    pair's count is the sum over the runs. A batch finds its pairs in each run by binary search
+    on the sorted hashes (the columns are compared too, so pairs whose hashes collide stay
+    apart), adds its own changes as a new run, and the newest two runs are merged — summed per
+    pair, pairs at 0 dropped — while the older is at most twice the newer: a row is rewritten
+    about log(state / batch) times, and a batch costs what it touches, not the whole state.
     """
 
     def __init__(self, name: str, arg: int, aggs: list[int], keys: list[str], key_schema: pa.Schema,
@@ -528,115 +528,107 @@ class _DistinctCounts:
         self.max_parallelism = max_parallelism
         self.row_bytes = sum(_type_bytes(t) for t in schema.types)
         self.table: TableState
-
-    def bucket_of(self, groups: np.ndarray) -> np.ndarray:
-        """The bucket (namespace) of each of the key groups ``groups``: ranges of key groups, so
-        that a bucket's rows all come from one range and a bucket holds rows of its range only."""
-        return (groups.astype(np.int64) * _BUCKETS) // self.max_parallelism
+        #: (namespace, sorted hashes) per run, oldest (largest) first.
+        self.runs: list[tuple[int, np.ndarray]] = []
+        self._next_namespace = 0
 
     def update(self, delta: pa.Table, groups: np.ndarray) -> tuple[pa.Table, dict[str, np.ndarray],
                                                                       dict[str, np.ndarray]]:
         """Add ``delta`` (one row per key and value: the key columns, ``value``, and per
         aggregate ``a<i>`` the net change of its count) to the stored counts and store the
-        result; ``groups`` are the key groups of ``delta``'s keys. Return rows with the key
+        change; ``groups`` are the key groups of ``delta``'s keys. Return rows with the key
         columns and, aligned with them, each aggregate's counts before and after (rows whose
         counts did not change may be among them)."""
+        hashes = hash_columns([delta[c] for c in self.pair])
         fresh = pa.table({KEY_GROUP: pa.array(groups), **{c: delta[c] for c in self.pair},
-                          _HASH: pa.array(hash_columns([delta[c] for c in self.pair])),
-                          **{c: delta[c] for c in self.counts}})
-        # Every count of the buckets touched, read whole.
-        old = [t for b in np.unique(self.bucket_of(groups)).tolist() if (t := self.table.take(b)) is not None]
-        if not old:
-            before = {c: np.zeros(fresh.num_rows, np.int64) for c in self.counts}
-            after = {c: fresh[c].to_numpy() for c in self.counts}
-            self._store((fresh, after, None))
-            return fresh, before, after
-        # One chunk: a copy, but slicing and sizing a table of many chunks costs more.
-        stored = pa.concat_tables(old).combine_chunks()
-        return self._merge_by_hash(stored, fresh) or self._merge_by_grouping(stored, fresh)
-
-    def _merge_by_hash(self, stored: pa.Table, fresh: pa.Table) -> tuple[pa.Table, dict, dict] | None:
-        """``update`` by looking the stored pairs up among ``fresh``'s by their hash; None (and
-        nothing stored) if a hash found another pair."""
-        # The lookup table is built over the batch's pairs, the smaller side, and probed with
-        # every stored hash.
-        position = pc.index_in(_array(stored[_HASH]), value_set=fresh[_HASH])
-        position = pc.fill_null(position, -1).to_numpy(zero_copy_only=False)
-        hit = np.flatnonzero(position >= 0)  # stored rows whose pair the batch changes
-        at = position[hit]  # and the rows of fresh that change them
-        if len(at):
-            if len(np.unique(at)) != len(at):
-                return None
-            stored_rows, fresh_rows = pa.array(hit), pa.array(at)
+                          _HASH: pa.array(hashes), **{c: delta[c] for c in self.counts}})
+        n = fresh.num_rows
+        before = {c: np.zeros(n, np.int64) for c in self.counts}
+        # Searched in hash order: the binary searches then walk each run forwards.
+        needles = np.argsort(hashes)
+        wanted = hashes[needles]
+        for namespace, sorted_hashes in self.runs:
+            lo = np.searchsorted(sorted_hashes, wanted, side="left")
+            hi = np.searchsorted(sorted_hashes, wanted, side="right")
+            lengths = hi - lo
+            total = int(lengths.sum())
+            if total == 0:
+                continue
+            probe = needles[np.repeat(np.arange(n, dtype=np.int64), lengths)]
+            rows = np.arange(total, dtype=np.int64) - np.repeat(np.cumsum(lengths) - lengths - lo, lengths)
+            stored = self.table.get(namespace).select([*self.pair, *self.counts]).take(pa.array(rows))
+            same = np.ones(total, dtype=bool)
             for c in self.pair:
-                if not _same(pc.take(stored[c], stored_rows), pc.take(fresh[c], fresh_rows)).all():
-                    return None
-        found = np.zeros(fresh.num_rows, bool)
-        found[at] = True
-        before, after, counts = {}, {}, {}
-        for c in self.counts:
-            held = stored[c].to_numpy()
-            before[c] = np.zeros(fresh.num_rows, np.int64)
-            before[c][at] = held[hit]
-            after[c] = before[c] + fresh[c].to_numpy()
-            counts[c] = held.copy()
-            counts[c][hit] = after[c][at]
-        self._store((stored, counts, None), (fresh, after, ~found))
+                same &= _same(_array(pc.take(fresh[c], pa.array(probe))), _array(stored[c]))
+            # A run holds each pair once: a probe meets at most one equal row per run.
+            for c in self.counts:
+                before[c][probe[same]] += stored[c].to_numpy()[same]
+        after = {c: before[c] + fresh[c].to_numpy() for c in self.counts}
+        self._add_run(fresh)
+        while len(self.runs) >= 2 and len(self.runs[-2][1]) <= 2 * len(self.runs[-1][1]):
+            newer = self.table.take(self.runs.pop()[0])
+            older = self.table.take(self.runs.pop()[0])
+            self._add_run(self._merge_runs(pa.concat_tables([t for t in (older, newer) if t is not None])))
         return fresh, before, after
 
-    def _merge_by_grouping(self, stored: pa.Table, fresh: pa.Table) -> tuple[pa.Table, dict, dict]:
-        """``update`` by one group_by over the stored and the new rows together."""
-        both = pa.table({
-            **{c: pa.concat_arrays([_array(stored[c]), _array(fresh[c])]) for c in [KEY_GROUP, *self.pair, _HASH]},
-            **{f"{c}_old": np.concatenate([stored[c].to_numpy(), np.zeros(fresh.num_rows, np.int64)])
-               for c in self.counts},
-            **{f"{c}_new": np.concatenate([np.zeros(stored.num_rows, np.int64), fresh[c].to_numpy()])
-               for c in self.counts},
-        })
-        # The key group and the hash follow from key and value: carried along, not grouped by
-        # (Arrow also groups several times slower with a leading int32 key).
-        aggregations = [(f"{c}_{when}", "sum") for c in self.counts for when in ("old", "new")]
-        aggregations += [(KEY_GROUP, "min"), (_HASH, "min")]
-        merged = both.group_by(self.pair, use_threads=False).aggregate(aggregations)
-        merged = merged.rename_columns([c.removesuffix("_min") for c in merged.column_names])
-        before = {c: merged[f"{c}_old_sum"].to_numpy() for c in self.counts}
-        after = {c: before[c] + merged[f"{c}_new_sum"].to_numpy() for c in self.counts}
-        self._store((merged, after, None))
-        return merged, before, after
+    def _merge_runs(self, table: pa.Table) -> pa.Table:
+        """Two runs in one table, as one: sorted by hash (a merge of two sorted runs), a pair in
+        both summed into one row. Each run holds a pair once, so equal pairs are neighbours with
+        equal hashes; should equal hashes hold different pairs, the pairs are grouped instead."""
+        table = table.combine_chunks()
+        hashes = table[_HASH].to_numpy()
+        order = np.argsort(hashes, kind="stable")
+        hashes = hashes[order]
+        repeat = np.zeros(len(order), dtype=bool)
+        repeat[1:] = hashes[1:] == hashes[:-1]
+        second = np.flatnonzero(repeat)
+        if len(second) == 0:
+            return table.take(pa.array(order))
+        if repeat[second - 1].any():
+            return self._sum_pairs(table)  # three rows of one hash: a collision
+        a, b = pa.array(order[second]), pa.array(order[second - 1])
+        for c in self.pair:
+            if not _same(_array(pc.take(table[c], a)), _array(pc.take(table[c], b))).all():
+                return self._sum_pairs(table)
+        merged = table.take(pa.array(order[~repeat]))
+        # The first of each repeated pair is at position (its sorted index - repeats before it).
+        first = second - 1 - np.arange(len(second))
+        for c in self.counts:
+            counts = merged[c].to_numpy().copy()
+            counts[first] += table[c].to_numpy()[order[second]]
+            merged = merged.set_column(merged.schema.get_field_index(c), c, pa.array(counts))
+        return merged
 
-    def _store(self, *parts: tuple[pa.Table, dict[str, np.ndarray], np.ndarray | None]) -> None:
-        """Add rows to the buckets of their key groups (the caller took those buckets): each
-        part is a table with the key group, key, value and hash columns, the counts to store
-        with its rows, and which rows to keep (or None: all), leaving out rows whose counts are
-        all 0. A bucket's rows from several parts go in as one table."""
-        tables = []
-        for rows, counts, only in parts:
-            kept = np.logical_or.reduce([counts[c] != 0 for c in self.counts])
-            if only is not None:
-                kept &= only
-            if not kept.any():
-                continue
-            table = pa.Table.from_arrays([rows[c] for c in [KEY_GROUP, *self.pair, _HASH]]
-                                         + [pa.array(counts[c]) for c in self.counts], schema=self.descriptor.schema)
-            if not kept.all():
-                table = pc.filter(table, pa.array(kept))
-            buckets = self.bucket_of(table[KEY_GROUP].to_numpy())
-            if (buckets[1:] < buckets[:-1]).any():
-                order = np.argsort(buckets, kind="stable")
-                table, buckets = pc.take(table, pa.array(order)), buckets[order]
-            tables.append((table, buckets))
-        if not tables:
+    def reload(self) -> None:
+        """After a restore: every stored row (the runs of one or several snapshots, perhaps
+        filtered by key group) summed into one run."""
+        parts = [t for ns in list(self.table.namespaces()) if (t := self.table.take(ns)) is not None and t.num_rows]
+        self.runs = []
+        self._next_namespace = 0
+        if parts:
+            self._add_run(self._sum_pairs(pa.concat_tables(parts)))
+
+    def _sum_pairs(self, table: pa.Table) -> pa.Table:
+        """One row per pair of ``table``, its counts summed (the key group and hash follow from
+        the pair: carried along, not grouped by)."""
+        merged = table.group_by(self.pair, use_threads=False).aggregate(
+            [(c, "sum") for c in self.counts] + [(KEY_GROUP, "min"), (_HASH, "min")])
+        return pa.table({KEY_GROUP: merged[f"{KEY_GROUP}_min"], **{c: merged[c] for c in self.pair},
+                         _HASH: merged[f"{_HASH}_min"], **{c: merged[f"{c}_sum"] for c in self.counts}})
+
+    def _add_run(self, table: pa.Table) -> None:
+        """Store the rows of ``table`` whose counts are not all 0 as a new run, sorted by hash."""
+        kept = np.logical_or.reduce([table[c].to_numpy() != 0 for c in self.counts])
+        hashes = table[_HASH].to_numpy()
+        order = np.flatnonzero(kept)
+        order = order[np.argsort(hashes[order], kind="stable")]
+        if not len(order):
             return
-        # Each part is sorted: its buckets start where the bucket number changes.
-        touched = np.unique(np.concatenate([buckets[np.flatnonzero(np.diff(buckets, prepend=-1))]
-                                            for _, buckets in tables]))
-        bounds = [(np.searchsorted(buckets, touched, "left").tolist(),
-                   np.searchsorted(buckets, touched, "right").tolist()) for _, buckets in tables]
-        # One call per bucket (at most _BUCKETS), not per key.
-        for j, bucket in enumerate(touched.tolist()):
-            pieces = [table.slice(lo[j], hi[j] - lo[j]) for (table, _), (lo, hi) in zip(tables, bounds, strict=True)
-                      if hi[j] > lo[j]]
-            self.table.add(bucket, pieces[0] if len(pieces) == 1 else pa.concat_tables(pieces))
+        run = table.take(pa.array(order)).cast(self.descriptor.schema).combine_chunks()
+        namespace = self._next_namespace
+        self._next_namespace += 1
+        self.table.add(namespace, run)
+        self.runs.append((namespace, hashes[order]))
 
 
 # -- vectorized helpers -----------------------------------------------------------------------
