@@ -575,19 +575,18 @@ def test_empty_state_snapshot_round_trips(backend: str, tmp_path: Path) -> None:
     assert rows_of(other.process(batch([("a", 1, True, "+I")], UPDATING)))[0][-1] == "+I"
 
 
-def test_state_ttl_forgets_keys_not_updated_for_that_long() -> None:
-    """A key idle for longer than the TTL is forgotten: its next row starts it afresh (+I), and
-    a sweep deletes idle keys that get no row at all."""
+def _ttl_operator(fn: str, now: list[int]):
+    """A GROUP BY k with ``fn(v)`` and a TTL of one second on the clock ``now[0]``, and a function
+    that sends it (k, v) rows and returns its changes as tuples."""
     import pyarrow as pa
 
     from clink.runtime import plan as P
     from clink.runtime.context import RuntimeContext, TaskContext
     from clink.runtime.operators.group import GroupAggregateOperator
 
-    now = [0]
     schema = pa.schema([("k", pa.int64()), ("v", pa.int64())])
-    node = P.GroupAggregate(id=2, input=1, keys=(0,), aggs=(P.AggSpec(fn="sum", arg=1, type=pa.int64()),),
-                            schema=pa.schema([("k", pa.int64()), ("s", pa.int64()), (P.ROWKIND_COLUMN, pa.string())]))
+    node = P.GroupAggregate(id=2, input=1, keys=(0,), aggs=(P.AggSpec(fn=fn, arg=1, type=pa.int64()),),
+                            schema=pa.schema([("k", pa.int64()), ("a", pa.int64()), (P.ROWKIND_COLUMN, pa.string())]))
     op = GroupAggregateOperator(node, TaskContext(runtime=RuntimeContext(clock=lambda: now[0]), node_id=2),
                                 input_schema=schema, ttl_ms=1000)
 
@@ -595,6 +594,15 @@ def test_state_ttl_forgets_keys_not_updated_for_that_long() -> None:
         out = op.process(pa.RecordBatch.from_arrays([pa.array([k for k, _ in pairs], pa.int64()),
                                                      pa.array([v for _, v in pairs], pa.int64())], schema=schema))
         return [tuple(r.values()) for b in out for r in b.to_pylist()]
+
+    return op, rows
+
+
+def test_state_ttl_forgets_keys_not_updated_for_that_long() -> None:
+    """A key idle for longer than the TTL is forgotten: its next row starts it afresh (+I), and
+    a sweep deletes idle keys that get no row at all."""
+    now = [0]
+    op, rows = _ttl_operator("sum", now)
 
     assert rows([(1, 10), (2, 20)]) == [(1, 10, "+I"), (2, 20, "+I")]
     now[0] = 800
@@ -606,3 +614,22 @@ def test_state_ttl_forgets_keys_not_updated_for_that_long() -> None:
     assert rows([(3, 7)]) == [(3, 7, "+I")]
     assert op.metrics["state_rows"] == 1 and len(list(op.operator_state.entries(
         next(g for g in range(128) if list(op.operator_state.entries(g)))))) == 1
+
+
+def test_state_ttl_forgets_the_distinct_values_of_an_expired_key() -> None:
+    """COUNT(DISTINCT) under a TTL: a key that expires loses its value counts with its
+    accumulators, so when it comes back its values count afresh; other keys keep theirs."""
+    now = [0]
+    op, rows = _ttl_operator("count_distinct", now)
+
+    assert rows([(1, 10), (1, 11), (2, 20)]) == [(1, 2, "+I"), (2, 1, "+I")]
+    now[0] = 800
+    assert rows([(2, 21)]) == [(2, 1, "-U"), (2, 2, "+U")]
+    now[0] = 1500  # key 1 idle for 1500 ms: forgotten with its values 10 and 11
+    assert rows([(1, 10), (2, 20)]) == [(1, 1, "+I")]  # key 2 still knows 20
+    now[0] = 1600
+    assert rows([(1, 11), (1, 12)]) == [(1, 1, "-U"), (1, 3, "+U")]
+    now[0] = 10_000  # both idle: a sweep drops every value count
+    assert rows([(3, 1)]) == [(3, 1, "+I")]
+    d = op._distinct[0]
+    assert sum(d.table.get(ns).num_rows for ns, _ in d.runs) == 1

@@ -60,7 +60,6 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pyarrow as pa
 
-from clink.errors import UsageError
 from clink.runtime import compute as pc
 from clink.runtime.operators.common import max_parallelism, open_state
 from clink.runtime.plan import DELETE, INSERT, ROWKIND_COLUMN, UPDATE_AFTER, UPDATE_BEFORE
@@ -138,9 +137,6 @@ class GroupAggregateOperator:
         #: starts it afresh, with +I). Each key's accumulators carry the time of their last update.
         self.ttl_ms = ttl_ms
         if ttl_ms is not None:
-            if self._distinct_args:
-                raise UsageError(f"{self._where}: table.exec.state.ttl does not apply to COUNT(DISTINCT) yet; "
-                                 "unset it for this pipeline")
             self._fields.append(pa.field(_TOUCHED, pa.int64()))
             self._aggregations.append((_TOUCHED, "max"))
             self._next_sweep = int(ctx.runtime.clock()) + ttl_ms
@@ -171,6 +167,9 @@ class GroupAggregateOperator:
         batch (none when no result changed)."""
         out: list[pa.RecordBatch] = []
         if batch.num_rows:
+            if self.ttl_ms is not None and self._distinct and self._touches_expired(batch):
+                # An expired key's value counts must go before the batch counts its values again.
+                self._sweep(int(self.ctx.runtime.clock()))
             keys, delta = self._deltas(batch)
             old = self._groups.get_many(keys)
             if self.ttl_ms is not None:
@@ -196,10 +195,25 @@ class GroupAggregateOperator:
         self._num_keys -= count
         return pc.if_else(expired, pa.scalar(None, old.type), old)
 
+    def _touches_expired(self, batch: pa.RecordBatch) -> bool:
+        """Whether a key of ``batch`` is held but was not updated within the TTL."""
+        if self.node.keys:
+            keys = [_normalize_key(batch.column(k)) for k in self.node.keys]
+        else:
+            keys = [pa.array([True])]
+        old = self._groups.get_many(keys)
+        if old.null_count == len(old):
+            return False
+        touched = pc.struct_field(old, [len(self._fields) - 1])
+        limit = int(self.ctx.runtime.clock()) - self.ttl_ms
+        return bool(pc.any(pc.fill_null(pc.less(touched, limit), False)).as_py())
+
     def _sweep(self, now: int) -> None:
-        """Delete every key not updated within the TTL (a pass over the state, at most once per
-        half TTL of processing time, so its cost is spread over the rows in between)."""
+        """Delete every key not updated within the TTL, with its COUNT(DISTINCT) value counts (a
+        pass over the state, at most once per half TTL of processing time, so its cost is spread
+        over the rows in between — or when a batch meets an expired key holding value counts)."""
         limit = now - self.ttl_ms
+        gone: list[tuple] = []
         for group in range(self._max_parallelism):
             expired = [key for name, key, value in self.operator_state.entries(group)
                        if name == "groups" and value is not None and value.get(_TOUCHED, limit) < limit]
@@ -208,6 +222,13 @@ class GroupAggregateOperator:
                 key_arrays = [pa.array(c, f.type) for c, f in zip(columns, self.descriptor.key_schema, strict=True)]
                 self._groups.put_many(key_arrays, pa.nulls(len(expired), self.descriptor.value_type))
                 self._num_keys -= len(expired)
+                gone += expired
+        if gone and self._distinct:
+            columns = list(zip(*gone, strict=True))
+            key_arrays = [_normalize_key(pa.array(c, f.type))
+                          for c, f in zip(columns, self.descriptor.key_schema, strict=True)]
+            for d in self._distinct:
+                d.forget(key_arrays)
         self._next_sweep = now + max(self.ttl_ms // 2, 1)
 
     def snapshot(self, checkpoint_id: int, directory: Path) -> tuple[list[Path], dict[str, int]]:
@@ -598,6 +619,31 @@ class _DistinctCounts:
             counts[first] += table[c].to_numpy()[order[second]]
             merged = merged.set_column(merged.schema.get_field_index(c), c, pa.array(counts))
         return merged
+
+    def forget(self, keys: list[pa.Array]) -> None:
+        """Drop the value counts of the keys ``keys`` (one array per key column): one pass over
+        the runs, found by the hash of the key columns and confirmed by comparing them."""
+        gone_hash = hash_columns(keys, len(keys[0]))
+        names = self.pair[:-1]
+        for i, (namespace, sorted_hashes) in enumerate(self.runs):
+            table = self.table.take(namespace)
+            if table is None:
+                continue
+            position = pc.index_in(pa.array(hash_columns([table[k] for k in names], table.num_rows)),
+                                   value_set=pa.array(gone_hash))
+            hit = np.flatnonzero(pc.is_valid(position).to_numpy(zero_copy_only=False))
+            drop = np.zeros(table.num_rows, dtype=bool)
+            if len(hit):
+                at = pa.array(pc.take(position, pa.array(hit)).to_numpy(zero_copy_only=False))
+                same = np.ones(len(hit), dtype=bool)
+                for k, values in zip(names, keys, strict=True):
+                    same &= _same(_array(pc.take(table[k], pa.array(hit))), _array(pc.take(values, at)))
+                drop[hit[same]] = True
+            kept = table.filter(pa.array(~drop)) if drop.any() else table
+            if kept.num_rows:
+                self.table.add(namespace, kept)
+            self.runs[i] = (namespace, sorted_hashes[~drop])
+        self.runs = [(ns, h) for ns, h in self.runs if len(h)]
 
     def reload(self) -> None:
         """After a restore: every stored row (the runs of one or several snapshots, perhaps
