@@ -13,6 +13,13 @@ WITH ('connector' = 'filesystem', 'path' = '{path}', 'format' = 'parquet');
 """
 
 
+def _script(tmp_path, select: str) -> str:
+    import pyarrow.parquet as pq
+
+    pq.write_table(_table(), tmp_path / "ev.parquet")
+    return DDL.format(path=tmp_path / "ev.parquet") + select
+
+
 def _table() -> pa.Table:
     rows = pa.array([{"a": i, "s": f"s{i}", "b": i * 10} if i % 5 else None for i in range(40)],
                     pa.struct([("a", pa.int64()), ("s", pa.string()), ("b", pa.int64())]))
@@ -21,10 +28,7 @@ def _table() -> pa.Table:
 
 
 def test_a_filter_copies_only_the_fields_read_below(tmp_path) -> None:
-    import pyarrow.parquet as pq
-
-    pq.write_table(_table(), tmp_path / "ev.parquet")
-    script = DDL.format(path=tmp_path / "ev.parquet") + "SELECT r.a, r.b + 1 AS b1 FROM ev WHERE kind = 2;\n"
+    script = _script(tmp_path, "SELECT r.a, r.b + 1 AS b1 FROM ev WHERE kind = 2;\n")
     source = clink.compile(script).source
     assert "K.filter(batch, keep, (1,), {1: (0, 2)})" in source
     rows = clink.sql(script, context=RuntimeContext()).to_arrow().to_pylist()
@@ -32,10 +36,7 @@ def test_a_filter_copies_only_the_fields_read_below(tmp_path) -> None:
 
 
 def test_a_row_read_whole_is_filtered_whole(tmp_path) -> None:
-    import pyarrow.parquet as pq
-
-    pq.write_table(_table(), tmp_path / "ev.parquet")
-    script = DDL.format(path=tmp_path / "ev.parquet") + "SELECT r, r.a FROM ev WHERE kind = 1;\n"
+    script = _script(tmp_path, "SELECT r, r.a FROM ev WHERE kind = 1;\n")
     source = clink.compile(script).source
     assert "K.filter(batch, keep, (1,))" in source
     rows = clink.sql(script, context=RuntimeContext()).to_arrow().to_pylist()

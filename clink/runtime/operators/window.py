@@ -18,7 +18,7 @@ See docs/windows.md for the semantics.
 from __future__ import annotations
 
 import itertools
-from collections.abc import Collection, Iterable
+from collections.abc import Collection, Iterable, Iterator
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -522,19 +522,8 @@ class WindowAggregateOperator:
     def _fire_sessions(self, watermark: int, previous: int | None, horizon: int) -> list[pa.RecordBatch]:
         """Emit the sessions that end at or before ``watermark`` (and after ``previous``: those
         fired already), a bounded number of rows at a time; keep those not past ``horizon``."""
-        due = self._state.windows_until(watermark + _SESSION_BUCKET - 1)
         out: list[pa.RecordBatch] = []
-        chunk: list[int] = []
-        rows = 0
-        for i, bucket in enumerate(due):
-            rows += self._state.window_rows(bucket)
-            chunk.append(bucket)
-            if rows < _FIRE_ROWS and i + 1 < len(due):
-                continue
-            table = self._state.take_many(chunk)
-            chunk, rows = [], 0
-            if table is None:
-                continue
+        for _, table in self._take_chunks(self._state.windows_until(watermark + _SESSION_BUCKET - 1)):
             merged = self._merge(table.drop_columns([WINDOW_END]))
             ends = merged[_END].to_numpy()
             fire = ends <= watermark
@@ -597,6 +586,19 @@ class WindowAggregateOperator:
         """Merge and emit the given windows (ascending ends), a bounded number of rows at a time.
         Windows still within the allowed lateness keep their (now merged) state."""
         out: list[pa.RecordBatch] = []
+        for chunk, table in self._take_chunks(ends):
+            table = table.rename_columns([_END if c == "_window_end" else c for c in table.column_names])
+            merged = _sort_by_end(self._merge(table))
+            for window_end, part in split_by_window(merged, _END):
+                if window_end > horizon:
+                    self._state.add(window_end, part)
+            out.append(self._finish(merged))
+            self.metrics["windows_fired"] += len(chunk)  # every end in the chunk holds state
+        return out
+
+    def _take_chunks(self, ends: list[int]) -> Iterator[tuple[list[int], pa.Table]]:
+        """Take the given windows (or session buckets) out of state, a chunk of about
+        ``_FIRE_ROWS`` partial rows at a time: each chunk's ends and their partials in one table."""
         chunk: list[int] = []
         rows = 0
         for i, end in enumerate(ends):
@@ -606,15 +608,8 @@ class WindowAggregateOperator:
                 continue
             table = self._state.take_many(chunk)
             if table is not None:
-                table = table.rename_columns([_END if c == "_window_end" else c for c in table.column_names])
-                merged = _sort_by_end(self._merge(table))
-                for window_end, part in split_by_window(merged, _END):
-                    if window_end > horizon:
-                        self._state.add(window_end, part)
-                out.append(self._finish(merged))
-                self.metrics["windows_fired"] += len(chunk)  # every end in the chunk holds state
+                yield chunk, table
             chunk, rows = [], 0
-        return out
 
     def _window_start(self, ends: np.ndarray) -> np.ndarray:
         spec = self.node.window
