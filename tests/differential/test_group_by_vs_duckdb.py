@@ -59,6 +59,12 @@ QUERIES = [
      "COUNT(DISTINCT price) FILTER (WHERE k1 < 3) AS low_k1, COUNT(DISTINCT score) AS scores, COUNT(*) AS n "
      "FROM ev GROUP BY k2"),
     # ... and over an updating input, whose retractions take values away.
+    # Global aggregates that read no column still count rows (COUNT(*) alone returned no row).
+    "SELECT COUNT(*) AS n FROM ev",
+    "SELECT COUNT(*) AS n FROM ev WHERE price > 100",
+    "SELECT COUNT(*) AS n FROM ev HAVING COUNT(*) > 10",
+    "SELECT COUNT(*) AS n, COUNT(1) AS ones FROM ev WHERE k2 = 'a'",
+    "SELECT COUNT(*) AS n FROM (SELECT k1, COUNT(*) AS c FROM ev GROUP BY k1)",
     ("SELECT n % 4 AS r, COUNT(DISTINCT k2) AS k2s, COUNT(DISTINCT s % 7) FILTER (WHERE n > 130) AS sevens, "
      "COUNT(*) AS keys FROM (SELECT k1, k2, COUNT(*) AS n, SUM(price) AS s FROM ev GROUP BY k1, k2) GROUP BY n % 4"),
 ]

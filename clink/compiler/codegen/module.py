@@ -402,6 +402,10 @@ def _emit_project(w: SourceWriter, step: ir.Calc, schema: ir.Schema, *, target: 
         w.line("n = batch.num_rows")
     codes = emit_shared(w, list(step.exprs), columns)
     schema_text = target or _schema_py(step.schema, rowkind=rowkind)
+    if not step.exprs and not rowkind:
+        # No column is read (COUNT(*) alone): the rows still count, and from_arrays([]) has none.
+        w.line(f"{'return' if last else 'batch ='} batch.select([])  # no column read; the row count stays")
+        return
     w.line(f"{'return' if last else 'batch ='} pa.RecordBatch.from_arrays(")
     with w.indent():
         w.line("[")
