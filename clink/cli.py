@@ -24,9 +24,15 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="clink", description="Streaming SQL, compiled to Python, run anywhere.")
     parser.add_argument("--version", action="version", version=f"clink {__version__}")
     parser.add_argument("--debug", action="store_true", help="show Python tracebacks on errors")
+    # --debug is taken after the command too (`clink run x.sql --debug`); SUPPRESS keeps a
+    # command without it from resetting one given before the command.
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
+                        help="show Python tracebacks on errors")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
 
-    p = sub.add_parser("compile", help="compile a SQL pipeline into an artefact (.clk) or a Python module")
+    p = sub.add_parser("compile", parents=[common],
+                       help="compile a SQL pipeline into an artefact (.clk) or a Python module")
     p.add_argument("file", help="the pipeline (.sql)")
     p.add_argument("-i", "--init", action="append", default=[], metavar="FILE",
                    help="a SQL file of declarations (tables, views, functions, SET) to read first; repeatable")
@@ -35,7 +41,8 @@ def _parser() -> argparse.ArgumentParser:
                         "(default: the module on standard output)")
     p.add_argument("--emit-python", metavar="DIR", help="also write the module as DIR/<name>.py, for reading")
 
-    p = sub.add_parser("run", help="run a pipeline (.sql, or an artefact or module from `clink compile`)")
+    p = sub.add_parser("run", parents=[common],
+                       help="run a pipeline (.sql, or an artefact or module from `clink compile`)")
     p.add_argument("file", help="the pipeline (.sql, .clk or .py)")
     p.add_argument("-i", "--init", action="append", default=[], metavar="FILE",
                    help="a SQL file of declarations (tables, views, functions, SET) to read first; repeatable")
@@ -50,13 +57,14 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--recompile", action="store_true",
                    help="compile the SQL even if the plan cache holds this text's plan")
 
-    p = sub.add_parser("inspect", help="print an artefact's manifest and plan")
+    p = sub.add_parser("inspect", parents=[common], help="print an artefact's manifest and plan")
     p.add_argument("file", help="the artefact (.clk)")
 
-    p = sub.add_parser("checkpoints", help="list the checkpoints in a state directory, and whether each is valid")
+    p = sub.add_parser("checkpoints", parents=[common],
+                       help="list the checkpoints in a state directory, and whether each is valid")
     p.add_argument("state_dir", help="the job's state directory")
 
-    p = sub.add_parser("explain", help="print the logical and physical plans")
+    p = sub.add_parser("explain", parents=[common], help="print the logical and physical plans")
     p.add_argument("file", help="the pipeline (.sql)")
     p.add_argument("-i", "--init", action="append", default=[], metavar="FILE",
                    help="a SQL file of declarations (tables, views, functions, SET) to read first; repeatable")
@@ -209,7 +217,14 @@ def _settings(pairs: list[str]) -> dict[str, str]:
         key, sep, value = pair.partition("=")
         if not sep or not key.strip():
             raise UsageError(f"--set takes KEY=VALUE, got {pair!r}")
-        out[key.strip()] = value.strip()
+        from clink.runtime.settings import check_setting, close_settings
+
+        key, value = key.strip(), value.strip()
+        problem = check_setting(key, value)
+        if problem is not None:
+            close = close_settings(key)
+            raise UsageError(f"--set {pair}: {problem}" + (f"; did you mean {close[0]!r}?" if close else ""))
+        out[key] = value
     return out
 
 

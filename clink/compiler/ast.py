@@ -361,6 +361,8 @@ class CreateFunction(Statement):
 class SetStmt(Statement):
     key: str
     value: str
+    key_span: Span | None = attrs.field(default=None, eq=False, repr=False)
+    value_span: Span | None = attrs.field(default=None, eq=False, repr=False)
 
 
 @attrs.frozen(kw_only=True)

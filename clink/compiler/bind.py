@@ -30,6 +30,7 @@ from clink.compiler.functions import (
     extract,
 )
 from clink.errors import Span, SqlError, SqlErrors
+from clink.runtime.settings import SETTINGS, check_setting, close_settings, parse_duration
 from clink.runtime.connectors.base import PARTITION_COLUMNS_OPTION, PRIMARY_KEY_OPTION, ConnectorRegistry
 from clink.runtime.udf import FunctionRegistry
 
@@ -110,6 +111,17 @@ class _Binder:
 
     # ------------------------------------------------------------ statements
 
+    def set(self, stmt: ast.SetStmt) -> None:
+        """Take a SET of a setting clink implements; refuse any other (it would do nothing)."""
+        problem = check_setting(stmt.key, stmt.value)
+        if problem is not None:
+            known = stmt.key in SETTINGS
+            close = close_settings(stmt.key)
+            hint = (f"did you mean {', '.join(repr(c) for c in close)}?" if close and not known
+                    else None if known else "the settings clink implements are listed in docs/sql.md#configuration")
+            raise SqlError(problem, (stmt.value_span if known else stmt.key_span) or stmt.span, hint)
+        self.config[stmt.key] = stmt.value
+
     def statement(self, stmt: ast.Statement) -> BoundStatement | None:
         self.errors = []
         match stmt:
@@ -120,7 +132,7 @@ class _Binder:
                 self.create_view(stmt)
                 result = None
             case ast.SetStmt():
-                self.config[stmt.key] = stmt.value
+                self.set(stmt)
                 result = None
             case ast.CreateFunction():
                 self.create_function(stmt)
@@ -281,9 +293,10 @@ class _Binder:
             if key == "connector":
                 continue
             if key in SOURCE_OPTIONS:
-                if SOURCE_OPTIONS[key](p.value) is None:
-                    errors.append(SqlError(f"option {key!r} must be a duration like '30 s' or '1 min', "
-                                           f"got {p.value!r}", p.span))
+                try:
+                    SOURCE_OPTIONS[key](p.value)
+                except ValueError as exc:
+                    errors.append(SqlError(f"option {key!r}: {exc}", p.span))
                 continue
             if not any(s.matches(key, names) for s in specs):
                 valid = sorted({s.name.replace("#", "<column>") for s in specs})
@@ -1126,11 +1139,7 @@ class _Binder:
         text = self.config.get("table.exec.allowed-lateness")
         if text is None:
             return 0
-        ms = parse_duration(text)
-        if ms is None:
-            raise SqlError(f"'table.exec.allowed-lateness' must be a duration like '5 s' or '1 min', got {text!r}",
-                           q.span)
-        return ms
+        return parse_duration(text)  # checked when SET
 
     def _scan(self, table: CatalogTable, span: Span) -> ir.Rel:
         info = table.info
@@ -1696,7 +1705,7 @@ def _is_builtin(name: str) -> bool:
 #: Options every source table accepts, whatever its connector, with their value parsers.
 #: Connectors that write PARTITIONED BY tables (one directory per partition value).
 PARTITIONED_CONNECTORS = frozenset({"filesystem"})
-SOURCE_OPTIONS = {"scan.watermark.idle-timeout": lambda v: parse_duration(v)}
+SOURCE_OPTIONS = {"scan.watermark.idle-timeout": parse_duration}
 
 _WINDOW_PROPERTY = re.compile(r"(TUMBLE|HOP|SESSION|CUMULATE)_(START|END|ROWTIME)")
 
@@ -1832,23 +1841,6 @@ def _has_aggregate(items: tuple[ast.SelectItem, ...]) -> bool:
     return any(isinstance(n, ast.FunctionCall) and n.over is None
                and (n.name in AGGREGATES or _WINDOW_PROPERTY.fullmatch(n.name))
                for item in items for n in _ast_walk(item))
-
-
-_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|milliseconds?|s|sec|seconds?|min|minutes?|h|hours?|d|days?)?\s*$")
-
-
-def parse_duration(text: str) -> int | None:
-    """Milliseconds in a duration setting such as '5 s', '500 ms', '1 min' (a bare number is ms)."""
-    m = _DURATION.match(text.lower())
-    if not m:
-        return None
-    unit = m[2] or "ms"
-    factor = 1
-    for prefix, ms in (("ms", 1), ("mil", 1), ("s", 1000), ("min", 60_000), ("h", 3_600_000), ("d", 86_400_000)):
-        if unit.startswith(prefix):
-            factor = ms
-            break
-    return round(float(m[1]) * factor)
 
 
 class _Unresolved(Exception):

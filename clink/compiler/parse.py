@@ -343,7 +343,8 @@ class _Builder(Transformer):
 
     def set_stmt(self, meta, children):
         key, value = [c for c in children if isinstance(c, Token) and c.type == "STRING"]
-        return ast.SetStmt(key=_unquote(key), value=_unquote(value), span=self._span(meta))
+        return ast.SetStmt(key=_unquote(key), value=_unquote(value), key_span=self._tspan(key),
+                           value_span=self._tspan(value), span=self._span(meta))
 
     def insert_stmt(self, meta, children):
         name, query = _strip_keywords(children)

@@ -20,6 +20,7 @@ from clink.runtime.context import RuntimeContext, TaskContext
 from clink.runtime.elements import MAX_WATERMARK, Barrier, Batch, Element, EndOfInput, Watermark
 from clink.runtime.kernels import EvaluationError, max_epoch_ms
 from clink.runtime.loader import sql_position_of
+from clink.runtime.settings import parse_duration, parse_size
 from clink.runtime.plan import (
     ROWKIND_COLUMN,
     Chain,
@@ -73,16 +74,13 @@ class Metrics:
 
 
 def _duration_ms(text: str | None) -> int | None:
-    """'5 s', '500 ms', '1 min' → milliseconds; None or '0' → None."""
+    """A duration setting in milliseconds; absent or zero is None (off)."""
     if not text:
         return None
-    import re
-
-    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*(ms|s|sec|min|h|d)?\s*", text.lower())
-    if not m:
-        raise UsageError(f"cannot read the duration {text!r}; write it like '5 s', '500 ms' or '1 min'")
-    factor = {"ms": 1, None: 1, "s": 1000, "sec": 1000, "min": 60_000, "h": 3_600_000, "d": 86_400_000}[m[2]]
-    return round(float(m[1]) * factor) or None
+    try:
+        return parse_duration(text) or None
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
 
 
 def format_watermark(ms: int) -> str:
@@ -601,21 +599,12 @@ def make_state_backend(ctx: RuntimeContext, job: Job):
         else:
             job._scratch = tempfile.mkdtemp(prefix="clink-state-")
             directory = Path(job._scratch)
-        cache = _size_bytes(ctx.get("state.sqlite.cache-size") or "64 mb", "state.sqlite.cache-size")
+        try:
+            cache = parse_size(ctx.get("state.sqlite.cache-size") or "64 mb")
+        except ValueError as exc:
+            raise UsageError(f"'state.sqlite.cache-size': {exc}") from None
         return SqliteStateBackend(directory, max_parallelism=max_parallelism, table_cache_bytes=cache)
     raise UsageError(f"unknown state backend {name!r} in 'state.backend'; choose one of: {', '.join(STATE_BACKENDS)}")
-
-
-def _size_bytes(text: str, option: str) -> int:
-    """'64 mb', '512kb', '1 gb', '1000' (bytes) → bytes."""
-    import re
-
-    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*(b|kb|k|mb|m|gb|g)?\s*", text.lower())
-    if not m:
-        raise UsageError(f"cannot read the size {text!r} of {option!r}; write it like '64 mb' or '512 kb'")
-    factor = {None: 1, "b": 1, "k": 1 << 10, "kb": 1 << 10, "m": 1 << 20, "mb": 1 << 20, "g": 1 << 30,
-              "gb": 1 << 30}[m[2]]
-    return int(float(m[1]) * factor)
 
 
 def run_plan(plan: Plan, ctx: RuntimeContext) -> Metrics:

@@ -326,9 +326,10 @@ def test_missing_input_file_fails_the_pipeline(tmp_path: Path) -> None:
 # -- --debug
 
 
-def test_debug_shows_the_traceback(tmp_path: Path) -> None:
+@pytest.mark.parametrize("args", [("--debug", "run", "x.sql"), ("run", "x.sql", "--debug"), ("run", "--debug", "x.sql")])
+def test_debug_shows_the_traceback(tmp_path: Path, args: tuple[str, ...]) -> None:
     write(tmp_path, ORDERS + "SELECT id, CAST(region AS INT) AS r FROM orders;\n")
-    done = clink("--debug", "run", "x.sql", cwd=tmp_path)
+    done = clink(*args, cwd=tmp_path)
     assert done.returncode == 1
     assert "Traceback" in done.stderr
     assert "x.sql:16:12: error: " in done.stderr

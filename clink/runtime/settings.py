@@ -1,0 +1,136 @@
+"""The settings clink implements (``SET 'key' = 'value'``, ``--set key=value``) and their parsers.
+
+One table, read by the compiler (a ``SET`` of an unknown key, or of a value its parser refuses,
+is a positioned SQL error), by the command line (``--set``) and by the runtime. A setting that is
+not in the table does nothing in clink, so it is refused rather than accepted and ignored.
+
+Durations are read by one parser, :func:`parse_duration`, with Flink's units: ``500 ms``,
+``10 s``, ``1 min``, ``1 h``, ``1 hour``, ``2 hours``, ``1 d``; a bare number is milliseconds.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Mapping
+
+import attrs
+
+__all__ = ["SETTINGS", "Setting", "check_setting", "close_settings", "parse_duration", "parse_size"]
+
+# Flink's TimeUtils labels, per unit (plural and singular, long and short).
+_UNITS: dict[str, int] = {}
+for _labels, _ms in (
+    (("ms", "milli", "millis", "millisecond", "milliseconds"), 1),
+    (("s", "sec", "secs", "second", "seconds"), 1000),
+    (("m", "min", "mins", "minute", "minutes"), 60_000),
+    (("h", "hour", "hours"), 3_600_000),
+    (("d", "day", "days"), 86_400_000),
+):
+    for _label in _labels:
+        _UNITS[_label] = _ms
+
+_DURATION = re.compile(r"\s*(\d+(?:\.\d+)?)\s*([a-z]*)\s*")
+
+
+def parse_duration(text: str) -> int:
+    """Milliseconds in a duration such as ``'5 s'``, ``'500 ms'``, ``'1 hour'``; a bare number is ms.
+
+    >>> parse_duration("2 hours"), parse_duration("1 min"), parse_duration("250")
+    (7200000, 60000, 250)
+
+    Raises ``ValueError`` with a message that says how to write one.
+    """
+    m = _DURATION.fullmatch(text.lower())
+    if m is None or (m[2] and m[2] not in _UNITS):
+        raise ValueError(f"cannot read the duration {text!r}; write it like '500 ms', '10 s', '1 min', "
+                         "'1 h' or '2 hours'")
+    return round(float(m[1]) * _UNITS.get(m[2], 1))
+
+
+_SIZE = re.compile(r"\s*(\d+(?:\.\d+)?)\s*(b|kb|k|mb|m|gb|g)?\s*")
+_SIZE_UNITS = {None: 1, "b": 1, "k": 1 << 10, "kb": 1 << 10, "m": 1 << 20, "mb": 1 << 20, "g": 1 << 30, "gb": 1 << 30}
+
+
+def parse_size(text: str) -> int:
+    """Bytes in a size such as ``'64 mb'``, ``'512kb'``, ``'1 gb'``; a bare number is bytes."""
+    m = _SIZE.fullmatch(text.lower())
+    if m is None:
+        raise ValueError(f"cannot read the size {text!r}; write it like '64 mb' or '512 kb'")
+    return int(float(m[1]) * _SIZE_UNITS[m[2]])
+
+
+def _duration(text: str) -> None:
+    parse_duration(text)
+
+
+def _positive_int(text: str) -> None:
+    if not text.strip().isdigit() or int(text) < 1:
+        raise ValueError(f"expected a whole number of at least 1, got {text!r}")
+
+
+def _parallelism(text: str) -> None:
+    _positive_int(text)
+    if int(text) > 1:
+        raise ValueError(f"parallelism {int(text)} is not supported yet; clink runs each operator as one subtask")
+
+
+def _choice(*allowed: str) -> Callable[[str], None]:
+    def check(text: str) -> None:
+        if text.strip().lower() not in allowed:
+            raise ValueError(f"expected one of {', '.join(repr(a) for a in allowed)}, got {text!r}")
+
+    return check
+
+
+def _any(text: str) -> None:
+    return None
+
+
+@attrs.frozen
+class Setting:
+    """One setting: its key, what it does (for messages and docs), and a check of its value."""
+
+    key: str
+    description: str
+    check: Callable[[str], None] = _any
+
+
+SETTINGS: dict[str, Setting] = {s.key: s for s in (
+    Setting("pipeline.name", "the job's name, shown in logs and checkpoints"),
+    Setting("pipeline.max-parallelism", "the number of key groups keyed state is split into (128)",
+            _positive_int),
+    Setting("parallelism.default", "subtasks of every operator", _parallelism),
+    Setting("execution.runtime-mode", "streaming (clink runs every pipeline as a stream)", _choice("streaming")),
+    Setting("execution.checkpointing.interval", "time between checkpoints", _duration),
+    Setting("execution.checkpointing.interval-rows", "source rows between checkpoints", _positive_int),
+    Setting("execution.savepoint.path", "the checkpoint to resume from"),
+    Setting("state.backend", "where keyed state lives", _choice("memory", "hashmap", "sqlite")),
+    Setting("state.checkpoints.num-retained", "how many complete checkpoints are kept", _positive_int),
+    Setting("state.sqlite.cache-size", "how much sqlite state stays in memory", parse_size),
+    Setting("table.exec.state.ttl", "keyed state not updated for this long is forgotten", _duration),
+    Setting("table.exec.source.idle-timeout", "a source split silent this long stops holding back "
+            "the watermark", _duration),
+    Setting("table.exec.allowed-lateness", "how late a row may be and still update its window", _duration),
+    Setting("table.exec.late-events", "what happens to late rows", _choice("drop", "side-output")),
+    Setting("table.exec.late-events.table", "the table late rows go to with 'side-output'"),
+    Setting("test.fault-point", "crash at a named point (for crash tests)"),
+)}
+
+
+def check_setting(key: str, value: str) -> str | None:
+    """Why ``SET key = value`` cannot be taken, or None when it can."""
+    setting = SETTINGS.get(key)
+    if setting is None:
+        return f"unknown setting {key!r}: clink does not implement it"
+    try:
+        setting.check(value)
+    except ValueError as exc:
+        return f"{key!r}: {exc}"
+    return None
+
+
+def close_settings(key: str) -> list[str]:
+    """Known keys that look like ``key`` (for a did-you-mean hint)."""
+    import difflib
+
+    return difflib.get_close_matches(key, list(SETTINGS), n=3, cutoff=0.6)
