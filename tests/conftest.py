@@ -3,6 +3,11 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import settings
+
+# No deadline per example: the machines are shared and noisy, and a test asserts results, not time.
+settings.register_profile("clink", deadline=None)
+settings.load_profile("clink")
 
 collect_ignore_glob = ["golden/*/module.py"]  # goldens are data, not tests
 

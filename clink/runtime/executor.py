@@ -730,10 +730,11 @@ class _Checkpointing:
         else:
             info, warnings = self.store.latest()
         job.warnings.extend(warnings)
+        lineage = self.store.lineage()
         if info is None:
-            # Nothing to resume from; output a crashed run left unfinished is discarded.
-            for w in job._writers.values():
-                w.recover(0, None)
+            # Nothing to resume from: output a crashed run left unfinished is discarded, and what
+            # damaged checkpoints of this state directory committed is rolled back.
+            self.recover_sinks(0, {}, lineage)
             return
         _, manifest = self.store.open(info.path)
         state = json.loads((info.path / "job.json").read_text())
@@ -748,8 +749,7 @@ class _Checkpointing:
             except IncompatibleState as exc:
                 raise IncompatibleCheckpoint(f"checkpoint {info.path.name}: the state of operator "
                                              f"{uids[node_id]} cannot be restored: {exc}") from exc
-        for node_id, w in job._writers.items():
-            w.recover(info.id, state["sinks"].get(uids[node_id]))
+        self.recover_sinks(info.id, state["sinks"], lineage)
         if manifest.get("plan_fingerprint") == job.plan.fingerprint:
             # The same plan: node ids mean the same nodes, so watermarks carry over as they were.
             # (A changed plan starts its watermarks afresh; each window operator keeps its own.)
@@ -758,6 +758,22 @@ class _Checkpointing:
                 job._input_watermarks[int(k)].update({int(i): w for i, w in v.items()})
         self.next_id = info.id + 1
         job.metrics.restored_from = info.id
+
+    def recover_sinks(self, checkpoint_id: int, handles: dict, lineage: str) -> None:
+        """Bring every sink to ``checkpoint_id``: commit what it pre-committed, roll back what
+        later checkpoints committed (the run replays it), then set those checkpoints aside."""
+        job = self.job
+        for node_id, w in job._writers.items():
+            note = w.recover(checkpoint_id, handles.get(job.uids[node_id]), lineage=lineage)
+            if note:
+                job.warnings.append(note)
+        from clink.runtime.checkpoint.store import ROLLED_BACK
+
+        moved = self.store.set_aside_after(checkpoint_id)
+        if moved:
+            resumed = f"checkpoint {checkpoint_id}" if checkpoint_id else "the start"
+            job.warnings.append(f"checkpoint(s) {', '.join(map(str, moved))} newer than {resumed} moved to "
+                                f"{self.store.root / ROLLED_BACK}; the job goes on from {resumed}")
 
     def check_compatible(self, name: str, state: dict) -> None:
         """Refuse a checkpoint whose state this plan cannot take (docs/checkpoints.md, "Changing a

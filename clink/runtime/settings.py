@@ -11,9 +11,8 @@ Durations are read by one parser, :func:`parse_duration`, with Flink's units: ``
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Mapping
-
-import attrs
+from collections.abc import Callable
+from typing import NamedTuple
 
 __all__ = ["SETTINGS", "Setting", "check_setting", "close_settings", "parse_duration", "parse_size"]
 
@@ -86,9 +85,9 @@ def _any(text: str) -> None:
     return None
 
 
-@attrs.frozen
-class Setting:
-    """One setting: its key, what it does (for messages and docs), and a check of its value."""
+class Setting(NamedTuple):
+    """One setting: its key, what it does (for messages and docs), and a check of its value.
+    (A named tuple, not attrs: the run path of a stateless plan does not import attrs.)"""
 
     key: str
     description: str
@@ -104,6 +103,8 @@ SETTINGS: dict[str, Setting] = {s.key: s for s in (
     Setting("execution.checkpointing.interval", "time between checkpoints", _duration),
     Setting("execution.checkpointing.interval-rows", "source rows between checkpoints", _positive_int),
     Setting("execution.savepoint.path", "the checkpoint to resume from"),
+    Setting("execution.recovery.accept-duplicates", "resume from an older checkpoint even where a sink cannot "
+            "roll back what later checkpoints committed", _choice("true", "false")),
     Setting("state.backend", "where keyed state lives", _choice("memory", "hashmap", "sqlite")),
     Setting("state.checkpoints.num-retained", "how many complete checkpoints are kept", _positive_int),
     Setting("state.sqlite.cache-size", "how much sqlite state stays in memory", parse_size),

@@ -30,8 +30,8 @@ GROUP BY window_start, window_end, auction;
 def committed_rows(folder: Path) -> list[tuple]:
     rows = []
     for path in sorted(folder.iterdir()):
-        if path.name.startswith("."):
-            continue  # in progress or pending: not visible
+        if path.name.startswith((".", "_")):
+            continue  # in progress or pending (not visible), or rolled back
         rows.extend(tuple(r) for r in csv.reader(path.open()))
     return sorted(rows)
 
@@ -147,7 +147,7 @@ def resume_damaged(crashed: tuple[str, Path], tmp_path: Path, damage) -> tuple[J
     returns the problem the warning must name), and open the job on it."""
     backend, folder = crashed
     shutil.copytree(folder, tmp_path / "job")
-    newest = max((tmp_path / "job" / "state" / "checkpoints").iterdir(), key=lambda p: int(p.name.split("-")[1]))
+    newest = max((tmp_path / "job" / "state" / "checkpoints").glob("chk-*"), key=lambda p: int(p.name.split("-")[1]))
     problem = damage(newest)
     resumed = job(tmp_path / "job" / "out", tmp_path / "job" / "state", every=3000, backend=backend)
     assert resumed.metrics.restored_from == int(newest.name.split("-")[1]) - 1, "the damage went unnoticed"

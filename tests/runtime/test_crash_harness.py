@@ -41,7 +41,7 @@ FAULT_POINTS = ["after_barrier", "after_state_written_before_commit", "during_ma
 def committed_rows(folder: Path) -> list[tuple]:
     rows = []
     for path in sorted(folder.iterdir()):
-        if not path.name.startswith("."):
+        if not path.name.startswith((".", "_")):  # hidden, and rolled back
             rows.extend(tuple(r) for r in csv.reader(path.open()))
     return sorted(rows)
 

@@ -132,7 +132,7 @@ def _output(out: Path) -> list[tuple]:
         return sorted(rows, key=repr)
     rows = []
     for path in sorted(out.iterdir()):
-        if not path.name.startswith("."):
+        if not path.name.startswith((".", "_")):  # hidden, and rolled back
             rows.extend(tuple(r) for r in csv.reader(path.open()))
     return sorted(rows)
 

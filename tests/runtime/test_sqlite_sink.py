@@ -237,6 +237,27 @@ def test_without_a_key_every_row_is_appended(tmp_path: Path) -> None:
     assert tables(path) == {"t"}  # no staging tables without checkpoints
 
 
+def test_a_keyed_table_takes_an_insert_only_stream_as_upserts(tmp_path: Path) -> None:
+    """A window aggregate (insert-only) into a table with PRIMARY KEY ... NOT ENFORCED, as Flink
+    accepts: each row upserts by the key (it used to end in a KeyError on the row kind)."""
+    w = writer(tmp_path / "k.db", KV, key=("k",))
+    w.write(batch(KV, [(1, "a"), (2, "b")]))
+    w.write(batch(KV, [(1, "c")]))
+    w.close()
+    assert select(tmp_path / "k.db", "SELECT k, v FROM t ORDER BY k") == [(1, "c"), (2, "b")]
+    out = tmp_path / "w.db"
+    clink.sql(
+        "CREATE TABLE bid (auction BIGINT, ts TIMESTAMP(3), WATERMARK FOR ts AS ts - INTERVAL '1' SECOND) WITH ("
+        "'connector' = 'datagen', 'number-of-rows' = '2000', 'seed' = '3', 'fields.auction.min' = '1', "
+        "'fields.auction.max' = '5');\n"
+        "CREATE TABLE totals (auction BIGINT, window_start TIMESTAMP(3), n BIGINT, "
+        f"PRIMARY KEY (auction, window_start) NOT ENFORCED) WITH ('connector' = 'sqlite', 'path' = '{out}');\n"
+        "INSERT INTO totals SELECT auction, window_start, COUNT(*) FROM TABLE(TUMBLE(TABLE bid, DESCRIPTOR(ts), "
+        "INTERVAL '1' HOUR)) GROUP BY window_start, window_end, auction;").run()
+    ((groups, total),) = select(out, "SELECT COUNT(*), SUM(n) FROM totals")
+    assert total == 2000 and groups == len(select(out, "SELECT DISTINCT auction, window_start FROM totals"))
+
+
 def test_without_a_key_inserts_in_a_changelog_are_appended_and_deletes_refused(tmp_path: Path) -> None:
     schema = KV.append(pa.field(ROWKIND_COLUMN, pa.string()))
     w = writer(tmp_path / "a.db", schema, name="out")
@@ -315,7 +336,9 @@ def test_recover_without_a_checkpoint_discards_every_staged_row(tmp_path: Path) 
     first.pre_commit(2)
     del first
     second = writer(path, KV)
-    second.recover(0, None)
+    # A job with a new state directory (another lineage): what the old one committed is kept.
+    # (With the same lineage, recovering to no checkpoint rolls it back: test_checkpoint_fallback.py.)
+    second.recover(0, None, lineage="a new state directory")
     assert pending(path) == [("other", 1)]  # another table's staged rows are not this sink's to drop
     # A fresh start restarts checkpoint ids too: its checkpoint 1 is not mistaken for the old one.
     second.write(batch(KV, [(3, "c")]))

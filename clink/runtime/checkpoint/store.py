@@ -28,6 +28,9 @@ from clink.runtime.sealed import seal, unseal
 FORMAT_VERSION = 2
 MANIFEST = "_manifest.json"
 _PREFIX = "chk-"
+_LINEAGE = "_lineage"
+#: Where checkpoints (and sink output) newer than the one a job resumed from are moved.
+ROLLED_BACK = "_rolled_back"
 
 
 def _fsync_dir(path: Path) -> None:
@@ -194,6 +197,46 @@ class CheckpointStore:
             raise UsageError(f"no checkpoint at {path}")
         manifest = self._verified_manifest(path)
         return self.info(path), manifest
+
+    def lineage(self) -> str:
+        """The token of this state directory's line of checkpoints, which sinks carry in what they
+        commit so that they tell their own commits from another job's.
+
+        Made (atomically) when the store holds no checkpoint yet; a state directory written before
+        there were tokens has checkpoints and no token, and its lineage is ``""``.
+        """
+        path = self.root / _LINEAGE
+        if path.exists():
+            return path.read_text(encoding="ascii").strip()
+        if any(True for _ in self._directories()):
+            return ""
+        import uuid
+
+        temporary = self.root / f"{_LINEAGE}.tmp"
+        temporary.write_text(uuid.uuid4().hex[:16], encoding="ascii")
+        with temporary.open("rb") as f:
+            os.fsync(f.fileno())
+        os.replace(temporary, path)
+        _fsync_dir(self.root)
+        return path.read_text(encoding="ascii").strip()
+
+    def set_aside_after(self, checkpoint_id: int) -> list[int]:
+        """Move the checkpoints newer than ``checkpoint_id`` (damaged ones a restore skipped, or
+        newer ones when an older checkpoint was chosen) to ``checkpoints/_rolled_back/``: the job
+        goes on from ``checkpoint_id``, and a later restore must not find them. Returns their ids."""
+        moved = []
+        for other, path in sorted(self._directories()):
+            if other <= checkpoint_id:
+                continue
+            target = self.root / ROLLED_BACK / path.name
+            target.parent.mkdir(exist_ok=True)
+            if target.exists():
+                shutil.rmtree(target)
+            os.replace(path, target)
+            moved.append(other)
+        if moved:
+            _fsync_dir(self.root)
+        return moved
 
     def latest(self) -> tuple[CheckpointInfo | None, list[str]]:
         """The newest valid checkpoint, and a warning for each newer one skipped."""

@@ -132,9 +132,16 @@ class SinkWriter:
     def commit(self, checkpoint_id: int, handle: dict | None) -> None:
         """Make a pre-committed checkpoint's output visible. Doing it twice is a no-op."""
 
-    def recover(self, checkpoint_id: int, handle: dict | None) -> None:
-        """At a restore from ``checkpoint_id``: commit its output if that had not happened yet,
-        and discard anything written after it."""
+    def recover(self, checkpoint_id: int, handle: dict | None, *, lineage: str = "") -> str | None:
+        """At a restore from ``checkpoint_id`` (0: none): commit its output if that had not
+        happened yet, discard anything written after it, and roll back what later checkpoints of
+        the same ``lineage`` (the state directory's token) committed: the run replays those rows.
+
+        Returns one line for the user when something was rolled back. A sink that committed
+        output after ``checkpoint_id`` and cannot take it back raises ``ConnectorError`` naming
+        itself, the checkpoints and the setting that accepts duplicates
+        (``'execution.recovery.accept-duplicates'``)."""
+        return None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -831,6 +831,10 @@ _FORMAT_WRITERS = {"csv": _CsvFormat, "json": _JsonFormat, "parquet": _ParquetFo
 _EXTENSIONS = {"csv": "csv", "json": "json", "parquet": "parquet"}
 
 
+#: The folder of a table's directory where output rolled back by a restore is kept.
+ROLLED_BACK_FOLDER = "_rolled_back"
+
+
 def _fsync(path: str, directory: bool = False) -> None:
     try:
         fd = os.open(path, os.O_RDONLY | (getattr(os, "O_DIRECTORY", 0) if directory else 0))
@@ -847,8 +851,11 @@ def _fsync(path: str, directory: bool = False) -> None:
         os.close(fd)
 
 
-def _name_token(table: str) -> str:
-    return hashlib.sha256(table.encode()).hexdigest()[:12]
+def _name_token(table: str, lineage: str = "") -> str:
+    """The part of a committed part file's name that says whose it is: the table, and the line of
+    checkpoints (the state directory's token) that committed it. ``""`` is the token of state
+    directories made before there were tokens."""
+    return hashlib.sha256((f"{table}\0{lineage}" if lineage else table).encode()).hexdigest()[:12]
 
 
 @attrs.define
@@ -885,6 +892,8 @@ class FileSinkWriter(SinkWriter):
         self._file_columns = [i for i, name in enumerate(spec.schema.names) if name not in self._partitions]
         self._file_schema = pa.schema([spec.schema.field(i) for i in self._file_columns])
         self._files: dict[str, _OpenFile] = {}
+        #: The state directory's token, given by ``recover`` when the job has checkpoints.
+        self._lineage = ""
         if not self._partitions:
             self._files[""] = self._start_file("")
         self._open = True
@@ -948,9 +957,9 @@ class FileSinkWriter(SinkWriter):
             raise ConnectorError(f"table {self._spec.name!r}: with checkpoints, 'path' must be a directory "
                                  "(each checkpoint commits its own part file)")
         ext = _EXTENSIONS[self._settings.format]
-        # The name depends only on the checkpoint and the table, so output replayed after falling
-        # back to an older checkpoint finds its part already committed and is not written twice.
-        final = f"part-{checkpoint_id:08d}-{_name_token(self._spec.name)}.{ext}"
+        # The name says which checkpoint committed it, so a restore from an older checkpoint can
+        # find (and set aside) what later checkpoints committed.
+        final = f"part-{checkpoint_id:08d}-{_name_token(self._spec.name, self._lineage)}.{ext}"
         entries = []
         folders = set()
         for directory, file in sorted(self._files.items()):
@@ -989,14 +998,21 @@ class FileSinkWriter(SinkWriter):
         for folder in sorted(folders):
             _fsync(folder, directory=True)
 
-    def recover(self, checkpoint_id: int, handle: dict | None) -> None:
+    def recover(self, checkpoint_id: int, handle: dict | None, *, lineage: str = "") -> str | None:
+        self._lineage = lineage
         self.commit(checkpoint_id, handle)
         # Whatever was written after that checkpoint is replayed from the sources: discard it.
         keep = {file.in_progress for file in self._files.values()}
         if self._partitions:
-            folders = [root for root, _, _ in os.walk(self._root)] if os.path.isdir(self._root) else []
+            folders = []
+            if os.path.isdir(self._root):
+                for root, dirs, _ in os.walk(self._root):
+                    dirs[:] = [d for d in dirs if not d.startswith(("_", "."))]
+                    folders.append(root)
         else:
-            folders = [self._root]
+            folders = [self._root] if os.path.isdir(self._root) else []
+        committed = re.compile(rf"part-(\d{{8}})-{_name_token(self._spec.name, lineage)}\.[a-z]+")
+        later: dict[int, list[str]] = {}
         for folder in folders:
             for name in os.listdir(folder):
                 path = os.path.join(folder, name)
@@ -1005,6 +1021,28 @@ class FileSinkWriter(SinkWriter):
                 if name.startswith(".pending-part-") or (name.startswith(".part-") and ".inprogress-" in name):
                     with contextlib.suppress(FileNotFoundError):
                         os.unlink(path)
+                elif (m := committed.fullmatch(name)) and int(m[1]) > checkpoint_id:
+                    later.setdefault(int(m[1]), []).append(path)
+        return self._roll_back(checkpoint_id, later)
+
+    def _roll_back(self, checkpoint_id: int, later: dict[int, list[str]]) -> str | None:
+        """Move the part files that checkpoints after ``checkpoint_id`` committed to
+        ``<path>/_rolled_back/chk-<n>/`` (readers skip ``_`` folders): the run writes their rows
+        again. Nothing is deleted."""
+        if not later:
+            return None
+        aside = os.path.join(self._root, ROLLED_BACK_FOLDER)
+        for n, paths in sorted(later.items()):
+            for path in paths:
+                target = os.path.join(aside, f"chk-{n}", os.path.relpath(path, self._root))
+                os.makedirs(os.path.dirname(target), exist_ok=True)
+                os.replace(path, target)
+                _fsync(os.path.dirname(path), directory=True)
+            _fsync(os.path.join(aside, f"chk-{n}"), directory=True)
+        ids = ", ".join(map(str, sorted(later)))
+        resumed = f"checkpoint {checkpoint_id}" if checkpoint_id else "the start"
+        return (f"table {self._spec.name!r}: the output of checkpoint(s) {ids}, committed after {resumed} which "
+                f"this run resumes from, moved to {aside}; those rows are written again")
 
     def abort(self) -> None:
         if not self._open:

@@ -25,6 +25,7 @@ changes nothing. Output is exactly-once.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import os
 import sqlite3
@@ -47,8 +48,12 @@ __all__ = ["META_TABLE", "PENDING_TABLE", "SQLITE", "SqliteSinkWriter", "last_ch
 
 #: Staging table: the rows each pre-committed checkpoint holds, as Arrow IPC streams.
 PENDING_TABLE = "_clink_pending"
-#: Ledger: per table, the newest checkpoint whose rows were applied.
+#: Ledger: per table, the newest checkpoint whose rows were applied, the lineage (state
+#: directory token) of the job that applied them, and ``undo_after``: the undo log holds every
+#: commit of a later checkpoint.
 META_TABLE = "_clink_sink_meta"
+#: Undo log: one row per applied checkpoint; for an appending table the rowids it added.
+UNDO_TABLE = "_clink_undo"
 #: Buffered rows, in a keyed table, beyond which the buffer is reduced to the last change per
 #: key (then again each time it has doubled): an aggregate that revises a few keys many times
 #: keeps a few rows, not every revision, until the next checkpoint.
@@ -131,9 +136,9 @@ def parse_options(options: Mapping[str, str], table_schema: pa.Schema) -> tuple[
         table = table.strip()
         if not table:
             errors["table-name"] = "the table name is empty"
-        elif table.lower() in (PENDING_TABLE, META_TABLE) or table.lower().startswith("sqlite_"):
+        elif table.lower().startswith(("_clink_", "sqlite_")):
             errors["table-name"] = (f"{table!r} is reserved (for SQLite itself, or for the connector's "
-                                    f"{PENDING_TABLE} and {META_TABLE})")
+                                    f"{PENDING_TABLE}, {META_TABLE}, {UNDO_TABLE} and other _clink_ tables)")
     columns = [f.name for f in table_schema if f.name != ROWKIND_COLUMN]
     key = _primary_key(options, columns, errors)
     for f in table_schema:
@@ -189,7 +194,8 @@ def last_change_per_key(changes: pa.Table, key: tuple[str, ...]) -> pa.Table:
     while row in key:
         row += "_"
     indexed = changes.select(list(key)).append_column(row, pa.array(np.arange(changes.num_rows, dtype=np.int64)))
-    indexed = pc.filter(indexed, pc.not_equal(changes.column(ROWKIND_COLUMN), UPDATE_BEFORE))
+    if ROWKIND_COLUMN in changes.column_names:  # else an insert-only stream: every row is an upsert
+        indexed = pc.filter(indexed, pc.not_equal(changes.column(ROWKIND_COLUMN), UPDATE_BEFORE))
     last = indexed.group_by(list(key), use_threads=False).aggregate([(row, "max")]).column(f"{row}_max")
     return pc.take(changes, pa.array(np.sort(last.to_numpy()), pa.int64()))
 
@@ -221,6 +227,16 @@ class SqliteSinkWriter(SinkWriter):
         self._buffered_rows = 0
         self._compact_at = COMPACT_ROWS
         self._conn: sqlite3.Connection | None = None
+        #: The state directory's token (from ``recover``), recorded with each commit.
+        self._lineage = ""
+        # Commits undone by a restore from an older checkpoint: as many as the job keeps
+        # checkpoints to fall back to, and one more.
+        self._undo_kept = int(ctx.get("state.checkpoints.num-retained") or 3) + 1
+        self._accept_duplicates = (ctx.get("execution.recovery.accept-duplicates") or "").lower() == "true"
+        token = hashlib.sha256(self._table.encode()).hexdigest()[:12]
+        #: Keyed tables: the keys each checkpoint touched, and their rows before it.
+        self._undo_keys = f"_clink_undo_keys_{token}"
+        self._undo_rows = f"_clink_undo_rows_{token}"
         self.metrics["rows_out"] = 0
         try:
             if folder := os.path.dirname(self._path):
@@ -303,20 +319,55 @@ class SqliteSinkWriter(SinkWriter):
     def _create_staging(conn: sqlite3.Connection) -> None:
         conn.execute(f"CREATE TABLE IF NOT EXISTS {PENDING_TABLE} (tbl TEXT NOT NULL, checkpoint INTEGER NOT NULL, "
                      "seq INTEGER NOT NULL, data BLOB NOT NULL, PRIMARY KEY (tbl, checkpoint, seq))")
-        conn.execute(f"CREATE TABLE IF NOT EXISTS {META_TABLE} (tbl TEXT PRIMARY KEY, committed INTEGER NOT NULL)")
+        conn.execute(f"CREATE TABLE IF NOT EXISTS {META_TABLE} (tbl TEXT PRIMARY KEY, committed INTEGER NOT NULL, "
+                     "lineage TEXT NOT NULL DEFAULT '', undo_after INTEGER NOT NULL DEFAULT 0)")
+        columns = {row[1] for row in conn.execute(f"PRAGMA table_info({META_TABLE})")}
+        if "lineage" not in columns:
+            # A ledger from before the undo log: nothing committed so far can be undone.
+            conn.execute(f"ALTER TABLE {META_TABLE} ADD COLUMN lineage TEXT NOT NULL DEFAULT ''")
+            conn.execute(f"ALTER TABLE {META_TABLE} ADD COLUMN undo_after INTEGER NOT NULL DEFAULT 0")
+            conn.execute(f"UPDATE {META_TABLE} SET undo_after = committed")
+        conn.execute(f"CREATE TABLE IF NOT EXISTS {UNDO_TABLE} (tbl TEXT NOT NULL, checkpoint INTEGER NOT NULL, "
+                     "lo INTEGER, hi INTEGER, PRIMARY KEY (tbl, checkpoint))")
 
-    def _apply(self, conn: sqlite3.Connection, changes: pa.Table) -> None:
-        """Apply ``changes`` (batches of the sink's schema, in order) to the table."""
+    def _create_undo(self, conn: sqlite3.Connection) -> None:
+        """The keyed table's undo tables: its key columns (and all its columns), plus the checkpoint."""
+        keys = ", ".join(_quote(k) for k in self._key)
+        conn.execute(f"CREATE TABLE IF NOT EXISTS {_quote(self._undo_keys)} AS SELECT {keys}, 0 AS _clink_checkpoint "
+                     f"FROM {_quote(self._table)} WHERE 0")
+        conn.execute(f"CREATE INDEX IF NOT EXISTS {_quote(self._undo_keys + '_by')} ON {_quote(self._undo_keys)} "
+                     f"(_clink_checkpoint, {keys})")
+        names = ", ".join(_quote(c) for c in self._columns)
+        conn.execute(f"CREATE TABLE IF NOT EXISTS {_quote(self._undo_rows)} AS SELECT {names}, 0 AS _clink_checkpoint "
+                     f"FROM {_quote(self._table)} WHERE 0")
+
+    def _apply(self, conn: sqlite3.Connection, changes: pa.Table, checkpoint_id: int | None = None) -> None:
+        """Apply ``changes`` (batches of the sink's schema, in order) to the table; with a
+        ``checkpoint_id``, first log what undoes them."""
         self._create_table(conn)
         if changes.num_rows == 0:
             return
+        table = _quote(self._table)
         names = ", ".join(_quote(c) for c in self._columns)
         marks = ", ".join("?" * len(self._columns))
         if not self._key:
             rows = changes.drop_columns([ROWKIND_COLUMN]) if self._updating else changes
-            conn.executemany(f"INSERT INTO {_quote(self._table)} ({names}) VALUES ({marks})", _rows(rows))
+            (lo,) = conn.execute(f"SELECT COALESCE(MAX(rowid), 0) FROM {table}").fetchone()
+            conn.executemany(f"INSERT INTO {table} ({names}) VALUES ({marks})", _rows(rows))
+            if checkpoint_id is not None:
+                # New rows take rowids above the largest (nothing else writes while we hold the lock).
+                (hi,) = conn.execute(f"SELECT COALESCE(MAX(rowid), 0) FROM {table}").fetchone()
+                conn.execute(f"INSERT OR REPLACE INTO {UNDO_TABLE} (tbl, checkpoint, lo, hi) VALUES (?, ?, ?, ?)",
+                             (self._table, checkpoint_id, lo, hi))
             return
         last = last_change_per_key(changes, self._key)
+        if checkpoint_id is not None:
+            self._log_before_images(conn, last.select(list(self._key)), checkpoint_id)
+        if ROWKIND_COLUMN not in last.column_names:
+            # An insert-only stream into a keyed table: every row is an upsert.
+            conn.executemany(f"INSERT OR REPLACE INTO {table} ({names}) VALUES ({marks})",
+                             _rows(last.select(self._columns)))
+            return
         deleted = pc.equal(last.column(ROWKIND_COLUMN), DELETE)
         gone = pc.filter(last.select(list(self._key)), deleted)
         kept = pc.filter(last.select(self._columns), pc.invert(deleted))
@@ -326,6 +377,41 @@ class SqliteSinkWriter(SinkWriter):
             conn.executemany(f"DELETE FROM {_quote(self._table)} WHERE {where}", _rows(gone))
         if kept.num_rows:
             conn.executemany(f"INSERT OR REPLACE INTO {_quote(self._table)} ({names}) VALUES ({marks})", _rows(kept))
+
+    def _log_before_images(self, conn: sqlite3.Connection, keys: pa.Table, checkpoint_id: int) -> None:
+        """Record the keys checkpoint ``checkpoint_id`` changes, and their rows before it."""
+        self._create_undo(conn)
+        key_names = ", ".join(_quote(k) for k in self._key)
+        conn.executemany(f"INSERT INTO {_quote(self._undo_keys)} ({key_names}, _clink_checkpoint) VALUES "
+                         f"({', '.join('?' * len(self._key))}, {int(checkpoint_id)})", _rows(keys))
+        match = " AND ".join(f"u.{_quote(k)} = t.{_quote(k)}" for k in self._key)
+        names = ", ".join(f"t.{_quote(c)}" for c in self._columns)
+        conn.execute(f"INSERT INTO {_quote(self._undo_rows)} SELECT {names}, ? FROM {_quote(self._table)} t WHERE "
+                     f"EXISTS (SELECT 1 FROM {_quote(self._undo_keys)} u WHERE u._clink_checkpoint = ? AND {match})",
+                     (checkpoint_id, checkpoint_id))
+        conn.execute(f"INSERT OR REPLACE INTO {UNDO_TABLE} (tbl, checkpoint, lo, hi) VALUES (?, ?, NULL, NULL)",
+                     (self._table, checkpoint_id))
+
+    def _undo(self, conn: sqlite3.Connection, checkpoint_id: int, lo: int | None, hi: int | None) -> None:
+        """Take back what checkpoint ``checkpoint_id`` applied (later ones are undone already)."""
+        table = _quote(self._table)
+        if not self._key:
+            conn.execute(f"DELETE FROM {table} WHERE rowid > ? AND rowid <= ?", (lo, hi))
+            return
+        match = " AND ".join(f"u.{_quote(k)} = {table}.{_quote(k)}" for k in self._key)
+        conn.execute(f"DELETE FROM {table} WHERE EXISTS (SELECT 1 FROM {_quote(self._undo_keys)} u "
+                     f"WHERE u._clink_checkpoint = ? AND {match})", (checkpoint_id,))
+        names = ", ".join(_quote(c) for c in self._columns)
+        conn.execute(f"INSERT INTO {table} ({names}) SELECT {names} FROM {_quote(self._undo_rows)} "
+                     "WHERE _clink_checkpoint = ?", (checkpoint_id,))
+
+    def _forget_undo(self, conn: sqlite3.Connection, *, after: int | None = None, upto: int | None = None) -> None:
+        """Drop undo records of checkpoints ``> after`` or ``<= upto``."""
+        op, arg = (">", after) if after is not None else ("<=", upto)
+        conn.execute(f"DELETE FROM {UNDO_TABLE} WHERE tbl = ? AND checkpoint {op} ?", (self._table, arg))
+        for shadow in (self._undo_keys, self._undo_rows):
+            if conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?", (shadow,)).fetchone():
+                conn.execute(f"DELETE FROM {_quote(shadow)} WHERE _clink_checkpoint {op} ?", (arg,))
 
     # -- rows
 
@@ -420,15 +506,20 @@ class SqliteSinkWriter(SinkWriter):
         """Inside a transaction: apply the staged rows of checkpoints up to ``checkpoint_id`` unless
         the ledger says they were applied already, then delete them."""
         self._create_staging(conn)
-        row = conn.execute(f"SELECT committed FROM {META_TABLE} WHERE tbl = ?", (self._table,)).fetchone()
-        committed = row[0] if row else 0
+        row = conn.execute(f"SELECT committed, undo_after FROM {META_TABLE} WHERE tbl = ?", (self._table,)).fetchone()
+        committed, undo_after = row if row else (0, 0)
         if checkpoint_id > committed:
             blobs = conn.execute(f"SELECT checkpoint, data FROM {PENDING_TABLE} WHERE tbl = ? AND checkpoint <= ? "
                                  "ORDER BY checkpoint, seq", (self._table, checkpoint_id)).fetchall()
             if blobs:
-                self._apply(conn, pa.concat_tables([self._read_staged(c, b) for c, b in blobs]))
-                conn.execute(f"INSERT OR REPLACE INTO {META_TABLE} (tbl, committed) VALUES (?, ?)",
-                             (self._table, checkpoint_id))
+                changes = pa.concat_tables([self._read_staged(c, b) for c, b in blobs])
+                self._apply(conn, changes, checkpoint_id)
+                horizon = checkpoint_id - self._undo_kept
+                if horizon > undo_after:
+                    self._forget_undo(conn, upto=horizon)
+                    undo_after = horizon
+                conn.execute(f"INSERT OR REPLACE INTO {META_TABLE} (tbl, committed, lineage, undo_after) "
+                             "VALUES (?, ?, ?, ?)", (self._table, checkpoint_id, self._lineage, undo_after))
         # Applied now, or before (rows staged again by a replay after falling back): gone either way.
         conn.execute(f"DELETE FROM {PENDING_TABLE} WHERE tbl = ? AND checkpoint <= ?", (self._table, checkpoint_id))
 
@@ -444,16 +535,52 @@ class SqliteSinkWriter(SinkWriter):
             raise ConnectorError(f"table {self._name!r}: the rows staged for checkpoint {checkpoint_id} in "
                                  f"{self._path!r} do not have the sink's column types: {e}") from None
 
-    def recover(self, checkpoint_id: int, handle: dict | None) -> None:
+    def recover(self, checkpoint_id: int, handle: dict | None, *, lineage: str = "") -> str | None:
+        self._lineage = lineage
         with self._transaction(f"recover checkpoint {checkpoint_id}") as conn:
             self._create_staging(conn)
             # Rows staged after the checkpoint are replayed from the sources: discard them.
             conn.execute(f"DELETE FROM {PENDING_TABLE} WHERE tbl = ? AND checkpoint > ?", (self._table, checkpoint_id))
+            note = None
+            row = conn.execute(f"SELECT committed, lineage, undo_after FROM {META_TABLE} WHERE tbl = ?",
+                               (self._table,)).fetchone()
+            if row is not None and row[1] != lineage:
+                # Committed by another state directory's job: its rows are the table's data now.
+                conn.execute(f"DELETE FROM {META_TABLE} WHERE tbl = ?", (self._table,))
+                self._forget_undo(conn, upto=row[0])
+            elif row is not None and row[0] > checkpoint_id:
+                note = self._roll_back(conn, checkpoint_id, *row[::2])
             if checkpoint_id == 0:
                 # No checkpoint: the job starts afresh, and so do its checkpoint ids.
                 conn.execute(f"DELETE FROM {META_TABLE} WHERE tbl = ?", (self._table,))
             else:
                 self._commit_staged(conn, checkpoint_id)
+        return note
+
+    def _roll_back(self, conn: sqlite3.Connection, checkpoint_id: int, committed: int, undo_after: int) -> str:
+        """Undo the commits of checkpoints after ``checkpoint_id``, newest first: the run
+        resumes from ``checkpoint_id`` and writes their rows again."""
+        resumed = f"checkpoint {checkpoint_id}" if checkpoint_id else "the start"
+        if checkpoint_id < undo_after:
+            message = (f"table {self._name!r}: the SQLite table {self._table!r} in {self._path!r} holds rows of "
+                       f"checkpoints up to {committed}, committed after {resumed} which this run resumes from, "
+                       f"and only those after checkpoint {undo_after} can be rolled back")
+            if not self._accept_duplicates:
+                raise ConnectorError(f"{message}; resuming would write them twice. Set "
+                                     "'execution.recovery.accept-duplicates' = 'true' to resume anyway")
+            conn.execute(f"UPDATE {META_TABLE} SET committed = ?, undo_after = ? WHERE tbl = ?",
+                         (checkpoint_id, checkpoint_id, self._table))
+            self._forget_undo(conn, after=checkpoint_id)
+            return f"{message}; resuming anyway ('execution.recovery.accept-duplicates'): rows may repeat"
+        undone = conn.execute(f"SELECT checkpoint, lo, hi FROM {UNDO_TABLE} WHERE tbl = ? AND checkpoint > ? "
+                              "ORDER BY checkpoint DESC", (self._table, checkpoint_id)).fetchall()
+        for n, lo, hi in undone:
+            self._undo(conn, n, lo, hi)
+        self._forget_undo(conn, after=checkpoint_id)
+        conn.execute(f"UPDATE {META_TABLE} SET committed = ? WHERE tbl = ?", (checkpoint_id, self._table))
+        ids = ", ".join(str(n) for n, _, _ in reversed(undone)) or "none"
+        return (f"table {self._name!r}: rolled back what checkpoint(s) {ids} wrote to the SQLite table "
+                f"{self._table!r}, committed after {resumed} which this run resumes from; those rows are written again")
 
 
 def _ipc_bytes(batch: pa.RecordBatch) -> bytes:
