@@ -547,16 +547,19 @@ _STATEFUL = ((WindowAggregate, "window"), (GroupAggregate, "group"), (Join, "joi
 
 def stable_ids(plan: Plan) -> dict[int, str]:
     """A name per source, sink and stateful operator that survives changes elsewhere in the plan:
-    ``source:<table>``, ``sink:<table>``, ``window-<n>``, ``group-<n>``, ``join-<n>``, ``rank-<n>`` and
-    ``over-<n>`` (the n-th window aggregate, GROUP BY without a window, join, Top-N, or OVER
-    aggregation, in plan order), with ``#2``, ``#3`` … for a second
-    and third node of the same name."""
+    ``source:<table>``, ``sink:<table>`` (with ``#2``, ``#3`` … for a second and third node of the
+    same name), and a stateful operator's ``uid``, which the compiler derives from what it
+    computes and where its rows go. A plan made before uids numbers its stateful operators by
+    kind in plan order (``window-1``, ``group-2``, …)."""
     ids: dict[int, str] = {}
     seen: dict[str, int] = defaultdict(int)
     counts: dict[str, int] = defaultdict(int)
     for node in plan.nodes:
         if isinstance(node, Source | Sink):
             base = f"{'source' if isinstance(node, Source) else 'sink'}:{node.table}"
+        elif node.uid:
+            ids[node.id] = node.uid  # the compiler's, from what the operator computes
+            continue
         else:
             kind = next((name for cls, name in _STATEFUL if isinstance(node, cls)), None)
             if kind is None:
@@ -817,7 +820,16 @@ def _readable(signature: str) -> str:
 
 def state_signature(job: Job, node_id: int) -> str:
     """What a stateful operator's state means: the window (if any), key types and aggregates
-    (readable), then the layout of its state. A checkpoint restores only into the same signature."""
+    (readable), the keys and aggregates as SQL text, then the layout of its state. A checkpoint
+    restores only into the same signature."""
+    node = job.plan.node(node_id)
+    readable, layout = _signature_parts(job, node_id).split(" | ", 1)
+    if node.meaning:
+        readable += f" as {node.meaning}"
+    return f"{readable} | {layout}"
+
+
+def _signature_parts(job: Job, node_id: int) -> str:
     node = job.plan.node(node_id)
     operator = job._operators[node_id]
     if isinstance(node, Join):

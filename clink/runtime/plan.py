@@ -40,6 +40,12 @@ class Node:
     id: int
     parallelism: int = 1
     span: str = ""
+    #: A stateful operator's name in checkpoints, from what it computes and where its rows go
+    #: (the compiler's ``identity.py``); "" for other nodes, and in plans made before uids.
+    uid: str = ""
+    #: What a stateful operator's state means, as SQL text (keys, aggregates, order): part of the
+    #: state signature a restore compares.
+    meaning: str = ""
 
     @property
     def inputs(self) -> tuple[int, ...]:
@@ -99,7 +105,7 @@ class Union(Node):
     def __init__(self, *, id: int, inputs: tuple[int, ...], schema: pa.Schema,  # noqa: A002
                  parallelism: int = 1, span: str = "") -> None:
         for name, value in (("id", id), ("all_inputs", tuple(inputs)), ("schema", schema),
-                            ("parallelism", parallelism), ("span", span)):
+                            ("parallelism", parallelism), ("span", span), ("uid", ""), ("meaning", "")):
             object.__setattr__(self, name, value)
 
     @property

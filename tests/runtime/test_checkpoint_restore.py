@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import csv
 import io
+import re
 import shutil
 from pathlib import Path
 
@@ -95,10 +96,70 @@ def test_a_changed_pipeline_refuses_the_old_checkpoints(tmp_path: Path) -> None:
         Job(plan, RuntimeContext(config={"execution.checkpointing.interval-rows": "3000"}, state_dir=state,
                                  stdout=io.StringIO()))
     message = str(refused.value)
-    assert "operator window-1 (at ckpt.sql:8:1)" in message
-    assert "GROUP BY (int64) computing count_star(), max(int64)" in message  # what the state holds
-    assert "GROUP BY (int64, int64) computing count_star()" in message  # what the pipeline needs
+    assert re.search(r"operator window-[0-9a-f]{10} \(at ckpt.sql:8:1\)", message), message
+    # What the state holds, and what the pipeline needs: types, then the SQL of keys and aggregates.
+    assert "GROUP BY (int64) computing count_star(), max(int64) as GROUP BY (auction) computing COUNT(*), " \
+           "MAX(price)" in message
+    assert "GROUP BY (int64, int64) computing count_star() as GROUP BY (auction, price) computing COUNT(*)" in message
     assert "--state-dir" in message
+
+
+def test_an_aggregate_of_another_column_of_the_same_type_is_refused(tmp_path: Path) -> None:
+    """SUM(v) -> SUM(w): the same types and layout, other values. It used to restore silently."""
+    from clink.errors import IncompatibleCheckpoint
+
+    out, state = tmp_path / "out", tmp_path / "state"
+    first = job(out, state, every=3000)
+    while first.metrics.checkpoints < 1:
+        first.step()
+    changed = SQL.format(out=out).replace("MAX(price)", "MAX(auction)")
+    with pytest.raises(IncompatibleCheckpoint) as refused:
+        Job(clink.compile(changed, name="ckpt.sql").runtime_plan,
+            RuntimeContext(config={"execution.checkpointing.interval-rows": "3000"}, state_dir=state,
+                           stdout=io.StringIO()))
+    message = str(refused.value)
+    assert "computing COUNT(*), MAX(price)" in message and "computing COUNT(*), MAX(auction)" in message
+    assert "(at ckpt.sql:8:1)" in message
+
+
+TWO = """
+CREATE TABLE bid (auction BIGINT, price BIGINT, ts TIMESTAMP(3), WATERMARK FOR ts AS ts - INTERVAL '2' HOUR)
+WITH ('connector' = 'datagen', 'number-of-rows' = '20000', 'seed' = '12', 'batch-size' = '500',
+      'fields.auction.min' = '1', 'fields.auction.max' = '5', 'fields.price.min' = '1', 'fields.price.max' = '99');
+CREATE TABLE cheap (auction BIGINT, window_start TIMESTAMP(3), n BIGINT, top BIGINT)
+WITH ('connector' = 'filesystem', 'path' = '{out}/cheap/', 'format' = 'csv');
+CREATE TABLE dear (auction BIGINT, window_start TIMESTAMP(3), n BIGINT, top BIGINT)
+WITH ('connector' = 'filesystem', 'path' = '{out}/dear/', 'format' = 'csv');
+{first}
+{second}
+"""
+CHEAP = ("INSERT INTO cheap SELECT auction, window_start, COUNT(*), MAX(price) FROM TABLE(TUMBLE(TABLE bid, "
+         "DESCRIPTOR(ts), INTERVAL '1' HOUR)) WHERE price < 50 GROUP BY window_start, window_end, auction;")
+DEAR = ("INSERT INTO dear SELECT auction, window_start, COUNT(*), MAX(price) FROM TABLE(TUMBLE(TABLE bid, "
+        "DESCRIPTOR(ts), INTERVAL '1' HOUR)) WHERE price >= 50 GROUP BY window_start, window_end, auction;")
+
+
+def test_swapping_two_inserts_keeps_each_operators_state(tmp_path: Path) -> None:
+    """Two INSERTs whose windows look alike (same types, same aggregates): swapped, each window
+    operator must get its own state back (positional ids swapped them), and the output must be
+    that of a run that never stopped."""
+    config = {"execution.checkpointing.interval-rows": "3000"}
+    reference = tmp_path / "reference"
+    Job(clink.compile(TWO.format(out=reference, first=CHEAP, second=DEAR)).runtime_plan,
+        RuntimeContext(config={}, stdout=io.StringIO())).run()
+    out, state = tmp_path / "out", tmp_path / "state"
+    first = Job(clink.compile(TWO.format(out=out, first=CHEAP, second=DEAR)).runtime_plan,
+                RuntimeContext(config=config, state_dir=state, stdout=io.StringIO()))
+    while first.metrics.checkpoints < 3:
+        first.step()
+    del first
+    swapped = Job(clink.compile(TWO.format(out=out, first=DEAR, second=CHEAP)).runtime_plan,
+                  RuntimeContext(config=config, state_dir=state, stdout=io.StringIO()))
+    assert swapped.metrics.restored_from == 3
+    swapped.run()
+    for table in ("cheap", "dear"):
+        assert committed_rows(out / table) == committed_rows(reference / table), table
+        assert len(committed_rows(reference / table)) > 50
 
 
 @pytest.mark.parametrize("backend", ["memory", "sqlite"])

@@ -13,6 +13,7 @@ from clink.compiler import ir
 from clink.compiler.codegen.exprs import emit, field_py, is_constant, type_py
 from clink.compiler.codegen.writer import SourceWriter
 from clink.compiler.explain import chain_kinds, expr_sql
+from clink.compiler.identity import Identity, operator_identities
 from clink.compiler.physical import (
     ChainOp,
     GroupAggOp,
@@ -429,8 +430,13 @@ def _emit_project(w: SourceWriter, step: ir.Calc, schema: ir.Schema, *, target: 
     w.line(")")
 
 
+def _identity_py(identity: Identity) -> str:
+    return f"uid={identity.uid!r}, meaning={identity.meaning!r},"
+
+
 def _emit_plan(w: SourceWriter, plan: PhysicalPlan, schema_names: dict[int, str], *, name: str,
                fingerprint: str, config: dict[str, str], explains: tuple[str, ...]) -> None:
+    identities = operator_identities(plan)
     w.line("PLAN = P.Plan(")
     with w.indent():
         w.line(f"name={name!r},")
@@ -468,6 +474,7 @@ def _emit_plan(w: SourceWriter, plan: PhysicalPlan, schema_names: dict[int, str]
                         w.line(f"P.WindowAggregate(id={op.id}, input={op.input}, window={_window_py(agg.window)},",
                                span=agg.span)
                         with w.indent():
+                            w.line(_identity_py(identities[op.id]))
                             w.line(f"time={agg.time}, keys={tuple(range(agg.num_keys))!r},")
                             w.line("aggs=(")
                             with w.indent():
@@ -487,6 +494,7 @@ def _emit_plan(w: SourceWriter, plan: PhysicalPlan, schema_names: dict[int, str]
                         w.line(f"P.GroupAggregate(id={op.id}, input={op.input}, keys={tuple(range(agg.num_keys))!r},",
                                span=agg.span)
                         with w.indent():
+                            w.line(_identity_py(identities[op.id]))
                             w.line("aggs=(")
                             with w.indent():
                                 for a, name in zip(agg.aggs, agg.agg_names, strict=True):
@@ -501,6 +509,7 @@ def _emit_plan(w: SourceWriter, plan: PhysicalPlan, schema_names: dict[int, str]
                         w.line(f"P.OverAggregate(id={op.id}, input={op.input}, partition={over.partition!r}, "
                                f"time={over.time},  # ORDER BY {names[over.time]}", span=over.span)
                         with w.indent():
+                            w.line(_identity_py(identities[op.id]))
                             w.line(f"frame={over.frame!r}, preceding={over.preceding!r},")
                             w.line("aggs=(")
                             with w.indent():
@@ -517,6 +526,7 @@ def _emit_plan(w: SourceWriter, plan: PhysicalPlan, schema_names: dict[int, str]
                         w.line(f"P.Rank(id={op.id}, input={op.input}, partition={rank.partition!r}, "
                                f"order={rank.order!r},  # {order}", span=rank.span)
                         with w.indent():
+                            w.line(_identity_py(identities[op.id]))
                             w.line(f"limit={rank.limit}, emit_rank={rank.emit_rank}, schema={schema_names[op.id * 10]},")
                             w.line(f"partitioning={partitioning}, parallelism={op.parallelism}, "
                                    f"span={str(rank.span or '')!r}),")
@@ -526,6 +536,7 @@ def _emit_plan(w: SourceWriter, plan: PhysicalPlan, schema_names: dict[int, str]
                         w.line(f"P.Join(id={op.id}, left={op.left}, right={op.right}, kind={join.kind!r},",
                                span=join.span)
                         with w.indent():
+                            w.line(_identity_py(identities[op.id]))
                             w.line(f"left_keys={join.left_keys!r}, right_keys={join.right_keys!r},  # "
                                    + ", ".join(f"{lnames[a]} = {rnames[b]}"
                                                for a, b in zip(join.left_keys, join.right_keys, strict=True)))

@@ -148,6 +148,7 @@ PLAN = P.Plan(
         P.Chain(id=2, fn=chain_2, input=1, schema=SCHEMA_CHAIN_2,
             partitioning=P.FORWARD, parallelism=1),
         P.WindowAggregate(id=3, input=2, window=P.WindowSpec(kind='session', gap=1800000),  # input.sql:14:1  SELECT user_id, SESSION_START(ts, INTERVAL '30' MINUTE) A...
+            uid='window-04cb25b6b3', meaning='GROUP BY (user_id) computing COUNT(*)',
             time=1, keys=(0,),
             aggs=(
                 P.AggSpec(fn='count_star', arg=None, type=pa.int64(), name='agg0'),

@@ -137,6 +137,7 @@ PLAN = P.Plan(
         P.Chain(id=2, fn=chain_2, input=1, schema=SCHEMA_CHAIN_2,
             partitioning=P.FORWARD, parallelism=1),
         P.WindowAggregate(id=3, input=2, window=P.WindowSpec(kind='tumble', size=21600000),  # input.sql:17:1  SELECT auction, window_start, window_end, COUNT(*) AS bid...
+            uid='window-3cd3ffbaf2', meaning='GROUP BY (auction) computing COUNT(*), MAX(price), AVG(price), COUNT(*) FILTER (WHERE (price > 50))',
             time=1, keys=(0,),
             aggs=(
                 P.AggSpec(fn='count_star', arg=None, type=pa.int64(), name='agg0'),
