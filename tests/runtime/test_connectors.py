@@ -218,14 +218,11 @@ def test_datagen_validate_reports_bad_values(options: dict[str, str], key: str) 
         DATAGEN.create_source(spec(SIMPLE, options), ctx())
 
 
-def test_datagen_is_fast_enough() -> None:
-    import time
-
-    start = time.perf_counter()
+def test_datagen_generates_a_million_rows() -> None:
+    # How fast is bench/'s business (bench/stateless.py); a test asserts what comes out.
     table = datagen(SIMPLE, **{"number-of-rows": "1000000"})
-    elapsed = time.perf_counter() - start
     assert table.num_rows == 1_000_000
-    assert elapsed < 2.0  # well over a million rows a second even on a slow machine
+    assert table.column(0).null_count == 0
 
 
 # --- filesystem -----------------------------------------------------------------------------
