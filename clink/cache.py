@@ -49,7 +49,7 @@ def cache_dir(*parts: str) -> Path | None:
 
 def _compiler_stamp() -> str:
     """Size and mtime of every file that decides what SQL compiles to."""
-    from clink import __version__
+    from clink._version import __version__
 
     stamps = [__version__, sys.version]
     for folder in ("compiler", "grammar"):

@@ -13,7 +13,7 @@ import traceback
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from clink import __version__
+from clink._version import __version__
 from clink.errors import ClinkError, UsageError
 
 if TYPE_CHECKING:

@@ -16,6 +16,7 @@ __all__ = [
     "ClinkError",
     "CompilerBug",
     "ConnectorError",
+    "EvaluationError",
     "IncompatibleCheckpoint",
     "PipelineError",
     "RecordError",
@@ -216,3 +217,8 @@ class CompilerBug(ClinkError):
 
     def __init__(self, message: str) -> None:
         super().__init__(f"{message}\nthis is a bug in clink; please report it with the SQL that caused it")
+
+
+class EvaluationError(Exception):
+    """A value could not be computed (a cast that does not fit, an overflow): fails the pipeline.
+    The executor reports it as a ``PipelineError`` at the SQL position of the failing line."""

@@ -115,7 +115,7 @@ def _minor(version: str) -> tuple[str, ...]:
 def read_artefact(path: str | Path, *, clink_version: str | None = None) -> Artefact:
     """Open and verify an artefact; raises ``InvalidArtefact`` saying what is wrong."""
     if clink_version is None:
-        from clink import __version__ as clink_version
+        from clink._version import __version__ as clink_version
     path = Path(path)
     where = str(path)
     try:

@@ -14,11 +14,11 @@ from dataclasses import dataclass, field
 
 import pyarrow as pa
 
-from clink.errors import ClinkError, CompilerBug, IncompatibleCheckpoint, PipelineError, UsageError
+from clink.errors import ClinkError, CompilerBug, EvaluationError, IncompatibleCheckpoint, PipelineError, UsageError
 from clink.runtime.connectors.base import SinkWriter, SourceReader, TableSpec
 from clink.runtime.context import RuntimeContext, TaskContext
 from clink.runtime.elements import MAX_WATERMARK, Barrier, Batch, Element, EndOfInput, Watermark
-from clink.runtime.kernels import EvaluationError, max_epoch_ms
+from clink.runtime.kernels import max_epoch_ms
 from clink.runtime.loader import sql_position_of
 from clink.runtime.settings import parse_duration, parse_size
 from clink.runtime.plan import (

@@ -16,14 +16,11 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from clink.errors import EvaluationError
 from clink.runtime import compute as pc
 from clink.runtime.context import TaskContext
 
 Value = pa.Array | pa.ChunkedArray | pa.Scalar
-
-
-class EvaluationError(Exception):
-    """A value could not be computed (a cast that does not fit, an overflow): fails the pipeline."""
 
 
 def filter(batch: pa.RecordBatch, keep: Value, used: tuple[int, ...] | None = None,  # noqa: A001

@@ -34,9 +34,8 @@ from typing import Any
 from dataclasses import dataclass, replace
 import pyarrow as pa
 
-from clink.errors import UsageError
+from clink.errors import EvaluationError, UsageError
 from clink.runtime import compute as pc
-from clink.runtime.kernels import EvaluationError
 
 __all__ = ["FunctionRegistry", "ScalarFunction", "UdfError", "import_function", "rowwise", "udf", "vectorized"]
 

@@ -8,7 +8,7 @@ import re
 
 import attrs
 
-from clink import __version__
+from clink._version import __version__
 from clink.compiler import ir
 from clink.compiler.codegen.exprs import emit, field_py, is_constant, type_py
 from clink.compiler.codegen.writer import SourceWriter

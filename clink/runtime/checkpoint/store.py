@@ -122,7 +122,7 @@ class CheckpointWriter:
 
 
 def _clink_version() -> str:
-    from clink import __version__
+    from clink._version import __version__
 
     return __version__
 
