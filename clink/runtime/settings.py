@@ -12,8 +12,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Mapping
-
-import attrs
+from dataclasses import dataclass
 
 __all__ = ["SETTINGS", "Setting", "check_setting", "close_settings", "parse_duration", "parse_size"]
 
@@ -86,7 +85,7 @@ def _any(text: str) -> None:
     return None
 
 
-@attrs.frozen
+@dataclass(frozen=True, slots=True)
 class Setting:
     """One setting: its key, what it does (for messages and docs), and a check of its value."""
 
