@@ -1660,7 +1660,9 @@ def _window_end(rel: ir.Rel, index: int) -> bool:
             case ir.GroupAggregate(num_keys=n, input=below) if index < n:
                 rel = below
             case ir.WindowAggregate(num_keys=n, proctime=False):
-                return index == n + 1
+                # Over a TIMESTAMP_LTZ, window_end is a wall clock of the session time zone, not
+                # comparable with watermarks (instants); its window_time is, and bounds joins.
+                return index == n + 1 and rel.schema[n + 2].type == ir.WINDOW_TIME_TYPE
             case _:
                 return False
 

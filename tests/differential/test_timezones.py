@@ -338,3 +338,22 @@ def test_windows_across_daylight_saving_changes_match_duckdb(tmp_path: Path, kin
                "SELECT item, ws, we, COUNT(*), SUM(price) FROM w GROUP BY item, ws, we")
     want = sorted((i, s, e, n, t) for i, s, e, n, t in con.execute(sql).fetchall())
     assert got == want
+
+
+def test_a_window_join_over_ltz_windows_keeps_every_pair(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two window aggregations over an LTZ rowtime in Los Angeles, joined on their windows: the
+    wall-clock boundaries of both sides meet, and each window's pair comes out once."""
+    monkeypatch.setattr("clink.runtime.connectors.filesystem.PARQUET_BATCH_ROWS", 4)
+    epochs = [1618495260000 + i * 600_000 for i in range(40)]  # one row every 10 minutes
+    rows = [("ab"[i % 2], float(i), e) for i, e in enumerate(epochs)]
+    per_window = ("SELECT window_start, window_end, window_time, COUNT(*) AS n FROM TABLE(TUMBLE(TABLE MyTable3, "
+                  "DESCRIPTOR(ts_ltz), INTERVAL '1' HOUR)) WHERE item = '{item}' "
+                  "GROUP BY window_start, window_end, window_time")
+    query = (_zone("America/Los_Angeles") + _table3(tmp_path, rows) +
+             f"SELECT a.window_start, a.n AS na, b.n AS nb FROM ({per_window.format(item='a')}) a "
+             f"JOIN ({per_window.format(item='b')}) b "
+             "ON a.window_start = b.window_start AND a.window_end = b.window_end AND a.window_time = b.window_time;")
+    out = sorted(clink.sql(query).to_arrow().to_pylist(), key=lambda r: r["window_start"])
+    # 14:01 UTC is 07:01 in Los Angeles: six rows an hour from 07:01, three of each item; four at 13:xx.
+    assert [(str(r["window_start"]), r["na"], r["nb"]) for r in out] == [
+        *((f"2021-04-15 {h:02d}:00:00", 3, 3) for h in range(7, 13)), ("2021-04-15 13:00:00", 2, 2)]
