@@ -343,7 +343,8 @@ def _run(args: argparse.Namespace, sources: dict[str, str]) -> int:
         from clink.runtime.changelog import materialize
 
         for q in queries:
-            _print_table(materialize(pa.Table.from_batches(collected[q.table], schema=q.schema)))
+            rows = materialize(pa.Table.from_batches(collected[q.table], schema=q.schema))
+            _print_table(rows, job.ctx.time_zone)
     print(job.metrics.summary(), file=sys.stderr)
     return 0
 
@@ -369,7 +370,8 @@ def _run_with_progress(job) -> None:
                 last = now
 
 
-def _print_table(table) -> None:
+def _print_table(table, zone: str) -> None:
+    """The rows as a table; TIMESTAMP_LTZ values as the wall clock of the session time zone."""
     from rich.console import Console
     from rich.table import Table
 
@@ -378,7 +380,8 @@ def _print_table(table) -> None:
     view = Table(show_lines=False)
     for name in table.column_names:
         view.add_column(name)
-    columns = [render_text(table.column(i).combine_chunks()).to_pylist() for i in range(table.num_columns)]
+    columns = [render_text(table.column(i).combine_chunks(), zone).to_pylist()
+               for i in range(table.num_columns)]
     for row in zip(*columns, strict=True) if columns else []:
         view.add_row(*row)
     console = Console()

@@ -997,7 +997,8 @@ class _Binder:
         if window.kind == "session":
             self._check_session_keys(rel, keys, q)
         self._raise_collected()
-        context, bound, having = self._bind_aggregates(q, scope, base=len(keys) + 1)
+        window_time = ir.window_time_type(below.schema[time].type)
+        context, bound, having = self._bind_aggregates(q, scope, base=len(keys) + 1, window_time=window_time)
         num_keys = len(keys)
         rebase = _rebaser(keys, key_names, window_cols=window_cols)
 
@@ -1042,11 +1043,12 @@ class _Binder:
                 key_names.append(_derive_name(g, len(key_names)) if not isinstance(g, ast.ColumnRef) else g.name)
         return keys, key_names, seen
 
-    def _bind_aggregates(self, q: ast.Select, scope: _Scope, base: int, group_input: ir.Rel | None = None
+    def _bind_aggregates(self, q: ast.Select, scope: _Scope, base: int, group_input: ir.Rel | None = None,
+                         window_time: pa.DataType = ir.WINDOW_TIME_TYPE,
                          ) -> tuple[_AggContext, list[tuple[ast.AliasedExpr, ir.Expr]], ir.Expr | None]:
         """Bind the SELECT list and HAVING of an aggregation, collecting its aggregate calls and
         their input columns (numbered from ``base``)."""
-        context = _AggContext(base=base, group_input=group_input)
+        context = _AggContext(base=base, group_input=group_input, window_time=window_time)
         previous, self._agg = self._agg, context
         try:
             bound = [(item, self.expr(item.expr, scope)) for item in q.items if isinstance(item, ast.AliasedExpr)]
@@ -1371,8 +1373,8 @@ class _Binder:
             if self._agg is None:
                 raise SqlError(f"{e.name} is only usable in a query that groups by {m[1]}(...)", span)
             which = {"START": 0, "END": 1, "ROWTIME": 2}[m[2]]
-            return ir.Call(fn="__window__", args=(), params=(which,), type=ir.WINDOW_TIME_TYPE, nullable=False,
-                           span=e.span)
+            typ = self._agg.window_time if which == 2 else ir.WINDOW_TIME_TYPE
+            return ir.Call(fn="__window__", args=(), params=(which,), type=typ, nullable=False, span=e.span)
         if e.name in TABLE_FUNCTIONS:
             raise SqlError(f"{e.name} is a table function: use it in FROM TABLE({e.name}(...))", span)
         binder = FUNCTIONS.get(e.name)
@@ -1658,7 +1660,9 @@ def _window_end(rel: ir.Rel, index: int) -> bool:
             case ir.GroupAggregate(num_keys=n, input=below) if index < n:
                 rel = below
             case ir.WindowAggregate(num_keys=n, proctime=False):
-                return index == n + 1
+                # Over a TIMESTAMP_LTZ, window_end is a wall clock of the session time zone, not
+                # comparable with watermarks (instants); its window_time is, and bounds joins.
+                return index == n + 1 and rel.schema[n + 2].type == ir.WINDOW_TIME_TYPE
             case _:
                 return False
 
@@ -1756,6 +1760,8 @@ class _AggContext:
     base: int
     #: For a GROUP BY without a window: its input, whose aggregates are checked as they are bound.
     group_input: ir.Rel | None = None
+    #: The type of the window's ``*_ROWTIME`` (TIMESTAMP_LTZ over a TIMESTAMP_LTZ time column).
+    window_time: pa.DataType = ir.WINDOW_TIME_TYPE
     aggs: list[ir.AggCall] = attrs.field(factory=list)
     inputs: list[ir.Expr] = attrs.field(factory=list)
     inside: bool = False

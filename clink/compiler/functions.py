@@ -17,6 +17,7 @@ from clink.compiler import ir
 from clink.compiler import types as T
 from clink.errors import Span, SqlError
 from clink.runtime import compute as pc
+from clink.runtime.settings import parse_time_zone
 
 Binder = Callable[[str, list[ir.Expr], Span], ir.Expr]
 
@@ -40,6 +41,13 @@ def cast_to(expr: ir.Expr, typ: pa.DataType) -> ir.Expr:
         else:
             return ir.Literal(value=value, type=typ, nullable=False, span=expr.span)
     return ir.Call(fn="cast", args=(expr,), params=(False,), type=typ, nullable=expr.nullable, span=expr.span)
+
+
+def wall_clock(expr: ir.Expr) -> ir.Expr:
+    """A TIMESTAMP_LTZ as the wall clock it shows in the session time zone (a TIMESTAMP), which
+    is what its fields (hour, day, ...) and its formatted text are read from; other types as they are."""
+    t = expr.type
+    return cast_to(expr, pa.timestamp(t.unit)) if pt.is_timestamp(t) and t.tz is not None else expr
 
 
 def _arity(name: str, args: list[ir.Expr], span: Span, low: int, high: int | None = None) -> None:
@@ -258,6 +266,7 @@ def _date_format(name: str, args: list[ir.Expr], span: Span) -> ir.Expr:
     if T.is_string(arg.type):
         arg = ir.Call(fn="cast", args=(arg,), params=(False,), type=pa.timestamp("ms"), nullable=arg.nullable,
                       span=arg.span)
+    arg = wall_clock(arg)
     return ir.Call(fn="date_format", args=(arg,), params=(strftime, millis), type=pa.string(),
                    nullable=arg.nullable, span=span)
 
@@ -278,6 +287,7 @@ def extract(unit: str, arg: ir.Expr, span: Span) -> ir.Expr:
         pt.is_time(arg.type) and unit not in _DATE_UNITS) or T.is_null(arg.type)
     if not ok:
         raise SqlError(f"cannot extract {unit} from {T.sql_name(arg.type)}", arg.span)
+    arg = wall_clock(arg)
     return ir.Call(fn="extract", args=(arg,), params=(EXTRACT_UNITS[unit],), type=pa.int64(),
                    nullable=arg.nullable, span=span)
 
@@ -352,6 +362,43 @@ def _timestamp_interval(op: str, ts: ir.Expr, interval: ir.Expr, span: Span) -> 
     return ir.Call(fn=fn, args=(ts, delta), type=ts.type, nullable=ts.nullable or interval.nullable, span=span)
 
 
+def _to_timestamp_ltz(name: str, args: list[ir.Expr], span: Span) -> ir.Expr:
+    """TO_TIMESTAMP_LTZ(n [, precision]): epoch seconds (precision 0) or milliseconds (3, the
+    default) as a TIMESTAMP_LTZ(3)."""
+    _arity(name, args, span, 1, 2)
+    _need(name, args[0], T.is_numeric, "a number (epoch seconds or milliseconds)", 1)
+    precision = _literal(name, args[1], 2, "integer") if len(args) == 2 else 3
+    if precision not in (0, 3):
+        where = args[1].span if len(args) == 2 else span
+        raise SqlError(f"the precision of {name} must be 0 (epoch seconds) or 3 (epoch milliseconds), "
+                       f"got {precision}", where)
+    typ = pa.timestamp("ms", tz="UTC")
+    if T.is_null(args[0].type):
+        return ir.Literal(value=None, type=typ, span=span)
+    return ir.Call(fn="to_timestamp_ltz", args=(args[0],), params=(precision,), type=typ,
+                   nullable=args[0].nullable, span=span)
+
+
+def _convert_tz(name: str, args: list[ir.Expr], span: Span) -> ir.Expr:
+    """CONVERT_TZ(text, from_zone, to_zone): a 'yyyy-MM-dd HH:mm:ss' wall clock moved between zones."""
+    _arity(name, args, span, 3)
+    _need(name, args[0], lambda t: T.is_string(t) or T.is_null(t), "a string", 1)
+    zones = []
+    for i in (1, 2):
+        text = _literal(name, args[i], i + 1, "time zone string")
+        if not isinstance(text, str):
+            raise SqlError(f"argument {i + 1} of {name} must be a time zone string such as 'Asia/Shanghai'",
+                           args[i].span)
+        try:
+            zones.append(parse_time_zone(text))
+        except ValueError as exc:
+            raise SqlError(str(exc), args[i].span) from None
+    if T.is_null(args[0].type):
+        return ir.Literal(value=None, type=pa.string(), span=span)
+    return ir.Call(fn="convert_tz", args=(args[0],), params=tuple(zones), type=pa.string(), nullable=True,
+                   span=span)
+
+
 def _current(fn: str, typ: pa.DataType) -> Binder:
     def bind(name: str, args: list[ir.Expr], span: Span) -> ir.Expr:
         _arity(name, args, span, 0)
@@ -397,6 +444,8 @@ FUNCTIONS: dict[str, Binder] = {
     "MINUTE": _extract_fn("MINUTE"),
     "SECOND": _extract_fn("SECOND"),
     "NOW": _current("current_timestamp", pa.timestamp("ms", tz="UTC")),
+    "TO_TIMESTAMP_LTZ": _to_timestamp_ltz,
+    "CONVERT_TZ": _convert_tz,
     # The processing time of each row: a processing-time attribute (lookup joins).
     "PROCTIME": _current("proctime", pa.timestamp("ms", tz="UTC")),
 }

@@ -426,6 +426,15 @@ class Sink(Unary):
 #: event time of the window's result).
 WINDOW_COLUMNS = ("window_start", "window_end", "window_time")
 WINDOW_TIME_TYPE = pa.timestamp("ms")
+WINDOW_LTZ_TYPE = pa.timestamp("ms", tz="UTC")
+
+
+def window_time_type(time_type: pa.DataType) -> pa.DataType:
+    """The type of window_time over a time column of type ``time_type``: TIMESTAMP_LTZ(3) over a
+    TIMESTAMP_LTZ (an instant), else TIMESTAMP(3). window_start and window_end are TIMESTAMP(3)
+    either way: over a TIMESTAMP_LTZ, the wall clock of the session time zone, as in Flink."""
+    ltz = pa.types.is_timestamp(time_type) and time_type.tz is not None
+    return WINDOW_LTZ_TYPE if ltz else WINDOW_TIME_TYPE
 
 
 @attrs.frozen
@@ -457,8 +466,9 @@ def _ms(value: int) -> str:
     return f"{value} ms"
 
 
-def _window_fields() -> tuple[Field, ...]:
-    return tuple(Field(name, WINDOW_TIME_TYPE, False) for name in WINDOW_COLUMNS)
+def _window_fields(time_type: pa.DataType) -> tuple[Field, ...]:
+    types = (WINDOW_TIME_TYPE, WINDOW_TIME_TYPE, window_time_type(time_type))
+    return tuple(Field(name, t, False) for name, t in zip(WINDOW_COLUMNS, types, strict=True))
 
 
 @attrs.frozen(kw_only=True)
@@ -473,7 +483,7 @@ class WindowTVF(Unary):
 
     @functools.cached_property
     def schema(self) -> Schema:
-        return Schema(self.input.schema.fields + _window_fields())
+        return Schema(self.input.schema.fields + _window_fields(self.input.schema[self.time].type))
 
 
 @attrs.frozen(kw_only=True)
@@ -513,7 +523,7 @@ class WindowAggregate(Unary):
     def schema(self) -> Schema:
         keys = self.input.schema.fields[: self.num_keys]
         aggs = tuple(Field(n, a.type, a.nullable) for n, a in zip(self.agg_names, self.aggs, strict=True))
-        return Schema(keys + _window_fields() + aggs)
+        return Schema(keys + _window_fields(self.input.schema[self.time].type) + aggs)
 
 
 @attrs.frozen(kw_only=True)

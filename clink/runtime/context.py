@@ -64,6 +64,22 @@ class RuntimeContext:
     def with_config(self, extra: Mapping[str, str]) -> RuntimeContext:
         return replace(self, config={**self.config, **extra})
 
+    @property
+    def time_zone(self) -> str:
+        """The session time zone (``table.local-time-zone``, UTC when not set) as an Arrow time
+        zone: how TIMESTAMP_LTZ values read as wall-clock times."""
+        text = self.config.get("table.local-time-zone")
+        if text is None:
+            return "UTC"
+        from clink.runtime.settings import parse_time_zone
+
+        try:
+            return parse_time_zone(text)
+        except ValueError as exc:
+            from clink.errors import UsageError
+
+            raise UsageError(f"'table.local-time-zone': {exc}") from None
+
 
 @dataclass(slots=True, kw_only=True)
 class TaskContext:
@@ -76,6 +92,11 @@ class TaskContext:
     def now(self) -> int:
         """Processing time in milliseconds since the epoch."""
         return self.runtime.clock()
+
+    @property
+    def time_zone(self) -> str:
+        """The session time zone (see ``RuntimeContext.time_zone``)."""
+        return self.runtime.time_zone
 
     def function(self, name: str) -> ScalarFunction:
         """The Python UDF ``name`` from the job's ``RuntimeContext.functions`` (generated code calls it)."""

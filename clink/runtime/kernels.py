@@ -19,6 +19,7 @@ import pyarrow as pa
 from clink.errors import EvaluationError
 from clink.runtime import compute as pc
 from clink.runtime.context import TaskContext
+from clink.runtime.timezone import epoch_ms, from_local, local_ms, to_local
 
 Value = pa.Array | pa.ChunkedArray | pa.Scalar
 
@@ -640,31 +641,70 @@ def _strftime_distinct(secs: Value, fmt: str) -> Value:
 
 
 def current_timestamp(ctx: TaskContext) -> pa.Scalar:
+    """CURRENT_TIMESTAMP, NOW(): the processing time as an instant (TIMESTAMP_LTZ(3))."""
     return pc.cast(pa.scalar(ctx.now(), pa.int64()), pa.timestamp("ms", tz="UTC"))
 
 
 def local_timestamp(ctx: TaskContext) -> pa.Scalar:
-    return pc.cast(pa.scalar(ctx.now(), pa.int64()), pa.timestamp("ms"))
+    """LOCALTIMESTAMP: the wall clock in the session time zone (TIMESTAMP(3))."""
+    return to_local(current_timestamp(ctx), ctx.time_zone)
 
 
 def current_date(ctx: TaskContext) -> pa.Scalar:
-    return pa.scalar(dt.datetime.fromtimestamp(ctx.now() / 1000, dt.timezone.utc).date(), pa.date32())
+    """CURRENT_DATE: today in the session time zone."""
+    return pc.cast(local_timestamp(ctx), pa.date32())
 
 
 def current_time(ctx: TaskContext) -> pa.Scalar:
-    return pc.cast(pa.scalar((ctx.now() % 86_400_000), pa.int32()), pa.time32("ms"))
+    """CURRENT_TIME, LOCALTIME: the time of day in the session time zone."""
+    return cast(local_timestamp(ctx), pa.time32("ms"))
+
+
+# ---------------------------------------------------------------- time zones
+
+
+def to_timestamp_ltz(a: Value, precision: int) -> Value:
+    """TO_TIMESTAMP_LTZ(n, 0): ``n`` epoch seconds; TO_TIMESTAMP_LTZ(n, 3): epoch milliseconds.
+    A fraction of a millisecond is dropped (toward zero)."""
+    if pa.types.is_integer(a.type):
+        ms = pc.cast(a, pa.int64())
+        if precision == 0:
+            ms = pc.multiply_checked(ms, pa.scalar(1000, pa.int64()))
+    else:
+        ms = pc.cast(pc.trunc(pc.multiply(pc.cast(a, pa.float64()), 1000.0 if precision == 0 else 1.0)),
+                     pa.int64())
+    return pc.cast(ms, pa.timestamp("ms", tz="UTC"))
+
+
+def convert_tz(a: Value, from_zone: str, to_zone: str) -> Value:
+    """CONVERT_TZ(text, from, to): the wall clock ``text`` in ``from_zone`` as shown in ``to_zone``,
+    formatted ``yyyy-MM-dd HH:mm:ss``."""
+    wall = cast(a, pa.timestamp("ms"))
+    shown = to_local(from_local(wall, from_zone), to_zone)
+    return pc.strftime(pc.cast(shown, pa.timestamp("s"), safe=False), format="%Y-%m-%d %H:%M:%S")
 
 
 # ---------------------------------------------------------------- casts
 
 
-def cast(a: Value, to: pa.DataType, try_: bool = False) -> Value:
+def cast(a: Value, to: pa.DataType, try_: bool = False, zone: str = "UTC") -> Value:
     """CAST with SQL semantics, read as Flink does: a float to an integer truncates toward zero;
     a string is trimmed and must spell a value of the target type, or the pipeline fails naming
-    the value (TRY_CAST gives NULL instead). Numbers that do not fit the target fail likewise."""
+    the value (TRY_CAST gives NULL instead). Numbers that do not fit the target fail likewise.
+
+    A TIMESTAMP_LTZ becomes a TIMESTAMP, DATE, TIME or string as the wall clock it shows in the
+    session time zone ``zone``; a TIMESTAMP, DATE or string becomes a TIMESTAMP_LTZ as the instant
+    its wall clock names in ``zone``. Numbers and TIMESTAMP_LTZ convert as epoch seconds."""
     src = a.type
     if src == to:
         return a
+    src_ltz = pa.types.is_timestamp(src) and src.tz is not None
+    to_ltz = pa.types.is_timestamp(to) and to.tz is not None
+    if src_ltz and not to_ltz and not pa.types.is_integer(to):
+        a = to_local(a, zone)
+        return cast(a, to, try_)
+    if to_ltz and not src_ltz and not pa.types.is_integer(src) and not pa.types.is_null(src):
+        return from_local(cast(a, pa.timestamp(to.unit), try_), zone)
     if pa.types.is_null(src):
         return pa.scalar(None, to) if isinstance(a, pa.Scalar) else pa.nulls(len(a), to)
     if pa.types.is_string(to) or pa.types.is_large_string(to):
@@ -822,20 +862,31 @@ def window_starts(ts: np.ndarray, spec) -> tuple[np.ndarray, np.ndarray, np.ndar
     raise ValueError(f"cannot assign {spec.kind} windows row by row")
 
 
-def assign_windows(batch: pa.RecordBatch, time: int, spec) -> pa.RecordBatch:
+def assign_windows(batch: pa.RecordBatch, time: int, spec, zone: str = "UTC") -> pa.RecordBatch:
     """Each row of ``batch`` once per window containing its event time (column ``time``), with
     window_start, window_end and window_time (window_end - 1 ms) appended. Rows with a NULL
-    event time belong to no window."""
+    event time belong to no window.
+
+    Over a TIMESTAMP_LTZ time column, windows are aligned on the wall clock of the session time
+    zone ``zone``, as in Flink: window_start and window_end are that wall clock (TIMESTAMP), and
+    window_time is the instant just before the end (TIMESTAMP_LTZ)."""
     column = batch.column(time)
     if column.null_count:
         batch = pc.filter(batch, pc.is_valid(column))
         column = batch.column(time)
     ts = pc.cast(pc.cast(column, pa.timestamp("ms", tz=column.type.tz)), pa.int64()).to_numpy()
+    local = column.type.tz is not None
+    if local:
+        ts = local_ms(ts, zone)
     rows, start, end = window_starts(ts, spec)
     if len(rows) != batch.num_rows or not np.array_equal(rows, np.arange(batch.num_rows)):
         batch = pc.take(batch, pa.array(rows))
     stamp = pa.timestamp("ms")
+    if local:
+        window_time = pc.cast(pa.array(epoch_ms(end - 1, zone), pa.int64()), pa.timestamp("ms", tz="UTC"))
+    else:
+        window_time = pc.cast(pa.array(end - 1, pa.int64()), stamp)
     columns = [*batch.columns, pc.cast(pa.array(start, pa.int64()), stamp), pc.cast(pa.array(end, pa.int64()), stamp),
-               pc.cast(pa.array(end - 1, pa.int64()), stamp)]
+               window_time]
     names = [*batch.schema.names, "window_start", "window_end", "window_time"]
     return pa.RecordBatch.from_arrays(columns, names=names)

@@ -14,7 +14,8 @@ import re
 from collections.abc import Callable
 from typing import NamedTuple
 
-__all__ = ["SETTINGS", "Setting", "check_setting", "close_settings", "parse_duration", "parse_size"]
+__all__ = ["SETTINGS", "Setting", "check_setting", "close_settings", "parse_duration", "parse_size",
+           "parse_time_zone"]
 
 # Flink's TimeUtils labels, per unit (plural and singular, long and short).
 _UNITS: dict[str, int] = {}
@@ -56,6 +57,45 @@ def parse_size(text: str) -> int:
     if m is None:
         raise ValueError(f"cannot read the size {text!r}; write it like '64 mb' or '512 kb'")
     return int(float(m[1]) * _SIZE_UNITS[m[2]])
+
+
+_GMT_OFFSET = re.compile(r"(?:GMT|UTC)([+-])(\d{1,2})(?::?(\d{2}))?")
+
+
+def parse_time_zone(text: str) -> str:
+    """The Arrow time zone of a session time zone id, as Flink takes it (``table.local-time-zone``).
+
+    A tz database id (``'Asia/Shanghai'``, ``'America/Los_Angeles'``, with daylight saving time),
+    ``'UTC'``, or a fixed offset written ``'GMT+08:00'`` (``'UTC-3'`` also reads). Abbreviations
+    such as ``'PST'`` and bare offsets such as ``'+08:00'`` are refused, as Flink refuses them.
+
+    >>> parse_time_zone("Asia/Shanghai"), parse_time_zone("GMT+08:00"), parse_time_zone("UTC")
+    ('Asia/Shanghai', '+08:00', 'UTC')
+    """
+    import zoneinfo
+
+    name = text.strip()
+    if m := _GMT_OFFSET.fullmatch(name):
+        hours, minutes = int(m[2]), int(m[3] or 0)
+        if hours > 18 or minutes > 59:
+            raise ValueError(f"the offset of {text!r} is out of range (at most 18 hours)")
+        return f"{m[1]}{hours:02d}:{minutes:02d}"
+    if name.upper() in ("UTC", "GMT"):
+        return "UTC"
+    # A region id: two or more letters, a slash; three-letter abbreviations are ambiguous.
+    if "/" in name and not name.startswith("/") and ".." not in name:
+        try:
+            zoneinfo.ZoneInfo(name)
+        except (zoneinfo.ZoneInfoNotFoundError, ValueError):
+            pass
+        else:
+            return name
+    raise ValueError(f"unknown time zone {text!r}; write a tz database id such as 'Asia/Shanghai' or "
+                     "'America/Los_Angeles', 'UTC', or a fixed offset such as 'GMT+08:00'")
+
+
+def _time_zone(text: str) -> None:
+    parse_time_zone(text)
 
 
 def _duration(text: str) -> None:
@@ -114,6 +154,8 @@ SETTINGS: dict[str, Setting] = {s.key: s for s in (
     Setting("table.exec.allowed-lateness", "how late a row may be and still update its window", _duration),
     Setting("table.exec.late-events", "what happens to late rows", _choice("drop", "side-output")),
     Setting("table.exec.late-events.table", "the table late rows go to with 'side-output'"),
+    Setting("table.local-time-zone", "the session time zone: how TIMESTAMP_LTZ values read as wall-clock "
+            "times, and where windows over them start (UTC)", _time_zone),
     Setting("test.fault-point", "crash at a named point (for crash tests)"),
 )}
 

@@ -95,9 +95,15 @@ def _arith(checked: str, plain: str) -> Emitter:
     return emit
 
 
+def _is_ltz(t: pa.DataType) -> bool:
+    return pt.is_timestamp(t) and t.tz is not None
+
+
 def _cast(e: ir.Call, a: list[str]) -> str:
     (try_,) = e.params
-    return f"K.cast({a[0]}, {type_py(e.type)}{', try_=True' if try_ else ''})"
+    # Between TIMESTAMP_LTZ and wall-clock types, the session time zone decides.
+    zone = ", zone=ctx.time_zone" if _is_ltz(e.type) != _is_ltz(e.args[0].type) else ""
+    return f"K.cast({a[0]}, {type_py(e.type)}{', try_=True' if try_ else ''}{zone})"
 
 
 def _case(e: ir.Call, a: list[str]) -> str:
@@ -172,6 +178,8 @@ EMITTERS: dict[str, Emitter] = {
     "current_timestamp": lambda e, a: "K.current_timestamp(ctx)",
     "proctime": lambda e, a: "K.current_timestamp(ctx)",
     "localtimestamp": lambda e, a: "K.local_timestamp(ctx)",
+    "to_timestamp_ltz": _k_params("to_timestamp_ltz"),
+    "convert_tz": _k_params("convert_tz"),
     "current_date": lambda e, a: "K.current_date(ctx)",
     "current_time": lambda e, a: "K.current_time(ctx)",
     "udf": _udf,

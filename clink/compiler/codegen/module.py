@@ -7,6 +7,7 @@ import keyword
 import re
 
 import attrs
+import pyarrow.types as pt
 
 from clink._version import __version__
 from clink.compiler import ir
@@ -210,7 +211,10 @@ def _emit_chain(w: SourceWriter, op: ChainOp, schema_names: dict[int, str]) -> N
             last = i == len(op.steps) - 1
             if isinstance(step, ir.WindowTVF):
                 window = _window_py(step.window)
-                w.line(f"batch = K.assign_windows(batch, {step.time}, {window})", span=step.span)
+                time_type = step.input.schema[step.time].type
+                # Over a TIMESTAMP_LTZ, windows align on the session time zone's wall clock.
+                zone = ", ctx.time_zone" if pt.is_timestamp(time_type) and time_type.tz else ""
+                w.line(f"batch = K.assign_windows(batch, {step.time}, {window}{zone})", span=step.span)
                 if last:
                     w.line(f"return batch.cast({schema_names[op.id * 10]})")
                 schema = step.schema

@@ -25,6 +25,7 @@ from clink.runtime import compute as pc
 from clink.runtime.connectors.base import Connector, OptionSpec, SinkWriter, TableSpec
 from clink.runtime.connectors.text import concatenated, join_list_text
 from clink.runtime.plan import ROWKIND_COLUMN
+from clink.runtime.timezone import to_local
 
 if TYPE_CHECKING:
     from clink.runtime.context import RuntimeContext
@@ -47,8 +48,12 @@ def validate(options: Mapping[str, str], table_schema: pa.Schema, role: str) -> 
     return {}
 
 
-def render_text(arr: pa.Array) -> pa.Array:
+def render_text(arr: pa.Array, zone: str | None = None) -> pa.Array:
     """Render every value of ``arr`` as the print sink shows it (a string array without nulls).
+
+    A TIMESTAMP_LTZ prints as its instant in UTC (``...Z``), as Flink's print sink does; with a
+    session time zone ``zone`` (the result table of ``clink run``, like Flink's SQL client) it
+    prints as the wall clock it shows there.
 
     >>> render_text(pa.array([1.0, None, 2.5])).to_pylist()
     ['1.0', 'null', '2.5']
@@ -64,6 +69,8 @@ def render_text(arr: pa.Array) -> pa.Array:
         text = pc.replace_substring(text, "inf", "Infinity")
     elif pa.types.is_binary(t) or pa.types.is_large_binary(t):
         text = pa.array([None if v is None else f"x'{v.hex()}'" for v in arr.to_pylist()], pa.string())
+    elif pa.types.is_timestamp(t) and t.tz is not None and zone is not None:
+        return render_text(to_local(arr, zone))
     elif pa.types.is_timestamp(t):
         text = pc.replace_substring(pc.cast(arr, pa.string()), " ", "T", max_replacements=1)
         text = pc.replace_substring_regex(text, r"\.0+(Z?)$", r"\1")
@@ -74,16 +81,17 @@ def render_text(arr: pa.Array) -> pa.Array:
         for i, child in enumerate(arr.flatten()):
             if i:
                 parts.append(", ")
-            parts.append(render_text(child))
+            parts.append(render_text(child, zone))
         parts.append(")")
         text = pc.binary_join_element_wise(*parts, "")
     elif pa.types.is_map(t):
         def entries(values: pa.Array) -> pa.Array:
             keys, items = values.flatten()
-            return pc.binary_join_element_wise(render_text(keys), "=", render_text(items), "")
+            return pc.binary_join_element_wise(render_text(keys, zone), "=", render_text(items, zone), "")
         text = pc.binary_join_element_wise("{", join_list_text(arr, entries, ", "), "}", "")
     elif pa.types.is_list(t) or pa.types.is_large_list(t):
-        text = pc.binary_join_element_wise("[", join_list_text(arr, render_text, ", "), "]", "")
+        items = join_list_text(arr, lambda values: render_text(values, zone), ", ")
+        text = pc.binary_join_element_wise("[", items, "]", "")
     else:
         text = pc.cast(arr, pa.string())
     if arr.null_count:

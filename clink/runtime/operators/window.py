@@ -12,6 +12,15 @@ start, session windows only), then per aggregate ``i`` one to three of ``_a<i>_n
 ``_a<i>_d`` (the distinct values, a list). While a table is in flight it may also carry ``_w``
 (the window end) and ``_t`` (whether the row holds data from the batch being processed).
 
+Over a TIMESTAMP_LTZ time column (an instant), windows are aligned on the wall clock of the
+session time zone, as in Flink: event times and watermarks are turned into that wall clock's
+milliseconds (``local_ms``) as they arrive, so every window end, the state and ``watermark`` are
+wall-clock milliseconds; window_start and window_end come out as that wall clock (TIMESTAMP),
+window_time as the instant just before the end (TIMESTAMP_LTZ). In a zone without daylight
+saving time this is a fixed shift; with it, a window spanning the change holds an hour more or
+less of events, and a window whose end falls in an hour that repeats when clocks go back fires
+once the watermark has passed that hour's second occurrence (``local_watermark``).
+
 See docs/windows.md for the semantics.
 """
 
@@ -29,6 +38,7 @@ from clink.runtime.operators.common import max_parallelism, open_state
 from clink.runtime.state.backend import OperatorState, StateBackend, TableStateDescriptor
 from clink.runtime.state.keygroups import key_groups
 from clink.runtime.state.window_state import KEY_GROUP, WINDOW_END, WindowState, split_by_window
+from clink.runtime.timezone import epoch_ms, local_ms, local_watermark
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -39,6 +49,8 @@ if TYPE_CHECKING:
 __all__ = ["WindowAggregateOperator"]
 
 _INT64_MIN = -(2**63)
+#: Watermarks beyond this many ms from the epoch (the end of input's) are not moved to a time zone.
+_LOCAL_LIMIT = 2**53
 _END = "_w"
 _START = "_ws"
 _TOUCHED = "_t"
@@ -87,6 +99,9 @@ class WindowAggregateOperator:
         for name in ("late_records", "null_time_records", "state_rows", "state_bytes", "windows_fired"):
             self.metrics.setdefault(name, 0)
 
+        time_type = input_schema.field(node.time).type
+        #: The session time zone when windows align on its wall clock (a TIMESTAMP_LTZ time column).
+        self._zone = ctx.time_zone if pa.types.is_timestamp(time_type) and time_type.tz else None
         self._keys = [f"_k{j}" for j in range(len(node.keys))]
         self._group = [*self._keys, KEY_GROUP] + ([_START] if self._kind == "session" else [])
         self._plan_aggregates(node.aggs)
@@ -125,8 +140,11 @@ class WindowAggregateOperator:
         """Advance event time to ``ts`` (ms): fire every window whose end is ``<= ts`` in order of
         window end, then free the state of windows whose end + allowed lateness is ``<= ts``.
 
-        A watermark at or below the current one changes nothing.
+        A watermark at or below the current one changes nothing. Over a TIMESTAMP_LTZ time
+        column ``ts`` is an instant, compared with window ends as its session-zone wall clock.
         """
+        if self._zone is not None and abs(ts) < _LOCAL_LIMIT:
+            ts = local_watermark(ts, self._zone)
         previous = self._watermark
         if previous is not None and ts <= previous:
             return []
@@ -306,7 +324,10 @@ class WindowAggregateOperator:
         else:
             raise TypeError(f"window aggregate {self.node.id}: the time column must be a TIMESTAMP, "
                             f"got {col.type}")
-        return values.astype(np.int64, copy=False), batch
+        values = values.astype(np.int64, copy=False)
+        if self._zone is not None:
+            values = local_ms(values, self._zone)
+        return values, batch
 
     def _horizon(self) -> int:
         """Windows whose end is at or below this are finished for good (watermark - lateness)."""
@@ -626,7 +647,8 @@ class WindowAggregateOperator:
         columns: list[pa.Array | pa.ChunkedArray] = [
             _cast(merged[k], schema.field(j).type) for j, k in enumerate(self._keys)]
         base = len(self._keys)
-        for offset, values in enumerate((starts, ends, ends - 1)):
+        times = ends - 1 if self._zone is None else epoch_ms(ends - 1, self._zone)
+        for offset, values in enumerate((starts, ends, times)):
             columns.append(pa.array(values, pa.int64()).cast(schema.field(base + offset).type))
         base += 3
         for i, agg in enumerate(self.node.aggs):
