@@ -725,7 +725,9 @@ class _Checkpointing:
         job = self.job
         chosen = job.ctx.get("execution.savepoint.path")
         if chosen:
-            info, _ = self.store.open(chosen)
+            from clink.runtime.fs import local_directory
+
+            info, _ = self.store.open(local_directory(chosen))
             warnings = []
         else:
             info, warnings = self.store.latest()
