@@ -351,28 +351,14 @@ class Job:
                     self._writers[target_id].write(batch)
                 elif isinstance(node, Union):
                     self._emit(target_id, element)
-                elif isinstance(node, WindowAggregate):
-                    operator = self._operators[target_id]
-                    self._emit_all(target_id, operator.process(batch))
-                    if operator.late_rows:
-                        late_output = self._late_outputs.get(target_id)
-                        if late_output is not None:
-                            for rows in operator.late_rows:
-                                if rows.num_rows:
-                                    self._receive(late_output, target_id, Batch(rows))
-                        operator.late_rows.clear()
-                    self.metrics.peak_state_bytes = max(self.metrics.peak_state_bytes,
-                                                        operator.metrics.get("state_bytes", 0))
                 elif isinstance(node, Join):
                     operator = self._operators[target_id]
                     self._emit_all(target_id, operator.process(batch, 0 if from_id == node.left else 1))
-                    self.metrics.peak_state_bytes = max(self.metrics.peak_state_bytes,
-                                                        operator.metrics.get("state_bytes", 0))
-                elif isinstance(node, GroupAggregate | Rank | OverAggregate):
+                    self._drain_late_rows(target_id, operator)
+                elif isinstance(node, WindowAggregate | GroupAggregate | Rank | OverAggregate):
                     operator = self._operators[target_id]
                     self._emit_all(target_id, operator.process(batch))
-                    self.metrics.peak_state_bytes = max(self.metrics.peak_state_bytes,
-                                                        operator.metrics.get("state_bytes", 0))
+                    self._drain_late_rows(target_id, operator)
                 else:
                     raise CompilerBug(f"node {target_id} of type {type(node).__name__} cannot take a batch")
             case Watermark(ts=ts):
@@ -487,6 +473,21 @@ class Job:
         self.finished = True
         self._close_readers()
         self.refresh_metrics()
+
+    def _drain_late_rows(self, node_id: int, operator) -> None:
+        """After an operator has taken a batch: send the rows it found late to the node's
+        late-row output if it has one (they are counted in its ``late_records`` either way),
+        and let go of them, so that nothing piles up on an endless input. Every stateful
+        operator exposes ``late_rows``, a list the executor empties."""
+        late = operator.late_rows
+        if late:
+            late_output = self._late_outputs.get(node_id)
+            if late_output is not None:
+                for rows in late:
+                    if rows.num_rows:
+                        self._receive(late_output, node_id, Batch(rows))
+            late.clear()
+        self.metrics.peak_state_bytes = max(self.metrics.peak_state_bytes, operator.metrics.get("state_bytes", 0))
 
     def refresh_metrics(self) -> None:
         """Bring ``metrics`` up to date with the readers and writers (the run does it at the end)."""
