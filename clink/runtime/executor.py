@@ -182,6 +182,8 @@ class Job:
                 self._operators[node.id] = OverAggregateOperator(
                     node, self._tasks[node.id], input_schema=self.plan.node(node.input).schema,
                     backend=self._backend(), operator_id=self.uids[node.id])
+                if node.late_output is not None:
+                    self._late_outputs[node.id] = node.late_output
             elif isinstance(node, Rank):
                 from clink.runtime.operators.rank import RankOperator
 
@@ -332,7 +334,7 @@ class Job:
 
     def _emit(self, node_id: int, element: Element) -> None:
         """Send ``element``, produced by ``node_id``, to every node downstream of it (a window's
-        late-row output gets its late rows only, and every other element)."""
+        or OVER's late-row output gets its late rows only, and every other element)."""
         late_output = self._late_outputs.get(node_id)
         for target_id in self._downstream[node_id]:
             if target_id == late_output and isinstance(element, Batch):

@@ -150,3 +150,30 @@ def test_over_lets_go_of_late_rows_and_counts_each_once() -> None:
     job.refresh_metrics()
     assert sum(job.metrics.late_records.values()) == expected_late
     assert job.metrics.records_out == {"out": n - expected_late}
+
+
+def test_over_late_rows_can_go_to_a_table() -> None:
+    """With 'side-output', the late rows of an OVER aggregation go to the late-events table,
+    whole, and the rest are aggregated as without it."""
+    batches = [[(1, 1 * S), (2, 2 * S)], [(1, 12 * S)], [(1, 3 * S), (2, 14 * S)], [(2, 5 * S)],
+               [(1, 25 * S)]]
+    registry = default_registry()
+    registry.register(Connector(
+        name="batches", description="test batches", source_options=(OptionSpec(name="x", description=""),),
+        create_source=lambda spec, ctx: BatchesReader(batches, spec.schema)))
+    registry.register(Connector(name="collect_late", description="test sink",
+                                sink_options=(OptionSpec(name="x", description=""),),
+                                create_sink=lambda spec, ctx: Collect()))
+    Collect.rows = []
+    result = clink.sql([
+        "CREATE TABLE e (k BIGINT, ts TIMESTAMP(3), WATERMARK FOR ts AS ts) WITH ('connector' = 'batches')",
+        "CREATE TABLE late_e (k BIGINT, ts TIMESTAMP(3)) WITH ('connector' = 'collect_late')",
+        "SET 'table.exec.late-events' = 'side-output'",
+        "SET 'table.exec.late-events.table' = 'late_e'",
+        "SELECT k, ts, "
+        "COUNT(*) OVER (PARTITION BY k ORDER BY ts ROWS BETWEEN 1 PRECEDING AND CURRENT ROW) AS n FROM e",
+    ], context=RuntimeContext(connectors=registry, stdout=io.StringIO()))
+    rows = sorted((r["k"], r["ts"].second, r["n"]) for r in result.to_arrow().to_pylist())
+    assert rows == [(1, 1, 1), (1, 12, 2), (1, 25, 2), (2, 2, 1), (2, 14, 2)]
+    assert sorted((r["k"], r["ts"].second) for r in Collect.rows) == [(1, 3), (2, 5)]
+    assert sum(result.metrics.late_records.values()) == 2

@@ -112,7 +112,9 @@ GROUP BY window_start, window_end, auction;
 def checkpointed_job(out: str, state: str | None, **context: object) -> Job:
     plan = clink.compile(CHECKPOINTED.format(out=out), name="ckpt.sql").runtime_plan
     config = {"execution.checkpointing.interval-rows": "3000"} if state else {}
-    return Job(plan, RuntimeContext(config=config, state_dir=state, stdout=io.StringIO(), **context))  # type: ignore[arg-type]
+    ctx = RuntimeContext(config=config, state_dir=state, stdout=io.StringIO(),  # type: ignore[arg-type]
+                         **context)
+    return Job(plan, ctx)
 
 
 @pytest.fixture(scope="module")
