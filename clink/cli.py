@@ -290,9 +290,11 @@ def _run(args: argparse.Namespace, sources: dict[str, str]) -> int:
         sys.stdout.write(text)
     import os
 
-    from clink.runtime.fs import local_directory
-
-    state_dir = local_directory(args.state_dir) if args.state_dir else None
+    state_dir = None
+    if args.state_dir or args.from_checkpoint:
+        from clink.runtime.fs import local_directory  # only then: a plain run starts without it
+    if args.state_dir:
+        state_dir = local_directory(args.state_dir)
     if args.from_checkpoint:
         checkpoint = local_directory(args.from_checkpoint)
         config["execution.savepoint.path"] = str(checkpoint)

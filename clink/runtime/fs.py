@@ -23,7 +23,8 @@ import re
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 
-import attrs
+from dataclasses import dataclass
+
 import pyarrow as pa
 import pyarrow.fs as pafs
 
@@ -69,7 +70,7 @@ def check_location(text: str, extra_schemes: tuple[str, ...] = ()) -> str | None
     return None
 
 
-@attrs.frozen
+@dataclass(frozen=True, slots=True)
 class Files:
     """A file or directory and the filesystem it is on.
 
