@@ -50,7 +50,8 @@ def _parser() -> argparse.ArgumentParser:
                    help="a configuration setting, as SET 'KEY' = 'VALUE' would (repeatable)")
     p.add_argument("--progress", action="store_true", help="show rows in and out while running")
     p.add_argument("--state-dir", metavar="DIR",
-                   help="keep checkpoints here, and resume from the newest valid one at start")
+                   help="keep checkpoints here (a local path or file:// URI), and resume from the newest "
+                        "valid one at start")
     p.add_argument("--from-checkpoint", metavar="PATH", help="resume from this checkpoint directory")
     p.add_argument("--stop-with-checkpoint-after", type=int, metavar="N",
                    help="stop, with a final checkpoint, once N checkpoints have been taken")
@@ -195,7 +196,9 @@ def _checkpoints(args: argparse.Namespace) -> int:
 
     from clink.runtime.checkpoint import CheckpointStore
 
-    root = Path(args.state_dir)
+    from clink.runtime.fs import local_directory
+
+    root = local_directory(args.state_dir)
     if not (root / "checkpoints").is_dir():
         raise UsageError(f"{root} holds no checkpoints (no {root / 'checkpoints'} directory)")
     infos = CheckpointStore(root).list()
@@ -287,13 +290,19 @@ def _run(args: argparse.Namespace, sources: dict[str, str]) -> int:
         sys.stdout.write(text)
     import os
 
+    state_dir = None
+    if args.state_dir or args.from_checkpoint:
+        from clink.runtime.fs import local_directory  # only then: a plain run starts without it
+    if args.state_dir:
+        state_dir = local_directory(args.state_dir)
     if args.from_checkpoint:
-        config["execution.savepoint.path"] = args.from_checkpoint
-        if not args.state_dir:
-            args.state_dir = str(Path(args.from_checkpoint).resolve().parent.parent)
+        checkpoint = local_directory(args.from_checkpoint)
+        config["execution.savepoint.path"] = str(checkpoint)
+        if state_dir is None:
+            state_dir = checkpoint.resolve().parent.parent
     if os.environ.get("CLINK_FAULT"):
         config["test.fault-point"] = os.environ["CLINK_FAULT"]
-    ctx = RuntimeContext(config=config, state_dir=Path(args.state_dir) if args.state_dir else None)
+    ctx = RuntimeContext(config=config, state_dir=state_dir)
     queries = [s for s in plan.sinks if s.connector == "collect"]
     collected: dict[str, list] = {q.table: [] for q in queries}
     printers: dict[str, object] = {}

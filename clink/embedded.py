@@ -69,7 +69,8 @@ class EmbeddedJob:
         registry.register(self._inputs.connector())
         ctx = replace(ctx.with_config(dict(config or {})), connectors=registry, on_result=self._deliver)
         if state_dir is not None:
-            ctx = replace(ctx, state_dir=Path(state_dir))
+            # A plain path or a file:// URI (RuntimeContext refuses other URIs).
+            ctx = replace(ctx, state_dir=state_dir if isinstance(state_dir, Path) else str(state_dir))
         self._job = Job(plan, ctx)
         self._has_state_dir = ctx.state_dir is not None
         self._seen_checkpoints = self._job.metrics.checkpoints

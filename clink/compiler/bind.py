@@ -646,8 +646,12 @@ class _Binder:
                          names=_unique([*(c.name for c in scope.columns), *(f"_over_arg{i}" for i in
                                                                           range(len(inputs) - width))]),
                          span=q.span)
+        # Over an append-only input, rows behind the watermark are late; their columns are the
+        # relation's, the first ``width`` of the operator's input.
+        late = None if updating else self._late_output(q, rel)
         over = ir.OverAggregate(input=pre, partition=partition, time=time.index, frame=frame, preceding=preceding,
                                 aggs=tuple(context.aggs), agg_names=tuple(f"over{i}" for i in range(len(context.aggs))),
+                                late_sink=late, late_columns=tuple(range(width)) if late is not None else (),
                                 span=spec.span)
         base = len(pre.schema)
 
@@ -1112,7 +1116,8 @@ class _Binder:
 
     def _late_output(self, q: ast.Select, below: ir.Rel) -> ir.Sink | None:
         """With SET 'table.exec.late-events' = 'side-output', the sink late rows go to: the table
-        named by 'table.exec.late-events.table', whose columns match the window's input rows."""
+        named by 'table.exec.late-events.table', whose columns match the rows the window or OVER
+        aggregation reads."""
         mode = self.config.get("table.exec.late-events", "drop").lower()
         if mode == "drop":
             return None
@@ -1133,7 +1138,8 @@ class _Binder:
         if len(got) != len(want) or not all(T.implicitly_castable(a.type, b.type)
                                             for a, b in zip(got.fields, want.fields, strict=True)):
             raise SqlError(f"late rows have the columns ({_describe(got)}), but {name!r} has ({_describe(want)})",
-                           q.span, "declare the late-events table with the same columns as the window's input")
+                           q.span, "declare the late-events table with the same columns as the rows "
+                                   "the window or OVER aggregation reads")
         return ir.Sink(input=below, name=name, connector=target.info.connector, options=target.info.options,
                        target=want, span=q.span)
 

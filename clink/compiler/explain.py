@@ -122,7 +122,8 @@ def explain_logical(node: ir.Rel, indent: int = 0) -> str:
             aggs = ", ".join(_agg_sql(a, names) for a in node.aggs)
             line = (f"OverAggregate(partition=[{', '.join(names[p] for p in node.partition)}], "
                     f"order=[{names[node.time]}], frame=[{over_frame(node.frame, node.preceding)}], aggs=[{aggs}]"
-                    f"{', changelog=[+I, -U, +U, -D]' if ir.is_updating(node) else ''})")
+                    f"{', changelog=[+I, -U, +U, -D]' if ir.is_updating(node) else ''}"
+                    f"{f', late_rows_to=[{node.late_sink.name}]' if node.late_sink is not None else ''})")
         case ir.Rank():
             order = ", ".join(f"{names[c]}{' DESC' if d else ''}" for c, d in node.order)
             line = (f"Rank(ROW_NUMBER() over partition=[{', '.join(names[p] for p in node.partition)}], "

@@ -558,6 +558,10 @@ class OverAggregate(Unary):
     preceding: int | None
     aggs: tuple[AggCall, ...]
     agg_names: tuple[str, ...]
+    #: Where late rows go (a sink whose ``input`` only describes their schema), and which input
+    #: columns they are; None: late rows are dropped and counted.
+    late_sink: Sink | None = attrs.field(default=None, eq=False)
+    late_columns: tuple[int, ...] = ()
 
     @functools.cached_property
     def schema(self) -> Schema:

@@ -119,6 +119,7 @@ class OverAggOp:
     id: int
     input: int
     over: ir.OverAggregate
+    late_output: int | None = None
     parallelism: int = 1
 
     @property
@@ -200,18 +201,20 @@ def plan_physical(script: BoundScript, roots: tuple[ir.Sink, ...]) -> PhysicalPl
     return PhysicalPlan(ops=tuple(ops))
 
 
-def _build_late_output(op: WindowAggOp, ops: list[PhysicalOp]) -> None:
-    """Late rows leave the window operator with its input's columns; a chain picks the
+def _build_late_output(op: WindowAggOp | OverAggOp, ops: list[PhysicalOp]) -> None:
+    """Late rows leave a window or OVER operator with its input's columns; a chain picks the
     relation's own columns, cast to the late-events table's types, and a sink writes them."""
-    agg = op.agg
+    agg = op.agg if isinstance(op, WindowAggOp) else op.over
+    what = "window aggregate" if isinstance(op, WindowAggOp) else "over aggregate"
     sink = agg.late_sink
+    assert sink is not None
     schema = agg.input.schema
     exprs = tuple(cast_to(ir.Column(index=i, name=schema[i].name, type=schema[i].type, nullable=schema[i].nullable,
                                     span=None), field.type)
                   for i, field in zip(agg.late_columns, sink.target.fields, strict=True))
     calc = ir.Calc(input=agg.input, predicate=None, exprs=exprs, names=sink.target.names, span=sink.span)
     chain = ChainOp(id=len(ops) + 1, input=op.id, scan_predicate=None, steps=(calc,), input_schema=schema,
-                    table=f"late rows of window aggregate {op.id}", target=sink.name)
+                    table=f"late rows of {what} {op.id}", target=sink.name)
     ops.append(chain)
     ops.append(SinkOp(id=len(ops) + 1, input=chain.id, sink=attrs.evolve(sink, input=calc)))
 
@@ -256,9 +259,12 @@ def _build(rel: ir.Rel, ops: list[PhysicalOp], *, target: str, shared: dict) -> 
             upstream, table = op.id, f"group aggregate {op.id}"
         case ir.OverAggregate():
             below = _build(node.input, ops, target="an OVER aggregation", shared=shared)
-            op = OverAggOp(id=len(ops) + 1, input=below, over=node)
+            op = OverAggOp(id=len(ops) + 1, input=below, over=node,
+                           late_output=len(ops) + 2 if node.late_sink is not None else None)
             ops.append(op)
             upstream, table = op.id, f"over aggregate {op.id}"
+            if node.late_sink is not None:
+                _build_late_output(op, ops)
         case ir.Rank():
             below = _build(node.input, ops, target="a Top-N", shared=shared)
             op = RankOp(id=len(ops) + 1, input=below, rank=node)
@@ -303,7 +309,7 @@ def _shape(node: ir.Rel) -> tuple | None:
     """What a stateful subquery computes, ignoring where its text is (spans): equal shapes are
     the same computation. None for a node never shared (a window aggregate that writes late rows
     to a table: those must be written once)."""
-    if isinstance(node, ir.WindowAggregate) and node.late_sink is not None:
+    if isinstance(node, ir.WindowAggregate | ir.OverAggregate) and node.late_sink is not None:
         return None
     shape = _value_shape(node)
     try:

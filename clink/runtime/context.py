@@ -17,6 +17,8 @@ from dataclasses import dataclass, field, replace
 import pyarrow as pa
 
 if TYPE_CHECKING:
+    import pyarrow.fs as pafs
+
     from clink.runtime.connectors.base import ConnectorRegistry
     from clink.runtime.udf import FunctionRegistry, ScalarFunction
 
@@ -47,6 +49,10 @@ class RuntimeContext:
     ``config`` holds the string settings (``SET 'k' = 'v'`` in SQL, then overrides from the
     caller). ``functions`` holds the Python UDFs given from Python (``clink.sql(...,
     functions=[...])``), which generated code looks up by name. ``clock`` gives processing time in milliseconds; tests pass a fixed one.
+    ``state_dir`` is a local directory; a ``file://`` URI given as a string becomes its path, and
+    any other URI is refused (``clink.runtime.fs.local_directory``). ``filesystems`` gives the
+    ``pyarrow.fs`` filesystem for a URI scheme (``{"s3": S3FileSystem(endpoint_override=...)}``),
+    used for connector paths with that scheme instead of resolving the URI alone.
     """
 
     config: dict[str, str] = field(default_factory=dict)
@@ -55,8 +61,15 @@ class RuntimeContext:
     clock: Callable[[], int] = system_clock_ms
     stdout: TextIO = field(default_factory=lambda: sys.stdout)
     state_dir: Path | None = None
+    filesystems: Mapping[str, pafs.FileSystem] = field(default_factory=dict)
     #: Receives the rows of bare ``SELECT`` queries (the ``collect`` sink): (query name, batch).
     on_result: Callable[[str, pa.RecordBatch], None] | None = None
+
+    def __post_init__(self) -> None:
+        if self.state_dir is not None and not isinstance(self.state_dir, Path):
+            from clink.runtime.fs import local_directory
+
+            self.state_dir = local_directory(self.state_dir)
 
     def get(self, key: str, default: str | None = None) -> str | None:
         return self.config.get(key, default)

@@ -182,6 +182,8 @@ class Job:
                 self._operators[node.id] = OverAggregateOperator(
                     node, self._tasks[node.id], input_schema=self.plan.node(node.input).schema,
                     backend=self._backend(), operator_id=self.uids[node.id])
+                if node.late_output is not None:
+                    self._late_outputs[node.id] = node.late_output
             elif isinstance(node, Rank):
                 from clink.runtime.operators.rank import RankOperator
 
@@ -332,7 +334,7 @@ class Job:
 
     def _emit(self, node_id: int, element: Element) -> None:
         """Send ``element``, produced by ``node_id``, to every node downstream of it (a window's
-        late-row output gets its late rows only, and every other element)."""
+        or OVER's late-row output gets its late rows only, and every other element)."""
         late_output = self._late_outputs.get(node_id)
         for target_id in self._downstream[node_id]:
             if target_id == late_output and isinstance(element, Batch):
@@ -351,28 +353,14 @@ class Job:
                     self._writers[target_id].write(batch)
                 elif isinstance(node, Union):
                     self._emit(target_id, element)
-                elif isinstance(node, WindowAggregate):
-                    operator = self._operators[target_id]
-                    self._emit_all(target_id, operator.process(batch))
-                    if operator.late_rows:
-                        late_output = self._late_outputs.get(target_id)
-                        if late_output is not None:
-                            for rows in operator.late_rows:
-                                if rows.num_rows:
-                                    self._receive(late_output, target_id, Batch(rows))
-                        operator.late_rows.clear()
-                    self.metrics.peak_state_bytes = max(self.metrics.peak_state_bytes,
-                                                        operator.metrics.get("state_bytes", 0))
                 elif isinstance(node, Join):
                     operator = self._operators[target_id]
                     self._emit_all(target_id, operator.process(batch, 0 if from_id == node.left else 1))
-                    self.metrics.peak_state_bytes = max(self.metrics.peak_state_bytes,
-                                                        operator.metrics.get("state_bytes", 0))
-                elif isinstance(node, GroupAggregate | Rank | OverAggregate):
+                    self._drain_late_rows(target_id, operator)
+                elif isinstance(node, WindowAggregate | GroupAggregate | Rank | OverAggregate):
                     operator = self._operators[target_id]
                     self._emit_all(target_id, operator.process(batch))
-                    self.metrics.peak_state_bytes = max(self.metrics.peak_state_bytes,
-                                                        operator.metrics.get("state_bytes", 0))
+                    self._drain_late_rows(target_id, operator)
                 else:
                     raise CompilerBug(f"node {target_id} of type {type(node).__name__} cannot take a batch")
             case Watermark(ts=ts):
@@ -487,6 +475,21 @@ class Job:
         self.finished = True
         self._close_readers()
         self.refresh_metrics()
+
+    def _drain_late_rows(self, node_id: int, operator) -> None:
+        """After an operator has taken a batch: send the rows it found late to the node's
+        late-row output if it has one (they are counted in its ``late_records`` either way),
+        and let go of them, so that nothing piles up on an endless input. Every stateful
+        operator exposes ``late_rows``, a list the executor empties."""
+        late = operator.late_rows
+        if late:
+            late_output = self._late_outputs.get(node_id)
+            if late_output is not None:
+                for rows in late:
+                    if rows.num_rows:
+                        self._receive(late_output, node_id, Batch(rows))
+            late.clear()
+        self.metrics.peak_state_bytes = max(self.metrics.peak_state_bytes, operator.metrics.get("state_bytes", 0))
 
     def refresh_metrics(self) -> None:
         """Bring ``metrics`` up to date with the readers and writers (the run does it at the end)."""
@@ -728,7 +731,9 @@ class _Checkpointing:
         job = self.job
         chosen = job.ctx.get("execution.savepoint.path")
         if chosen:
-            info, _ = self.store.open(chosen)
+            from clink.runtime.fs import local_directory
+
+            info, _ = self.store.open(local_directory(chosen))
             warnings = []
         else:
             info, warnings = self.store.latest()

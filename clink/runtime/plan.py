@@ -229,7 +229,7 @@ class OverAggregate(Node):
     (time, then arrival order); ``"range"``: the rows whose time is at most ``preceding`` ms
     before its own, rows of the same time included; ``preceding`` None: every earlier row. The
     output ``schema``: the input columns, then the aggregates; it is append-only. Rows at or
-    behind the watermark are late: dropped and counted.
+    behind the watermark are late: dropped and counted, or sent to ``late_output``.
 
     Over an updating input (its schema ends with ``ROWKIND_COLUMN``) ``time`` is any timestamp,
     date or integer column and nothing waits for the watermark: the output (schema ending with
@@ -243,6 +243,8 @@ class OverAggregate(Node):
     preceding: int | None
     aggs: tuple[AggSpec, ...]
     schema: pa.Schema
+    #: The node that receives late rows (the input's columns) instead of dropping them.
+    late_output: int | None = None
     partitioning: tuple[str, ...] = FORWARD
 
     @property

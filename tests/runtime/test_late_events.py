@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 
+import numpy as np
 import pyarrow as pa
 
 import clink
@@ -95,3 +96,84 @@ def test_an_event_later_than_the_allowed_lateness_is_still_dropped() -> None:
     result = run(late, "SET 'table.exec.allowed-lateness' = '5 s'")
     assert counts(result.to_arrow()) == [(1, 0, 1), (1, 30, 2)]
     assert sum(result.metrics.late_records.values()) == 1
+
+
+def test_over_lets_go_of_late_rows_and_counts_each_once() -> None:
+    """An OVER aggregation over 20,000 rows, a third of them behind the watermark: the operator
+    holds no late row after any batch (on an endless input they would pile up), and the late
+    count is what the data says: a row is late when its time is at or behind the largest time of
+    every earlier batch (the watermark is the largest time seen, no delay)."""
+    from clink.runtime.executor import Job
+    from clink.runtime.operators.over import OverAggregateOperator
+
+    rng = np.random.default_rng(7)
+    n, size = 20_000, 500
+    times = np.arange(n, dtype=np.int64) * 10 + 100_000
+    stragglers = rng.random(n) < 0.35
+    times[stragglers] -= rng.integers(1, 20_000, stragglers.sum())
+    keys = rng.integers(1, 9, n)
+    batches = [list(zip(keys[i:i + size].tolist(), times[i:i + size].tolist(), strict=True))
+               for i in range(0, n, size)]
+    batch_max = np.array([max(t for _, t in b) for b in batches])
+    watermark_before = np.concatenate([[np.iinfo(np.int64).min], np.maximum.accumulate(batch_max)[:-1]])
+    expected_late = int(sum((times[i * size:(i + 1) * size] <= watermark_before[i]).sum()
+                            for i in range(len(batches))))
+    assert 3_000 < expected_late < n // 2
+
+    registry = default_registry()
+    registry.register(Connector(
+        name="batches", description="test batches", source_options=(OptionSpec(name="x", description=""),),
+        create_source=lambda spec, ctx: BatchesReader(batches, spec.schema)))
+    plan = clink.compile("""
+        CREATE TABLE e (k BIGINT, ts TIMESTAMP(3), WATERMARK FOR ts AS ts) WITH ('connector' = 'batches');
+        CREATE TABLE out (k BIGINT, ts TIMESTAMP(3), n BIGINT, top BIGINT) WITH ('connector' = 'blackhole');
+        INSERT INTO out
+        SELECT k, ts, COUNT(*) OVER (PARTITION BY k ORDER BY ts ROWS BETWEEN 5 PRECEDING AND CURRENT ROW),
+               MAX(k) OVER (PARTITION BY k ORDER BY ts ROWS BETWEEN 5 PRECEDING AND CURRENT ROW)
+        FROM e;
+        """, name="over.sql", connectors=registry).runtime_plan
+    job = Job(plan, RuntimeContext(connectors=registry, stdout=io.StringIO()))
+    (operator,) = [op for op in job._operators.values() if isinstance(op, OverAggregateOperator)]
+    seen: list[int] = []
+    take = operator.process
+
+    def process(batch: pa.RecordBatch) -> list[pa.RecordBatch]:
+        assert operator.late_rows == []  # the previous batch's late rows are gone
+        seen.append(batch.num_rows)
+        return take(batch)
+
+    operator.process = process  # type: ignore[method-assign]
+    while not job.finished:
+        job.step()
+        assert operator.late_rows == []
+    assert sum(seen) == n
+    job.refresh_metrics()
+    assert sum(job.metrics.late_records.values()) == expected_late
+    assert job.metrics.records_out == {"out": n - expected_late}
+
+
+def test_over_late_rows_can_go_to_a_table() -> None:
+    """With 'side-output', the late rows of an OVER aggregation go to the late-events table,
+    whole, and the rest are aggregated as without it."""
+    batches = [[(1, 1 * S), (2, 2 * S)], [(1, 12 * S)], [(1, 3 * S), (2, 14 * S)], [(2, 5 * S)],
+               [(1, 25 * S)]]
+    registry = default_registry()
+    registry.register(Connector(
+        name="batches", description="test batches", source_options=(OptionSpec(name="x", description=""),),
+        create_source=lambda spec, ctx: BatchesReader(batches, spec.schema)))
+    registry.register(Connector(name="collect_late", description="test sink",
+                                sink_options=(OptionSpec(name="x", description=""),),
+                                create_sink=lambda spec, ctx: Collect()))
+    Collect.rows = []
+    result = clink.sql([
+        "CREATE TABLE e (k BIGINT, ts TIMESTAMP(3), WATERMARK FOR ts AS ts) WITH ('connector' = 'batches')",
+        "CREATE TABLE late_e (k BIGINT, ts TIMESTAMP(3)) WITH ('connector' = 'collect_late')",
+        "SET 'table.exec.late-events' = 'side-output'",
+        "SET 'table.exec.late-events.table' = 'late_e'",
+        "SELECT k, ts, "
+        "COUNT(*) OVER (PARTITION BY k ORDER BY ts ROWS BETWEEN 1 PRECEDING AND CURRENT ROW) AS n FROM e",
+    ], context=RuntimeContext(connectors=registry, stdout=io.StringIO()))
+    rows = sorted((r["k"], r["ts"].second, r["n"]) for r in result.to_arrow().to_pylist())
+    assert rows == [(1, 1, 1), (1, 12, 2), (1, 25, 2), (2, 2, 1), (2, 14, 2)]
+    assert sorted((r["k"], r["ts"].second) for r in Collect.rows) == [(1, 3), (2, 5)]
+    assert sum(result.metrics.late_records.values()) == 2

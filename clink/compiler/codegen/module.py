@@ -520,6 +520,8 @@ def _emit_plan(w: SourceWriter, plan: PhysicalPlan, schema_names: dict[int, str]
                                 for a, agg_name in zip(over.aggs, over.agg_names, strict=True):
                                     w.line(f"{_agg_py(a, agg_name)},")
                             w.line("),")
+                            if op.late_output is not None:
+                                w.line(f"late_output={op.late_output},  # late rows go to chain_{op.late_output}")
                             w.line(f"schema={schema_names[op.id * 10]}, partitioning={partitioning}, "
                                    f"parallelism={op.parallelism}, span={str(over.span or '')!r}),")
                     case RankOp(rank=rank):

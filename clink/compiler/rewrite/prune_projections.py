@@ -111,10 +111,10 @@ def _prune(node: ir.Rel, needed: set[int]) -> tuple[ir.Rel, dict[int, int]]:
         case ir.OverAggregate(input=child, partition=partition, time=time, aggs=aggs):
             width = len(child.schema)
             used = {i for i in needed if i < width} | set(partition) | {time}
-            used |= {a.arg for a in aggs if a.arg is not None}
+            used |= {a.arg for a in aggs if a.arg is not None} | set(node.late_columns)
             new_child, mapping = _prune(child, used)
             new_node = attrs.evolve(node, input=new_child, partition=tuple(mapping[p] for p in partition),
-                                    time=mapping[time],
+                                    time=mapping[time], late_columns=tuple(mapping[c] for c in node.late_columns),
                                     aggs=tuple(attrs.evolve(a, arg=mapping[a.arg] if a.arg is not None else None)
                                                for a in aggs))
             out = dict(mapping)

@@ -20,6 +20,11 @@ and deleted when the run fails: a file under a final name is always complete. A 
 is a directory (or ends with ``/``) receives a new ``part-<id>-0.<ext>`` file per writer; a file
 ``path`` is replaced. A table with PARTITIONED BY columns writes each row under
 ``path/col=value/...`` (Hive-style names) without those columns, one in-progress file per partition.
+
+Where. ``path`` is a local path or a URI (``clink.runtime.fs``): ``file:///data/bids.json`` is
+the local path ``/data/bids.json`` in every respect; ``s3://``, ``gs://``, ``hdfs://`` and
+``abfs://`` paths are listed, read and written through ``pyarrow.fs``, where the in-progress
+file is moved to its final name by the store's move and nothing is fsynced.
 """
 
 from __future__ import annotations
@@ -53,6 +58,7 @@ from clink.runtime.connectors.base import (
     TableSpec,
 )
 from clink.runtime.connectors.text import concatenated, join_list_text
+from clink.runtime.fs import Files, check_location, resolve
 
 if TYPE_CHECKING:
     from clink.runtime.context import RuntimeContext
@@ -70,8 +76,8 @@ _IGNORE_KEYS = ("format.ignore-parse-errors", "csv.ignore-parse-errors", "json.i
 
 OPTIONS = (
     OptionSpec(name="path", required=True,
-               description=("file or directory to read or write; a directory is read file by file "
-                            "in name order")),
+               description=("file or directory to read or write, a local path or a URI (file://, s3://, "
+                            "gs://, hdfs://, abfs://); a directory is read file by file in name order")),
     OptionSpec(name="format", required=True, choices=FORMATS,
                description="file format: csv, json or parquet"),
     OptionSpec(name="csv.field-delimiter", default=",",
@@ -171,6 +177,8 @@ def parse_settings(options: Mapping[str, str], table_schema: pa.Schema,
     path = options.get("path", "").strip()
     if not path:
         errors["path"] = "the filesystem connector needs a 'path' (a file or a directory)"
+    elif (problem := check_location(path)) is not None:
+        errors["path"] = problem
     fmt = options.get("format", "").strip().lower()
     if fmt not in FORMATS:
         found = f", found {options['format']!r}" if "format" in options else ""
@@ -314,17 +322,16 @@ def _cannot_read(value: object, f: pa.Field) -> str:
 # --- source ---------------------------------------------------------------------------------
 
 
-def list_files(path: str) -> list[str]:
-    """The files a source reads: ``path`` itself, or the visible files under it in name order."""
-    if os.path.isfile(path):
-        return [path]
-    if not os.path.isdir(path):
-        raise ConnectorError(f"no such file or directory: {path!r}")
-    found = []
-    for root, dirs, files in os.walk(path):
-        dirs[:] = sorted(d for d in dirs if not d.startswith((".", "_")))
-        found.extend(os.path.join(root, f) for f in files if not f.startswith((".", "_")))
-    return sorted(found, key=lambda p: os.path.relpath(p, path).split(os.sep))
+def list_files(where: Files) -> list[str]:
+    """The files a source reads: ``where.path`` itself, or the visible files under it in name order."""
+    try:
+        if where.is_file(where.path):
+            return [where.path]
+        if not where.is_dir(where.path):
+            raise ConnectorError(f"no such file or directory: {where.uri!r}")
+        return where.files_under(where.path)
+    except OSError as e:
+        raise ConnectorError(f"cannot list {where.uri!r}: {e}") from None
 
 
 class FileSourceReader(SourceReader):
@@ -334,7 +341,8 @@ class FileSourceReader(SourceReader):
         super().__init__()
         self._settings = _settings_or_raise(spec, "source")
         self._spec = spec
-        self._files = list_files(self._settings.path)
+        self._where = resolve(self._settings.path, ctx.filesystems)
+        self._files = list_files(self._where)
         self._batches = self._all_batches()
         self._emitted = 0
         self.bounded = True
@@ -418,9 +426,11 @@ class FileSourceReader(SourceReader):
             return "error"
 
         header = 1 if s.header else 0
+        source = None
         try:
+            source = self._where.open_input(path)
             reader = pa_csv.open_csv(
-                path,
+                source,
                 read_options=pa_csv.ReadOptions(column_names=self._spec.table_schema.names, skip_rows=header,
                                                 block_size=CSV_BLOCK_SIZE, use_threads=False),
                 parse_options=pa_csv.ParseOptions(delimiter=s.delimiter, quote_char=s.quote,
@@ -432,8 +442,10 @@ class FileSourceReader(SourceReader):
                                                       strings_can_be_null=strings_can_be_null,
                                                       quoted_strings_can_be_null=False))
         except pa.ArrowInvalid as e:
+            _close_input(source)
             raise self._csv_error(e, bad_row, path) from None
         except OSError as e:
+            _close_input(source)
             raise ConnectorError(f"table {self._spec.name!r}: cannot read {path!r}: {e}") from None
         rows_before = header
         try:
@@ -478,6 +490,7 @@ class FileSourceReader(SourceReader):
                 yield out
         finally:
             reader.close()
+            _close_input(source)
 
     _CONVERSION = re.compile(
         r"In CSV column #(\d+): Row #(\d+): CSV conversion error to [^:]+: invalid value '(.*)'", re.DOTALL)
@@ -509,7 +522,8 @@ class FileSourceReader(SourceReader):
         self._json_options = pa_json.ParseOptions(explicit_schema=read_schema,
                                                   unexpected_field_behavior="ignore")
         try:
-            handle = open(path, "rb")  # noqa: SIM115 - closed in the finally below, across yields
+            # Closed in the finally below, across yields.
+            handle = open(path, "rb") if self._where.local else self._where.open_input(path)  # noqa: SIM115
         except OSError as e:
             raise ConnectorError(f"table {self._spec.name!r}: cannot read {path!r}: {e}") from None
         try:
@@ -605,10 +619,13 @@ class FileSourceReader(SourceReader):
 
     def _parquet_batches(self, path: str) -> Iterator[pa.RecordBatch]:
         schema = self._spec.schema
+        source = None
         try:
             # Without pre_buffer=False, iter_batches keeps every row group it has read until close.
-            file = pq.ParquetFile(path, pre_buffer=False)
+            source = self._where.open_input(path)
+            file = pq.ParquetFile(source, pre_buffer=False)
         except (OSError, pa.ArrowInvalid) as e:
+            _close_input(source)
             raise ConnectorError(f"table {self._spec.name!r}: cannot read {path!r} as Parquet: {e}") from None
         try:
             present = [n for n in schema.names if n in file.schema_arrow.names]
@@ -631,6 +648,13 @@ class FileSourceReader(SourceReader):
                 yield pa.RecordBatch.from_arrays(arrays, schema=schema) if schema.names else batch
         finally:
             file.close()
+            _close_input(source)
+
+
+def _close_input(source: str | pa.NativeFile | None) -> None:
+    """Close a file opened on a remote filesystem (a local path is opened and closed by its reader)."""
+    if isinstance(source, pa.NativeFile):
+        source.close()
 
 
 # --- text rendering (JSON sink, and the print sink) -----------------------------------------
@@ -766,7 +790,7 @@ def partition_groups(batch: pa.RecordBatch, columns: tuple[str, ...]) -> list[tu
 
 
 class _CsvFormat:
-    def __init__(self, path: str, schema: pa.Schema, s: Settings) -> None:
+    def __init__(self, path: str, schema: pa.Schema, s: Settings, where: Files) -> None:
         # Bytes are written as base64 text (value by value), as Flink's CSV format does.
         self._binary = [i for i, f in enumerate(schema)
                         if pa.types.is_binary(f.type) or pa.types.is_large_binary(f.type)]
@@ -774,7 +798,7 @@ class _CsvFormat:
             schema = pa.schema([pa.field(f.name, pa.string()) if i in self._binary else f
                                 for i, f in enumerate(schema)])
         self._schema = schema
-        self._file = pa.OSFile(path, "wb")
+        self._file = where.open_output(path)
         self._writer = pa_csv.CSVWriter(self._file, schema, write_options=pa_csv.WriteOptions(
             include_header=s.header, delimiter=s.delimiter, null_string=s.null_literal or "",
             quoting_style="needed"))
@@ -793,8 +817,8 @@ class _CsvFormat:
 
 
 class _JsonFormat:
-    def __init__(self, path: str, schema: pa.Schema, s: Settings) -> None:
-        self._file = pa.OSFile(path, "wb")
+    def __init__(self, path: str, schema: pa.Schema, s: Settings, where: Files) -> None:
+        self._file = where.open_output(path)
         self._iso = s.iso_timestamps
         self._prefixes = [("{" if i == 0 else ",") + json.dumps(name) + ":"
                           for i, name in enumerate(schema.names)]
@@ -817,8 +841,8 @@ class _JsonFormat:
 
 
 class _ParquetFormat:
-    def __init__(self, path: str, schema: pa.Schema, s: Settings) -> None:
-        self._writer = pq.ParquetWriter(path, schema)
+    def __init__(self, path: str, schema: pa.Schema, s: Settings, where: Files) -> None:
+        self._writer = pq.ParquetWriter(path, schema, filesystem=where.arrow)
 
     def write(self, batch: pa.RecordBatch) -> None:
         self._writer.write_batch(batch)
@@ -833,22 +857,6 @@ _EXTENSIONS = {"csv": "csv", "json": "json", "parquet": "parquet"}
 
 #: The folder of a table's directory where output rolled back by a restore is kept.
 ROLLED_BACK_FOLDER = "_rolled_back"
-
-
-def _fsync(path: str, directory: bool = False) -> None:
-    try:
-        fd = os.open(path, os.O_RDONLY | (getattr(os, "O_DIRECTORY", 0) if directory else 0))
-    except OSError:
-        if directory:
-            return  # some platforms cannot open a directory; the rename is still atomic
-        raise
-    try:
-        os.fsync(fd)
-    except OSError:
-        if not directory:
-            raise
-    finally:
-        os.close(fd)
 
 
 def _name_token(table: str, lineage: str = "") -> str:
@@ -883,11 +891,13 @@ class FileSinkWriter(SinkWriter):
         self._spec = spec
         self._settings = s
         self._partitions = s.partition_columns
-        if self._partitions and os.path.isfile(s.path):
+        self._where = where = resolve(s.path, ctx.filesystems)
+        if self._partitions and where.is_file(where.path):
             raise ConnectorError(f"table {spec.name!r}: a partitioned table needs a directory 'path', "
                                  f"but {s.path!r} is a file")
-        self._directory_mode = bool(self._partitions) or s.path.endswith(("/", os.sep)) or os.path.isdir(s.path)
-        self._root = s.path if self._directory_mode else (os.path.dirname(s.path) or ".")
+        self._directory_mode = (bool(self._partitions) or s.path.endswith(("/", os.sep))
+                                or where.is_dir(where.path))
+        self._root = where.path if self._directory_mode else where.dirname(where.path)
         # Partition columns are in the directory names, not repeated inside the files.
         self._file_columns = [i for i, name in enumerate(spec.schema.names) if name not in self._partitions]
         self._file_schema = pa.schema([spec.schema.field(i) for i in self._file_columns])
@@ -901,17 +911,18 @@ class FileSinkWriter(SinkWriter):
 
     def _start_file(self, directory: str) -> _OpenFile:
         s = self._settings
+        where = self._where
         token = uuid.uuid4().hex
         if self._directory_mode:
-            folder = os.path.join(self._root, *directory.split("/")) if directory else self._root
-            final = os.path.join(folder, f"part-{token}-0.{_EXTENSIONS[s.format]}")
+            folder = where.join(self._root, *directory.split("/")) if directory else self._root
+            final = where.join(folder, f"part-{token}-0.{_EXTENSIONS[s.format]}")
         else:
-            final = s.path
-            folder = os.path.dirname(final) or "."
-        in_progress = os.path.join(folder, f".{os.path.basename(final)}.inprogress-{token}")
+            final = where.path
+            folder = where.dirname(final)
+        in_progress = where.join(folder, f".{os.path.basename(final)}.inprogress-{token}")
         try:
-            os.makedirs(folder, exist_ok=True)
-            fmt = _FORMAT_WRITERS[s.format](in_progress, self._file_schema, s)
+            where.makedirs(folder)
+            fmt = _FORMAT_WRITERS[s.format](in_progress, self._file_schema, s, where)
         except OSError as e:
             raise ConnectorError(f"table {self._spec.name!r}: cannot write to {final!r}: {e}") from None
         return _OpenFile(folder=folder, final=final, in_progress=in_progress, format=fmt)
@@ -940,11 +951,11 @@ class FileSinkWriter(SinkWriter):
             try:
                 file.format.close()
                 if self._directory_mode and file.rows == 0:
-                    os.unlink(file.in_progress)  # no empty part files in a directory
+                    self._where.unlink(file.in_progress)  # no empty part files in a directory
                     continue
-                _fsync(file.in_progress)
-                os.replace(file.in_progress, file.final)
-                _fsync(file.folder, directory=True)
+                self._where.fsync(file.in_progress)
+                self._where.replace(file.in_progress, file.final)
+                self._where.fsync(file.folder, directory=True)
             except OSError as e:
                 self._discard()
                 raise ConnectorError(f"table {self._spec.name!r}: cannot finish {file.final!r}: {e}") from None
@@ -966,61 +977,57 @@ class FileSinkWriter(SinkWriter):
             if file.rows == 0:
                 continue
             file.format.close()
-            _fsync(file.in_progress)
+            self._where.fsync(file.in_progress)
             pending = f".pending-{final}"
-            os.replace(file.in_progress, os.path.join(file.folder, pending))
+            self._where.replace(file.in_progress, self._where.join(file.folder, pending))
             folders.add(file.folder)
             # Paths relative to the table's directory ('dt=1/.pending-part-...' in a partition).
             prefix = f"{directory}/" if directory else ""
             entries.append([prefix + pending, prefix + final])
             del self._files[directory]
         for folder in sorted(folders):
-            _fsync(folder, directory=True)
+            self._where.fsync(folder, directory=True)
         if not self._partitions and "" not in self._files:
             self._files[""] = self._start_file("")
         return {"files": entries}
 
     def commit(self, checkpoint_id: int, handle: dict | None) -> None:
+        where = self._where
         folders = {self._root}
         for pending, final in (handle or {}).get("files", []):
-            target = os.path.join(self._root, *final.split("/"))
-            source = os.path.join(self._root, *pending.split("/"))
-            folders.add(os.path.dirname(target))
-            if os.path.exists(target):
+            target = where.join(self._root, *final.split("/"))
+            source = where.join(self._root, *pending.split("/"))
+            folders.add(where.dirname(target))
+            if where.exists(target):
                 # Committed already: a repeated commit changes nothing.
-                with contextlib.suppress(FileNotFoundError):
-                    os.unlink(source)
+                where.unlink(source, missing_ok=True)
                 continue
-            if not os.path.exists(source):
+            if not where.exists(source):
                 raise ConnectorError(f"table {self._spec.name!r}: the pre-committed file {pending!r} of "
                                      f"checkpoint {checkpoint_id} is gone; its rows cannot be committed")
-            os.replace(source, target)
+            where.replace(source, target)
         for folder in sorted(folders):
-            _fsync(folder, directory=True)
+            self._where.fsync(folder, directory=True)
 
     def recover(self, checkpoint_id: int, handle: dict | None, *, lineage: str = "") -> str | None:
         self._lineage = lineage
         self.commit(checkpoint_id, handle)
         # Whatever was written after that checkpoint is replayed from the sources: discard it.
         keep = {file.in_progress for file in self._files.values()}
+        where = self._where
         if self._partitions:
-            folders = []
-            if os.path.isdir(self._root):
-                for root, dirs, _ in os.walk(self._root):
-                    dirs[:] = [d for d in dirs if not d.startswith(("_", "."))]
-                    folders.append(root)
+            folders = list(where.folders(self._root)) if where.is_dir(self._root) else []
         else:
-            folders = [self._root] if os.path.isdir(self._root) else []
+            folders = [self._root] if where.is_dir(self._root) else []
         committed = re.compile(rf"part-(\d{{8}})-{_name_token(self._spec.name, lineage)}\.[a-z]+")
         later: dict[int, list[str]] = {}
         for folder in folders:
-            for name in os.listdir(folder):
-                path = os.path.join(folder, name)
+            for name in where.listdir(folder):
+                path = where.join(folder, name)
                 if path in keep:
                     continue
                 if name.startswith(".pending-part-") or (name.startswith(".part-") and ".inprogress-" in name):
-                    with contextlib.suppress(FileNotFoundError):
-                        os.unlink(path)
+                    where.unlink(path, missing_ok=True)
                 elif (m := committed.fullmatch(name)) and int(m[1]) > checkpoint_id:
                     later.setdefault(int(m[1]), []).append(path)
         return self._roll_back(checkpoint_id, later)
@@ -1031,14 +1038,16 @@ class FileSinkWriter(SinkWriter):
         again. Nothing is deleted."""
         if not later:
             return None
-        aside = os.path.join(self._root, ROLLED_BACK_FOLDER)
+        where = self._where
+        aside = where.join(self._root, ROLLED_BACK_FOLDER)
         for n, paths in sorted(later.items()):
             for path in paths:
-                target = os.path.join(aside, f"chk-{n}", os.path.relpath(path, self._root))
-                os.makedirs(os.path.dirname(target), exist_ok=True)
-                os.replace(path, target)
-                _fsync(os.path.dirname(path), directory=True)
-            _fsync(os.path.join(aside, f"chk-{n}"), directory=True)
+                relative = path[len(self._root):].lstrip("/" + os.sep)
+                target = where.join(aside, f"chk-{n}", relative)
+                where.makedirs(where.dirname(target))
+                where.replace(path, target)
+                where.fsync(where.dirname(path), directory=True)
+            where.fsync(where.join(aside, f"chk-{n}"), directory=True)
         ids = ", ".join(map(str, sorted(later)))
         resumed = f"checkpoint {checkpoint_id}" if checkpoint_id else "the start"
         return (f"table {self._spec.name!r}: the output of checkpoint(s) {ids}, committed after {resumed} which "
@@ -1056,13 +1065,12 @@ class FileSinkWriter(SinkWriter):
 
     def _discard(self) -> None:
         for file in self._files.values():
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(file.in_progress)
+            self._where.unlink(file.in_progress, missing_ok=True)
 
 
 FILESYSTEM = Connector(
     name="filesystem",
-    description="CSV, JSON lines or Parquet files in a local directory or file",
+    description="CSV, JSON lines or Parquet files: a local directory or file, or a file:// (s3://, ...) URI",
     source_options=OPTIONS,
     sink_options=OPTIONS,
     create_source=FileSourceReader,
