@@ -20,20 +20,9 @@ from clink.runtime.context import RuntimeContext, TaskContext
 from clink.runtime.elements import MAX_WATERMARK, Barrier, Batch, Element, EndOfInput, Watermark
 from clink.runtime.kernels import max_epoch_ms
 from clink.runtime.loader import sql_position_of
+from clink.runtime.operators import OperatorEnv, kind_of
+from clink.runtime.plan import Chain, Plan, Sink, Source, Union
 from clink.runtime.settings import parse_duration, parse_size
-from clink.runtime.plan import (
-    ROWKIND_COLUMN,
-    Chain,
-    GroupAggregate,
-    Join,
-    OverAggregate,
-    Plan,
-    Rank,
-    Sink,
-    Source,
-    Union,
-    WindowAggregate,
-)
 
 
 @dataclass(slots=True)
@@ -152,59 +141,16 @@ class Job:
                     self.ctx.get("table.exec.source.idle-timeout"))
                 if timeout:
                     self._idle_timeouts[node.id] = timeout
-            elif isinstance(node, WindowAggregate):
-                from clink.runtime.operators.window import WindowAggregateOperator
-
-                self._operators[node.id] = WindowAggregateOperator(
-                    node, self._tasks[node.id], input_schema=self.plan.node(node.input).schema,
-                    backend=self._backend(), operator_id=self.uids[node.id])
-                if node.late_output is not None:
+            elif (kind := kind_of(node)) is not None:
+                env = OperatorEnv(task=self._tasks[node.id],
+                                  input_schemas=tuple(self.plan.node(i).schema for i in node.inputs),
+                                  backend=self._backend(), operator_id=self.uids[node.id],
+                                  ttl_ms=_duration_ms(self.ctx.get("table.exec.state.ttl")))
+                self._operators[node.id] = kind.open(node, env)
+                if getattr(node, "late_output", None) is not None:
                     self._late_outputs[node.id] = node.late_output
-                if node.proctime:
+                if getattr(node, "proctime", False):
                     self._proctime_windows.append(node.id)
-            elif isinstance(node, GroupAggregate):
-                from clink.runtime.operators.group import GroupAggregateOperator
-
-                self._operators[node.id] = GroupAggregateOperator(
-                    node, self._tasks[node.id], input_schema=self.plan.node(node.input).schema,
-                    backend=self._backend(), operator_id=self.uids[node.id],
-                    ttl_ms=_duration_ms(self.ctx.get("table.exec.state.ttl")))
-            elif isinstance(node, OverAggregate) and self.plan.node(node.input).schema.names[-1:] == [ROWKIND_COLUMN]:
-                from clink.runtime.operators.over_updating import UpdatingOverOperator
-
-                self._operators[node.id] = UpdatingOverOperator(
-                    node, self._tasks[node.id], input_schema=self.plan.node(node.input).schema,
-                    backend=self._backend(), operator_id=self.uids[node.id],
-                    ttl_ms=_duration_ms(self.ctx.get("table.exec.state.ttl")))
-            elif isinstance(node, OverAggregate):
-                from clink.runtime.operators.over import OverAggregateOperator
-
-                self._operators[node.id] = OverAggregateOperator(
-                    node, self._tasks[node.id], input_schema=self.plan.node(node.input).schema,
-                    backend=self._backend(), operator_id=self.uids[node.id])
-                if node.late_output is not None:
-                    self._late_outputs[node.id] = node.late_output
-            elif isinstance(node, Rank):
-                from clink.runtime.operators.rank import RankOperator
-
-                self._operators[node.id] = RankOperator(
-                    node, self._tasks[node.id], input_schema=self.plan.node(node.input).schema,
-                    backend=self._backend(), operator_id=self.uids[node.id],
-                    ttl_ms=_duration_ms(self.ctx.get("table.exec.state.ttl")))
-            elif isinstance(node, Join) and node.temporal is not None:
-                from clink.runtime.operators.temporal import TemporalJoinOperator
-
-                self._operators[node.id] = TemporalJoinOperator(
-                    node, self._tasks[node.id], left_schema=self.plan.node(node.left).schema,
-                    right_schema=self.plan.node(node.right).schema, backend=self._backend(),
-                    operator_id=self.uids[node.id])
-            elif isinstance(node, Join):
-                from clink.runtime.operators.join import JoinOperator
-
-                self._operators[node.id] = JoinOperator(
-                    node, self._tasks[node.id], left_schema=self.plan.node(node.left).schema,
-                    right_schema=self.plan.node(node.right).schema, backend=self._backend(),
-                    operator_id=self.uids[node.id], ttl_ms=_duration_ms(self.ctx.get("table.exec.state.ttl")))
             elif isinstance(node, Sink):
                 connector = self._connector(node.connector)
                 if connector.create_sink is None:
@@ -353,13 +299,8 @@ class Job:
                     self._writers[target_id].write(batch)
                 elif isinstance(node, Union):
                     self._emit(target_id, element)
-                elif isinstance(node, Join):
-                    operator = self._operators[target_id]
-                    self._emit_all(target_id, operator.process(batch, 0 if from_id == node.left else 1))
-                    self._drain_late_rows(target_id, operator)
-                elif isinstance(node, WindowAggregate | GroupAggregate | Rank | OverAggregate):
-                    operator = self._operators[target_id]
-                    self._emit_all(target_id, operator.process(batch))
+                elif (operator := self._operators.get(target_id)) is not None:
+                    self._emit_all(target_id, operator.process(batch, node.inputs.index(from_id)))
                     self._drain_late_rows(target_id, operator)
                 else:
                     raise CompilerBug(f"node {target_id} of type {type(node).__name__} cannot take a batch")
@@ -372,9 +313,8 @@ class Job:
                 if not isinstance(node, Sink):
                     self._emit(target_id, element)
             case EndOfInput():
-                if isinstance(node, Join):
-                    side = 0 if from_id == node.left else 1
-                    self._emit_all(target_id, self._operators[target_id].end_of_input(side))
+                if (operator := self._operators.get(target_id)) is not None:
+                    self._emit_all(target_id, operator.end_of_input(node.inputs.index(from_id)))
                 self._open_inputs[target_id] -= 1
                 if self._open_inputs[target_id] == 0:
                     self._end(target_id)
@@ -394,12 +334,13 @@ class Job:
         if isinstance(node, Sink):
             self.metrics.watermark = low
             return
-        if isinstance(node, WindowAggregate) and node.proctime:
+        operator = self._operators.get(node_id)
+        if getattr(node, "proctime", False):
             # Event time means nothing to processing-time windows; the end of input fires them all.
             if low >= MAX_WATERMARK:
-                self._emit_all(node_id, self._operators[node_id].on_watermark(low))
-        elif isinstance(node, (WindowAggregate, Join, OverAggregate)):
-            self._emit_all(node_id, self._operators[node_id].on_watermark(low))
+                self._emit_all(node_id, operator.on_watermark(low))
+        elif operator is not None:
+            self._emit_all(node_id, operator.on_watermark(low))
         self._emit(node_id, Watermark(low))
 
     def _is_idle(self, node_id: int) -> bool:
@@ -543,9 +484,6 @@ class Job:
             self._scratch = None
 
 
-#: Stateful node types and the prefix of their stable ids.
-_STATEFUL = ((WindowAggregate, "window"), (GroupAggregate, "group"), (Join, "join"), (Rank, "rank"),
-             (OverAggregate, "over"))
 
 
 def stable_ids(plan: Plan) -> dict[int, str]:
@@ -564,11 +502,11 @@ def stable_ids(plan: Plan) -> dict[int, str]:
             ids[node.id] = node.uid  # the compiler's, from what the operator computes
             continue
         else:
-            kind = next((name for cls, name in _STATEFUL if isinstance(node, cls)), None)
+            kind = kind_of(node)
             if kind is None:
                 continue
-            counts[kind] += 1
-            base = f"{kind}-{counts[kind]}"
+            counts[kind.name] += 1
+            base = f"{kind.name}-{counts[kind.name]}"
         seen[base] += 1
         ids[node.id] = base if seen[base] == 1 else f"{base}#{seen[base]}"
     return ids
@@ -836,34 +774,5 @@ def state_signature(job: Job, node_id: int) -> str:
 
 def _signature_parts(job: Job, node_id: int) -> str:
     node = job.plan.node(node_id)
-    operator = job._operators[node_id]
-    if isinstance(node, Join):
-        left, right = (job.plan.node(i).schema for i in (node.left, node.right))
-        keys = ", ".join(f"{left.field(a).type} = {right.field(b).type}"
-                         for a, b in zip(node.left_keys, node.right_keys, strict=True))
-        interval = " (interval)" if node.interval is not None else " (temporal)" if node.temporal else ""
-        if node.interval_ends is not None:
-            # Stored rows carry the value of these columns as the time they leave by: a pipeline
-            # that bounds the join by other columns must not take them over.
-            left_end, right_end = node.interval_ends
-            interval = f" (interval; rows leave by left column {left_end}, right column {right_end})"
-        layout = " ; ".join(d.signature() for d in operator.descriptors)
-        return f"{node.kind.upper()} JOIN{interval} ON ({keys}) | {layout}"
-    if isinstance(node, OverAggregate):
-        schema = job.plan.node(node.input).schema
-        aggs = ", ".join(f"{a.fn}({'' if a.arg is None else schema.field(a.arg).type})" for a in node.aggs)
-        partition = ", ".join(str(schema.field(p).type) for p in node.partition)
-        layout = " ; ".join(d.signature() for d in operator.descriptors)
-        return f"OVER {node.frame} {node.preceding} PARTITION BY ({partition}) computing {aggs} | {layout}"
-    if isinstance(node, Rank):
-        schema = job.plan.node(node.input).schema
-        partition = ", ".join(str(schema.field(p).type) for p in node.partition)
-        order = ", ".join(f"{schema.field(c).type}{' DESC' if d else ''}" for c, d in node.order)
-        return (f"TOP {node.limit} PARTITION BY ({partition}) ORDER BY ({order}) | "
-                f"{operator.rows.descriptor.signature()}")
-    schema = job.plan.node(node.input).schema
-    keys = ", ".join(str(schema.field(k).type) for k in node.keys)
-    aggs = ", ".join(f"{a.fn}({'' if a.arg is None else schema.field(a.arg).type})"
-                     f"{' FILTER' if a.filter is not None else ''}" for a in node.aggs)
-    window = f"{node.window.describe()} " if isinstance(node, WindowAggregate) else ""
-    return f"{window}GROUP BY ({keys}) computing {aggs} | {operator.descriptor.signature()}"
+    schemas = tuple(job.plan.node(i).schema for i in node.inputs)
+    return kind_of(node).describe(node, schemas, job._operators[node_id])

@@ -137,10 +137,10 @@ def test_over_lets_go_of_late_rows_and_counts_each_once() -> None:
     seen: list[int] = []
     take = operator.process
 
-    def process(batch: pa.RecordBatch) -> list[pa.RecordBatch]:
+    def process(batch: pa.RecordBatch, index: int = 0) -> list[pa.RecordBatch]:
         assert operator.late_rows == []  # the previous batch's late rows are gone
         seen.append(batch.num_rows)
-        return take(batch)
+        return take(batch, index)
 
     operator.process = process  # type: ignore[method-assign]
     while not job.finished:

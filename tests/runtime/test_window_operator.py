@@ -24,7 +24,7 @@ from clink.runtime import plan
 from clink.runtime.connectors import ConnectorRegistry
 from clink.runtime.context import RuntimeContext, TaskContext
 from clink.runtime.elements import MAX_WATERMARK
-from clink.runtime.operators import WindowAggregateOperator
+from clink.runtime.operators.window import WindowAggregateOperator
 from clink.runtime.state.backend import StateBackend
 from clink.runtime.state.memory import MemoryStateBackend
 from clink.runtime.state.sqlite import SqliteStateBackend

@@ -1,7 +1,141 @@
-"""Stateful operators the executor runs for plan nodes."""
+"""Stateful operators, and the registry from plan node to operator.
+
+Every operator keeps the contract in ``base.py``. ``KINDS`` says, per plan node class, how to
+open the node's operator and how to describe what its state means (the state signature a
+restore compares); the executor looks nodes up here and never names an operator class.
+
+Adding an operator: its plan node class in ``clink/runtime/plan.py``, its module in this
+package (a class keeping the contract, ``OperatorBase`` for the calls it does not need), and one
+entry in ``KINDS``. Operator modules are imported when a plan first uses them, so a stateless
+pipeline starts without them.
+"""
 
 from __future__ import annotations
 
-from clink.runtime.operators.window import WindowAggregateOperator
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-__all__ = ["WindowAggregateOperator"]
+from clink.runtime.operators.base import Operator, OperatorBase, OperatorEnv
+from clink.runtime.plan import ROWKIND_COLUMN, GroupAggregate, Join, Node, OverAggregate, Rank, WindowAggregate
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+__all__ = ["KINDS", "Operator", "OperatorBase", "OperatorEnv", "OperatorKind", "kind_of"]
+
+
+@dataclass(frozen=True, slots=True)
+class OperatorKind:
+    """How the executor opens a node's operator (``open``), the prefix of its name in plans made
+    before uids (``name``), and what its state means: types of keys, aggregates, order, and the
+    layout of what it keeps (``describe``; ``"<meaning> | <layout>"``)."""
+
+    name: str
+    open: Callable[[Node, OperatorEnv], Operator]
+    describe: Callable[[Node, tuple[pa.Schema, ...], Operator], str]
+
+
+def _open_window(node: WindowAggregate, env: OperatorEnv) -> Operator:
+    from clink.runtime.operators.window import WindowAggregateOperator
+
+    return WindowAggregateOperator(node, env.task, input_schema=env.input_schemas[0], backend=env.backend,
+                                   operator_id=env.operator_id)
+
+
+def _open_group(node: GroupAggregate, env: OperatorEnv) -> Operator:
+    from clink.runtime.operators.group import GroupAggregateOperator
+
+    return GroupAggregateOperator(node, env.task, input_schema=env.input_schemas[0], backend=env.backend,
+                                  operator_id=env.operator_id, ttl_ms=env.ttl_ms)
+
+
+def _open_over(node: OverAggregate, env: OperatorEnv) -> Operator:
+    (schema,) = env.input_schemas
+    if len(schema) and schema.names[-1] == ROWKIND_COLUMN:
+        from clink.runtime.operators.over_updating import UpdatingOverOperator
+
+        return UpdatingOverOperator(node, env.task, input_schema=schema, backend=env.backend,
+                                    operator_id=env.operator_id, ttl_ms=env.ttl_ms)
+    from clink.runtime.operators.over import OverAggregateOperator
+
+    return OverAggregateOperator(node, env.task, input_schema=schema, backend=env.backend,
+                                 operator_id=env.operator_id)
+
+
+def _open_rank(node: Rank, env: OperatorEnv) -> Operator:
+    from clink.runtime.operators.rank import RankOperator
+
+    return RankOperator(node, env.task, input_schema=env.input_schemas[0], backend=env.backend,
+                        operator_id=env.operator_id, ttl_ms=env.ttl_ms)
+
+
+def _open_join(node: Join, env: OperatorEnv) -> Operator:
+    left, right = env.input_schemas
+    if node.temporal is not None:
+        from clink.runtime.operators.temporal import TemporalJoinOperator
+
+        return TemporalJoinOperator(node, env.task, left_schema=left, right_schema=right, backend=env.backend,
+                                    operator_id=env.operator_id)
+    from clink.runtime.operators.join import JoinOperator
+
+    return JoinOperator(node, env.task, left_schema=left, right_schema=right, backend=env.backend,
+                        operator_id=env.operator_id, ttl_ms=env.ttl_ms)
+
+
+def _aggs(node: WindowAggregate | GroupAggregate | OverAggregate, schema: pa.Schema, filters: bool) -> str:
+    return ", ".join(f"{a.fn}({'' if a.arg is None else schema.field(a.arg).type})"
+                     f"{' FILTER' if filters and a.filter is not None else ''}" for a in node.aggs)
+
+
+def _describe_aggregate(node: WindowAggregate | GroupAggregate, schemas: tuple[pa.Schema, ...],
+                        operator: Operator) -> str:
+    (schema,) = schemas
+    keys = ", ".join(str(schema.field(k).type) for k in node.keys)
+    window = f"{node.window.describe()} " if isinstance(node, WindowAggregate) else ""
+    return (f"{window}GROUP BY ({keys}) computing {_aggs(node, schema, True)} | "
+            f"{operator.descriptor.signature()}")
+
+
+def _describe_over(node: OverAggregate, schemas: tuple[pa.Schema, ...], operator: Operator) -> str:
+    (schema,) = schemas
+    partition = ", ".join(str(schema.field(p).type) for p in node.partition)
+    layout = " ; ".join(d.signature() for d in operator.descriptors)
+    return (f"OVER {node.frame} {node.preceding} PARTITION BY ({partition}) computing "
+            f"{_aggs(node, schema, False)} | {layout}")
+
+
+def _describe_rank(node: Rank, schemas: tuple[pa.Schema, ...], operator: Operator) -> str:
+    (schema,) = schemas
+    partition = ", ".join(str(schema.field(p).type) for p in node.partition)
+    order = ", ".join(f"{schema.field(c).type}{' DESC' if d else ''}" for c, d in node.order)
+    return f"TOP {node.limit} PARTITION BY ({partition}) ORDER BY ({order}) | {operator.rows.descriptor.signature()}"
+
+
+def _describe_join(node: Join, schemas: tuple[pa.Schema, ...], operator: Operator) -> str:
+    left, right = schemas
+    keys = ", ".join(f"{left.field(a).type} = {right.field(b).type}"
+                     for a, b in zip(node.left_keys, node.right_keys, strict=True))
+    interval = " (interval)" if node.interval is not None else " (temporal)" if node.temporal else ""
+    if node.interval_ends is not None:
+        # Stored rows carry the value of these columns as the time they leave by: a pipeline
+        # that bounds the join by other columns must not take them over.
+        left_end, right_end = node.interval_ends
+        interval = f" (interval; rows leave by left column {left_end}, right column {right_end})"
+    layout = " ; ".join(d.signature() for d in operator.descriptors)
+    return f"{node.kind.upper()} JOIN{interval} ON ({keys}) | {layout}"
+
+
+#: Per plan node class: how its operator opens and describes its state.
+KINDS: dict[type[Node], OperatorKind] = {
+    WindowAggregate: OperatorKind("window", _open_window, _describe_aggregate),
+    GroupAggregate: OperatorKind("group", _open_group, _describe_aggregate),
+    Join: OperatorKind("join", _open_join, _describe_join),
+    Rank: OperatorKind("rank", _open_rank, _describe_rank),
+    OverAggregate: OperatorKind("over", _open_over, _describe_over),
+}
+
+
+def kind_of(node: Node) -> OperatorKind | None:
+    """The operator kind of a stateful node; None for sources, chains, unions and sinks."""
+    return KINDS.get(type(node))

@@ -71,6 +71,7 @@ from clink.runtime.state.backend import (
     TableStateDescriptor,
     ValueStateDescriptor,
 )
+from clink.runtime.operators.base import OperatorBase
 from clink.runtime.state.keygroups import hash_columns, key_groups
 
 if TYPE_CHECKING:
@@ -101,7 +102,7 @@ _VALUE = "value"
 _HASH = "_hash"
 
 
-class GroupAggregateOperator:
+class GroupAggregateOperator(OperatorBase):
     """Run one ``plan.GroupAggregate`` node.
 
     ``process`` takes an input batch and returns the changelog it causes (batches of
@@ -162,7 +163,7 @@ class GroupAggregateOperator:
 
     # -- public interface ----------------------------------------------------------------------
 
-    def process(self, batch: pa.RecordBatch) -> list[pa.RecordBatch]:
+    def process(self, batch: pa.RecordBatch, index: int = 0) -> list[pa.RecordBatch]:
         """Add (or retract) ``batch``'s rows; return the changes to the results, as at most one
         batch (none when no result changed)."""
         out: list[pa.RecordBatch] = []

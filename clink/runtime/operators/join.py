@@ -31,6 +31,7 @@ import numpy as np
 import pyarrow as pa
 
 from clink.runtime import compute as pc
+from clink.runtime.operators.base import OperatorBase
 from clink.runtime.operators.common import all_valid, epoch_ms, max_parallelism, open_state
 from clink.runtime.operators.rows import KeyedRows, net_pairs, plain_array
 from clink.runtime.plan import DELETE, INSERT, ROWKIND_COLUMN
@@ -44,7 +45,7 @@ if TYPE_CHECKING:
     from clink.runtime.context import TaskContext
 
 
-class JoinOperator:
+class JoinOperator(OperatorBase):
     """Run one ``plan.Join`` node.
 
     ``process(batch, side)`` takes a batch of the left (0) or right (1) input and returns the

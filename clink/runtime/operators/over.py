@@ -33,6 +33,7 @@ import numpy as np
 import pyarrow as pa
 
 from clink.runtime import compute as pc
+from clink.runtime.operators.base import OperatorBase
 from clink.runtime.operators.common import epoch_ms, hold, max_parallelism, open_state, take_ready
 from clink.runtime.operators.rows import KeyedRows, net_pairs, plain_array
 from clink.runtime.state.backend import KEY_GROUP, OperatorState, StateBackend, TableStateDescriptor
@@ -47,7 +48,7 @@ if TYPE_CHECKING:
 _AGGREGATES = ("count_star", "count", "sum", "avg", "min", "max")
 
 
-class OverAggregateOperator:
+class OverAggregateOperator(OperatorBase):
     """Run one ``plan.OverAggregate`` node: ``process`` holds rows back, ``on_watermark`` emits
     the rows the watermark has passed, each with its aggregates."""
 
@@ -100,7 +101,7 @@ class OverAggregateOperator:
 
     # -- public interface ----------------------------------------------------------------------
 
-    def process(self, batch: pa.RecordBatch) -> list[pa.RecordBatch]:
+    def process(self, batch: pa.RecordBatch, index: int = 0) -> list[pa.RecordBatch]:
         """Hold ``batch``'s rows until the watermark passes their time; drop late ones."""
         n = batch.num_rows
         if n == 0:

@@ -86,7 +86,7 @@ class RankOperator(NumberedRowsOperator):
 
     # -- public interface ----------------------------------------------------------------------
 
-    def process(self, batch: pa.RecordBatch) -> list[pa.RecordBatch]:
+    def process(self, batch: pa.RecordBatch, index: int = 0) -> list[pa.RecordBatch]:
         n = batch.num_rows
         if n == 0:
             return []

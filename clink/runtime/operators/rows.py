@@ -37,6 +37,7 @@ import numpy as np
 import pyarrow as pa
 
 from clink.runtime import compute as pc
+from clink.runtime.operators.base import OperatorBase
 from clink.runtime.plan import DELETE, ROWKIND_COLUMN, UPDATE_BEFORE
 from clink.runtime.state.backend import KEY_GROUP, TableState, TableStateDescriptor
 from clink.runtime.state.keygroups import hash_columns
@@ -281,7 +282,7 @@ class KeyedRows:
             self._rebuild(pa.concat_tables(parts))
 
 
-class NumberedRowsOperator:
+class NumberedRowsOperator(OperatorBase):
     """What an operator whose state is one ``KeyedRows`` store ``rows`` of input rows with their
     arrival number (column ``width``, counted by ``_next_seq``) does the same way: checkpoint,
     restore, report its size. A Top-N and an OVER over an updating input are such operators."""

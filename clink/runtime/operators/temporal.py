@@ -26,6 +26,7 @@ import numpy as np
 import pyarrow as pa
 
 from clink.runtime import compute as pc
+from clink.runtime.operators.base import OperatorBase
 from clink.runtime.operators.common import all_valid, epoch_ms, hold, max_parallelism, open_state, take_ready
 from clink.runtime.operators.rows import KeyedRows, plain_array
 from clink.runtime.plan import ROWKIND_COLUMN
@@ -38,7 +39,7 @@ if TYPE_CHECKING:
     from clink.runtime import plan
     from clink.runtime.context import TaskContext
 
-class TemporalJoinOperator:
+class TemporalJoinOperator(OperatorBase):
     """Run a ``plan.Join`` with ``temporal`` set: ``process(batch, side)`` holds left rows and
     stores versions; ``on_watermark`` emits the left rows the watermark has passed."""
 

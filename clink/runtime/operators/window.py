@@ -34,6 +34,7 @@ import numpy as np
 import pyarrow as pa
 
 from clink.runtime import compute as pc
+from clink.runtime.operators.base import OperatorBase
 from clink.runtime.operators.common import max_parallelism, open_state
 from clink.runtime.state.backend import OperatorState, StateBackend, TableStateDescriptor
 from clink.runtime.state.keygroups import key_groups
@@ -70,7 +71,7 @@ _ONLY_VALID = pc.CountOptions(mode="only_valid")
 _SUM_OPTIONS = pc.ScalarAggregateOptions(skip_nulls=True, min_count=1)
 
 
-class WindowAggregateOperator:
+class WindowAggregateOperator(OperatorBase):
     """Run one ``plan.WindowAggregate`` node.
 
     ``process`` takes input batches, ``on_watermark`` fires the windows the watermark has passed;
@@ -122,7 +123,7 @@ class WindowAggregateOperator:
 
     # -- public interface ----------------------------------------------------------------------
 
-    def process(self, batch: pa.RecordBatch) -> list[pa.RecordBatch]:
+    def process(self, batch: pa.RecordBatch, index: int = 0) -> list[pa.RecordBatch]:
         """Add ``batch``'s rows to their windows.
 
         Returns output only for windows that had already fired and are still within the allowed
