@@ -34,7 +34,10 @@ def cast_to(expr: ir.Expr, typ: pa.DataType) -> ir.Expr:
     if isinstance(expr, ir.Literal) and T.is_numeric(expr.type) and T.is_numeric(typ):
         # Fold the cast of a numeric literal now, so generated code compares with a typed constant.
         try:
-            value = pc.cast(pa.scalar(expr.value, expr.type), typ).as_py()
+            if pt.is_decimal(expr.type) and pt.is_floating(typ):
+                value = float(expr.value)  # correctly rounded, unlike Arrow's decimal-to-float cast
+            else:
+                value = pc.cast(pa.scalar(expr.value, expr.type), typ).as_py()
         except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
             pass
         else:

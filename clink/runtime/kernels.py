@@ -753,7 +753,11 @@ def cast(a: Value, to: pa.DataType, try_: bool = False) -> Value:
             a = pc.replace_substring_regex(a, pattern=r"^\+([0-9.])", replacement=r"\1")
             a = pc.replace_substring_regex(a, pattern=r"^(-?[0-9]+)\.[0-9]*$", replacement=r"\1")
             a = pc.replace_substring_regex(a, pattern=r"^(-?)\.[0-9]*$", replacement=r"\10")
-    if pa.types.is_floating(to) and (pa.types.is_integer(src) or pa.types.is_floating(src) or pa.types.is_decimal(src)):
+    if pa.types.is_floating(to) and pa.types.is_decimal(src):
+        # Arrow's decimal-to-float cast can miss the nearest float (2.675 gives 2.6750000000000003);
+        # parsing the decimal's text is correctly rounded, as Java's BigDecimal.doubleValue.
+        return pc.cast(pc.cast(a, pa.string()), to)
+    if pa.types.is_floating(to) and (pa.types.is_integer(src) or pa.types.is_floating(src)):
         # Widening to a float rounds to the nearest representable value; it never fails.
         return pc.cast(a, to, safe=False)
     if pa.types.is_floating(src) and (pa.types.is_integer(to) or pa.types.is_decimal(to)):
