@@ -509,7 +509,9 @@ class GroupAggregateOperator:
                     value = _average(acc[s], acc[n], type_)
                 case _:
                     value = acc[x]
-            out.append(value if value.type == type_ else pc.cast(value, type_))
+            # K.cast: a SUM that no longer fits its INT (Flink keeps the argument's type) fails
+            # the pipeline naming the value, rather than wrapping around as Flink's would.
+            out.append(value if value.type == type_ else K.cast(value, type_))
         return out
 
     def _update_state_metrics(self) -> None:

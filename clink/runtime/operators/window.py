@@ -644,7 +644,7 @@ class WindowAggregateOperator:
             case "count_distinct":
                 return _cast(pc.fill_null(pc.list_value_length(t[d]), 0), type_)
             case "sum":
-                return _cast(t[s], type_)
+                return t[s] if t[s].type == type_ else K.cast(t[s], type_)  # fails on INT overflow
             case "min" | "max" | "first_value" | "last_value":
                 return _cast(t[x], type_)
             case "avg":
