@@ -3,8 +3,8 @@ and ``bid`` with the columns of the views of the same names (``bid`` also with `
 position in the stream), and ``side_input`` (``side_input.csv``): the reference for ``tests/runtime/test_nexmark.py`` (same rows) and for
 ``bench/nexmark.py`` (batch time over the same events).
 
-Where the dialects differ the DuckDB text gives Flink's answer: ``0.908`` is cast to DOUBLE
-(DuckDB would compute in DECIMAL), ``''`` becomes NULL where DuckDB's string functions return
+Where the dialects differ the DuckDB text gives Flink's answer: AVG of a BIGINT is a BIGINT
+truncated toward zero (``SUM(x) // COUNT(x)``; DuckDB's AVG is a DOUBLE), ``''`` becomes NULL where DuckDB's string functions return
 an empty string for no match. Windows are computed from ``epoch_ms``: a TUMBLE of 10 s is
 ``epoch_ms(dateTime) // 10000``, a HOP of 10 s every 2 s puts each bid in the five windows
 starting at ``epoch_ms(dateTime) // 2000 * 2000 - k * 2000`` for k = 0..4.
@@ -16,7 +16,7 @@ SIDE_INPUT = ("CREATE VIEW side_input AS SELECT * FROM read_csv('{path}', header
 
 QUERIES = {
     "q0": "SELECT auction, bidder, price, dateTime, extra FROM bid",
-    "q1": "SELECT auction, bidder, CAST(0.908 AS DOUBLE) * price AS price, dateTime, extra FROM bid",
+    "q1": "SELECT auction, bidder, 0.908 * price AS price, dateTime, extra FROM bid",
     "q2": "SELECT auction, price FROM bid WHERE auction % 123 = 0",
     "q10": """
         SELECT auction, bidder, price, dateTime, extra, strftime(dateTime, '%Y-%m-%d'), strftime(dateTime, '%H:%M')
@@ -35,12 +35,12 @@ QUERIES = {
         SELECT bidder, COUNT(*), MIN(dateTime), MAX(dateTime) + INTERVAL 10 SECOND
         FROM numbered GROUP BY bidder, session""",
     "q14": """
-        SELECT auction, bidder, CAST(0.908 AS DOUBLE) * price,
+        SELECT auction, bidder, 0.908 * price,
                CASE WHEN hour(dateTime) >= 8 AND hour(dateTime) <= 18 THEN 'dayTime'
                     WHEN hour(dateTime) <= 6 OR hour(dateTime) >= 20 THEN 'nightTime'
                     ELSE 'otherTime' END,
                dateTime, extra, length(extra) - length(replace(extra, 'c', ''))
-        FROM bid WHERE CAST(0.908 AS DOUBLE) * price > 1000000 AND CAST(0.908 AS DOUBLE) * price < 50000000""",
+        FROM bid WHERE 0.908 * price > 1000000 AND 0.908 * price < 50000000""",
     "q15": """
         SELECT strftime(dateTime, '%Y-%m-%d'),
                COUNT(*), COUNT(*) FILTER (WHERE price < 10000),
@@ -70,7 +70,7 @@ QUERIES = {
                COUNT(*) FILTER (WHERE price < 10000),
                COUNT(*) FILTER (WHERE price >= 10000 AND price < 1000000),
                COUNT(*) FILTER (WHERE price >= 1000000),
-               MIN(price), MAX(price), AVG(price), SUM(price)::BIGINT
+               MIN(price), MAX(price), (SUM(price) // COUNT(price))::BIGINT, SUM(price)::BIGINT
         FROM bid GROUP BY auction, strftime(dateTime, '%Y-%m-%d')""",
     # DuckDB's regexp_extract gives '' where Flink's REGEXP_EXTRACT gives NULL.
     "q21": """
@@ -91,7 +91,7 @@ QUERIES = {
         FROM auction A JOIN person P ON A.seller = P.id
         WHERE A.category = 10 AND P.state IN ('OR', 'ID', 'CA')""",
     "q4": """
-        SELECT Q.category, AVG(Q.final)
+        SELECT Q.category, (SUM(Q.final) // COUNT(Q.final))::BIGINT
         FROM (SELECT MAX(B.price) AS final, A.category
               FROM auction A, bid B
               WHERE A.id = B.auction AND B.dateTime BETWEEN A.dateTime AND A.expires
@@ -113,9 +113,9 @@ QUERIES = {
                   FROM auction A, bid B
                   WHERE A.id = B.auction AND B.dateTime BETWEEN A.dateTime AND A.expires)
             WHERE rownum <= 1)
-        SELECT seller, AVG(final) OVER (PARTITION BY seller ORDER BY dateTime, bid_row
-                                        ROWS BETWEEN 10 PRECEDING AND CURRENT ROW)
-        FROM winners""",
+        SELECT seller, (SUM(final) OVER w // COUNT(final) OVER w)::BIGINT
+        FROM winners
+        WINDOW w AS (PARTITION BY seller ORDER BY dateTime, bid_row ROWS BETWEEN 10 PRECEDING AND CURRENT ROW)""",
     "q7": """
         WITH b1 AS (SELECT MAX(price) AS maxprice, epoch_ms(dateTime) // 10000 * 10000 + 10000 AS we
                     FROM bid GROUP BY epoch_ms(dateTime) // 10000)

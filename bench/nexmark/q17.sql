@@ -1,8 +1,7 @@
 -- run: clink run -i bench/nexmark/ddl.sql bench/nexmark/q17.sql
 -- q17: auction statistics report. Bids per auction and day, by price range, with the price's
 -- minimum, maximum, average and sum: a GROUP BY without a window, so an updating query (each bid
--- revises its group's row). Flink's AVG of a BIGINT is a BIGINT; clink's AVG is DOUBLE, so
--- avg_price is DOUBLE here.
+-- revises its group's row). AVG of a BIGINT is a BIGINT (truncated toward zero), as in Flink.
 CREATE TABLE discard_sink (
     auction BIGINT,
     `day` STRING,
@@ -12,7 +11,7 @@ CREATE TABLE discard_sink (
     rank3_bids BIGINT,
     min_price BIGINT,
     max_price BIGINT,
-    avg_price DOUBLE,
+    avg_price BIGINT,
     sum_price BIGINT
 ) WITH ('connector' = 'blackhole');
 

@@ -8,7 +8,7 @@
 -- revised.
 CREATE TABLE discard_sink (
     seller BIGINT,
-    avg_price DOUBLE
+    avg_price BIGINT
 ) WITH ('connector' = 'blackhole');
 
 INSERT INTO discard_sink

@@ -34,7 +34,7 @@ class Expr(Node):
 
 @attrs.frozen(kw_only=True)
 class Literal(Expr):
-    """A literal; ``kind`` is int, decimal, string, bool, null, date, time, timestamp, timestamp_ltz."""
+    """A literal; ``kind`` is int, decimal, double, string, bool, null, date, time, timestamp, timestamp_ltz."""
 
     kind: str
     value: Any

@@ -377,7 +377,7 @@ class _Binder:
         for i, (got, want) in enumerate(zip(rel.schema.fields, columns.fields, strict=True)):
             # No span of its own: once merged, the column keeps the span of the select item it names.
             col = ir.Column(index=i, name=got.name, type=got.type, nullable=got.nullable, span=None)
-            if not T.implicitly_castable(got.type, want.type):
+            if not T.assignable(got.type, want.type):
                 item = stmt.query.items[i] if i < len(stmt.query.items) else stmt.query
                 raise SqlError(f"column {want.name!r} of {stmt.table!r} is {T.sql_name(want.type)}, "
                                f"but the query gives {T.sql_name(got.type)}", item.span,
@@ -1135,7 +1135,7 @@ class _Binder:
         if connector is None or connector.create_sink is None:
             raise SqlError(f"late rows cannot be written to {name!r}: its connector cannot be written", q.span)
         got, want = below.schema, target.info.columns
-        if len(got) != len(want) or not all(T.implicitly_castable(a.type, b.type)
+        if len(got) != len(want) or not all(T.assignable(a.type, b.type)
                                             for a, b in zip(got.fields, want.fields, strict=True)):
             raise SqlError(f"late rows have the columns ({_describe(got)}), but {name!r} has ({_describe(want)})",
                            q.span, "declare the late-events table with the same columns as the rows "
@@ -1786,9 +1786,10 @@ class _AggContext:
 def aggregate_signature(e: ast.FunctionCall, args: list[ir.Expr]) -> tuple[str, pa.DataType, bool]:
     """The runtime name, result type and nullability of an aggregate call.
 
-    SUM of integers is BIGINT, of floats DOUBLE, of DECIMAL(p, s) DECIMAL(38, s); AVG, STDDEV and
-    VAR are DOUBLE; MIN, MAX, FIRST_VALUE and LAST_VALUE keep the argument's type; COUNT is a
-    BIGINT that is never NULL.
+    SUM, AVG, STDDEV and VAR follow Flink (``types.aggregate_type``): they keep the argument's
+    type (AVG of integers truncates toward zero), SUM of DECIMAL(p, s) is DECIMAL(38, s) and AVG
+    of it DECIMAL(38, max(6, s)); MIN, MAX, FIRST_VALUE and LAST_VALUE keep the argument's type;
+    COUNT is a BIGINT that is never NULL.
     """
     name = e.name
     span = e.name_span or e.span
@@ -1812,13 +1813,11 @@ def aggregate_signature(e: ast.FunctionCall, args: list[ir.Expr]) -> tuple[str, 
         case "SUM":
             if not (T.is_numeric(t) or T.is_null(t)):
                 raise SqlError(f"SUM needs a number, got {T.sql_name(t)}", arg.span)
-            if pt.is_decimal(t):
-                return "sum", pa.decimal128(38, t.scale), True
-            return "sum", pa.int64() if T.is_integer(t) else pa.float64(), True
+            return "sum", T.aggregate_type(name, t), True
         case "AVG" | "STDDEV_POP" | "STDDEV_SAMP" | "VAR_POP" | "VAR_SAMP":
             if not (T.is_numeric(t) or T.is_null(t)):
                 raise SqlError(f"{name} needs a number, got {T.sql_name(t)}", arg.span)
-            return name.lower(), pa.float64(), True
+            return name.lower(), T.aggregate_type(name, t), True
         case "MIN" | "MAX":
             if pt.is_struct(t) or pt.is_list(t) or pt.is_map(t):
                 raise SqlError(f"{name} cannot compare {T.sql_name(t)} values", arg.span)
@@ -1906,7 +1905,16 @@ def _literal(e: ast.Literal) -> ir.Expr:
                 return ir.Literal(value=v, type=pa.int64(), nullable=False, span=e.span)
             raise SqlError(f"integer literal {v} is out of range for BIGINT", e.span)
         case "decimal":
-            # A literal with a decimal point or an exponent is a DOUBLE.
+            # A literal with a point is an exact DECIMAL(p, s), as in Flink: 0.908 is DECIMAL(3, 3).
+            value = e.value
+            _, digits, exponent = value.as_tuple()
+            typ = T.decimal_literal_type(len(digits), exponent)
+            if typ is None:
+                raise SqlError(f"decimal literal {value} has more than {T.MAX_DECIMAL_PRECISION} digits", e.span,
+                               "write it with an exponent (1.5E40) to make it a DOUBLE")
+            return ir.Literal(value=value, type=typ, nullable=False, span=e.span)
+        case "double":
+            # A literal with an exponent is a DOUBLE.
             return ir.Literal(value=float(e.value), type=pa.float64(), nullable=False, span=e.span)
         case "string":
             return ir.Literal(value=e.value, type=pa.string(), nullable=False, span=e.span)

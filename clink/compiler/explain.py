@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import decimal
 
 import pyarrow as pa
 
@@ -78,6 +79,8 @@ def _literal_sql(v: object, t: pa.DataType) -> str:
         return f"TIME '{v.isoformat()}'"
     if pa.types.is_duration(t):
         return f"INTERVAL '{v / 1000:g}' SECOND"
+    if isinstance(v, decimal.Decimal):
+        return str(v)
     return repr(v)
 
 

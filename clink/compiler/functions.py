@@ -35,7 +35,10 @@ def cast_to(expr: ir.Expr, typ: pa.DataType) -> ir.Expr:
     if isinstance(expr, ir.Literal) and T.is_numeric(expr.type) and T.is_numeric(typ):
         # Fold the cast of a numeric literal now, so generated code compares with a typed constant.
         try:
-            value = pc.cast(pa.scalar(expr.value, expr.type), typ).as_py()
+            if pt.is_decimal(expr.type) and pt.is_floating(typ):
+                value = float(expr.value)  # correctly rounded, unlike Arrow's decimal-to-float cast
+            else:
+                value = pc.cast(pa.scalar(expr.value, expr.type), typ).as_py()
         except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
             pass
         else:
@@ -322,12 +325,15 @@ def arithmetic(op: str, left: ir.Expr, right: ir.Expr, span: Span) -> ir.Expr:
     if T.is_null(rt):
         rt = lt
     if T.is_numeric(lt) and T.is_numeric(rt):
-        typ = T.common_numeric(lt, rt)
-        if pt.is_decimal(typ) and op in "*/%":
-            # Decimal products and quotients change scale; DOUBLE keeps the rules simple and matches
-            # what most pipelines need. Exact decimal arithmetic beyond + and - is not offered yet.
-            typ = pa.float64()
         fn = {"+": "add", "-": "subtract", "*": "multiply", "/": "divide", "%": "mod"}[op]
+        if (pt.is_decimal(lt) or pt.is_decimal(rt)) and not (pt.is_floating(lt) or pt.is_floating(rt)):
+            # Exact: each side keeps its own DECIMAL type (an integer becomes DECIMAL(19, 0) etc.),
+            # the result type is Flink's, and the value is rounded HALF_UP to its scale, or NULL
+            # when it does not fit (Flink's DecimalData.fromBigDecimal).
+            typ = T.decimal_arithmetic(op, lt, rt)
+            args = (cast_to(left, T.as_decimal(lt)), cast_to(right, T.as_decimal(rt)))
+            return ir.Call(fn=fn, args=args, type=typ, nullable=True, span=span)
+        typ = T.common_numeric(lt, rt)
         return ir.Call(fn=fn, args=(cast_to(left, typ), cast_to(right, typ)), type=typ,
                        nullable=True if op in "/%" else left.nullable or right.nullable, span=span)
     if pt.is_timestamp(lt) and T.is_interval(rt) and op in "+-":

@@ -576,7 +576,7 @@ class _Builder(Transformer):
     def unary_op(self, meta, children):
         op, operand = children
         # Fold a sign into a numeric literal, so '-9223372036854775808' stays a BIGINT.
-        if isinstance(operand, ast.Literal) and operand.kind in ("int", "decimal"):
+        if isinstance(operand, ast.Literal) and operand.kind in ("int", "decimal", "double"):
             value = -operand.value if str(op) == "-" else operand.value
             return ast.Literal(kind=operand.kind, value=value, span=self._span(meta))
         return ast.UnaryOp(op=str(op), operand=operand, span=self._span(meta))
@@ -726,7 +726,9 @@ class _Builder(Transformer):
         span = self._span(meta)
         if children[0].type == "INTEGER_LIT":
             return ast.Literal(kind="int", value=int(text), span=span)
-        return ast.Literal(kind="decimal", value=decimal.Decimal(text), span=span)
+        # As in Flink: a point makes an exact DECIMAL (1.5), an exponent a DOUBLE (1.5e0).
+        kind = "double" if "e" in text.lower() else "decimal"
+        return ast.Literal(kind=kind, value=decimal.Decimal(text), span=span)
 
     def string(self, meta, children):
         return ast.Literal(kind="string", value=_unquote(children[0]), span=self._span(meta))

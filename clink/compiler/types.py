@@ -141,18 +141,87 @@ def common_numeric(a: pa.DataType, b: pa.DataType) -> pa.DataType:
     if pt.is_decimal(a) or pt.is_decimal(b):
         if pt.is_floating(a) or pt.is_floating(b):
             return pa.float64()
-        da, db = (_as_decimal(a), _as_decimal(b))
+        da, db = (as_decimal(a), as_decimal(b))
         scale = max(da.scale, db.scale)
         whole = max(da.precision - da.scale, db.precision - db.scale)
         return pa.decimal128(min(38, whole + scale), scale)
     return a if _NUMERIC_RANK[a] >= _NUMERIC_RANK[b] else b
 
 
-def _as_decimal(t: pa.DataType) -> pa.DataType:
+def as_decimal(t: pa.DataType) -> pa.DataType:
+    """An exact number's type as a DECIMAL: integers get the digits of their widest value."""
     if pt.is_decimal(t):
         return t
     digits = {pa.int8(): 3, pa.int16(): 5, pa.int32(): 10, pa.int64(): 19}[t]
     return pa.decimal128(digits, 0)
+
+
+# DECIMAL precision and scale, as Flink derives them (LogicalTypeMerging: findAdditionDecimalType,
+# findMultiplicationDecimalType, findDivisionDecimalType, findModuloDecimalType, findAvgAggType,
+# findSumAggType; FlinkTypeSystem.deriveDecimalModType), after SQL Server's rules:
+#
+#   e1 + e2, e1 - e2   precision max(s1, s2) + max(p1 - s1, p2 - s2) + 1    scale max(s1, s2)
+#   e1 * e2            precision p1 + p2 + 1                                scale s1 + s2
+#   e1 / e2            precision p1 - s1 + s2 + max(6, s1 + p2 + 1)         scale max(6, s1 + p2 + 1)
+#   e1 % e2            precision min(p1 - s1, p2 - s2) + max(s1, s2)        scale max(s1, s2)
+#                      (both scales 0: the type of e2)
+#
+# A precision above 38 is cut to 38, giving up scale (but keeping at least min(scale, 6) digits)
+# so that the whole part is kept, as Hive and Spark do.
+MAX_DECIMAL_PRECISION = 38
+_MIN_ADJUSTED_SCALE = 6
+
+
+def _adjusted_decimal(precision: int, scale: int) -> pa.DataType:
+    if precision <= MAX_DECIMAL_PRECISION:
+        return pa.decimal128(precision, scale)
+    whole = precision - scale
+    scale = max(MAX_DECIMAL_PRECISION - whole, min(scale, _MIN_ADJUSTED_SCALE))
+    return pa.decimal128(MAX_DECIMAL_PRECISION, scale)
+
+
+def decimal_arithmetic(op: str, a: pa.DataType, b: pa.DataType) -> pa.DataType:
+    """The result type of ``a op b`` (``+ - * / %``) for exact numbers of which one is a DECIMAL
+    (an integer counts as DECIMAL(3/5/10/19, 0))."""
+    da, db = as_decimal(a), as_decimal(b)
+    p1, s1, p2, s2 = da.precision, da.scale, db.precision, db.scale
+    if op in "+-":
+        scale = max(s1, s2)
+        return _adjusted_decimal(max(p1 - s1, p2 - s2) + scale + 1, scale)
+    if op == "*":
+        return _adjusted_decimal(p1 + p2 + 1, s1 + s2)
+    if op == "/":
+        scale = max(_MIN_ADJUSTED_SCALE, s1 + p2 + 1)
+        return _adjusted_decimal(p1 - s1 + s2 + scale, scale)
+    if s1 == 0 and s2 == 0:
+        return b
+    scale = max(s1, s2)
+    return _adjusted_decimal(min(p1 - s1, p2 - s2) + scale, scale)
+
+
+def decimal_literal_type(digits: int, exponent: int) -> pa.DataType | None:
+    """The DECIMAL(p, s) of a literal written with a point (``1.50`` is DECIMAL(3, 2), ``0.908``
+    DECIMAL(3, 3)); None when it needs more than 38 digits. ``digits``/``exponent`` are those of
+    ``decimal.Decimal(text).as_tuple()`` (leading zeros are already gone)."""
+    scale = max(0, -exponent)
+    precision = max(digits + max(0, exponent), scale, 1)
+    return pa.decimal128(precision, scale) if precision <= MAX_DECIMAL_PRECISION else None
+
+
+def aggregate_type(name: str, t: pa.DataType) -> pa.DataType:
+    """The result type of SUM, AVG, STDDEV_POP/SAMP and VAR_POP/SAMP over a number of type ``t``,
+    as in Flink: SUM and AVG keep the argument's type (AVG of integers truncates toward zero),
+    except that SUM of DECIMAL(p, s) is DECIMAL(38, s) and AVG of it DECIMAL(38, max(6, s))
+    (findSumAggType, findAvgAggType). Calcite gives STDDEV and VAR AVG's return type
+    (ReturnTypes.AVG_AGG_FUNCTION), so they too keep an integer argument's type."""
+    if pt.is_null(t):
+        return pa.int32()
+    if name == "SUM":
+        return pa.decimal128(MAX_DECIMAL_PRECISION, t.scale) if pt.is_decimal(t) else t
+    if pt.is_decimal(t):
+        # A division by the BIGINT count: DECIMAL(38, s) / DECIMAL(20, 0).
+        return decimal_arithmetic("/", pa.decimal128(MAX_DECIMAL_PRECISION, t.scale), pa.decimal128(20, 0))
+    return t
 
 
 def common_type(a: pa.DataType, b: pa.DataType) -> pa.DataType | None:
@@ -204,6 +273,13 @@ def can_cast(src: pa.DataType, dst: pa.DataType) -> bool:
     if pt.is_list(src) and pt.is_list(dst):
         return can_cast(src.value_type, dst.value_type)
     return False
+
+
+def assignable(src: pa.DataType, dst: pa.DataType) -> bool:
+    """Whether a query column of ``src`` may be written to a sink column of ``dst``: what
+    ``implicitly_castable`` allows, and any number into any number, which Flink's INSERT casts
+    implicitly (a DOUBLE or BIGINT into a DECIMAL(23, 3) column, as Nexmark q1's sink)."""
+    return implicitly_castable(src, dst) or is_numeric(src) and is_numeric(dst)
 
 
 def implicitly_castable(src: pa.DataType, dst: pa.DataType) -> bool:

@@ -9,6 +9,7 @@ error path.
 from __future__ import annotations
 
 import datetime as dt
+import decimal
 import functools
 import re
 from typing import Any
@@ -92,6 +93,74 @@ def divide(a: Value, b: Value) -> Value:
 def mod(a: Value, b: Value) -> Value:
     """``a % b`` with the sign of ``a`` (as in SQL); modulo by zero is NULL."""
     return pc.remainder(a, _zero_to_null(b))
+
+
+# ---------------------------------------------------------------- exact DECIMAL arithmetic
+
+_WIDEST = 76  # digits of decimal256, where intermediate results are computed
+
+
+def decimal_arith(op: str, a: Value, b: Value, to: pa.DataType) -> Value:
+    """``a op b`` (add, subtract, multiply, divide, mod) over DECIMAL operands of any precision
+    and scale, exactly, as Flink's DecimalDataUtils: the exact result (a quotient to one digit
+    beyond the result's scale) rounded HALF_UP to ``to``'s scale; NULL where it does not fit
+    ``to``'s precision, and for division or modulo by zero.
+
+    Arrow's own decimal kernels want room for the widest value their input *types* allow, which
+    overflows 38 (even 76) digits quickly; the operands are first narrowed to the digits their
+    values really use."""
+    if isinstance(a, pa.Scalar) and isinstance(b, pa.Scalar):
+        return decimal_arith(op, pa.array([a.as_py()], a.type), pa.array([b.as_py()], b.type), to)[0]
+    n = len(a) if not isinstance(a, pa.Scalar) else len(b)
+    a, b = _tight(a, n), _tight(b, n)
+    if op in ("divide", "mod"):
+        zero = pc.fill_null(pc.equal(b, pa.scalar(0, b.type)), False)
+        b = pc.if_else(zero, pa.scalar(1, b.type), b)
+    if op == "add":
+        out = pc.add(a, b)
+    elif op == "subtract":
+        out = pc.subtract(a, b)
+    elif op == "multiply":
+        out = pc.multiply(a, b)
+    else:
+        # Arrow's quotient has a scale of at least the dividend's + 1 and truncates: with the
+        # dividend at the result's scale, one more digit is there to round HALF_UP from.
+        want = max(a.type.scale, to.scale if pa.types.is_decimal(to) else 0)
+        a = pc.cast(a, pa.decimal256(min(_WIDEST, a.type.precision - a.type.scale + want), want))
+        out = pc.divide(a, b)
+        if op == "mod":
+            whole = pc.cast(out, pa.decimal256(max(1, out.type.precision - out.type.scale), 0), safe=False)
+            out = pc.subtract(a, pc.multiply(_tight(whole, n), b))
+        out = pc.if_else(zero, pa.scalar(None, out.type), out)
+    return fit_decimal(out, to)
+
+
+def _tight(x: Value, n: int) -> pa.Array:
+    """``x`` (a DECIMAL array or scalar) as decimal256 with no more digits than its values use."""
+    if isinstance(x, pa.Scalar):
+        x = pa.array([x.as_py()] * n, x.type)
+    elif isinstance(x, pa.ChunkedArray):
+        x = x.combine_chunks()
+    scale = x.type.scale
+    biggest = pc.max(pc.abs(x)).as_py()
+    whole = max(1, biggest.adjusted() + 1) if biggest else 1
+    return pc.cast(x, pa.decimal256(min(_WIDEST, whole + scale), scale))
+
+
+def fit_decimal(x: Value, to: pa.DataType) -> Value:
+    """A DECIMAL ``x`` as ``to`` (a DECIMAL, or an integer for ``%`` of whole numbers): rounded
+    HALF_UP (halves away from zero) to its scale, NULL where the value does not fit."""
+    scale = to.scale if pa.types.is_decimal(to) else 0
+    whole = to.precision - scale if pa.types.is_decimal(to) else len(str(np.iinfo(to.to_pandas_dtype()).max)) - 1
+    if x.type.scale > scale:
+        x = pc.round(x, scale, round_mode="half_towards_infinity")
+    if x.type.precision - x.type.scale > whole:
+        limit = pa.scalar(decimal.Decimal(10) ** whole, pa.decimal256(whole + 1 + x.type.scale, x.type.scale))
+        too_big = pc.fill_null(pc.greater_equal(pc.abs(x), limit), False)
+        x = pc.if_else(too_big, pa.scalar(None, x.type), x)
+    if pa.types.is_decimal(to):
+        return pc.cast(pc.cast(x, pa.decimal256(_WIDEST, scale)), to) if x.type.scale != scale else pc.cast(x, to)
+    return pc.cast(x, to, safe=False)
 
 
 def date_add(date: Value, interval: Value, subtract: bool = False) -> Value:
@@ -721,12 +790,26 @@ def cast(a: Value, to: pa.DataType, try_: bool = False, zone: str = "UTC") -> Va
             a = pc.replace_substring_regex(a, pattern=r"^\+([0-9.])", replacement=r"\1")
             a = pc.replace_substring_regex(a, pattern=r"^(-?[0-9]+)\.[0-9]*$", replacement=r"\1")
             a = pc.replace_substring_regex(a, pattern=r"^(-?)\.[0-9]*$", replacement=r"\10")
-    if pa.types.is_floating(to) and (pa.types.is_integer(src) or pa.types.is_floating(src) or pa.types.is_decimal(src)):
+    if pa.types.is_floating(to) and pa.types.is_decimal(src):
+        # Arrow's decimal-to-float cast can miss the nearest float (2.675 gives 2.6750000000000003);
+        # parsing the decimal's text is correctly rounded, as Java's BigDecimal.doubleValue.
+        return pc.cast(pc.cast(a, pa.string()), to)
+    if pa.types.is_floating(to) and (pa.types.is_integer(src) or pa.types.is_floating(src)):
         # Widening to a float rounds to the nearest representable value; it never fails.
         return pc.cast(a, to, safe=False)
     if pa.types.is_floating(src) and (pa.types.is_integer(to) or pa.types.is_decimal(to)):
         if pa.types.is_integer(to):
             a = pc.trunc(a)
+        else:
+            # Flink reads the DOUBLE as its shortest decimal form and rounds that HALF_UP; three
+            # digits more than the target's scale (Arrow rounds to those) stand in for that form.
+            finite = pc.is_finite(a)
+            if not pc.all(pc.fill_null(finite, True)).as_py():
+                raise EvaluationError(f"cannot CAST {_first_non_finite(a)} to {_sql(to)}")
+            a = pc.cast(a, pa.decimal256(_WIDEST, min(to.scale + 3, _WIDEST - to.precision + to.scale)), safe=False)
+            src = a.type
+    if pa.types.is_decimal(src) and pa.types.is_decimal(to) and src.scale > to.scale:
+        a = pc.round(a, to.scale, round_mode="half_towards_infinity")  # HALF_UP, as Flink
     if pa.types.is_integer(src) and pa.types.is_decimal(to):
         # Arrow wants room for the integer type's widest value; go through the widest decimal,
         # then narrow, which fails only for values that really do not fit.
@@ -750,6 +833,11 @@ def cast(a: Value, to: pa.DataType, try_: bool = False, zone: str = "UTC") -> Va
         since_midnight = pc.cast(since_midnight, pa.int32() if pa.types.is_time32(time_type) else pa.int64())
         return pc.cast(pc.cast(since_midnight, time_type), to, safe=False)
     return _checked(a, to, try_)
+
+
+def _first_non_finite(a: Value) -> float:
+    values = a.to_pylist() if not isinstance(a, pa.Scalar) else [a.as_py()]
+    return next(v for v in values if v is not None and not np.isfinite(v))
 
 
 def _time_of(unit: str) -> pa.DataType:

@@ -53,7 +53,10 @@ NULL_KEYS = _events(null_keys=True)
 WATERMARK = "ts AS ts - INTERVAL '1' SECOND"
 
 # Every aggregate, in clink's syntax and DuckDB's. FIRST_VALUE/LAST_VALUE are in arrival order
-# and skip NULLs, so DuckDB picks by row number among the non-NULL values.
+# and skip NULLs, so DuckDB picks by row number among the non-NULL values. AVG and VAR_POP of
+# the BIGINT price are BIGINTs, as in Flink: AVG truncates toward zero (DuckDB's ``//`` does too)
+# and VAR_POP is Flink's rewrite (SUM(x * x) - SUM(x) * SUM(x) / COUNT(x)) / COUNT(x) in integers.
+_N = "NULLIF(COUNT(price), 0)"
 AGGS = [
     ("COUNT(*)", "COUNT(*)"),
     ("COUNT(price)", "COUNT(price)"),
@@ -61,11 +64,11 @@ AGGS = [
     ("SUM(price)", "SUM(price)"),
     ("MIN(price)", "MIN(price)"),
     ("MAX(score)", "MAX(score)"),
-    ("AVG(price)", "AVG(price)"),
+    ("AVG(price)", f"SUM(price) // {_N}"),
     ("FIRST_VALUE(price)", "arg_min(price, rn) FILTER (WHERE price IS NOT NULL)"),
     ("LAST_VALUE(score)", "arg_max(score, rn) FILTER (WHERE score IS NOT NULL)"),
     ("STDDEV_POP(score)", "STDDEV_POP(score)"),
-    ("VAR_POP(price)", "VAR_POP(price)"),
+    ("VAR_POP(price)", f"(SUM(price * price) - SUM(price) * SUM(price) // {_N}) // {_N}"),
     ("COUNT(*) FILTER (WHERE price > 500)", "COUNT(*) FILTER (WHERE price > 500)"),
     ("SUM(price) FILTER (WHERE k2 = 'a')", "SUM(price) FILTER (WHERE k2 = 'a')"),
 ]

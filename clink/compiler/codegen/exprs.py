@@ -9,6 +9,7 @@ Semantics that ``pyarrow.compute`` does not give directly (SQL NULL rules, divis
 from __future__ import annotations
 
 import datetime as dt
+import decimal
 from collections.abc import Callable
 
 import pyarrow as pa
@@ -69,6 +70,8 @@ def literal_py(value: object, t: pa.DataType) -> str:
         return f"pa.scalar(dt.time({value.hour}, {value.minute}, {value.second}, {value.microsecond}), {type_py(t)})"
     if isinstance(value, float) and value != value:
         return f"pa.scalar(float('nan'), {type_py(t)})"
+    if isinstance(value, decimal.Decimal):
+        return f"pa.scalar(decimal.Decimal({str(value)!r}), {type_py(t)})"
     return f"pa.scalar({value!r}, {type_py(t)})"
 
 
@@ -99,6 +102,16 @@ def _is_ltz(t: pa.DataType) -> bool:
     return pt.is_timestamp(t) and t.tz is not None
 
 
+def _numeric(name: str, fallback: Emitter) -> Emitter:
+    def emit(e: ir.Call, a: list[str]) -> str:
+        # A DECIMAL operand makes the operation exact, with Flink's result type and rounding.
+        if any(pt.is_decimal(x.type) for x in e.args):
+            return f"K.decimal_arith({name!r}, {a[0]}, {a[1]}, {type_py(e.type)})"
+        return fallback(e, a)
+
+    return emit
+
+
 def _cast(e: ir.Call, a: list[str]) -> str:
     (try_,) = e.params
     # Between TIMESTAMP_LTZ and wall-clock types, the session time zone decides.
@@ -122,11 +135,11 @@ def _udf(e: ir.Call, a: list[str]) -> str:
 
 
 EMITTERS: dict[str, Emitter] = {
-    "add": _arith("add_checked", "add"),
-    "subtract": _arith("subtract_checked", "subtract"),
-    "multiply": _arith("multiply_checked", "multiply"),
-    "divide": _k("divide"),
-    "mod": _k("mod"),
+    "add": _numeric("add", _arith("add_checked", "add")),
+    "subtract": _numeric("subtract", _arith("subtract_checked", "subtract")),
+    "multiply": _numeric("multiply", _arith("multiply_checked", "multiply")),
+    "divide": _numeric("divide", _k("divide")),
+    "mod": _numeric("mod", _k("mod")),
     "negate": _arith("negate_checked", "negate"),
     "interval_multiply": _k("interval_multiply"),
     "date_add": _k_params("date_add"),

@@ -47,6 +47,7 @@ def generate_module(plan: PhysicalPlan, *, name: str, sources: dict[str, str], f
     w.line("from __future__ import annotations")
     w.line()
     w.line("import datetime as dt  # noqa: F401  (temporal literals)")
+    w.line("import decimal  # noqa: F401  (DECIMAL literals)")
     w.line()
     w.line("import pyarrow as pa")
     w.line()
@@ -187,7 +188,7 @@ def _schema_py(schema: ir.Schema, *, multiline: bool = False, rowkind: bool = Fa
 def _var(name: str, taken: set[str]) -> str:
     base = re.sub(r"\W", "_", name)
     if not base or base[0].isdigit() or keyword.iskeyword(base) or hasattr(builtins, base) or base in {
-            "pa", "pc", "K", "P", "U", "dt", "batch", "ctx", "keep", "n"}:
+            "pa", "pc", "K", "P", "U", "dt", "decimal", "batch", "ctx", "keep", "n"}:
         base = f"c_{base}"
     var, i = base, 1
     while var in taken:

@@ -61,6 +61,7 @@ import numpy as np
 import pyarrow as pa
 
 from clink.runtime import compute as pc
+from clink.runtime import kernels as K
 from clink.runtime.operators.common import max_parallelism, open_state
 from clink.runtime.plan import DELETE, INSERT, ROWKIND_COLUMN, UPDATE_AFTER, UPDATE_BEFORE
 from clink.runtime.state.backend import (
@@ -509,7 +510,9 @@ class GroupAggregateOperator(OperatorBase):
                     value = _average(acc[s], acc[n], type_)
                 case _:
                     value = acc[x]
-            out.append(value if value.type == type_ else pc.cast(value, type_))
+            # K.cast: a SUM that no longer fits its INT (Flink keeps the argument's type) fails
+            # the pipeline naming the value, rather than wrapping around as Flink's would.
+            out.append(value if value.type == type_ else K.cast(value, type_))
         return out
 
     def _update_state_metrics(self) -> None:
@@ -719,9 +722,8 @@ def _average(total: pa.Array, count: pa.Array, type_: pa.DataType) -> pa.Array:
     if pa.types.is_floating(type_) or pa.types.is_floating(total.type):
         value = pc.divide(pc.cast(total, pa.float64()), pc.cast(divisor, pa.float64()))
     elif pa.types.is_decimal(total.type):
-        # decimal128(38, s) / decimal(19, 0) needs more than 38 digits of precision on the way.
-        wide = pa.decimal256(min(total.type.precision, 76), total.type.scale)
-        value = pc.cast(pc.divide(pc.cast(total, wide), pc.cast(divisor, pa.decimal256(19, 0))), type_, safe=False)
+        # Exact, rounded HALF_UP to the scale of DECIMAL(38, max(6, s)), as Flink's decimal AVG.
+        value = K.decimal_arith("divide", total, pc.cast(divisor, pa.decimal128(19, 0)), type_)
     else:
         value = pc.divide(total, pc.cast(divisor, total.type))  # truncates, as SQL
     return pc.if_else(empty, pa.scalar(None, value.type), value)

@@ -278,8 +278,7 @@ class OverAggregateOperator(OperatorBase):
                 if agg.fn == "count":
                     results.append(pa.array(n[hi], pa.int64()))
                 elif agg.fn == "avg":
-                    with np.errstate(invalid="ignore", divide="ignore"):
-                        results.append(_typed(sums[hi] / np.maximum(n[hi], 1), n[hi] == 0, agg.type))
+                    results.append(_typed(_average(sums[hi], n[hi]), n[hi] == 0, agg.type))
                 else:
                     results.append(_typed(sums[hi], n[hi] == 0, agg.type))
                 new_totals += [np.zeros(len(ends)), n[ends], sums[ends].astype(np.float64), np.zeros(len(ends))]
@@ -347,8 +346,7 @@ def frame_aggregate(agg, values: dict, lo: np.ndarray, hi: np.ndarray, *, runnin
         sums = _prefix(numbers)
         total = sums[hi + 1] - sums[lo]
         if agg.fn == "avg":
-            with np.errstate(invalid="ignore", divide="ignore"):
-                return _typed(total / np.maximum(n, 1), n == 0, agg.type)
+            return _typed(_average(total, n), n == 0, agg.type)
         return _typed(total, n == 0, agg.type)
     if running:
         return _typed(_running_extreme(numbers, lo, agg.fn)[hi], n == 0, agg.type, kind)
@@ -360,6 +358,17 @@ def frame_aggregate(agg, values: dict, lo: np.ndarray, hi: np.ndarray, *, runnin
     ufunc = np.minimum if agg.fn == "min" else np.maximum
     extreme = ufunc.reduceat(padded, bounds)[0::2]
     return _typed(extreme, n == 0, agg.type, kind)
+
+
+def _average(total: np.ndarray, n: np.ndarray) -> np.ndarray:
+    """SUM / COUNT: exact integer division truncating toward zero for integer sums (AVG of an
+    integer column is of its type, as in Flink), a float division for float sums."""
+    count = np.maximum(n, 1)
+    if total.dtype.kind == "f":
+        with np.errstate(invalid="ignore", divide="ignore"):
+            return total / count
+    quotient = np.abs(total) // count
+    return np.where(total < 0, -quotient, quotient)
 
 
 def _prefix(values: np.ndarray) -> np.ndarray:

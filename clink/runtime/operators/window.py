@@ -34,6 +34,7 @@ import numpy as np
 import pyarrow as pa
 
 from clink.runtime import compute as pc
+from clink.runtime import kernels as K
 from clink.runtime.operators.base import OperatorBase
 from clink.runtime.operators.common import max_parallelism, open_state
 from clink.runtime.state.backend import OperatorState, StateBackend, TableStateDescriptor
@@ -666,7 +667,7 @@ class WindowAggregateOperator(OperatorBase):
             case "count_distinct":
                 return _cast(pc.fill_null(pc.list_value_length(t[d]), 0), type_)
             case "sum":
-                return _cast(t[s], type_)
+                return t[s] if t[s].type == type_ else K.cast(t[s], type_)  # fails on INT overflow
             case "min" | "max" | "first_value" | "last_value":
                 return _cast(t[x], type_)
             case "avg":
@@ -677,8 +678,7 @@ class WindowAggregateOperator(OperatorBase):
                 if pa.types.is_floating(type_) or pa.types.is_floating(total.type):
                     return _cast(pc.divide(pc.cast(total, pa.float64()), pc.cast(divisor, pa.float64())), type_)
                 if pa.types.is_decimal(total.type):
-                    quotient = pc.divide(total, pc.cast(divisor, pa.decimal128(19, 0)))
-                    return pc.cast(quotient, type_, safe=False)
+                    return K.decimal_arith("divide", total, pc.cast(divisor, pa.decimal128(19, 0)), type_)
                 return _cast(pc.divide(total, pc.cast(divisor, total.type)), type_)  # truncates, as SQL
         # variance family
         count = t[n].to_numpy(zero_copy_only=False).astype(np.float64)
@@ -686,12 +686,19 @@ class WindowAggregateOperator(OperatorBase):
         squares = pc.fill_null(t[sq], 0.0).to_numpy(zero_copy_only=False)
         sample = agg.fn.endswith("_samp")
         null = count < (2 if sample else 1)
+        # Flink rewrites VAR_POP(x) as (SUM(x * x) - SUM(x) * SUM(x) / COUNT(x)) / COUNT(x) (VAR_SAMP
+        # divides by COUNT(x) - 1, STDDEV takes the square root) in the argument's type, and casts
+        # the result to it (Calcite's AggregateReduceFunctionsRule): for integers each division
+        # truncates, and so does the cast of the square root.
+        whole = pa.types.is_integer(type_)
+        cut = np.trunc if whole else (lambda v: v)
         with np.errstate(divide="ignore", invalid="ignore"):
-            m2 = np.maximum(squares - total * total / count, 0.0)  # rounding can dip below 0
-            value = m2 / (count - 1 if sample else count)
+            m2 = np.maximum(squares - cut(total * total / count), 0.0)  # rounding can dip below 0
+            value = cut(m2 / (count - 1 if sample else count))
             if agg.fn.startswith("stddev"):
-                value = np.sqrt(value)
-        return _cast(pa.array(np.where(null, 0.0, value), pa.float64(), mask=null), type_)
+                value = cut(np.sqrt(value))
+        value = pa.array(np.where(null, 0.0, value), pa.float64(), mask=null)
+        return K.cast(value, type_) if not pa.types.is_floating(type_) else _cast(value, type_)
 
     def _update_state_metrics(self) -> None:
         self.metrics["state_rows"] = self._state.num_rows()

@@ -20,6 +20,7 @@ SELECT n, n * n AS square, n % 2 = 0 AS even FROM nums;
 from __future__ import annotations
 
 import datetime as dt  # noqa: F401  (temporal literals)
+import decimal  # noqa: F401  (DECIMAL literals)
 
 import pyarrow as pa
 

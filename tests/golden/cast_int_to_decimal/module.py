@@ -21,6 +21,7 @@ INSERT INTO money SELECT CAST(n AS DECIMAL(10, 2)) FROM amounts;
 from __future__ import annotations
 
 import datetime as dt  # noqa: F401  (temporal literals)
+import decimal  # noqa: F401  (DECIMAL literals)
 
 import pyarrow as pa
 

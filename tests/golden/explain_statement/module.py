@@ -24,6 +24,7 @@ INSERT INTO dst SELECT id, v FROM src;
 from __future__ import annotations
 
 import datetime as dt  # noqa: F401  (temporal literals)
+import decimal  # noqa: F401  (DECIMAL literals)
 
 import pyarrow as pa
 

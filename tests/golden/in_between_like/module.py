@@ -33,6 +33,7 @@ WHERE cat IN (1, 2, 3)
 from __future__ import annotations
 
 import datetime as dt  # noqa: F401  (temporal literals)
+import decimal  # noqa: F401  (DECIMAL literals)
 
 import pyarrow as pa
 

@@ -30,6 +30,7 @@ INSERT INTO dropped SELECT id FROM src;
 from __future__ import annotations
 
 import datetime as dt  # noqa: F401  (temporal literals)
+import decimal  # noqa: F401  (DECIMAL literals)
 
 import pyarrow as pa
 

@@ -41,6 +41,7 @@ FROM clicks;
 from __future__ import annotations
 
 import datetime as dt  # noqa: F401  (temporal literals)
+import decimal  # noqa: F401  (DECIMAL literals)
 
 import pyarrow as pa
 

@@ -29,6 +29,7 @@ HAVING COUNT(*) > 1;
 from __future__ import annotations
 
 import datetime as dt  # noqa: F401  (temporal literals)
+import decimal  # noqa: F401  (DECIMAL literals)
 
 import pyarrow as pa
 
@@ -59,7 +60,7 @@ SCHEMA_WINDOW_3 = pa.schema(
         pa.field('window_time', pa.timestamp('ms'), nullable=False),
         pa.field('agg0', pa.int64(), nullable=False),
         pa.field('agg1', pa.int64()),
-        pa.field('agg2', pa.float64()),
+        pa.field('agg2', pa.int64()),
         pa.field('agg3', pa.int64(), nullable=False),
     ]
 )
@@ -70,7 +71,7 @@ SCHEMA_CHAIN_4 = pa.schema(
         pa.field('window_end', pa.timestamp('ms'), nullable=False),
         pa.field('bids', pa.int64(), nullable=False),
         pa.field('top', pa.int64()),
-        pa.field('mean', pa.float64()),
+        pa.field('mean', pa.int64()),
         pa.field('big', pa.int64(), nullable=False),
     ]
 )
@@ -142,7 +143,7 @@ PLAN = P.Plan(
             aggs=(
                 P.AggSpec(fn='count_star', arg=None, type=pa.int64(), name='agg0'),
                 P.AggSpec(fn='max', arg=2, type=pa.int64(), name='agg1'),
-                P.AggSpec(fn='avg', arg=2, type=pa.float64(), name='agg2'),
+                P.AggSpec(fn='avg', arg=2, type=pa.int64(), name='agg2'),
                 P.AggSpec(fn='count_star', arg=None, type=pa.int64(), filter=3, name='agg3'),
             ),
             schema=SCHEMA_WINDOW_3, allowed_lateness=0,
