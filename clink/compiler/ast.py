@@ -289,6 +289,8 @@ class Select(Node):
     group_by: tuple[Expr, ...] = ()
     having: Expr | None = None
     distinct: bool = False
+    #: ``SELECT /*+ UID('name') */``: the name the block's stateful operators keep in checkpoints.
+    uid: str | None = None
 
 
 # ---------------------------------------------------------------- statements

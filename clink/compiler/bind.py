@@ -108,6 +108,8 @@ class _Binder:
         self.query_count = 0
         self._agg: _AggContext | None = None
         self._over: _OverContext | None = None
+        #: The UID hint of each SELECT being bound, innermost last.
+        self._uids: list[str | None] = []
 
     # ------------------------------------------------------------ statements
 
@@ -431,8 +433,22 @@ class _Binder:
                       for i, (f, t) in enumerate(zip(rel.schema.fields, types, strict=True)))
         return ir.Project(input=rel, exprs=exprs, names=names, span=rel.span)
 
+    @property
+    def _uid(self) -> str | None:
+        """The UID hint of the SELECT being bound (None: its operators are named by what they do)."""
+        return self._uids[-1] if self._uids else None
+
     def _select(self, q: ast.Select) -> tuple[ir.Rel, frozenset[str]]:
         """Bind a query; also return the names of its output columns that carry event time."""
+        # The block's stateful operators (its joins, aggregation, OVER, Top-N) take its UID hint;
+        # those of a subquery take the subquery's own.
+        self._uids.append(q.uid)
+        try:
+            return self._select_block(q)
+        finally:
+            self._uids.pop()
+
+    def _select_block(self, q: ast.Select) -> tuple[ir.Rel, frozenset[str]]:
         if q.distinct:
             raise SqlError("SELECT DISTINCT is not supported yet", q.span)
         if isinstance(q.from_, ast.Join):
@@ -574,7 +590,8 @@ class _Binder:
             order.append((column_for(bound, f"_order{i}"), descending))
         self._raise_collected()
         pre = ir.Project(input=rel, exprs=tuple(exprs), names=_unique(names), span=q.span)
-        rank = ir.Rank(input=pre, partition=tuple(partition), order=tuple(order), limit=None, rank_name=rank_name,
+        rank = ir.Rank(uid=self._uid,
+                       input=pre, partition=tuple(partition), order=tuple(order), limit=None, rank_name=rank_name,
                        span=call.span)
         fields = rank.schema.fields
         out_exprs = []
@@ -649,7 +666,8 @@ class _Binder:
         # Over an append-only input, rows behind the watermark are late; their columns are the
         # relation's, the first ``width`` of the operator's input.
         late = None if updating else self._late_output(q, rel)
-        over = ir.OverAggregate(input=pre, partition=partition, time=time.index, frame=frame, preceding=preceding,
+        over = ir.OverAggregate(uid=self._uid,
+                                input=pre, partition=partition, time=time.index, frame=frame, preceding=preceding,
                                 aggs=tuple(context.aggs), agg_names=tuple(f"over{i}" for i in range(len(context.aggs))),
                                 late_sink=late, late_columns=tuple(range(width)) if late is not None else (),
                                 span=spec.span)
@@ -847,7 +865,8 @@ class _Binder:
                                f"{', '.join(missing)} is not compared with the left side", tree.span,
                                f"add ON ... = {tree.right.columns[names.index(missing[0])].qualifier or 'r'}."
                                f"{missing[0]}")
-        join = ir.Join(left=left_x, right=right_x, kind=tree.kind, left_keys=left_keys, right_keys=right_keys,
+        join = ir.Join(uid=self._uid,
+                       left=left_x, right=right_x, kind=tree.kind, left_keys=left_keys, right_keys=right_keys,
                        residual=resid, interval=interval, lookup=tree.lookup, temporal=tree.temporal,
                        span=tree.span)
         if left_x is left and right_x is right:
@@ -1019,7 +1038,7 @@ class _Binder:
             names += [f"__late_{f.name}" for f in below.schema.fields]
         pre = ir.Project(input=below, exprs=tuple(inputs), names=_unique(names), span=q.span)
         agg_rel: ir.Rel = ir.WindowAggregate(
-            input=pre, window=window, num_keys=num_keys, time=num_keys, aggs=tuple(context.aggs),
+            uid=self._uid, input=pre, window=window, num_keys=num_keys, time=num_keys, aggs=tuple(context.aggs),
             agg_names=tuple(f"agg{i}" for i in range(len(context.aggs))),
             allowed_lateness=self._allowed_lateness(q), late_sink=late, late_columns=late_columns, proctime=proctime,
             span=q.span)
@@ -1098,7 +1117,7 @@ class _Binder:
 
         names = [*key_names, *(f"__arg{i}" for i in range(len(context.inputs)))]
         pre = ir.Project(input=rel, exprs=(*keys, *context.inputs), names=_unique(names), span=q.span)
-        agg_rel = ir.GroupAggregate(input=pre, num_keys=num_keys, aggs=tuple(context.aggs),
+        agg_rel = ir.GroupAggregate(uid=self._uid, input=pre, num_keys=num_keys, aggs=tuple(context.aggs),
                                     agg_names=tuple(f"agg{i}" for i in range(len(context.aggs))), span=q.span)
         # The result has no event time: an update is not an event at a time.
         return self._select_over_aggregate(q, agg_rel, bound, having, rebase), frozenset()

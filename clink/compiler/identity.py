@@ -13,6 +13,10 @@ feed the two sides of a union) are told apart by their order, ``#2`` and so on.
 What the state *means* — the keys and aggregates as SQL text — goes into the state signature
 (``meaning``), which the runtime compares on restore: ``SUM(v)`` changed to ``SUM(w)`` keeps the
 uid, and the restore is refused naming the operator and both meanings.
+
+A user who changes what the uid is made of (renames a sink or source table, say) and wants to
+keep the state names the SELECT's operators: ``SELECT /*+ UID('totals') */ ...`` gives them
+``<kind>:totals`` (``window:totals``, ``join:totals``), whatever the plan around them.
 """
 
 from __future__ import annotations
@@ -96,12 +100,23 @@ def operator_identities(plan: PhysicalPlan) -> dict[int, Identity]:
         kind = _KINDS.get(type(op))
         if kind is None:
             continue
-        what = f"{kind} | {' ; '.join(sorted(paths(op.id)))} | {', '.join(sorted(sources(op.id)))}"
-        base = f"{kind}-{hashlib.sha256(what.encode()).hexdigest()[:10]}"
+        named = _ir_node(op).uid
+        if named is not None:
+            base = f"{kind}:{named}"
+        else:
+            what = f"{kind} | {' ; '.join(sorted(paths(op.id)))} | {', '.join(sorted(sources(op.id)))}"
+            base = f"{kind}-{hashlib.sha256(what.encode()).hexdigest()[:10]}"
         seen[base] += 1
         uid = base if seen[base] == 1 else f"{base}#{seen[base]}"
         out[op.id] = Identity(uid, _meaning(op))
     return out
+
+
+def _ir_node(op: PhysicalOp) -> ir.Rel:
+    match op:
+        case WindowAggOp(agg=node) | GroupAggOp(agg=node) | OverAggOp(over=node) | RankOp(rank=node) | JoinOp(join=node):
+            return node
+    raise TypeError(f"{type(op).__name__} is not a stateful operator")
 
 
 def _column_sql(rel: ir.Rel, index: int) -> str:

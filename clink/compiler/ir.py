@@ -385,6 +385,8 @@ class Join(Rel):
     #: A temporal join (``FOR SYSTEM_TIME AS OF`` an event time): (left time column, right time
     #: column); each left row meets the version of its key valid at its time.
     temporal: tuple[int, int] | None = None
+    #: ``SELECT /*+ UID('name') */``: the name given to this operator's state in checkpoints.
+    uid: str | None = None
 
     @property
     def inputs(self) -> tuple[Rel, ...]:
@@ -518,6 +520,8 @@ class WindowAggregate(Unary):
     #: Windows over processing time (``time`` is a PROCTIME() column): they fire as the clock
     #: passes their end, not on watermarks.
     proctime: bool = False
+    #: ``SELECT /*+ UID('name') */``: the name given to this operator's state in checkpoints.
+    uid: str | None = None
 
     @functools.cached_property
     def schema(self) -> Schema:
@@ -535,6 +539,8 @@ class GroupAggregate(Unary):
     num_keys: int
     aggs: tuple[AggCall, ...]
     agg_names: tuple[str, ...]
+    #: ``SELECT /*+ UID('name') */``: the name given to this operator's state in checkpoints.
+    uid: str | None = None
 
     @functools.cached_property
     def schema(self) -> Schema:
@@ -558,6 +564,8 @@ class OverAggregate(Unary):
     preceding: int | None
     aggs: tuple[AggCall, ...]
     agg_names: tuple[str, ...]
+    #: ``SELECT /*+ UID('name') */``: the name given to this operator's state in checkpoints.
+    uid: str | None = None
     #: Where late rows go (a sink whose ``input`` only describes their schema), and which input
     #: columns they are; None: late rows are dropped and counted.
     late_sink: Sink | None = attrs.field(default=None, eq=False)
@@ -581,6 +589,8 @@ class Rank(Unary):
     limit: int | None
     rank_name: str
     emit_rank: bool = True
+    #: ``SELECT /*+ UID('name') */``: the name given to this operator's state in checkpoints.
+    uid: str | None = None
 
     @functools.cached_property
     def schema(self) -> Schema:

@@ -43,7 +43,10 @@ def parse_script(text: str, file: str = "<sql>") -> ast.Script:
 
 # ---------------------------------------------------------------- syntax errors
 
+_UID_HINT = re.compile(r"\s*UID\s*\(\s*'([A-Za-z0-9_.:-]+)'\s*\)\s*", re.IGNORECASE)
+
 _WORDS = {
+    "HINT": "a query hint /*+ ... */ (taken only right after SELECT)",
     "IDENT": "a name",
     "QUOTED_IDENT": "a `quoted name`",
     "INTEGER_LIT": "a number",
@@ -110,6 +113,10 @@ def _syntax_error(exc: lark.exceptions.UnexpectedInput, text: str, file: str) ->
             span = Span(file, token.line, token.column, token.end_line or token.line,
                         token.end_column or token.column + len(token))
             message = f"unexpected {_token_words(token)}"
+            if token.type == "HINT":
+                return SqlError(f"a query hint is taken only right after SELECT, not here: {' '.join(token.split())}",
+                                span, "clink takes /*+ UID('name') */ after SELECT; table hints such as "
+                                "/*+ OPTIONS(...) */ are not supported")
         expected = _describe_expected(set(exc.expected))
         hint = _hint_for(exc, text)
         return SqlError(message, span, hint or f"expected {expected}")
@@ -423,11 +430,22 @@ class _Builder(Transformer):
 
     # -- queries
 
+    def hint(self, meta, children):
+        (token,) = children
+        m = _UID_HINT.fullmatch(str(token)[3:-2])
+        if m is None:
+            raise SqlError(f"unknown query hint {' '.join(str(token).split())}", self._tspan(token),
+                           "clink takes one hint, /*+ UID('name') */ right after SELECT: the name its stateful "
+                           "operators keep in checkpoints (docs/checkpoints.md)")
+        return ("uid", m[1])
+
     def select(self, meta, children):
         distinct = any(c == "distinct" for c in children)
-        items, from_, where, group_by, having = [], None, None, (), None
+        items, from_, where, group_by, having, uid = [], None, None, (), None, None
         for child in children:
             match child:
+                case ("uid", name):
+                    uid = name
                 case ast.SelectItem():
                     items.append(child)
                 case ast.FromItem():
@@ -439,7 +457,7 @@ class _Builder(Transformer):
                 case ("having", e):
                     having = e
         return ast.Select(items=tuple(items), from_=from_, where=where, group_by=group_by,
-                          having=having, distinct=distinct, span=self._span(meta))
+                          having=having, distinct=distinct, uid=uid, span=self._span(meta))
 
     def join(self, meta, children):
         parts = _strip_keywords(children)

@@ -294,3 +294,34 @@ def test_a_connector_without_options_says_so() -> None:
     with pytest.raises(SqlError, match="unknown option 'rate' for connector 'push'") as e:
         clink.compile("CREATE TABLE t (a INT) WITH ('connector' = 'push', 'rate' = '1'); SELECT a FROM t")
     assert e.value.hint == "the 'push' connector takes no other options"
+
+
+def test_a_uid_hint_carries_state_across_a_renamed_sink(tmp_path: Path) -> None:
+    """Renaming the sink table changes the operator's derived uid (the checkpoint is refused);
+    naming the operator with /*+ UID('...') */ in both versions keeps its state."""
+    from clink.errors import IncompatibleCheckpoint
+
+    config = {"execution.checkpointing.interval-rows": "3000"}
+    out, state = tmp_path / "out", tmp_path / "state"
+    named = SQL.format(out=out).replace("SELECT auction,", "SELECT /*+ UID('totals') */ auction,")
+    first = Job(clink.compile(named, name="ckpt.sql").runtime_plan,
+                RuntimeContext(config=config, state_dir=state, stdout=io.StringIO()))
+    while first.metrics.checkpoints < 2:
+        first.step()
+    del first
+    renamed = named.replace("totals (auction", "totals_v2 (auction").replace("INSERT INTO totals",
+                                                                          "INSERT INTO totals_v2")
+    resumed = Job(clink.compile(renamed, name="ckpt.sql").runtime_plan,
+                  RuntimeContext(config=config, state_dir=state, stdout=io.StringIO()))
+    assert resumed.uids[3] == "window:totals" and resumed.metrics.restored_from == 2
+    resumed.run()
+    # Without the hint the same rename is refused: the operator is another one.
+    plain_state = tmp_path / "plain"
+    first = job(tmp_path / "plain-out", plain_state, every=3000)
+    while first.metrics.checkpoints < 1:
+        first.step()
+    unnamed = SQL.format(out=tmp_path / "plain-out").replace("totals (auction", "totals_v2 (auction").replace(
+        "INSERT INTO totals", "INSERT INTO totals_v2")
+    with pytest.raises(IncompatibleCheckpoint, match="holds no state for operator window-"):
+        Job(clink.compile(unnamed, name="ckpt.sql").runtime_plan,
+            RuntimeContext(config=config, state_dir=plain_state, stdout=io.StringIO()))
