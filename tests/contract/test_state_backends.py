@@ -25,8 +25,6 @@ from hypothesis import strategies as st
 from clink.runtime.state import codec
 from clink.runtime.state.backend import (
     IncompatibleState,
-    ListStateDescriptor,
-    MapStateDescriptor,
     OperatorState,
     StateBackend,
     TableStateDescriptor,
@@ -49,10 +47,8 @@ BACKENDS: dict[str, MakeBackend] = {
 
 KEY = pa.schema([("id", pa.int64()), ("name", pa.string())])
 COUNT = ValueStateDescriptor("count", KEY, pa.int64())
-SEEN = MapStateDescriptor("seen", KEY, pa.string(), pa.int64())
-EVENTS = ListStateDescriptor("events", KEY, pa.int64())
 PARTS = TableStateDescriptor("parts", [("_key_group", pa.int32()), ("k", pa.int64()), ("v", pa.string())])
-DESCRIPTORS = [COUNT, SEEN, EVENTS, PARTS]
+DESCRIPTORS = [COUNT, PARTS]
 
 #: Hypothesis settings for the backend properties: few, short examples keep the file fast, and the
 #: factory fixture is stateless, so sharing it between examples is safe.
@@ -178,49 +174,11 @@ def test_values_keep_their_declared_types(make_backend: MakeBackend, tmp_path: P
         assert acc.get(dt.date(2024, 5, 1)) == value
 
 
-# -- map and list state ---------------------------------------------------------------------------
-
-
-def test_map_state(state: OperatorState) -> None:
-    seen = state.map_state("seen")
-    k = (1, "a")
-    assert seen.items(k) == [] and seen.get(k, "x") is None and not seen.contains(k, "x")
-    seen.put(k, "x", 1)
-    seen.put(k, "y", None)
-    seen.put(k, None, 3)
-    seen.put((2, None), "x", 4)
-    assert seen.get(k, "x") == 1 and seen.contains(k, "y") and seen.get(k, "y") is None
-    assert sorted(seen.items(k), key=repr) == sorted([("x", 1), ("y", None), (None, 3)], key=repr)
-    seen.remove(k, "x")
-    seen.remove(k, "missing")
-    assert not seen.contains(k, "x")
-    seen.clear(k)
-    assert seen.items(k) == []
-    assert all_entries(state) == {("seen", (2, None)): {"x": 4}}
-
-
-def test_list_state(state: OperatorState) -> None:
-    events = state.list_state("events")
-    k = (1, "a")
-    assert events.get(k) == []
-    events.append(k, 1)
-    events.append(k, None)
-    events.extend(k, [3, 4])
-    events.extend((2, "b"), [])
-    assert events.get(k) == [1, None, 3, 4]
-    assert events.get((2, "b")) == []
-    events.clear(k)
-    assert events.get(k) == []
-    events.append(k, 5)
-    assert events.get(k) == [5]
-    assert all_entries(state) == {("events", (1, "a")): [5]}
-
-
 def test_a_state_is_asked_for_by_its_kind(state: OperatorState) -> None:
-    with pytest.raises(TypeError, match="is map state, not value state"):
-        state.value_state("seen")
+    with pytest.raises(TypeError, match="is table state, not value state"):
+        state.value_state("parts")
     with pytest.raises(KeyError, match="no state 'nope'"):
-        state.list_state("nope")
+        state.table_state("nope")
 
 
 # -- key groups and clear -------------------------------------------------------------------------
@@ -230,15 +188,11 @@ def test_entries_of_a_key_group_are_exactly_its_keys(state: OperatorState) -> No
     ids = list(range(200)) + [None]
     names = [f"n{i % 5}" for i in range(200)] + [None]
     state.value_state("count").put_many([pa.array(ids), pa.array(names)], pa.array(range(201)))
-    for i in range(0, 200, 3):
-        state.list_state("events").append((ids[i], names[i]), i)
     groups = key_groups([pa.array(ids), pa.array(names)], MAX_PARALLELISM).tolist()
     for g in range(MAX_PARALLELISM):
         listed = list(state.entries(g))
         expected = {("count", (i, n), v) for v, (i, n, kg) in enumerate(zip(ids, names, groups)) if kg == g}
         assert {e for e in listed if e[0] == "count"} == expected
-        assert {(name, key) for name, key, _ in listed if name == "events"} == {
-            ("events", (ids[i], names[i])) for i in range(0, 200, 3) if groups[i] == g}
     with pytest.raises(ValueError, match="outside"):
         list(state.entries(MAX_PARALLELISM))
 
@@ -249,13 +203,12 @@ def test_the_key_group_of_a_key_does_not_depend_on_its_batch() -> None:
 
 def test_clear_removes_everything(state: OperatorState) -> None:
     state.value_state("count").put((1, "a"), 1)
-    state.map_state("seen").put((1, "a"), "x", 1)
-    state.list_state("events").append((1, "a"), 1)
+    state.table_state("parts").add(1, parts_table([(1, "a")]))
     state.commit(1)
     state.clear()
     assert all_entries(state) == {}
     assert state.value_state("count").get((1, "a")) is None
-    assert state.list_state("events").get((1, "a")) == []
+    assert state.table_state("parts").get(1) is None and state.table_state("parts").namespaces() == []
 
 
 # -- random operations against a dict model --------------------------------------------------------
@@ -268,11 +221,6 @@ operations = st.lists(st.one_of(
     st.tuples(st.just("get"), keys),
     st.tuples(st.just("put_many"), st.lists(st.tuples(keys, ints), max_size=8)),
     st.tuples(st.just("get_many"), st.lists(keys, max_size=8)),
-    st.tuples(st.just("map_put"), keys, st.sampled_from(["x", "y", None]), ints),
-    st.tuples(st.just("map_remove"), keys, st.sampled_from(["x", "y", None])),
-    st.tuples(st.just("map_clear"), keys),
-    st.tuples(st.just("list_append"), keys, ints),
-    st.tuples(st.just("list_clear"), keys),
     st.tuples(st.just("table_add"), st.sampled_from([-5, 0, 7, 2**40]),
               st.lists(st.tuples(st.integers(0, 20), st.sampled_from([None, "p", "q"])), max_size=5)),
     st.tuples(st.just("table_replace"), st.sampled_from([-5, 0, 7]),
@@ -283,8 +231,7 @@ operations = st.lists(st.one_of(
 
 
 def apply(state: OperatorState, model: dict[tuple[str, tuple], Any], op: tuple) -> None:
-    counts, seen, events = state.value_state("count"), state.map_state("seen"), state.list_state("events")
-    parts = state.table_state("parts")
+    counts, parts = state.value_state("count"), state.table_state("parts")
     match op:
         case ("table_add", ns, rows):
             parts.add(ns, parts_table(rows))
@@ -314,31 +261,12 @@ def apply(state: OperatorState, model: dict[tuple[str, tuple], Any], op: tuple) 
         case ("get_many", ks):
             got = counts.get_many([pa.array([k[0] for k in ks], pa.int64()), pa.array([k[1] for k in ks], pa.string())])
             assert got.to_pylist() == [model.get(("count", k)) for k in ks]
-        case ("map_put", k, uk, v):
-            seen.put(k, uk, v)
-            model.setdefault(("seen", k), {})[uk] = v
-        case ("map_remove", k, uk):
-            seen.remove(k, uk)
-            m = model.get(("seen", k), {})
-            m.pop(uk, None)
-            if not m:
-                model.pop(("seen", k), None)
-        case ("map_clear", k):
-            seen.clear(k)
-            model.pop(("seen", k), None)
-        case ("list_append", k, v):
-            events.append(k, v)
-            model.setdefault(("events", k), []).append(v)
-        case ("list_clear", k):
-            events.clear(k)
-            model.pop(("events", k), None)
         case ("commit",):
             state.commit(1)
     # reads through the handles agree with the model after every step
     if len(op) > 1 and isinstance(op[1], tuple):
         k = op[1]
-        assert dict(seen.items(k)) == model.get(("seen", k), {})
-        assert events.get(k) == model.get(("events", k), [])
+        assert counts.get(k) == model.get(("count", k))
     if op[0].startswith("table"):  # buckets keep rows in the order added
         ns = op[1]
         assert table_rows(parts.get(ns)) == model.get(("parts", (ns,)), [])
@@ -388,8 +316,6 @@ def test_restore_splits_and_merges_by_key_group(make_backend: MakeBackend, tmp_p
     ids, names = pa.array(range(100)), pa.array([str(i % 4) for i in range(100)])
     with make_backend(tmp_path / "a").open("op", DESCRIPTORS) as state:
         state.value_state("count").put_many([ids, names], pa.array(range(100)))
-        state.map_state("seen").put((1, "1"), "x", 1)
-        state.list_state("events").extend((2, "2"), [1, 2])
         state.table_state("parts").add(3, parts_table([(i, str(i)) for i in range(20)]))
         state.table_state("parts").add(-1, parts_table([(5, None)]))
         everything = all_entries(state)
@@ -414,10 +340,10 @@ def test_restore_rejects_state_declared_differently(make_backend: MakeBackend, t
         state.value_state("count").put((1, "a"), 1)
         files = state.snapshot(tmp_path / "snap")
     changed = ValueStateDescriptor("count", KEY, pa.string())
-    with (make_backend(tmp_path / "b").open("op", [changed, SEEN, EVENTS]) as other,
+    with (make_backend(tmp_path / "b").open("op", [changed, PARTS]) as other,
           pytest.raises(IncompatibleState, match="count")):
         other.restore(files)
-    with make_backend(tmp_path / "c").open("op", [SEEN]) as other, pytest.raises(IncompatibleState, match="does not"):
+    with make_backend(tmp_path / "c").open("op", [PARTS]) as other, pytest.raises(IncompatibleState, match="does not"):
         other.restore(files)
 
 
@@ -437,15 +363,13 @@ def test_sqlite_reopens_as_of_the_last_commit(tmp_path: Path, cache_entries: int
     with backend.open("op", DESCRIPTORS) as state:
         counts = state.value_state("count")
         counts.put_many([pa.array(range(10)), pa.array(["a"] * 10)], pa.array(range(10)))
-        state.list_state("events").extend((1, "a"), [1, 2])
         state.table_state("parts").add(10, parts_table([(1, "a"), (2, "b")]))
         state.commit(5)
         committed = all_entries(state)
         counts.put_many([pa.array(range(10)), pa.array(["a"] * 10)], pa.array(range(100, 110)))
-        state.list_state("events").append((1, "a"), 3)
         state.table_state("parts").add(10, parts_table([(3, "c")]))
         state.table_state("parts").add(11, parts_table([(3, "c")]))
-        state.map_state("seen").put((1, "a"), "x", 1)
+        counts.put((99, "new"), 1)
     with backend.open("op", DESCRIPTORS) as state:  # the uncommitted changes are gone
         assert state.committed_checkpoint == 5
         assert all_entries(state) == committed

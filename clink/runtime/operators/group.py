@@ -21,7 +21,7 @@ keeps a key's values with its accumulators. The rows are runs of count changes s
 ``_hash``, found by binary search and merged as they grow (``_DistinctCounts``), so the work per
 batch grows with the batch, not with the state; a pair goes when its counts sum to 0. (A value
 state cannot hold the pairs: it takes a key group from its whole key, which would be key and
-value together; a map state has no batch form.)
+value together.)
 
 Counts and sums can be retracted (a ``-U`` / ``-D`` input row adds its negation), MIN and MAX
 cannot: an extreme that is retracted leaves no record of the next one. So MIN / MAX over an

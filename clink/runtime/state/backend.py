@@ -1,12 +1,10 @@
 """The keyed state contract: what an operator may keep per key, and how it is checkpointed.
 
 A ``StateBackend`` opens one ``OperatorState`` per operator, from descriptors that declare each
-state's kind, name and Arrow types. Four kinds exist:
+state's kind, name and Arrow types. Two kinds exist:
 
 - **value state** — one value per key (``ValueState``), with batch forms ``get_many`` /
   ``put_many`` that take key columns and return or take a value column: the forms operators use;
-- **map state** — per key, a map from user keys to values (``MapState``);
-- **list state** — per key, a list that grows by appending (``ListState``);
 - **table state** — Arrow rows in numbered buckets (``TableState``), each row carrying its key
   group: the form of operators that work on whole batches, such as window aggregation, whose
   buckets are windows and whose rows are partial aggregates per key.
@@ -52,10 +50,6 @@ __all__ = [
     "IncompatibleState",
     "Key",
     "KeyColumns",
-    "ListState",
-    "ListStateDescriptor",
-    "MapState",
-    "MapStateDescriptor",
     "OperatorState",
     "StateBackend",
     "StateDescriptor",
@@ -75,7 +69,7 @@ KEY_GROUP = "_key_group"
 #: The column that names a row's bucket in a snapshot of table state.
 NAMESPACE = "_namespace"
 #: Column names that snapshots use for their own purposes; key fields may not take them.
-RESERVED_NAMES = frozenset({KEY_GROUP, "_user_key", "_value", NAMESPACE})
+RESERVED_NAMES = frozenset({KEY_GROUP, "_value", NAMESPACE})
 
 
 class IncompatibleState(ClinkError):
@@ -128,39 +122,6 @@ class ValueStateDescriptor:
         return f"value key=<{_schema_text(self.key_schema)}> value={self.value_type}"
 
 
-@attrs.frozen
-class MapStateDescriptor:
-    """Per key of ``key_schema``, a map from ``user_key_type`` (a scalar type) to ``value_type``."""
-
-    name: str = attrs.field(validator=_check_name)
-    key_schema: pa.Schema = attrs.field(converter=_to_key_schema, validator=_check_key_schema)
-    user_key_type: pa.DataType
-    value_type: pa.DataType
-
-    kind = "map"
-
-    def __attrs_post_init__(self) -> None:
-        _check_key_schema(self, None, pa.schema([("user_key", self.user_key_type)]))  # type: ignore[arg-type]
-
-    def signature(self) -> str:
-        return (f"map key=<{_schema_text(self.key_schema)}> user_key={self.user_key_type} "
-                f"value={self.value_type}")
-
-
-@attrs.frozen
-class ListStateDescriptor:
-    """Per key of ``key_schema``, a list of ``element_type`` values, in the order appended."""
-
-    name: str = attrs.field(validator=_check_name)
-    key_schema: pa.Schema = attrs.field(converter=_to_key_schema, validator=_check_key_schema)
-    element_type: pa.DataType
-
-    kind = "list"
-
-    def signature(self) -> str:
-        return f"list key=<{_schema_text(self.key_schema)}> element={self.element_type}"
-
-
 def _check_table_schema(instance: object, attribute: attrs.Attribute, schema: pa.Schema) -> None:
     index = schema.get_field_index(KEY_GROUP)
     if index < 0 or schema.field(index).type != pa.int32():
@@ -183,7 +144,7 @@ class TableStateDescriptor:
         return f"table <{_schema_text(self.schema)}>"
 
 
-StateDescriptor = ValueStateDescriptor | MapStateDescriptor | ListStateDescriptor | TableStateDescriptor
+StateDescriptor = ValueStateDescriptor | TableStateDescriptor
 
 
 def _schema_text(schema: pa.Schema) -> str:
@@ -223,60 +184,6 @@ class ValueState(abc.ABC):
     def put_many(self, keys: KeyColumns, values: pa.Array | pa.ChunkedArray) -> None:
         """Set each row's key to the row's value, in row order (the last row of a key wins); a
         NULL value deletes the key."""
-
-
-class MapState(abc.ABC):
-    """Per key, a map from user keys to values. Values may be None; ``contains`` tells a stored
-    None from a missing entry."""
-
-    descriptor: MapStateDescriptor
-
-    @abc.abstractmethod
-    def get(self, key: Key | Any, user_key: Any) -> Any:
-        """The value at ``user_key`` in the map of ``key``, or None."""
-
-    @abc.abstractmethod
-    def contains(self, key: Key | Any, user_key: Any) -> bool:
-        """Whether the map of ``key`` has an entry at ``user_key``."""
-
-    @abc.abstractmethod
-    def put(self, key: Key | Any, user_key: Any, value: Any) -> None:
-        """Set the entry at ``user_key`` in the map of ``key``."""
-
-    @abc.abstractmethod
-    def remove(self, key: Key | Any, user_key: Any) -> None:
-        """Remove the entry at ``user_key``; a missing entry is not an error."""
-
-    @abc.abstractmethod
-    def items(self, key: Key | Any) -> list[tuple[Any, Any]]:
-        """The entries of the map of ``key`` (empty if none), in no promised order."""
-
-    @abc.abstractmethod
-    def clear(self, key: Key | Any) -> None:
-        """Remove the whole map of ``key``."""
-
-
-class ListState(abc.ABC):
-    """Per key, a list of values in the order they were appended. Elements may be None; an empty
-    list and a missing key read alike."""
-
-    descriptor: ListStateDescriptor
-
-    @abc.abstractmethod
-    def append(self, key: Key | Any, value: Any) -> None:
-        """Append ``value`` to the list of ``key``."""
-
-    @abc.abstractmethod
-    def extend(self, key: Key | Any, values: Iterable[Any]) -> None:
-        """Append each of ``values`` to the list of ``key``, in order."""
-
-    @abc.abstractmethod
-    def get(self, key: Key | Any) -> list[Any]:
-        """The list of ``key`` (a new list; empty if none)."""
-
-    @abc.abstractmethod
-    def clear(self, key: Key | Any) -> None:
-        """Remove the list of ``key``."""
 
 
 class TableState(abc.ABC):
@@ -343,24 +250,15 @@ class OperatorState(abc.ABC):
         """The value state declared as ``name``."""
 
     @abc.abstractmethod
-    def map_state(self, name: str) -> MapState:
-        """The map state declared as ``name``."""
-
-    @abc.abstractmethod
-    def list_state(self, name: str) -> ListState:
-        """The list state declared as ``name``."""
-
-    @abc.abstractmethod
     def table_state(self, name: str) -> TableState:
         """The table state declared as ``name``."""
 
     @abc.abstractmethod
     def entries(self, key_group: int) -> Iterator[tuple[str, Key, Any]]:
         """Every ``(state name, key, value)`` whose key is in ``key_group``, in no promised order.
-        The value is the value (value state), a ``dict`` of the entries (map state) or the
-        ``list`` (list state). For table state the key is ``(namespace,)`` and the value a
-        ``pa.Table`` of the bucket's rows of that key group (buckets without any are left out).
-        Do not write to the state while iterating."""
+        For table state the key is ``(namespace,)`` and the value a ``pa.Table`` of the bucket's
+        rows of that key group (buckets without any are left out). Do not write to the state while
+        iterating."""
 
     @abc.abstractmethod
     def clear(self) -> None:
@@ -429,7 +327,7 @@ def descriptor_map(operator_id: str, descriptors: Iterable[StateDescriptor]) -> 
     """The descriptors by name; two states with one name are an error."""
     by_name: dict[str, StateDescriptor] = {}
     for d in descriptors:
-        if not isinstance(d, (ValueStateDescriptor, MapStateDescriptor, ListStateDescriptor, TableStateDescriptor)):
+        if not isinstance(d, (ValueStateDescriptor, TableStateDescriptor)):
             raise TypeError(f"operator {operator_id!r}: expected a state descriptor, got {d!r}")
         if d.name in by_name:
             raise ValueError(f"operator {operator_id!r} declares state {d.name!r} twice")

@@ -25,10 +25,6 @@ from clink.runtime.state.backend import (
     Key,
     KeyColumns,
     KeyHelper,
-    ListState,
-    ListStateDescriptor,
-    MapState,
-    MapStateDescriptor,
     OperatorState,
     StateBackend,
     StateDescriptor,
@@ -48,7 +44,6 @@ __all__ = ["MemoryOperatorState", "MemoryStateBackend", "split_by_namespace"]
 
 #: Version of the snapshot file layout (schema metadata ``clink.state.format``).
 SNAPSHOT_FORMAT = "1"
-USER_KEY = "_user_key"
 VALUE = "_value"
 
 
@@ -73,10 +68,10 @@ class MemoryStateBackend(StateBackend):
         return MemoryOperatorState(operator_id, descriptor_map(operator_id, descriptors), self.max_parallelism)
 
 
-class _Store:
-    """What every kind of state holds: one dict per key group, from canonical key to an entry."""
+class _MemoryValueState(ValueState):
+    """One dict per key group, from canonical key to value."""
 
-    def __init__(self, descriptor: StateDescriptor, max_parallelism: int) -> None:
+    def __init__(self, descriptor: ValueStateDescriptor, max_parallelism: int) -> None:
         self.descriptor = descriptor
         self.keys = KeyHelper(descriptor.key_schema, max_parallelism)
         self.groups: list[dict[Key, Any]] = [{} for _ in range(max_parallelism)]
@@ -88,10 +83,6 @@ class _Store:
     def clear_all(self) -> None:
         for g in self.groups:
             g.clear()
-
-
-class _MemoryValueState(_Store, ValueState):
-    descriptor: ValueStateDescriptor
 
     def get(self, key: Any) -> Any:
         group, k = self.slot(key)
@@ -123,69 +114,6 @@ class _MemoryValueState(_Store, ValueState):
                 dicts[g].pop(k, None)
             else:
                 dicts[g][k] = v
-
-
-class _MemoryMapState(_Store, MapState):
-    descriptor: MapStateDescriptor
-
-    def __init__(self, descriptor: MapStateDescriptor, max_parallelism: int) -> None:
-        super().__init__(descriptor, max_parallelism)
-        self.user_keys = KeyHelper(pa.schema([("user_key", descriptor.user_key_type)]), max_parallelism)
-
-    def _uk(self, user_key: Any) -> Any:
-        return self.user_keys.key((user_key,))[0]
-
-    def get(self, key: Any, user_key: Any) -> Any:
-        group, k = self.slot(key)
-        m = group.get(k)
-        return None if m is None else m.get(self._uk(user_key))
-
-    def contains(self, key: Any, user_key: Any) -> bool:
-        group, k = self.slot(key)
-        m = group.get(k)
-        return m is not None and self._uk(user_key) in m
-
-    def put(self, key: Any, user_key: Any, value: Any) -> None:
-        group, k = self.slot(key)
-        group.setdefault(k, {})[self._uk(user_key)] = value
-
-    def remove(self, key: Any, user_key: Any) -> None:
-        group, k = self.slot(key)
-        m = group.get(k)
-        if m is not None:
-            m.pop(self._uk(user_key), None)
-            if not m:
-                del group[k]
-
-    def items(self, key: Any) -> list[tuple[Any, Any]]:
-        group, k = self.slot(key)
-        return list(group.get(k, {}).items())
-
-    def clear(self, key: Any) -> None:
-        group, k = self.slot(key)
-        group.pop(k, None)
-
-
-class _MemoryListState(_Store, ListState):
-    descriptor: ListStateDescriptor
-
-    def append(self, key: Any, value: Any) -> None:
-        group, k = self.slot(key)
-        group.setdefault(k, []).append(value)
-
-    def extend(self, key: Any, values: Iterable[Any]) -> None:
-        values = list(values)
-        if values:
-            group, k = self.slot(key)
-            group.setdefault(k, []).extend(values)
-
-    def get(self, key: Any) -> list[Any]:
-        group, k = self.slot(key)
-        return list(group.get(k, ()))
-
-    def clear(self, key: Any) -> None:
-        group, k = self.slot(key)
-        group.pop(k, None)
 
 
 #: Tables of at least this many rows are measured (``nbytes``); smaller ones are estimated.
@@ -282,8 +210,7 @@ class _MemoryTableState(TableState):
                 yield namespace, rows
 
 
-_KINDS: dict[str, type] = {"value": _MemoryValueState, "map": _MemoryMapState, "list": _MemoryListState,
-                           "table": _MemoryTableState}
+_KINDS: dict[str, type] = {"value": _MemoryValueState, "table": _MemoryTableState}
 
 
 class MemoryOperatorState(OperatorState):
@@ -300,14 +227,6 @@ class MemoryOperatorState(OperatorState):
 
     def value_state(self, name: str) -> ValueState:
         lookup(self.operator_id, self.descriptors, name, "value")
-        return self._stores[name]  # type: ignore[return-value]
-
-    def map_state(self, name: str) -> MapState:
-        lookup(self.operator_id, self.descriptors, name, "map")
-        return self._stores[name]  # type: ignore[return-value]
-
-    def list_state(self, name: str) -> ListState:
-        lookup(self.operator_id, self.descriptors, name, "list")
         return self._stores[name]  # type: ignore[return-value]
 
     def table_state(self, name: str) -> TableState:
@@ -369,14 +288,7 @@ def _quote(text: str) -> str:
 def _table_schema(d: StateDescriptor) -> list[pa.Field]:
     if isinstance(d, TableStateDescriptor):
         return [pa.field(NAMESPACE, pa.int64(), nullable=False), *d.schema.remove_metadata()]
-    fields = [*d.key_schema, pa.field(KEY_GROUP, pa.int32(), nullable=False)]
-    if isinstance(d, ValueStateDescriptor):
-        fields.append(pa.field(VALUE, d.value_type))
-    elif isinstance(d, MapStateDescriptor):
-        fields += [pa.field(USER_KEY, d.user_key_type), pa.field(VALUE, d.value_type)]
-    else:
-        fields.append(pa.field(VALUE, pa.list_(d.element_type)))
-    return fields
+    return [*d.key_schema, pa.field(KEY_GROUP, pa.int32(), nullable=False), pa.field(VALUE, d.value_type)]
 
 
 def _to_table(store: Any, operator_id: str, max_parallelism: int) -> pa.Table:
@@ -401,25 +313,14 @@ def _to_table(store: Any, operator_id: str, max_parallelism: int) -> pa.Table:
         return pa.concat_tables(tables).cast(schema)
     keys: list[Key] = []
     groups: list[int] = []
-    user_keys: list[Any] = []
     values: list[Any] = []
     for g, entries in enumerate(store.groups):
         for k, v in entries.items():
-            if isinstance(d, MapStateDescriptor):
-                for uk, uv in v.items():
-                    keys.append(k)
-                    groups.append(g)
-                    user_keys.append(uk)
-                    values.append(uv)
-            else:
-                keys.append(k)
-                groups.append(g)
-                values.append(v)
-    columns = [*store.keys.arrays(keys), pa.array(np.asarray(groups, dtype=np.int32), pa.int32())]
-    fields = _table_schema(d)
-    if isinstance(d, MapStateDescriptor):
-        columns.append(codec.from_pylist(user_keys, d.user_key_type))
-    columns.append(codec.from_pylist(values, fields[-1].type))
+            keys.append(k)
+            groups.append(g)
+            values.append(v)
+    columns = [*store.keys.arrays(keys), pa.array(np.asarray(groups, dtype=np.int32), pa.int32()),
+               codec.from_pylist(values, d.value_type)]
     return pa.Table.from_arrays(columns, schema=schema)
 
 
@@ -461,19 +362,9 @@ def _load(store: Any, table: pa.Table) -> None:
     groups = table[KEY_GROUP].to_pylist()
     values = codec.to_pylist(table[VALUE])
     dicts = store.groups
-    if isinstance(d, MapStateDescriptor):
-        user_keys = codec.to_pylist(table[USER_KEY])
-        uk = store.user_keys  # type: ignore[attr-defined]
-        for g, k, u, v in zip(groups, keys, user_keys, values, strict=True):
-            dicts[g].setdefault(k, {})[uk.key((u,))[0]] = v
-    elif isinstance(d, ListStateDescriptor):
-        for g, k, v in zip(groups, keys, values, strict=True):
-            if v:
-                dicts[g].setdefault(k, []).extend(v)
-    else:
-        for g, k, v in zip(groups, keys, values, strict=True):
-            if v is not None:
-                dicts[g][k] = v
+    for g, k, v in zip(groups, keys, values, strict=True):
+        if v is not None:
+            dicts[g][k] = v
 
 
 def split_by_namespace(table: pa.Table, column: str = NAMESPACE) -> list[tuple[int, pa.Table]]:

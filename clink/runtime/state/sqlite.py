@@ -5,18 +5,15 @@ Layout of ``<directory>/<operator id, percent-quoted>.sqlite`` (WAL journal, ``s
 - ``clink_meta(name, value)``: ``layout`` and ``codec`` format versions, ``operator``,
   ``max_parallelism``, ``committed_checkpoint``;
 - ``clink_states(name, tbl, signature)``: each state's table and its declared kind and types;
-- one table per state, keys and values as ``codec`` blobs (keys canonical, so equal keys are equal
-  bytes), each with an index on ``kg`` (the key group) for per-group iteration and rescale:
+- one table per state: for value state ``(kg, k, v)``, primary key ``k``, keys and values as
+  ``codec`` blobs (keys canonical, so equal keys are equal bytes), with an index on ``kg`` (the key
+  group) for per-group iteration and rescale; for table state ``(ns, seq, n, data)`` (see
+  ``_SqliteTableState``).
 
-  - value state ``(kg, k, v)``, primary key ``k``;
-  - map state ``(kg, k, uk, v)``, primary key ``(k, uk)``;
-  - list state ``(kg, k, seq, v)``, primary key ``(k, seq)``, ``seq`` the position.
-
-Reads and writes go through an LRU cache of at most ``cache_entries`` entries (a value-state key
-counts 1, a map-state key 1 + its entries, a list-state key 1 + its elements appended since they
-were last written); dirty entries are written when evicted. Everything written since the last
-``commit`` sits in one open transaction, so the database file always holds the state as of the
-last commit: ``commit`` writes the dirty entries and the checkpoint id and commits, durably.
+Value state is read and written through an LRU cache of at most ``cache_entries`` keys; dirty
+entries are written when evicted. Everything written since the last ``commit`` sits in one open
+transaction, so the database file always holds the state as of the last commit: ``commit``
+writes the dirty entries and the checkpoint id and commits, durably.
 """
 
 from __future__ import annotations
@@ -41,10 +38,6 @@ from clink.runtime.state.backend import (
     Key,
     KeyColumns,
     KeyHelper,
-    ListState,
-    ListStateDescriptor,
-    MapState,
-    MapStateDescriptor,
     OperatorState,
     StateBackend,
     StateDescriptor,
@@ -99,10 +92,11 @@ class SqliteStateBackend(StateBackend):
                                    page_cache_kib=self.page_cache_kib, table_cache_bytes=self.table_cache_bytes)
 
 
-class _Table:
-    """One state's table, codecs and handle logic; entries live in the operator's shared cache."""
+class _SqliteValueState(ValueState):
+    """One state's table, codecs and handle logic; entries live in the operator's shared cache,
+    each ``[key group, value or None]``."""
 
-    def __init__(self, owner: SqliteOperatorState, index: int, tbl: str, descriptor: StateDescriptor) -> None:
+    def __init__(self, owner: SqliteOperatorState, index: int, tbl: str, descriptor: ValueStateDescriptor) -> None:
         self.owner = owner
         self.index = index
         self.tbl = tbl
@@ -110,20 +104,11 @@ class _Table:
         self.keys = KeyHelper(descriptor.key_schema, owner.max_parallelism)
         self.encode_key = codec.row_encoder(descriptor.key_schema.types, canonical=True)
         self.decode_key = codec.row_decoder(descriptor.key_schema.types)
+        self.encode_value = codec.encoder(descriptor.value_type)
+        self.decode_value = codec.decoder(descriptor.value_type)
 
     def ckey(self, key: Any) -> tuple[int, Key]:
         return (self.index, self.keys.key(key))
-
-
-class _SqliteValueState(_Table, ValueState):
-    """Cache entry: ``[key group, value or None]``."""
-
-    descriptor: ValueStateDescriptor
-
-    def __init__(self, owner: SqliteOperatorState, index: int, tbl: str, descriptor: ValueStateDescriptor) -> None:
-        super().__init__(owner, index, tbl, descriptor)
-        self.encode_value = codec.encoder(descriptor.value_type)
-        self.decode_value = codec.decoder(descriptor.value_type)
 
     def get(self, key: Any) -> Any:
         owner = self.owner
@@ -132,7 +117,7 @@ class _SqliteValueState(_Table, ValueState):
         if entry is None:
             row = owner.conn.execute(f"SELECT v FROM {self.tbl} WHERE k = ?", (self.encode_key(ck[1]),)).fetchone()
             entry = [self.keys.group(ck[1]), None if row is None else self.decode_value(row[0])]
-            owner.add(ck, entry, 1, dirty=False)
+            owner.add(ck, entry)
         return entry[1]
 
     def put(self, key: Any, value: Any) -> None:
@@ -174,7 +159,7 @@ class _SqliteValueState(_Table, ValueState):
                 value = found.get(k)
                 for i in rows:
                     out[i] = value
-                owner.add((index, k), [missing_groups[k], value], 1, dirty=False, evict=False)
+                owner.add((index, k), [missing_groups[k], value], evict=False)
             owner.evict()
         return codec.from_pylist(out, self.descriptor.value_type)
 
@@ -197,180 +182,6 @@ class _SqliteValueState(_Table, ValueState):
     def scan(self, key_group: int) -> Iterator[tuple[Key, Any]]:
         for kb, vb in self.owner.conn.execute(f"SELECT k, v FROM {self.tbl} WHERE kg = ?", (key_group,)).fetchall():
             yield self.keys.key(self.decode_key(kb)), self.decode_value(vb)
-
-
-class _SqliteMapState(_Table, MapState):
-    """Cache entry: ``[key group, {user key: value} (the whole map), changed user keys, cleared]``."""
-
-    descriptor: MapStateDescriptor
-
-    def __init__(self, owner: SqliteOperatorState, index: int, tbl: str, descriptor: MapStateDescriptor) -> None:
-        super().__init__(owner, index, tbl, descriptor)
-        self.user_keys = KeyHelper(pa.schema([("user_key", descriptor.user_key_type)]), owner.max_parallelism)
-        self.encode_uk = codec.encoder(descriptor.user_key_type, canonical=True)
-        self.decode_uk = codec.decoder(descriptor.user_key_type)
-        self.encode_value = codec.encoder(descriptor.value_type)
-        self.decode_value = codec.decoder(descriptor.value_type)
-
-    def _uk(self, user_key: Any) -> Any:
-        return self.user_keys.key((user_key,))[0]
-
-    def _entry(self, key: Any) -> tuple[tuple[int, Key], list]:
-        owner = self.owner
-        ck = self.ckey(key)
-        entry = owner.touch(ck)
-        if entry is None:
-            rows = owner.conn.execute(f"SELECT uk, v FROM {self.tbl} WHERE k = ?", (self.encode_key(ck[1]),))
-            items = {self._uk(self.decode_uk(ub)): self.decode_value(vb) for ub, vb in rows}
-            entry = [self.keys.group(ck[1]), items, set(), False]
-            owner.add(ck, entry, 1 + len(items), dirty=False)
-        return ck, entry
-
-    def get(self, key: Any, user_key: Any) -> Any:
-        return self._entry(key)[1][1].get(self._uk(user_key))
-
-    def contains(self, key: Any, user_key: Any) -> bool:
-        return self._uk(user_key) in self._entry(key)[1][1]
-
-    def put(self, key: Any, user_key: Any, value: Any) -> None:
-        ck, entry = self._entry(key)
-        uk = self._uk(user_key)
-        grew = uk not in entry[1]
-        entry[1][uk] = value
-        entry[2].add(uk)
-        self.owner.changed(ck, 1 if grew else 0)
-
-    def remove(self, key: Any, user_key: Any) -> None:
-        ck, entry = self._entry(key)
-        uk = self._uk(user_key)
-        if uk in entry[1]:
-            del entry[1][uk]
-            entry[2].add(uk)
-            self.owner.changed(ck, -1)
-
-    def items(self, key: Any) -> list[tuple[Any, Any]]:
-        return list(self._entry(key)[1][1].items())
-
-    def clear(self, key: Any) -> None:
-        ck, entry = self._entry(key)
-        removed = len(entry[1])
-        entry[1], entry[2], entry[3] = {}, set(), True
-        self.owner.changed(ck, -removed)
-
-    def flush(self, entries: list[tuple[Key, list]]) -> None:
-        conn = self.owner.conn
-        clears, upserts, deletes = [], [], []
-        for k, (g, items, changed, cleared) in entries:
-            kb = self.encode_key(k)
-            if cleared:
-                clears.append((kb,))
-                upserts += [(g, kb, self.encode_uk(uk), self.encode_value(v)) for uk, v in items.items()]
-            else:
-                for uk in changed:
-                    if uk in items:
-                        upserts.append((g, kb, self.encode_uk(uk), self.encode_value(items[uk])))
-                    else:
-                        deletes.append((kb, self.encode_uk(uk)))
-        if clears:
-            conn.executemany(f"DELETE FROM {self.tbl} WHERE k = ?", clears)
-        if deletes:
-            conn.executemany(f"DELETE FROM {self.tbl} WHERE k = ? AND uk = ?", deletes)
-        if upserts:
-            conn.executemany(f"INSERT OR REPLACE INTO {self.tbl} (kg, k, uk, v) VALUES (?, ?, ?, ?)", upserts)
-        for _, entry in entries:  # the entry stays cached and now matches the table
-            entry[2], entry[3] = set(), False
-
-    def scan(self, key_group: int) -> Iterator[tuple[Key, Any]]:
-        rows = self.owner.conn.execute(f"SELECT k, uk, v FROM {self.tbl} WHERE kg = ? ORDER BY k", (key_group,))
-        current: bytes | None = None
-        items: dict[Any, Any] = {}
-        for kb, ub, vb in rows.fetchall():
-            if kb != current:
-                if current is not None:
-                    yield self.keys.key(self.decode_key(current)), items
-                current, items = kb, {}
-            items[self._uk(self.decode_uk(ub))] = self.decode_value(vb)
-        if current is not None:
-            yield self.keys.key(self.decode_key(current)), items
-
-
-class _SqliteListState(_Table, ListState):
-    """Cache entry: ``[key group, cleared, elements appended since the table was written]``. The
-    stored elements are not cached: appending never reads them."""
-
-    descriptor: ListStateDescriptor
-
-    def __init__(self, owner: SqliteOperatorState, index: int, tbl: str, descriptor: ListStateDescriptor) -> None:
-        super().__init__(owner, index, tbl, descriptor)
-        self.encode_value = codec.encoder(descriptor.element_type)
-        self.decode_value = codec.decoder(descriptor.element_type)
-
-    def _entry(self, key: Any) -> tuple[tuple[int, Key], list]:
-        owner = self.owner
-        ck = self.ckey(key)
-        entry = owner.touch(ck)
-        if entry is None:
-            entry = [self.keys.group(ck[1]), False, []]
-            owner.add(ck, entry, 1, dirty=False)
-        return ck, entry
-
-    def append(self, key: Any, value: Any) -> None:
-        self.extend(key, [value])
-
-    def extend(self, key: Any, values: Iterable[Any]) -> None:
-        values = list(values)
-        if values:
-            ck, entry = self._entry(key)
-            entry[2].extend(values)
-            self.owner.changed(ck, len(values))
-
-    def get(self, key: Any) -> list[Any]:
-        ck = self.ckey(key)
-        entry = self.owner.touch(ck)
-        if entry is not None and entry[1]:
-            return list(entry[2])
-        rows = self.owner.conn.execute(f"SELECT v FROM {self.tbl} WHERE k = ? ORDER BY seq", (self.encode_key(ck[1]),))
-        stored = [self.decode_value(vb) for (vb,) in rows]
-        return stored + entry[2] if entry is not None else stored
-
-    def clear(self, key: Any) -> None:
-        ck, entry = self._entry(key)
-        removed = len(entry[2])
-        entry[1], entry[2] = True, []
-        self.owner.changed(ck, -removed)
-
-    def flush(self, entries: list[tuple[Key, list]]) -> None:
-        conn = self.owner.conn
-        clears, inserts = [], []
-        for k, entry in entries:
-            g, cleared, pending = entry
-            kb = self.encode_key(k)
-            if cleared:
-                clears.append((kb,))
-                start = 0
-            else:
-                (start,) = conn.execute(f"SELECT COALESCE(MAX(seq) + 1, 0) FROM {self.tbl} WHERE k = ?",
-                                        (kb,)).fetchone()
-            inserts += [(g, kb, start + i, self.encode_value(v)) for i, v in enumerate(pending)]
-        if clears:
-            conn.executemany(f"DELETE FROM {self.tbl} WHERE k = ?", clears)
-        if inserts:
-            conn.executemany(f"INSERT INTO {self.tbl} (kg, k, seq, v) VALUES (?, ?, ?, ?)", inserts)
-        for _, entry in entries:
-            entry[1], entry[2] = False, []
-
-    def scan(self, key_group: int) -> Iterator[tuple[Key, Any]]:
-        rows = self.owner.conn.execute(f"SELECT k, v FROM {self.tbl} WHERE kg = ? ORDER BY k, seq", (key_group,))
-        current: bytes | None = None
-        values: list[Any] = []
-        for kb, vb in rows.fetchall():
-            if kb != current:
-                if current is not None:
-                    yield self.keys.key(self.decode_key(current)), values
-                current, values = kb, []
-            values.append(self.decode_value(vb))
-        if current is not None:
-            yield self.keys.key(self.decode_key(current)), values
 
 
 class _SqliteTableState(TableState):
@@ -557,15 +368,10 @@ def _from_ipc(data: bytes) -> pa.Table:
 
 _COLUMNS = {
     "value": ("kg INTEGER NOT NULL, k BLOB NOT NULL, v BLOB NOT NULL, PRIMARY KEY (k)", "kg, k, v"),
-    "map": ("kg INTEGER NOT NULL, k BLOB NOT NULL, uk BLOB NOT NULL, v BLOB NOT NULL, PRIMARY KEY (k, uk)",
-            "kg, k, uk, v"),
-    "list": ("kg INTEGER NOT NULL, k BLOB NOT NULL, seq INTEGER NOT NULL, v BLOB NOT NULL, PRIMARY KEY (k, seq)",
-             "kg, k, seq, v"),
     "table": ("ns INTEGER NOT NULL, seq INTEGER NOT NULL, n INTEGER NOT NULL, data BLOB NOT NULL, "
               "PRIMARY KEY (ns, seq)", "ns, seq, n, data"),
 }
-_KINDS: dict[str, type] = {"value": _SqliteValueState, "map": _SqliteMapState, "list": _SqliteListState,
-                           "table": _SqliteTableState}
+_KINDS: dict[str, type] = {"value": _SqliteValueState, "table": _SqliteTableState}
 
 
 class SqliteOperatorState(OperatorState):
@@ -582,8 +388,6 @@ class SqliteOperatorState(OperatorState):
         self.table_cache_bytes = table_cache_bytes
         #: (state index, key) -> entry; least recently used first.
         self.cache: OrderedDict[tuple[int, Key], list] = OrderedDict()
-        self._sizes: dict[tuple[int, Key], int] = {}
-        self._size = 0
         self._dirty: set[tuple[int, Key]] = set()
         self._in_transaction = False
         # A URI connection, so that ATTACH (in restore) accepts read-only URIs.
@@ -600,7 +404,7 @@ class SqliteOperatorState(OperatorState):
             self.conn.close()
             raise
 
-    def _open_tables(self) -> list[_Table]:
+    def _open_tables(self) -> list[_SqliteValueState | _SqliteTableState]:
         conn = self.conn
         conn.execute("BEGIN IMMEDIATE")
         try:
@@ -645,32 +449,20 @@ class SqliteOperatorState(OperatorState):
             self.cache.move_to_end(ck)
         return entry
 
-    def add(self, ck: tuple[int, Key], entry: list, size: int, *, dirty: bool, evict: bool = True) -> None:
+    def add(self, ck: tuple[int, Key], entry: list, *, evict: bool = True) -> None:
+        """Cache ``entry``, just read from its table (so not dirty), as the most recently used."""
         self.cache[ck] = entry
-        self._size += size - self._sizes.get(ck, 0)
-        self._sizes[ck] = size
-        if dirty:
-            self._dirty.add(ck)
         if evict:
             self.evict()
 
-    def changed(self, ck: tuple[int, Key], grew: int) -> None:
-        """Entry ``ck`` (just touched) was modified and holds ``grew`` more items."""
-        self._dirty.add(ck)
-        self._size += grew
-        self._sizes[ck] += grew
-        self.evict()
-
     def write_values(self, table: _SqliteValueState, cks: list[tuple[int, Key]], groups: list[int] | None,
                      values: list[Any]) -> None:
-        cache, sizes, dirty = self.cache, self._sizes, self._dirty
+        cache, dirty = self.cache, self._dirty
         for i, (ck, value) in enumerate(zip(cks, values, strict=True)):
             entry = cache.get(ck)
             if entry is None:
                 g = table.keys.group(ck[1]) if groups is None else groups[i]
                 cache[ck] = [g, value]
-                sizes[ck] = 1
-                self._size += 1
             else:
                 cache.move_to_end(ck)
                 entry[1] = value
@@ -679,13 +471,12 @@ class SqliteOperatorState(OperatorState):
 
     def evict(self) -> None:
         """Drop least recently used entries until the cache fits, writing the dirty ones."""
-        if self._size <= self.cache_entries:
+        cache, dirty = self.cache, self._dirty
+        if len(cache) <= self.cache_entries:
             return
-        cache, sizes, dirty = self.cache, self._sizes, self._dirty
         writes: dict[int, list[tuple[Key, list]]] = {}
-        while self._size > self.cache_entries and len(cache) > 1:  # the entry in use stays
+        while len(cache) > self.cache_entries and len(cache) > 1:  # the entry in use stays
             ck, entry = cache.popitem(last=False)
-            self._size -= sizes.pop(ck)
             if ck in dirty:
                 dirty.discard(ck)
                 writes.setdefault(ck[0], []).append((ck[1], entry))
@@ -701,8 +492,7 @@ class SqliteOperatorState(OperatorState):
             self._tables[index].flush(entries)  # type: ignore[attr-defined]
 
     def _flush_all(self) -> None:
-        """Write every dirty entry (they stay cached, now clean); list entries are dropped, since
-        a clean one holds nothing."""
+        """Write every dirty entry (they stay cached, now clean) and every pending table."""
         writes: dict[int, list[tuple[Key, list]]] = {}
         for ck in self._dirty:
             writes.setdefault(ck[0], []).append((ck[1], self.cache[ck]))
@@ -713,11 +503,6 @@ class SqliteOperatorState(OperatorState):
             self._begin()
             for t in tables:
                 t.flush()
-        for index, entries in writes.items():
-            if isinstance(self._tables[index], _SqliteListState):
-                for k, _ in entries:
-                    self._size -= self._sizes.pop((index, k))
-                    del self.cache[(index, k)]
 
     def begin(self) -> None:
         """Open the transaction that collects writes until the next commit (if none is open)."""
@@ -741,9 +526,7 @@ class SqliteOperatorState(OperatorState):
 
     def _drop_cache(self) -> None:
         self.cache.clear()
-        self._sizes.clear()
         self._dirty.clear()
-        self._size = 0
         for table in self._tables:
             if isinstance(table, _SqliteTableState):
                 table.clear_all()
@@ -756,12 +539,6 @@ class SqliteOperatorState(OperatorState):
 
     def value_state(self, name: str) -> ValueState:
         return self._handle(name, "value")
-
-    def map_state(self, name: str) -> MapState:
-        return self._handle(name, "map")
-
-    def list_state(self, name: str) -> ListState:
-        return self._handle(name, "list")
 
     def table_state(self, name: str) -> TableState:
         return self._handle(name, "table")
@@ -876,7 +653,8 @@ class SqliteOperatorState(OperatorState):
             rows.append((ns, seq, part.num_rows, data))
         conn.executemany(f"INSERT INTO main.{table.tbl} (ns, seq, n, data) VALUES (?, ?, ?, ?)", rows)
 
-    def _read_snapshot(self, path: Path, by_name: dict[str, _Table]) -> tuple[Path, list[tuple[str, _Table]], str | None]:
+    def _read_snapshot(self, path: Path, by_name: dict[str, _SqliteValueState | _SqliteTableState]
+                       ) -> tuple[Path, list[tuple[str, _SqliteValueState | _SqliteTableState]], str | None]:
         """Check a snapshot file against this operator: which of its tables feed which of ours,
         and the checkpoint it was committed at."""
         try:
