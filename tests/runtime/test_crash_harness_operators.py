@@ -16,6 +16,7 @@ import signal
 import sqlite3
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -170,6 +171,30 @@ def test_a_kill_inside_a_checkpoint_then_a_restart_gives_the_same_output(
     assert _output(out) == reference
 
 
+def _newest_checkpoint(state: Path) -> int:
+    folder = state / "checkpoints"
+    if not folder.is_dir():
+        return 0
+    done = [int(p.name[4:]) for p in folder.glob("chk-*") if (p / "_manifest.json").exists()]
+    return max(done, default=0)
+
+
+def _kill_after_a_checkpoint(process: subprocess.Popen, state: Path, rng: random.Random) -> bool:
+    """SIGKILL the job a random moment after its next one or two checkpoints complete (so the kill
+    lands while rows flow, whatever the machine's speed); False if it finished first."""
+    target = _newest_checkpoint(state) + rng.randint(1, 2)
+    while process.poll() is None:
+        if _newest_checkpoint(state) >= target:
+            time.sleep(rng.uniform(0.0, 0.05))
+            if process.poll() is not None:
+                return False
+            process.send_signal(signal.SIGKILL)
+            process.wait()
+            return True
+        time.sleep(0.005)
+    return False
+
+
 @pytest.mark.parametrize("query", sorted(QUERIES))
 def test_random_kills_give_the_same_output(query: str, tmp_path: Path, tmp_path_factory: pytest.TempPathFactory,
                                            request: pytest.FixtureRequest) -> None:
@@ -182,16 +207,10 @@ def test_random_kills_give_the_same_output(query: str, tmp_path: Path, tmp_path_
         state = tmp_path / f"state{seed}"
         for attempt in range(6):
             process = _start(ddl, path, state)
-            if attempt < 5:
-                try:
-                    process.wait(timeout=rng.uniform(0.4, 1.3))
-                except subprocess.TimeoutExpired:
-                    process.send_signal(signal.SIGKILL)
-                    process.wait()
-                    kills += 1
-                    continue
-            else:
-                process.wait(timeout=300)
+            if attempt < 5 and _kill_after_a_checkpoint(process, state, rng):
+                kills += 1
+                continue
+            process.wait(timeout=300)
             assert process.returncode == 0, process.stderr.read()
             break
         assert _output(out) == reference, f"{query}: output differs after kills (seed {seed})"
