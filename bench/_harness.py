@@ -80,8 +80,26 @@ def warm(path: Path) -> None:
             pass
 
 
+def remove_output(path: Path) -> None:
+    """Delete what a run wrote: DuckDB's file, or clink's sink directory of part files."""
+    if path.is_dir():
+        import shutil
+
+        shutil.rmtree(path)
+    elif path.exists():
+        path.unlink()
+
+
+def csv_files(path: Path | str) -> str:
+    """What DuckDB's read_csv takes for a run's output: the file, or a glob of the part files."""
+    return f"{path}/part-*.csv" if Path(path).is_dir() else str(path)
+
+
 def count_csv_rows(path: Path) -> int:
-    """Data lines of a CSV file with a header (values hold no line breaks)."""
+    """Data lines of a CSV file with a header (values hold no line breaks), or of every part file
+    in a directory (clink's filesystem sink writes a directory, as Flink's does)."""
+    if path.is_dir():
+        return sum(count_csv_rows(p) for p in sorted(path.iterdir()) if p.name.startswith("part-"))
     lines = 0
     with open(path, "rb") as f:
         while chunk := f.read(16 << 20):
@@ -153,8 +171,7 @@ def run_one(engine: str, case: str, out: Path, text: str, profile: str | None, *
     timings and this process's peak RSS, plus ``clink_metrics(metrics)`` of a clink run. With
     ``profile``, the run is profiled into that file and its top 30 functions printed to stderr
     by each of ``profile_sorts``."""
-    if out.exists():
-        out.unlink()
+    remove_output(out)
     if engine == "clink":
         # Modules are imported before the clock starts, as DuckDB's are.
         import clink

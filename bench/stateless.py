@@ -136,7 +136,7 @@ def run_child(engine: str, case: str, rows: int, args: argparse.Namespace) -> di
     out = _harness.output_path(args.out_dir, OUT_PREFIX, engine, case)
     result = _harness.run_child(Path(__file__).resolve(), out, engine, case, rows, args)
     if not args.keep_output:
-        out.unlink()
+        _harness.remove_output(out)
     return result
 
 

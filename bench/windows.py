@@ -156,7 +156,7 @@ def _same_rows(case: str, clink_out: str, duckdb_out: str) -> tuple[int, int]:
     columns = ", ".join(f"'{n}': '{DUCKDB_TYPES[t]}'" for n, t in out_columns)
 
     def read(path: str) -> str:
-        return f"SELECT * FROM read_csv('{path}', header = true, columns = {{{columns}}})"
+        return f"SELECT * FROM read_csv('{_harness.csv_files(path)}', header = true, columns = {{{columns}}})"
 
     con = duckdb.connect()
     con.execute("SET threads = 1")
@@ -190,8 +190,8 @@ def compare(args: argparse.Namespace) -> dict:
         if args.verify:
             c["only_clink"], c["only_duckdb"] = _same_rows(case, c["output"], d["output"])
         if not args.keep_output:
-            Path(c["output"]).unlink()
-            Path(d["output"]).unlink()
+            _harness.remove_output(Path(c["output"]))
+            _harness.remove_output(Path(d["output"]))
 
     results = _harness.measure(CASES, args, dataset, run_child,
                                clink_max=("peak_state_bytes", "late_records"), note=note,
@@ -235,7 +235,7 @@ def rss_scaling(args: argparse.Namespace) -> dict:
     if not args.keep_output:
         # Both sizes write the same file; each run deletes the one before it.
         for output in {run["output"] for run in runs}:
-            Path(output).unlink()
+            _harness.remove_output(Path(output))
     small, large = runs
     growth = large["peak_rss_mib"] / small["peak_rss_mib"] - 1
     report = {"case": RSS_CASE, "runs": runs, "growth": growth, "flat": growth <= RSS_GROWTH,

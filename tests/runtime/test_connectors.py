@@ -261,11 +261,17 @@ def test_filesystem_round_trip_every_type(tmp_path: Path, fmt: str) -> None:
         assert table[name].equals(data[name]), name
 
 
+def only_part(directory: Path) -> Path:
+    """The one part file a sink wrote into ``directory``."""
+    (part,) = [p for p in directory.iterdir() if p.name.startswith("part-")]
+    return part
+
+
 def test_csv_null_literal_keeps_null_and_empty_strings_apart(tmp_path: Path) -> None:
     data = pa.table({"id": [1, 2, 3], "price": [1.0, None, 3.0], "region": ["a", None, ""]}, schema=SIMPLE)
     options = {"path": str(tmp_path / "x.csv"), "format": "csv", "csv.null-literal": "\\N"}
     write(SIMPLE, options, data)
-    assert (tmp_path / "x.csv").read_text() == '1,1,"a"\n2,\\N,\\N\n3,3,""\n'
+    assert only_part(tmp_path / "x.csv").read_text() == '1,1,"a"\n2,\\N,\\N\n3,3,""\n'
     table, _ = read(SIMPLE, options)
     assert table.equals(data)
 
@@ -310,7 +316,7 @@ def test_csv_header_delimiter_and_quote(tmp_path: Path) -> None:
     options = {"path": str(tmp_path / "x.csv"), "format": "csv", "csv.header": "true",
                "csv.field-delimiter": ";"}
     write(SIMPLE, options, sample(3))
-    lines = (tmp_path / "x.csv").read_text().splitlines()
+    lines = only_part(tmp_path / "x.csv").read_text().splitlines()
     assert lines[0] == '"id";"price";"region"'
     assert lines[2] == '1;1.5;"r,1"'
     table, _ = read(SIMPLE, options)
@@ -401,7 +407,7 @@ def test_json_timestamp_standards(tmp_path: Path) -> None:
         options = {"path": str(tmp_path / f"{standard}.json"), "format": "json",
                    "json.timestamp-format.standard": standard}
         write(schema, options, data)
-        assert (tmp_path / f"{standard}.json").read_text() == f'{{"ts":"{text}"}}\n'
+        assert only_part(tmp_path / f"{standard}.json").read_text() == f'{{"ts":"{text}"}}\n'
         table, _ = read(schema, options)
         assert table.equals(data)
 
@@ -413,7 +419,7 @@ def test_json_escapes_strings(tmp_path: Path) -> None:
     data = pa.table({"s": values})
     options = {"path": str(tmp_path / "x.json"), "format": "json"}
     write(data.schema, options, data)
-    assert [json.loads(line)["s"] for line in (tmp_path / "x.json").read_text().splitlines()] == values
+    assert [json.loads(line)["s"] for line in only_part(tmp_path / "x.json").read_text().splitlines()] == values
     table, _ = read(data.schema, options)
     assert table.equals(data)
 
@@ -459,14 +465,22 @@ def test_parquet_missing_column_reads_as_null_and_types_are_cast(tmp_path: Path)
 
 
 def test_sink_publishes_only_on_close(tmp_path: Path) -> None:
+    # As in Flink, the path is a directory, whatever its name.
     target = tmp_path / "out.csv"
     writer = FILESYSTEM.create_sink(spec(SIMPLE, {"path": str(target), "format": "csv"}), ctx())
     writer.write(sample(3).to_batches()[0])
-    assert not target.exists()
-    assert [p.name for p in tmp_path.iterdir()][0].startswith(".out.csv.inprogress-")
+    (hidden,) = [p.name for p in target.iterdir()]
+    assert hidden.startswith(".part-") and ".inprogress-" in hidden
     writer.close()
-    assert [p.name for p in tmp_path.iterdir()] == ["out.csv"]
-    assert len(target.read_text().splitlines()) == 3
+    assert len(only_part(target).read_text().splitlines()) == 3
+    assert [p.name.startswith("part-") for p in target.iterdir()] == [True]
+
+
+def test_a_sink_path_that_is_a_file_is_refused(tmp_path: Path) -> None:
+    (tmp_path / "out.csv").write_text("someone's data\n")
+    with pytest.raises(ConnectorError, match="a filesystem sink's 'path' is a directory"):
+        FILESYSTEM.create_sink(spec(SIMPLE, {"path": str(tmp_path / "out.csv"), "format": "csv"}), ctx())
+    assert (tmp_path / "out.csv").read_text() == "someone's data\n"  # nothing overwritten
 
 
 def test_sink_abort_leaves_no_file(tmp_path: Path) -> None:
@@ -475,7 +489,7 @@ def test_sink_abort_leaves_no_file(tmp_path: Path) -> None:
         writer = FILESYSTEM.create_sink(spec(SIMPLE, options), ctx())
         writer.write(sample(3).to_batches()[0])
         writer.abort()
-    assert list(tmp_path.iterdir()) == []
+    assert [p for p in tmp_path.rglob("*") if p.is_file()] == []
 
 
 def test_directory_sink_writes_part_files(tmp_path: Path) -> None:

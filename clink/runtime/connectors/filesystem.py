@@ -16,9 +16,10 @@ from the physical line.
 
 Writing. Rows go to a hidden in-progress file next to the target (``.<name>.inprogress-<id>``),
 which is fsynced and renamed to its final name when the sink is closed after a successful run,
-and deleted when the run fails: a file under a final name is always complete. A ``path`` that
-is a directory (or ends with ``/``) receives a new ``part-<id>-0.<ext>`` file per writer; a file
-``path`` is replaced. A table with PARTITIONED BY columns writes each row under
+and deleted when the run fails: a file under a final name is always complete. As in Flink, a
+sink's ``path`` is a directory (made when missing; an existing file there is an error): each run
+adds a ``part-<id>-0.<ext>`` file, and with checkpoints each checkpoint commits its own
+``part-<n>-<token>.<ext>``. A table with PARTITIONED BY columns writes each row under
 ``path/col=value/...`` (Hive-style names) without those columns, one in-progress file per partition.
 
 Where. ``path`` is a local path or a URI (``clink.runtime.fs``): ``file:///data/bids.json`` is
@@ -882,7 +883,7 @@ class FileSinkWriter(SinkWriter):
 
     A table without partition columns has one in-progress file. A partitioned table has one per
     partition directory that received rows since the last checkpoint, opened on its first row;
-    each is pre-committed, committed and recovered like the single file of an unpartitioned table.
+    each is pre-committed, committed and recovered like the one file of an unpartitioned table.
     """
 
     def __init__(self, spec: TableSpec, ctx: RuntimeContext) -> None:
@@ -892,12 +893,11 @@ class FileSinkWriter(SinkWriter):
         self._settings = s
         self._partitions = s.partition_columns
         self._where = where = resolve(s.path, ctx.filesystems)
-        if self._partitions and where.is_file(where.path):
-            raise ConnectorError(f"table {spec.name!r}: a partitioned table needs a directory 'path', "
-                                 f"but {s.path!r} is a file")
-        self._directory_mode = (bool(self._partitions) or s.path.endswith(("/", os.sep))
-                                or where.is_dir(where.path))
-        self._root = where.path if self._directory_mode else where.dirname(where.path)
+        if where.is_file(where.path):
+            raise ConnectorError(f"table {spec.name!r}: a filesystem sink's 'path' is a directory, which gets "
+                                 f"one part file per run or checkpoint (as in Flink), but {s.path!r} is a file; "
+                                 "name a directory, or move the file away")
+        self._root = where.path
         # Partition columns are in the directory names, not repeated inside the files.
         self._file_columns = [i for i, name in enumerate(spec.schema.names) if name not in self._partitions]
         self._file_schema = pa.schema([spec.schema.field(i) for i in self._file_columns])
@@ -913,12 +913,8 @@ class FileSinkWriter(SinkWriter):
         s = self._settings
         where = self._where
         token = uuid.uuid4().hex
-        if self._directory_mode:
-            folder = where.join(self._root, *directory.split("/")) if directory else self._root
-            final = where.join(folder, f"part-{token}-0.{_EXTENSIONS[s.format]}")
-        else:
-            final = where.path
-            folder = where.dirname(final)
+        folder = where.join(self._root, *directory.split("/")) if directory else self._root
+        final = where.join(folder, f"part-{token}-0.{_EXTENSIONS[s.format]}")
         in_progress = where.join(folder, f".{os.path.basename(final)}.inprogress-{token}")
         try:
             where.makedirs(folder)
@@ -950,7 +946,7 @@ class FileSinkWriter(SinkWriter):
         for file in self._files.values():
             try:
                 file.format.close()
-                if self._directory_mode and file.rows == 0:
+                if file.rows == 0:
                     self._where.unlink(file.in_progress)  # no empty part files in a directory
                     continue
                 self._where.fsync(file.in_progress)
@@ -964,9 +960,6 @@ class FileSinkWriter(SinkWriter):
     # -- two-phase commit: one part file per checkpoint (and partition), named after it
 
     def pre_commit(self, checkpoint_id: int) -> dict:
-        if not self._directory_mode:
-            raise ConnectorError(f"table {self._spec.name!r}: with checkpoints, 'path' must be a directory "
-                                 "(each checkpoint commits its own part file)")
         ext = _EXTENSIONS[self._settings.format]
         # The name says which checkpoint committed it, so a restore from an older checkpoint can
         # find (and set aside) what later checkpoints committed.
