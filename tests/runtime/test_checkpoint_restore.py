@@ -216,6 +216,7 @@ def resume_damaged(crashed: tuple[str, Path], tmp_path: Path, damage) -> tuple[J
     return resumed, problem
 
 
+@pytest.mark.slow  # a soak: .ci/run runs it after the default suite
 def test_every_flipped_byte_is_found_and_the_run_falls_back_exactly_once(
         crashed: tuple[str, Path], tmp_path: Path, expected: list[tuple]) -> None:
     """Flip one random bit in each file of the newest checkpoint in turn; each time the

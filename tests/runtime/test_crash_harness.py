@@ -103,6 +103,7 @@ def kill_points(request: pytest.FixtureRequest) -> int:
     return 300 if request.config.getoption("--soak") else 20
 
 
+@pytest.mark.slow  # a soak: .ci/run runs it after the default suite
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_random_kills_give_exactly_once_output(tmp_path: Path, reference: list[tuple], backend: str,
                                                request: pytest.FixtureRequest) -> None:

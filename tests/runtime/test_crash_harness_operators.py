@@ -195,6 +195,7 @@ def _kill_after_a_checkpoint(process: subprocess.Popen, state: Path, rng: random
     return False
 
 
+@pytest.mark.slow  # a soak: .ci/run runs it after the default suite
 @pytest.mark.parametrize("query", sorted(QUERIES))
 def test_random_kills_give_the_same_output(query: str, tmp_path: Path, tmp_path_factory: pytest.TempPathFactory,
                                            request: pytest.FixtureRequest) -> None:
