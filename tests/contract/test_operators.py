@@ -1,0 +1,151 @@
+"""The operator contract, passed by every registered operator: a job cut at any step (a crash,
+nothing closed or committed), restored from its last checkpoint and run to the end writes exactly
+the output of a run that never stopped.
+
+Each kind in ``clink.runtime.operators.KINDS`` (and each operator class a kind opens) has a case
+here; a new kind without one fails ``test_every_registered_operator_has_a_case``.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+import clink
+from clink.runtime.context import RuntimeContext
+from clink.runtime.executor import Job
+from clink.runtime.operators import KINDS
+
+BENCH = Path(__file__).resolve().parents[2] / "bench" / "nexmark"
+DDL = (BENCH / "ddl.sql").read_text().replace("'events.num' = '10000000'",
+                                              "'events.num' = '6000', 'batch-size' = '250'")
+CSV = "WITH ('connector' = 'filesystem', 'path' = '{out}/', 'format' = 'csv')"
+
+#: (the operator class it must open, the statements after the DDL); ``{out}`` is the sink folder.
+CASES = {
+    "window": ("WindowAggregateOperator",
+               f"CREATE TABLE o (auction BIGINT, n BIGINT, top BIGINT, ws TIMESTAMP(3)) {CSV};\n"
+               "INSERT INTO o SELECT auction, COUNT(*), MAX(price), window_start FROM TABLE(TUMBLE(TABLE bid, "
+               "DESCRIPTOR(dateTime), INTERVAL '2' SECOND)) GROUP BY auction, window_start, window_end;"),
+    "group": ("GroupAggregateOperator",
+              "CREATE TABLE o (b BIGINT, n BIGINT, s BIGINT, d BIGINT, PRIMARY KEY (b) NOT ENFORCED) "
+              "WITH ('connector' = 'sqlite', 'path' = '{out}.db');\n"
+              "INSERT INTO o SELECT bidder % 50, COUNT(*), SUM(price), COUNT(DISTINCT auction) FROM bid "
+              "GROUP BY bidder % 50;"),
+    "join": ("JoinOperator",
+             f"CREATE TABLE o (auction BIGINT, price BIGINT, seller BIGINT) {CSV};\n"
+             "INSERT INTO o SELECT B.auction, B.price, A.seller FROM bid B JOIN auction A ON B.auction = A.id "
+             "AND B.dateTime BETWEEN A.dateTime AND A.expires;"),
+    "rank": ("RankOperator",
+             "CREATE TABLE o (auction BIGINT, price BIGINT, r BIGINT, PRIMARY KEY (auction, r) NOT ENFORCED) "
+             "WITH ('connector' = 'sqlite', 'path' = '{out}.db');\n"
+             "INSERT INTO o SELECT auction, price, rn FROM (SELECT auction, price, ROW_NUMBER() OVER "
+             "(PARTITION BY auction ORDER BY price DESC, dateTime) AS rn FROM bid) WHERE rn <= 3;"),
+    "over": ("OverAggregateOperator",
+             f"CREATE TABLE o (bidder BIGINT, price BIGINT, recent BIGINT) {CSV};\n"
+             "INSERT INTO o SELECT bidder, price, SUM(price) OVER (PARTITION BY bidder ORDER BY dateTime "
+             "ROWS BETWEEN 3 PRECEDING AND CURRENT ROW) FROM bid;"),
+    "over-updating": ("UpdatingOverOperator",
+                      "CREATE TABLE o (id BIGINT, total BIGINT, PRIMARY KEY (id) NOT ENFORCED) "
+                      "WITH ('connector' = 'sqlite', 'path' = '{out}.db');\n"
+                      "INSERT INTO o SELECT id, SUM(top) OVER (PARTITION BY seller ORDER BY id ROWS BETWEEN 2 "
+                      "PRECEDING AND CURRENT ROW) FROM (SELECT A.id, A.seller, B.price AS top, ROW_NUMBER() OVER "
+                      "(PARTITION BY A.id ORDER BY B.price DESC, B.dateTime) AS rn FROM auction A JOIN bid B "
+                      "ON A.id = B.auction AND B.dateTime BETWEEN A.dateTime AND A.expires) WHERE rn = 1;"),
+    "temporal": ("TemporalJoinOperator",
+                 "CREATE TABLE orders (cur STRING, amount BIGINT, ts TIMESTAMP(3), WATERMARK FOR ts AS ts - "
+                 "INTERVAL '3' SECOND) WITH ('connector' = 'filesystem', 'path' = '{data}/orders.parquet', "
+                 "'format' = 'parquet');\n"
+                 "CREATE TABLE rates (cur STRING, rate BIGINT, rts TIMESTAMP(3), PRIMARY KEY (cur) NOT ENFORCED, "
+                 "WATERMARK FOR rts AS rts) WITH ('connector' = 'filesystem', 'path' = '{data}/rates.parquet', "
+                 "'format' = 'parquet');\n"
+                 f"CREATE TABLE o (cur STRING, amount BIGINT, rate BIGINT) {CSV};\n"
+                 "INSERT INTO o SELECT o.cur, o.amount, r.rate FROM orders o JOIN rates FOR SYSTEM_TIME AS OF o.ts "
+                 "AS r ON o.cur = r.cur;"),
+}
+KIND_OF_CASE = {"window": "window", "group": "group", "join": "join", "rank": "rank", "over": "over",
+                "over-updating": "over", "temporal": "join"}
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Orders and currency rates in time order, for the temporal join."""
+    folder = tmp_path_factory.mktemp("rates")
+    rng = np.random.default_rng(3)
+    base = np.datetime64("2026-01-01T00:00:00", "ms")
+    n, m = 3000, 300
+    orders = pa.table({
+        "cur": pa.array(rng.choice(np.array(["EUR", "USD", "GBP"]), n)),
+        "amount": pa.array(rng.integers(1, 100, n), pa.int64()),
+        "ts": pa.array(base + np.sort(rng.integers(0, 600_000, n)).astype("timedelta64[ms]"), pa.timestamp("ms"))})
+    rates = pa.table({
+        "cur": pa.array(rng.choice(np.array(["EUR", "USD", "GBP"]), m)),
+        "rate": pa.array(rng.integers(1, 50, m), pa.int64()),
+        "rts": pa.array(base + np.sort(rng.choice(600_000, m, replace=False)).astype("timedelta64[ms]"),
+                        pa.timestamp("ms"))})
+    # Several files each, read one after another: many polls, so many checkpoints to cut between.
+    # (Checkpoints stop once a source has ended: both sources end together.)
+    for name, table, parts in (("orders.parquet", orders, 12), ("rates.parquet", rates, 12)):
+        (folder / name).mkdir()
+        step = table.num_rows // parts
+        for i in range(parts):
+            pq.write_table(table.slice(i * step, step), folder / name / f"{i:02d}.parquet")
+    return folder
+
+
+def _job(case: str, out: Path, state: Path | None, data: Path) -> Job:
+    text = CASES[case][1].format(out=out, data=data)
+    prefix = "" if case == "temporal" else DDL
+    plan = clink.compile(prefix + "SET 'execution.checkpointing.interval-rows' = '700';\n" + text,
+                         name=f"{case}.sql").runtime_plan
+    return Job(plan, RuntimeContext(state_dir=state, stdout=io.StringIO()))
+
+
+def _output(out: Path) -> list[tuple]:
+    db = out.with_suffix(".db")
+    if db.exists():
+        import sqlite3
+
+        with sqlite3.connect(db) as conn:
+            return sorted(conn.execute("SELECT * FROM o").fetchall(), key=repr)
+    rows = []
+    for path in sorted(out.iterdir()):
+        if path.name.startswith("part-"):
+            rows.extend(tuple(r) for r in csv.reader(path.open()))
+    return sorted(rows)
+
+
+def test_every_registered_operator_has_a_case() -> None:
+    assert {kind.name for kind in KINDS.values()} == set(KIND_OF_CASE.values())
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_a_cut_at_any_step_then_a_restore_gives_the_uninterrupted_output(case: str, tmp_path: Path,
+                                                                         data: Path) -> None:
+    reference = _job(case, tmp_path / "ref", tmp_path / "ref-state", data)
+    (operator,) = [type(op).__name__ for op in reference._operators.values()
+                   if type(op).__name__ == CASES[case][0]] or [None]
+    assert operator == CASES[case][0], f"{case} does not open a {CASES[case][0]}"
+    steps = 0
+    while not reference.finished:
+        reference.step()
+        steps += 1
+    expected = _output(tmp_path / "ref")
+    assert expected, f"{case}: the reference run wrote nothing"
+    assert reference.metrics.checkpoints >= 3, "too few checkpoints to cut between"
+    # Every third step: a cut right after a checkpoint, between two, and before the first.
+    for cut in range(1, steps, 3):
+        out, state = tmp_path / f"cut{cut}", tmp_path / f"state{cut}"
+        first = _job(case, out, state, data)
+        for _ in range(cut):
+            first.step()
+        del first  # a crash: nothing closed, committed or cleaned up
+        resumed = _job(case, out, state, data)
+        resumed.run()
+        assert _output(out) == expected, f"{case}: cut after step {cut} of {steps}"
