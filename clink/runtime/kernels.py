@@ -111,6 +111,10 @@ def decimal_arith(op: str, a: Value, b: Value, to: pa.DataType) -> Value:
     values really use."""
     if isinstance(a, pa.Scalar) and isinstance(b, pa.Scalar):
         return decimal_arith(op, pa.array([a.as_py()], a.type), pa.array([b.as_py()], b.type), to)[0]
+    if op in ("add", "subtract", "multiply"):
+        fast = _int64_decimal_arith(op, a, b, to)
+        if fast is not None:
+            return fast
     n = len(a) if not isinstance(a, pa.Scalar) else len(b)
     a, b = _tight(a, n), _tight(b, n)
     if op in ("divide", "mod"):
@@ -133,6 +137,75 @@ def decimal_arith(op: str, a: Value, b: Value, to: pa.DataType) -> Value:
             out = pc.subtract(a, pc.multiply(_tight(whole, n), b))
         out = pc.if_else(zero, pa.scalar(None, out.type), out)
     return fit_decimal(out, to)
+
+
+_INT64_ROOM = 1 << 62
+
+
+def _unscaled(x: Value) -> tuple[np.ndarray | int, pa.Buffer | None, int] | None:
+    """The unscaled values of a DECIMAL array (or scalar) as int64, its validity bitmap and its
+    scale; None where a value does not fit in an int64."""
+    if isinstance(x, pa.Scalar):
+        if not x.is_valid:
+            return None
+        value = int(x.as_py().scaleb(x.type.scale))
+        return (value, None, x.type.scale) if abs(value) < _INT64_ROOM else None
+    if isinstance(x, pa.ChunkedArray):
+        x = x.combine_chunks()
+    if x.type.byte_width != 16 or x.offset:
+        return None
+    words = np.frombuffer(x.buffers()[1], dtype=np.int64, count=2 * len(x)).reshape(-1, 2)
+    low, high = words[:, 0], words[:, 1]
+    if not np.array_equal(high, low >> 63):
+        return None  # some value needs more than 64 bits
+    return low, x.buffers()[0], x.type.scale
+
+
+def _int64_decimal_arith(op: str, a: Value, b: Value, to: pa.DataType) -> pa.Array | None:
+    """``a op b`` for DECIMAL operands whose unscaled values fit in an int64 and whose exact
+    result needs no rounding (+, - at the larger scale, * at the sum of the scales): computed on
+    the unscaled integers with numpy, two orders of magnitude faster than through decimal256.
+    None where it does not apply (the caller takes the general path)."""
+    if not pa.types.is_decimal128(to) or to.precision > 38:
+        return None
+    ua, ub = _unscaled(a), _unscaled(b)
+    if ua is None or ub is None:
+        return None
+    (va, mask_a, sa), (vb, mask_b, sb) = ua, ub
+    big_a, big_b = np.abs(va).max(initial=0), np.abs(vb).max(initial=0)
+    if op == "multiply":
+        if to.scale != sa + sb or float(big_a) * float(big_b) >= _INT64_ROOM:
+            return None
+        out = np.multiply(va, vb, dtype=np.int64)
+    else:
+        scale = max(sa, sb)
+        fa, fb = 10 ** (scale - sa), 10 ** (scale - sb)
+        if (to.scale != scale or max(fa, fb) >= _INT64_ROOM
+                or float(big_a) * fa + float(big_b) * fb >= _INT64_ROOM):
+            return None
+        va, vb = np.multiply(va, fa, dtype=np.int64), np.multiply(vb, fb, dtype=np.int64)
+        out = va + vb if op == "add" else va - vb
+    out = np.asarray(out, dtype=np.int64)
+    if out.ndim == 0:
+        return None
+    n = len(out)
+    validity = None
+    if mask_a is not None or mask_b is not None:
+        valid = np.ones(n, dtype=bool)
+        for x in (a, b):
+            if not isinstance(x, pa.Scalar) and x.null_count:
+                valid &= pc.is_valid(x).to_numpy(zero_copy_only=False)
+        if not valid.all():
+            validity = pa.array(valid).buffers()[1]
+    if to.precision < 19:
+        # A result beyond the type's precision is NULL, as in Flink.
+        too_big = np.abs(out) >= 10 ** to.precision
+        if too_big.any():
+            return None
+    words = np.empty((n, 2), dtype=np.int64)
+    words[:, 0] = out
+    words[:, 1] = out >> 63
+    return pa.Array.from_buffers(to, n, [validity, pa.py_buffer(words)])
 
 
 def _tight(x: Value, n: int) -> pa.Array:

@@ -62,6 +62,7 @@ import pyarrow as pa
 
 from clink.runtime import compute as pc
 from clink.runtime import kernels as K
+from clink.runtime.operators.base import OperatorBase
 from clink.runtime.operators.common import max_parallelism, open_state
 from clink.runtime.plan import DELETE, INSERT, ROWKIND_COLUMN, UPDATE_AFTER, UPDATE_BEFORE
 from clink.runtime.state.backend import (
@@ -72,7 +73,6 @@ from clink.runtime.state.backend import (
     TableStateDescriptor,
     ValueStateDescriptor,
 )
-from clink.runtime.operators.base import OperatorBase
 from clink.runtime.state.keygroups import hash_columns, key_groups
 
 if TYPE_CHECKING:
