@@ -93,7 +93,7 @@ def _committed_something(out: Path) -> bool:
     return out.exists() and any(p.name.startswith("part-") for p in out.iterdir())
 
 
-@pytest.mark.parametrize("which", ["job.json", "largest state file"])
+@pytest.mark.parametrize("which", ["job.json", pytest.param("largest state file", marks=pytest.mark.slow)])
 @pytest.mark.parametrize("backend", ["memory", "sqlite"])
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_a_kill_in_a_checkpoint_then_a_damaged_newest_checkpoint_gives_the_same_output(
