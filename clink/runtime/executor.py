@@ -766,13 +766,8 @@ def state_signature(job: Job, node_id: int) -> str:
     (readable), the keys and aggregates as SQL text, then the layout of its state. A checkpoint
     restores only into the same signature."""
     node = job.plan.node(node_id)
-    readable, layout = _signature_parts(job, node_id).split(" | ", 1)
+    schemas = tuple(job.plan.node(i).schema for i in node.inputs)
+    readable, layout = kind_of(node).describe(node, schemas, job._operators[node_id]).split(" | ", 1)
     if node.meaning:
         readable += f" as {node.meaning}"
     return f"{readable} | {layout}"
-
-
-def _signature_parts(job: Job, node_id: int) -> str:
-    node = job.plan.node(node_id)
-    schemas = tuple(job.plan.node(i).schema for i in node.inputs)
-    return kind_of(node).describe(node, schemas, job._operators[node_id])

@@ -9,7 +9,7 @@ import numpy as np
 import pyarrow as pa
 
 import clink
-from clink.runtime.connectors.base import Connector, OptionSpec, SinkWriter, SourceReader
+from clink.runtime.connectors.base import Connector, ConnectorRegistry, OptionSpec, SinkWriter, SourceReader
 from clink.runtime.connectors import default_registry
 from clink.runtime.context import RuntimeContext
 
@@ -40,7 +40,9 @@ class Collect(SinkWriter):
         Collect.rows.extend(batch.to_pylist())
 
 
-def run(batches: list[list[tuple[int, int]]], *settings: str, late_table: bool = False) -> clink.Result:
+def registry_over(batches: list[list[tuple[int, int]]]) -> ConnectorRegistry:
+    """Connectors for these tests: ``batches`` replays the given batches, ``collect_late``
+    keeps what it is written in ``Collect.rows`` (emptied here)."""
     registry = default_registry()
     registry.register(Connector(
         name="batches", description="test batches", source_options=(OptionSpec(name="x", description=""),),
@@ -49,6 +51,11 @@ def run(batches: list[list[tuple[int, int]]], *settings: str, late_table: bool =
                                 sink_options=(OptionSpec(name="x", description=""),),
                                 create_sink=lambda spec, ctx: Collect()))
     Collect.rows = []
+    return registry
+
+
+def run(batches: list[list[tuple[int, int]]], *settings: str, late_table: bool = False) -> clink.Result:
+    registry = registry_over(batches)
     sql = [
         "CREATE TABLE e (k BIGINT, ts TIMESTAMP(3), WATERMARK FOR ts AS ts) WITH ('connector' = 'batches')",
         "CREATE TABLE late_e (k BIGINT, ts TIMESTAMP(3)) WITH ('connector' = 'collect_late')",
@@ -120,10 +127,7 @@ def test_over_lets_go_of_late_rows_and_counts_each_once() -> None:
                             for i in range(len(batches))))
     assert 3_000 < expected_late < n // 2
 
-    registry = default_registry()
-    registry.register(Connector(
-        name="batches", description="test batches", source_options=(OptionSpec(name="x", description=""),),
-        create_source=lambda spec, ctx: BatchesReader(batches, spec.schema)))
+    registry = registry_over(batches)
     plan = clink.compile("""
         CREATE TABLE e (k BIGINT, ts TIMESTAMP(3), WATERMARK FOR ts AS ts) WITH ('connector' = 'batches');
         CREATE TABLE out (k BIGINT, ts TIMESTAMP(3), n BIGINT, top BIGINT) WITH ('connector' = 'blackhole');
@@ -157,14 +161,7 @@ def test_over_late_rows_can_go_to_a_table() -> None:
     whole, and the rest are aggregated as without it."""
     batches = [[(1, 1 * S), (2, 2 * S)], [(1, 12 * S)], [(1, 3 * S), (2, 14 * S)], [(2, 5 * S)],
                [(1, 25 * S)]]
-    registry = default_registry()
-    registry.register(Connector(
-        name="batches", description="test batches", source_options=(OptionSpec(name="x", description=""),),
-        create_source=lambda spec, ctx: BatchesReader(batches, spec.schema)))
-    registry.register(Connector(name="collect_late", description="test sink",
-                                sink_options=(OptionSpec(name="x", description=""),),
-                                create_sink=lambda spec, ctx: Collect()))
-    Collect.rows = []
+    registry = registry_over(batches)
     result = clink.sql([
         "CREATE TABLE e (k BIGINT, ts TIMESTAMP(3), WATERMARK FOR ts AS ts) WITH ('connector' = 'batches')",
         "CREATE TABLE late_e (k BIGINT, ts TIMESTAMP(3)) WITH ('connector' = 'collect_late')",
