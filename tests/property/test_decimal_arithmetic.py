@@ -30,7 +30,8 @@ def _expected(op: str, a: decimal.Decimal | None, b: decimal.Decimal | None, to:
         return None
     exact = {"+": EXACT.add, "-": EXACT.subtract, "*": EXACT.multiply, "/": EXACT.divide}[op](a, b)
     rounded = exact.quantize(decimal.Decimal(1).scaleb(-to.scale), context=EXACT)
-    return rounded if abs(rounded) < decimal.Decimal(10) ** (to.precision - to.scale) else None
+    # copy_abs, not abs(): abs() rounds to the default context's 28 digits.
+    return rounded if rounded.copy_abs() < EXACT.power(10, to.precision - to.scale) else None
 
 
 @settings(max_examples=300, deadline=None)
