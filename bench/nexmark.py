@@ -10,6 +10,12 @@ its time, and its row count must equal clink's.
     python bench/nexmark.py                        # every query present, 10M events
     python bench/nexmark.py --events 1000000 --queries q0,q2
     python bench/nexmark.py --json
+    python bench/nexmark.py --queries q5,q7,q20 --parallelism 4   # also at 4 subtasks: the overhead
+
+With ``--parallelism N`` each query also runs with N subtasks per operator in its one process
+(``parallelism.default``); the table adds that run's events/s and its overhead against
+parallelism 1 (its wall time over parallelism 1's, minus one). One process does not get faster
+with subtasks: the overhead is the cost of the exchanges between them.
 """
 
 from __future__ import annotations
@@ -40,10 +46,11 @@ CHILD = """
 import json, sys, time
 t0 = time.perf_counter()
 import clink
-result = clink.sql(open(sys.argv[1]).read(), name=sys.argv[2], init=[sys.argv[3]])
+result = clink.sql(open(sys.argv[1]).read(), name=sys.argv[2], init=[sys.argv[3]],
+                   config={'parallelism.default': sys.argv[4]})
 metrics = result.run()
 wall = time.perf_counter() - t0
-updating = any(n.schema.names[-1:] == ['_rowkind'] for n in result.plan.runtime_plan.nodes if type(n).__name__ == 'Sink')
+updating = any(n.changelog.updating for n in result.plan.runtime_plan.sinks)
 rss = 0.0
 for line in open('/proc/self/status'):
     if line.startswith('VmHWM:'):
@@ -62,14 +69,15 @@ def ddl(events: int, folder: Path) -> Path:
     return path
 
 
-def run_clink(query: str, events: int, folder: Path) -> dict:
+def run_clink(query: str, events: int, folder: Path, parallelism: int = 1) -> dict:
     path = folder / f"{query}.sql"
     # Files a query writes (q10) go under ``folder``.
     text = (QUERIES / f"{query}.sql").read_text().replace("'path' = 'bench/out/", f"'path' = '{folder}/out/")
     path.write_text(text.replace("'path' = 'bench/nexmark/", f"'path' = '{QUERIES}/"))  # q13's side input
     # The folder of the queries is on the Python path: q14 calls a function defined there.
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(QUERIES), os.environ.get("PYTHONPATH")]))}
-    done = subprocess.run([sys.executable, "-c", CHILD, str(path), f"{query}.sql", str(ddl(events, folder))],
+    done = subprocess.run([sys.executable, "-c", CHILD, str(path), f"{query}.sql", str(ddl(events, folder)),
+                           str(parallelism)],
                           capture_output=True, text=True, check=False, env=env)
     lines = [ln for ln in done.stdout.splitlines() if ln.startswith("RESULT ")]
     if done.returncode != 0 or not lines:
@@ -123,6 +131,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--queries", default=",".join(sorted(p.stem for p in QUERIES.glob("q*.sql"))),
                         help="comma-separated, e.g. q0,q2 (default: every query in bench/nexmark/)")
     parser.add_argument("--json", action="store_true", help="print the results as JSON")
+    parser.add_argument("--parallelism", type=int, default=1, metavar="N",
+                        help="also run each query with N subtasks per operator, and show the overhead")
     args = parser.parse_args(argv)
     queries = [q.strip() for q in args.queries.split(",") if q.strip()]
     unknown = [q for q in queries if not (QUERIES / f"{q}.sql").exists()]
@@ -141,13 +151,21 @@ def main(argv: list[str] | None = None) -> None:
             results[query] = {"clink": clink_run, "duckdb": duck}
             print(f"  {query}: {args.events / clink_run['wall_s'] / 1e6:.2f}M ev/s, "
                   f"{clink_run['rows_out']:,} rows", file=sys.stderr)
+            if args.parallelism > 1:
+                wide = results[query]["parallel"] = run_clink(query, args.events, folder, args.parallelism)
+                print(f"  {query} at parallelism {args.parallelism}: {args.events / wide['wall_s'] / 1e6:.2f}M ev/s",
+                      file=sys.stderr)
+                if wide["rows_out"] != clink_run["rows_out"] and not clink_run.get("updating"):
+                    sys.exit(f"{query}: {wide['rows_out']:,} rows at parallelism {args.parallelism}, "
+                             f"{clink_run['rows_out']:,} at 1")
     if args.json:
         print(json.dumps({"events": args.events, "cpus": os.cpu_count(), "results": results}, indent=2))
         return
     print(f"\nnexmark: {args.events:,} events per query, clink in a fresh process per query, "
           f"DuckDB (threads=1) over the same events in Parquet; {os.cpu_count()} CPUs")
+    wide = f"{f'p={args.parallelism} ev/s':>11} {'overhead':>8} " if args.parallelism > 1 else ""
     head = (f"{'query':6} {'clink ev/s':>11} {'RSS MiB':>8} {'rows out':>12} {'DuckDB ev/s':>12} "
-            f"{'ratio':>6} {'target':>14}")
+            f"{'ratio':>6} {'target':>14} {wide}")
     print(head)
     print("-" * len(head))
     for query, r in results.items():
@@ -158,8 +176,12 @@ def main(argv: list[str] | None = None) -> None:
         target = TARGETS.get(query)
         verdict = "-" if target is None else f">= {target / 1e6:.1f}M {'met' if rate >= target else 'NOT met'}"
         rows = f"{c['rows_out']:,}" + ("*" if c.get("updating") else "")
+        extra = ""
+        if "parallel" in r:
+            w = r["parallel"]
+            extra = f"{args.events / w['wall_s'] / 1e6:10.2f}M {w['wall_s'] / c['wall_s'] - 1:+8.0%}"
         print(f"{query:6} {rate / 1e6:10.2f}M {c['peak_rss_mib']:8.0f} {rows:>12} {duck_rate:>12} "
-              f"{ratio:>6} {verdict:>14}")
+              f"{ratio:>6} {verdict:>14} {extra}")
         if d is not None and d["rows_out"] != c["rows_out"] and not c.get("updating"):
             print(f"WARNING: {query}: clink wrote {c['rows_out']:,} rows, DuckDB found {d['rows_out']:,}")
     print("\nev/s: generated events over wall time (clink: compiling and generating included; DuckDB: "

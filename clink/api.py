@@ -20,7 +20,6 @@ from clink.runtime.connectors.base import ConnectorRegistry
 from clink.runtime.context import RuntimeContext
 from clink.runtime.executor import Job, Metrics
 from clink.runtime.loader import load_generated, load_plan_file
-from clink.runtime.plan import ROWKIND_COLUMN
 from clink.runtime.plan import Plan as _RuntimePlan
 from clink.runtime.udf import FunctionRegistry, ScalarFunction, udf
 
@@ -109,6 +108,7 @@ class Result:
         self._pending: dict[str, deque[pa.RecordBatch]] = {
             s.table: deque() for s in plan.runtime_plan.sinks if s.connector == "collect"}
         self._schemas = {s.table: s.schema for s in plan.runtime_plan.sinks if s.connector == "collect"}
+        self._modes = {s.table: s.changelog for s in plan.runtime_plan.sinks if s.connector == "collect"}
         ctx = context or RuntimeContext()
         ctx = ctx.with_config(dict(config or {}))
         ctx.on_result = self._deliver
@@ -158,11 +158,11 @@ class Result:
         batches = list(self._pending[name])
         self._pending[name].clear()
         table = pa.Table.from_batches(batches, schema=self._schemas[name])
-        if table.schema.names[-1:] == [ROWKIND_COLUMN]:
+        if self._modes[name].updating:
             # An updating query: the final table its changes add up to (iterate for the changes).
             from clink.runtime.changelog import materialize
 
-            table = materialize(table)
+            table = materialize(table, self._modes[name])
         return table
 
     def to_pylist(self, query: str | None = None) -> list[dict]:

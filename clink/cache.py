@@ -59,6 +59,9 @@ def _compiler_stamp() -> str:
                 if name.endswith((".py", ".lark")):
                     st = os.stat(os.path.join(dirpath, name))
                     stamps.append(f"{dirpath}/{name}:{st.st_size}:{st.st_mtime_ns}")
+    # What a generated module builds its plan from.
+    st = os.stat(_PACKAGE / "runtime" / "plan.py")
+    stamps.append(f"runtime/plan.py:{st.st_size}:{st.st_mtime_ns}")
     return "\n".join(stamps)
 
 

@@ -49,6 +49,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="a configuration setting, as SET 'KEY' = 'VALUE' would (repeatable)")
     p.add_argument("--progress", action="store_true", help="show rows in and out while running")
+    p.add_argument("-p", "--parallelism", type=int, metavar="N",
+                   help="run N subtasks of every operator ('parallelism.default'; sinks run as one)")
     p.add_argument("--state-dir", metavar="DIR",
                    help="keep checkpoints here (a local path or file:// URI), and resume from the newest "
                         "valid one at start")
@@ -300,6 +302,10 @@ def _run(args: argparse.Namespace, sources: dict[str, str]) -> int:
         config["execution.savepoint.path"] = str(checkpoint)
         if state_dir is None:
             state_dir = checkpoint.resolve().parent.parent
+    if args.parallelism is not None:
+        if args.parallelism < 1:
+            raise UsageError(f"--parallelism must be at least 1, got {args.parallelism}")
+        config["parallelism.default"] = str(args.parallelism)
     if os.environ.get("CLINK_FAULT"):
         config["test.fault-point"] = os.environ["CLINK_FAULT"]
     ctx = RuntimeContext(config=config, state_dir=state_dir)
@@ -312,7 +318,8 @@ def _run(args: argparse.Namespace, sources: dict[str, str]) -> int:
         print_connector = ctx.connectors.get("print")
         for q in queries:
             options = {"print-identifier": q.table} if len(queries) > 1 else {}
-            spec = TableSpec(name=q.table, schema=q.schema, table_schema=q.schema, options=options)
+            spec = TableSpec(name=q.table, schema=q.schema, table_schema=q.schema, options=options,
+                             changelog=q.changelog)
             printers[q.table] = print_connector.create_sink(spec, ctx)
 
     def deliver(name: str, batch) -> None:
@@ -352,7 +359,7 @@ def _run(args: argparse.Namespace, sources: dict[str, str]) -> int:
         from clink.runtime.changelog import materialize
 
         for q in queries:
-            rows = materialize(pa.Table.from_batches(collected[q.table], schema=q.schema))
+            rows = materialize(pa.Table.from_batches(collected[q.table], schema=q.schema), q.changelog)
             _print_table(rows, job.ctx.time_zone)
     print(job.metrics.summary(), file=sys.stderr)
     return 0

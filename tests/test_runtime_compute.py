@@ -14,6 +14,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from clink.runtime import compute as pc
+from clink.runtime.memo import ValueMemo
 
 ints = st.lists(st.one_of(st.none(), st.integers(-(2**40), 2**40)), max_size=30)
 texts = st.lists(st.one_of(st.none(), st.text(max_size=8)), max_size=30)
@@ -206,7 +207,7 @@ def test_string_functions_per_distinct_value_match_per_row(values: list, seed: i
     rng = np.random.default_rng(seed)
     rows = [values[i] for i in rng.integers(0, len(values), 3000)]
     array = pa.array(rows, pa.string())
-    assert K._distinct(array, K._REGEX_MOST_DISTINCT) is not None  # the per-distinct-value path runs
+    assert K._distinct(array, K._REGEX_MOST_DISTINCT, ValueMemo()) is not None  # the per-distinct-value path runs
     cases = [("(&|^)channel_id=([^&]*)", 2), ("(&|^)channel_id=([^&]*)", 1), ("(&|^)channel_id=([^&]*)", 0),
              ("(?P<key>[a-z_]+)=(?P<value>[0-9]*)", 2), ("é+", 0), ("(x)?(/)", 1)]
 
@@ -231,7 +232,7 @@ def test_string_functions_on_mostly_distinct_values_stay_per_row() -> None:
     from clink.runtime import kernels as K
 
     array = pa.array([f"k={i}&channel_id={i * 7}" for i in range(5000)], pa.string())
-    assert K._distinct(array, K._REGEX_MOST_DISTINCT) is None
+    assert K._distinct(array, K._REGEX_MOST_DISTINCT, ValueMemo()) is None
     assert K.regexp_extract(array, "(&|^)channel_id=([^&]*)", 2).to_pylist() == [str(i * 7) for i in range(5000)]
     assert K.split_index(array, "=", 2).to_pylist() == [str(i * 7) for i in range(5000)]
 
@@ -251,6 +252,7 @@ def test_string_functions_remember_values_across_calls(batches: list, seed: int)
             for i in range(200)]
     rng = np.random.default_rng(seed)
     limits = (K._SEEN_MOST_VALUES, K._SEEN_MOST_NEW)
+    memo, other = ValueMemo(), ValueMemo()  # one task's memory, and another task's
     try:
         for first, width, nulls, kind in batches:
             if kind == 2:
@@ -262,16 +264,17 @@ def test_string_functions_remember_values_across_calls(batches: list, seed: int)
             array = pa.array(rows, pa.string())
             if kind == 1:
                 array, rows = array.slice(3, 2000), rows[3:2003]
-            got = K.regexp_extract(array, "(&|^)channel_id=([^&]*)", 2).to_pylist()
+            got = K.regexp_extract(array, "(&|^)channel_id=([^&]*)", 2, memo=memo).to_pylist()
             assert got == [_python_regexp_extract(v, "(&|^)channel_id=([^&]*)", 2) for v in rows]
             for index in (3, 2, 4):
                 expected = [None if v is None else (v.split("/")[index] if index < len(v.split("/")) else None)
                             for v in rows]
-                assert K.split_index(array, "/", index).to_pylist() == expected
+                assert K.split_index(array, "/", index, memo=memo).to_pylist() == expected
             # The same column once more, filtered: another array with the values seen.
             kept = pc.filter(array, pa.array(rng.random(len(rows)) < 0.9))
-            assert K.regexp_extract(kept, "(&|^)channel_id=([^&]*)", 2).to_pylist() == [
+            assert K.regexp_extract(kept, "(&|^)channel_id=([^&]*)", 2, memo=memo).to_pylist() == [
                 _python_regexp_extract(v, "(&|^)channel_id=([^&]*)", 2) for v in kept.to_pylist()]
+            assert not other.seen, "a task's memory of values is its own"
     finally:
         K._SEEN_MOST_VALUES, K._SEEN_MOST_NEW = limits
 

@@ -11,6 +11,7 @@ from clink.compiler import ir
 from clink.compiler import types as T
 from clink.compiler.physical import (
     ChainOp,
+    ExchangeOp,
     GroupAggOp,
     JoinOp,
     OverAggOp,
@@ -245,6 +246,8 @@ def explain_physical(plan: PhysicalPlan) -> str:
                         f"<- [{op.left}, {op.right}] {op.partitioning}")
                 if ir.is_updating(join):
                     line += " produces updates"
+            case ExchangeOp():
+                line = f"[{op.id}] Exchange {op.partitioning} <- [{op.input}]"
             case UnionOp(inputs=inputs):
                 line = f"[{op.id}] Union <- [{', '.join(str(i) for i in inputs)}]"
             case SinkOp(sink=sink):

@@ -29,6 +29,7 @@ from clink.compiler import ir
 from clink.compiler.explain import expr_sql
 from clink.compiler.physical import (
     ChainOp,
+    ExchangeOp,
     GroupAggOp,
     JoinOp,
     OverAggOp,
@@ -80,7 +81,7 @@ def operator_identities(plan: PhysicalPlan) -> dict[int, Identity]:
             match consumer:
                 case SinkOp(sink=sink):
                     found.add(sink.name)
-                case ChainOp():
+                case ChainOp() | ExchangeOp():
                     found |= paths(consumer.id)
                 case _:
                     step = _KINDS.get(type(consumer), "union")

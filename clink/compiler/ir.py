@@ -18,6 +18,7 @@ import attrs
 import pyarrow as pa
 
 from clink.errors import CompilerBug, Span
+from clink.runtime.plan import APPEND_ONLY, INSERT_DELETE, UPDATING, ChangelogMode
 
 _span = attrs.field(eq=False, repr=False, default=None)
 
@@ -598,22 +599,33 @@ class Rank(Unary):
         return Schema(self.input.schema.fields + rank)
 
 
-def is_updating(rel: Rel) -> bool:
-    """Whether ``rel`` produces updates (rows that later rows retract), not only inserts."""
+def changelog_mode(rel: Rel) -> ChangelogMode:
+    """The row kinds ``rel`` produces: inserts only (append-only), or also retractions."""
     match rel:
-        case GroupAggregate() | Rank():
-            return True
+        case GroupAggregate():
+            return UPDATING
+        case Rank():
+            return INSERT_DELETE  # a row enters the top N, or leaves it
         case Join(lookup=True, left=left) | Join(temporal=(_, _), left=left):
             # The right side is complete before any left row is matched: nothing is revised.
-            return is_updating(left)
+            return changelog_mode(left)
         case Join(kind=kind, left=left, right=right):
-            # An outer join retracts a NULL-padded row when its first match arrives.
-            return kind != "inner" or is_updating(left) or is_updating(right)
+            # An outer join retracts a NULL-padded row when its first match arrives; a join of
+            # updating inputs retracts the pairs of a retracted row. Pairs come and go whole.
+            updating = kind != "inner" or is_updating(left) or is_updating(right)
+            return INSERT_DELETE if updating else APPEND_ONLY
+        case OverAggregate(input=child):
+            return UPDATING if is_updating(child) else APPEND_ONLY
         case Union(all_inputs=children):
-            return any(is_updating(c) for c in children)
+            return functools.reduce(ChangelogMode.union, (changelog_mode(c) for c in children), APPEND_ONLY)
         case Unary(input=child):
-            return is_updating(child)
-    return False
+            return changelog_mode(child)
+    return APPEND_ONLY
+
+
+def is_updating(rel: Rel) -> bool:
+    """Whether ``rel`` produces updates (rows that later rows retract), not only inserts."""
+    return changelog_mode(rel).updating
 
 
 def updating_source(rel: Rel) -> GroupAggregate | Join | Rank | None:

@@ -13,6 +13,7 @@ from clink.compiler import ir
 from clink.compiler.bind import BoundScript
 from clink.compiler.functions import cast_to
 from clink.errors import CompilerBug, SqlError
+from clink.runtime.plan import SINGLE, Distribution, hash_by
 
 
 @attrs.frozen(kw_only=True)
@@ -173,6 +174,33 @@ class UnionOp:
 
 
 @attrs.frozen(kw_only=True)
+class ExchangeOp:
+    """Moves rows between subtasks so that the operator above reads them with ``distribution``
+    (hash on key columns, or one subtask for all); rows pass unchanged."""
+
+    id: int
+    input: int
+    distribution: Distribution
+    input_schema: ir.Schema
+    parallelism: int = 1
+
+    @property
+    def schema(self) -> ir.Schema:
+        return self.input_schema
+
+    @property
+    def partitioning(self) -> str:
+        return describe_distribution(self.distribution, self.input_schema)
+
+
+def describe_distribution(distribution: Distribution, schema: ir.Schema) -> str:
+    """``hash(auction, bidder)``, ``single``, ...: a distribution with column names."""
+    if distribution.kind == "hash":
+        return f"hash({', '.join(schema.names[k] for k in distribution.keys)})"
+    return distribution.kind
+
+
+@attrs.frozen(kw_only=True)
 class SinkOp:
     id: int
     input: int
@@ -184,7 +212,32 @@ class SinkOp:
         return self.sink.schema
 
 
-PhysicalOp = SourceOp | ChainOp | WindowAggOp | GroupAggOp | JoinOp | RankOp | OverAggOp | UnionOp | SinkOp
+PhysicalOp = SourceOp | ChainOp | ExchangeOp | WindowAggOp | GroupAggOp | JoinOp | RankOp | OverAggOp | UnionOp | SinkOp
+
+
+def output_distribution(op: PhysicalOp) -> Distribution | None:
+    """How ``op``'s output rows are spread over its subtasks, where the planner knows it: a keyed
+    operator's output stays with the subtask of its key, whose columns it keeps in place."""
+    match op:
+        case ExchangeOp(distribution=d) if d.kind in ("hash", "single"):
+            return d
+        case WindowAggOp(agg=agg) | GroupAggOp(agg=agg):
+            return hash_by(*range(agg.num_keys))
+        case OverAggOp(over=node) | RankOp(rank=node):
+            return hash_by(*node.partition)
+        case JoinOp(join=join):
+            return hash_by(*join.left_keys)
+    return None
+
+
+def _distributed(ops: list[PhysicalOp], below: int, required: Distribution, schema: ir.Schema) -> int:
+    """``below``, or an Exchange above it when its rows are not spread as ``required``. An
+    equal hash (the same key columns, in the same order) or one subtask for all satisfies."""
+    if required.kind == "forward" or output_distribution(ops[below - 1]) == required:
+        return below
+    exchange = ExchangeOp(id=len(ops) + 1, input=below, distribution=required, input_schema=schema)
+    ops.append(exchange)
+    return exchange.id
 
 
 @attrs.frozen(kw_only=True)
@@ -197,6 +250,7 @@ def plan_physical(script: BoundScript, roots: tuple[ir.Sink, ...]) -> PhysicalPl
     for sink in roots:
         # Equal scans of one statement share a source (rewrite/share_scans.py).
         upstream = _build(sink.input, ops, target=sink.name, shared={})
+        upstream = _distributed(ops, upstream, SINGLE, sink.input.schema)
         ops.append(SinkOp(id=len(ops) + 1, input=upstream, sink=sink))
     return PhysicalPlan(ops=tuple(ops))
 
@@ -216,7 +270,8 @@ def _build_late_output(op: WindowAggOp | OverAggOp, ops: list[PhysicalOp]) -> No
     chain = ChainOp(id=len(ops) + 1, input=op.id, scan_predicate=None, steps=(calc,), input_schema=schema,
                     table=f"late rows of {what} {op.id}", target=sink.name)
     ops.append(chain)
-    ops.append(SinkOp(id=len(ops) + 1, input=chain.id, sink=attrs.evolve(sink, input=calc)))
+    upstream = _distributed(ops, chain.id, SINGLE, calc.schema)
+    ops.append(SinkOp(id=len(ops) + 1, input=upstream, sink=attrs.evolve(sink, input=calc)))
 
 
 def _build(rel: ir.Rel, ops: list[PhysicalOp], *, target: str, shared: dict) -> int:
@@ -246,6 +301,7 @@ def _build(rel: ir.Rel, ops: list[PhysicalOp], *, target: str, shared: dict) -> 
             upstream, table, scan_predicate = source.id, node.table.name, node.predicate
         case ir.WindowAggregate():
             below = _build(node.input, ops, target="a window aggregate", shared=shared)
+            below = _distributed(ops, below, hash_by(*range(node.num_keys)), node.input.schema)
             op = WindowAggOp(id=len(ops) + 1, input=below, agg=node,
                              late_output=len(ops) + 2 if node.late_sink is not None else None)
             ops.append(op)
@@ -254,11 +310,13 @@ def _build(rel: ir.Rel, ops: list[PhysicalOp], *, target: str, shared: dict) -> 
                 _build_late_output(op, ops)
         case ir.GroupAggregate():
             below = _build(node.input, ops, target="a group aggregate", shared=shared)
+            below = _distributed(ops, below, hash_by(*range(node.num_keys)), node.input.schema)
             op = GroupAggOp(id=len(ops) + 1, input=below, agg=node)
             ops.append(op)
             upstream, table = op.id, f"group aggregate {op.id}"
         case ir.OverAggregate():
             below = _build(node.input, ops, target="an OVER aggregation", shared=shared)
+            below = _distributed(ops, below, hash_by(*node.partition), node.input.schema)
             op = OverAggOp(id=len(ops) + 1, input=below, over=node,
                            late_output=len(ops) + 2 if node.late_sink is not None else None)
             ops.append(op)
@@ -267,12 +325,15 @@ def _build(rel: ir.Rel, ops: list[PhysicalOp], *, target: str, shared: dict) -> 
                 _build_late_output(op, ops)
         case ir.Rank():
             below = _build(node.input, ops, target="a Top-N", shared=shared)
+            below = _distributed(ops, below, hash_by(*node.partition), node.input.schema)
             op = RankOp(id=len(ops) + 1, input=below, rank=node)
             ops.append(op)
             upstream, table = op.id, f"top-n {op.id}"
         case ir.Join(left=left, right=right):
             left_id = _build(left, ops, target="the left side of a join", shared=shared)
             right_id = _build(right, ops, target="the right side of a join", shared=shared)
+            left_id = _distributed(ops, left_id, hash_by(*node.left_keys), left.schema)
+            right_id = _distributed(ops, right_id, hash_by(*node.right_keys), right.schema)
             if right_id == left_id:
                 # A table joined with itself through one shared source: the join tells its sides
                 # apart by the node they come from, so the right side passes through a chain.

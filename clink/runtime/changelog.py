@@ -17,21 +17,17 @@ import numpy as np
 import pyarrow as pa
 
 from clink.runtime import compute as pc
-from clink.runtime.plan import DELETE, INSERT, ROWKIND_COLUMN, UPDATE_AFTER, UPDATE_BEFORE
+from clink.runtime.plan import DELETE, INSERT, ROWKIND_COLUMN, UPDATE_AFTER, UPDATE_BEFORE, ChangelogMode
 
-__all__ = ["is_changelog", "materialize"]
+__all__ = ["materialize"]
 
 _SIGN = "__sign"
 
 
-def is_changelog(schema: pa.Schema) -> bool:
-    return len(schema) > 0 and schema.names[-1] == ROWKIND_COLUMN
-
-
-def materialize(table: pa.Table) -> pa.Table:
-    """The rows ``table`` (a changelog) adds up to, without the row-kind column; a table without
-    one is returned as it is."""
-    if not is_changelog(table.schema):
+def materialize(table: pa.Table, mode: ChangelogMode) -> pa.Table:
+    """The rows ``table`` (a stream of changelog ``mode``) adds up to, without the row-kind
+    column; an append-only table is returned as it is."""
+    if not mode.updating:
         return table
     kinds = table.column(ROWKIND_COLUMN)
     rows = table.drop_columns([ROWKIND_COLUMN])

@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     import pyarrow.fs as pafs
 
     from clink.runtime.connectors.base import ConnectorRegistry
+    from clink.runtime.memo import ValueMemo
     from clink.runtime.udf import FunctionRegistry, ScalarFunction
 
 __all__ = ["RuntimeContext", "TaskContext", "system_clock_ms"]
@@ -34,6 +35,12 @@ def _default_registry() -> ConnectorRegistry:
     from clink.runtime.connectors import default_registry
 
     return default_registry()
+
+
+def _value_memo() -> ValueMemo:
+    from clink.runtime.memo import ValueMemo
+
+    return ValueMemo()
 
 
 def _empty_functions() -> FunctionRegistry:
@@ -96,11 +103,18 @@ class RuntimeContext:
 
 @dataclass(slots=True, kw_only=True)
 class TaskContext:
-    """What one running node sees: the job's context, its own id, and its metrics."""
+    """What one running subtask of a node sees: the job's context, its node's id, its place among
+    the node's subtasks, and its metrics."""
 
     runtime: RuntimeContext
     node_id: int
     metrics: dict[str, int] = field(default_factory=dict)
+    #: Which of its node's subtasks this is (0-based), of how many, and the key groups it owns.
+    subtask: int = 0
+    parallelism: int = 1
+    key_groups: range | None = None
+    #: What the task's string functions remember of values they have seen (``memo.py``).
+    memo: ValueMemo = field(default_factory=lambda: _value_memo())
 
     def now(self) -> int:
         """Processing time in milliseconds since the epoch."""

@@ -12,6 +12,7 @@ import time
 from collections import defaultdict
 from dataclasses import dataclass, field
 
+import numpy as np
 import pyarrow as pa
 
 from clink.errors import ClinkError, CompilerBug, EvaluationError, IncompatibleCheckpoint, PipelineError, UsageError
@@ -21,8 +22,35 @@ from clink.runtime.elements import MAX_WATERMARK, Barrier, Batch, Element, EndOf
 from clink.runtime.kernels import max_epoch_ms
 from clink.runtime.loader import sql_position_of
 from clink.runtime.operators import OperatorEnv, kind_of
-from clink.runtime.plan import Chain, Plan, Sink, Source, Union
+from clink.runtime.plan import Chain, Exchange, Node, Plan, Sink, Source, Union
 from clink.runtime.settings import parse_duration, parse_size
+
+#: A subtask's id is its node's id plus ``subtask * SUBTASK_STRIDE``: subtask 0 keeps the node's id.
+SUBTASK_STRIDE = 1 << 16
+
+
+def subtask_id(node_id: int, subtask: int) -> int:
+    return node_id + subtask * SUBTASK_STRIDE
+
+
+def key_group_range(subtask: int, parallelism: int, max_parallelism: int) -> range:
+    """The key groups subtask ``subtask`` of ``parallelism`` owns: a contiguous range, so that a
+    key group ``g`` belongs to subtask ``g * parallelism // max_parallelism``."""
+    return range(-(-subtask * max_parallelism // parallelism), -(-(subtask + 1) * max_parallelism // parallelism))
+
+
+def job_parallelism(ctx: RuntimeContext) -> int:
+    """``parallelism.default``: how many subtasks run each operator (1 when not set)."""
+    text = ctx.get("parallelism.default")
+    if not text:
+        return 1
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise UsageError(f"'parallelism.default' must be a positive whole number, got {text!r}")
+    return value
 
 
 @dataclass(slots=True)
@@ -87,6 +115,25 @@ class Job:
         self.plan = plan
         self.ctx = ctx.with_config({**plan.config, **ctx.config})
         self.metrics = Metrics()
+        #: Subtasks per node, and what each subtask (by its id, ``subtask_id``) runs.
+        self.parallelism = job_parallelism(self.ctx)
+        self.max_parallelism = int(self.ctx.get("pipeline.max-parallelism") or 128)  # keygroups' default
+        if self.parallelism > self.max_parallelism:
+            raise UsageError(f"'parallelism.default' ({self.parallelism}) exceeds 'pipeline.max-parallelism' "
+                             f"({self.max_parallelism}): each subtask needs at least one key group")
+        self._nodes = {node.id: node for node in plan.nodes}
+        self._subtasks: dict[int, list[int]] = {}
+        self._node_of: dict[int, Node] = {}
+        self._index_of: dict[int, int] = {}
+        #: Per subtask: the subtasks it reads from (its channels), and which input of its node each is.
+        self._channels: dict[int, list[int]] = defaultdict(list)
+        self._channel_input: dict[tuple[int, int], int] = {}
+        #: Per subtask and input of its node: channels still open.
+        self._open_channels: dict[tuple[int, int], int] = defaultdict(int)
+        #: Per exchange subtask: the subtasks of the node below, by their index.
+        self._routes: dict[int, list[int]] = {}
+        #: Per subtask: the checkpoint barrier being aligned, and the channels it came on so far.
+        self._barriers: dict[int, tuple[int, set[int]]] = {}
         self._readers: dict[int, SourceReader] = {}
         self._writers: dict[int, SinkWriter] = {}
         self._operators: dict[int, object] = {}
@@ -95,6 +142,8 @@ class Job:
         self._tasks: dict[int, TaskContext] = {}
         self._downstream: dict[int, list[int]] = defaultdict(list)
         self._open_inputs: dict[int, int] = {}
+        self._source_subtasks: set[int] = set()
+        self._without_input: list[int] = []
         # Per node: the watermark of each input, and the watermark the node last forwarded.
         self._input_watermarks: dict[int, dict[int, int]] = defaultdict(dict)
         self._watermarks: dict[int, int] = {}
@@ -123,40 +172,117 @@ class Job:
 
     # -- set-up
 
-    def _open(self) -> None:
+    def _layout(self) -> None:
+        """Decide each node's subtasks and wire their channels. A source is split over every
+        subtask when its connector can split it; an exchange runs beside its input and spreads
+        rows over the subtasks of the node below; a node behind an exchange runs ``parallelism``
+        subtasks, one subtask when the exchange sends it everything; any other node runs as many
+        as its widest input, subtask ``i`` reading subtask ``i`` (modulo its count) above."""
+        count: dict[int, int] = {}
         for node in self.plan.nodes:
-            self._tasks[node.id] = TaskContext(runtime=self.ctx, node_id=node.id)
-            for upstream in node.inputs:
-                self._downstream[upstream].append(node.id)
-            self._open_inputs[node.id] = len(node.inputs)
-        for node in self.plan.nodes:
+            inputs = [self._nodes[i] for i in node.inputs]
             if isinstance(node, Source):
-                connector = self._connector(node.connector)
-                if connector.create_source is None:
-                    raise UsageError(f"connector {node.connector!r} cannot be read (table {node.table!r})")
-                spec = TableSpec(name=node.table, schema=node.schema, table_schema=node.table_schema,
-                                 options=node.options, predicate=node.predicate() if node.predicate else None)
-                self._readers[node.id] = connector.create_source(spec, self.ctx)
-                timeout = node.idle_timeout if node.idle_timeout is not None else _duration_ms(
-                    self.ctx.get("table.exec.source.idle-timeout"))
-                if timeout:
-                    self._idle_timeouts[node.id] = timeout
-            elif (kind := kind_of(node)) is not None:
-                env = OperatorEnv(task=self._tasks[node.id],
-                                  input_schemas=tuple(self.plan.node(i).schema for i in node.inputs),
-                                  backend=self._backend(), operator_id=self.uids[node.id],
-                                  ttl_ms=_duration_ms(self.ctx.get("table.exec.state.ttl")))
-                self._operators[node.id] = kind.open(node, env)
-                if getattr(node, "late_output", None) is not None:
-                    self._late_outputs[node.id] = node.late_output
-                if getattr(node, "proctime", False):
-                    self._proctime_windows.append(node.id)
-            elif isinstance(node, Sink):
-                connector = self._connector(node.connector)
-                if connector.create_sink is None:
-                    raise UsageError(f"connector {node.connector!r} cannot be written (table {node.table!r})")
-                spec = TableSpec(name=node.table, schema=node.schema, table_schema=node.schema, options=node.options)
-                self._writers[node.id] = connector.create_sink(spec, self.ctx)
+                splittable = self._connector(node.connector).splittable
+                count[node.id] = self.parallelism if splittable else 1
+            elif isinstance(node, Exchange):
+                count[node.id] = count[node.input]
+            elif any(isinstance(i, Exchange) for i in inputs):
+                single = all(i.distribution.kind == "single" for i in inputs if isinstance(i, Exchange))
+                count[node.id] = 1 if single else self.parallelism
+            else:
+                count[node.id] = max((count[i.id] for i in inputs), default=1)
+        for node in self.plan.nodes:
+            self._subtasks[node.id] = [subtask_id(node.id, j) for j in range(count[node.id])]
+            for j, sid in enumerate(self._subtasks[node.id]):
+                self._node_of[sid] = node
+                self._index_of[sid] = j
+        consumers: dict[int, list[int]] = defaultdict(list)
+        for node in self.plan.nodes:
+            for index, upstream in enumerate(node.inputs):
+                consumers[upstream].append(node.id)
+                mine = self._subtasks[node.id]
+                for j, up in enumerate(self._subtasks[upstream]):
+                    targets = mine if isinstance(self._nodes[upstream], Exchange) else [mine[j % len(mine)]]
+                    for target in targets:
+                        self._channels[target].append(up)
+                        self._channel_input[(target, up)] = index
+                        self._open_channels[(target, index)] += 1
+                        self._downstream[up].append(target)
+        for node in self.plan.nodes:
+            if isinstance(node, Exchange):
+                (below,) = consumers[node.id]
+                for sid in self._subtasks[node.id]:
+                    self._routes[sid] = self._subtasks[below]
+        self._required_distributions_hold()
+
+    def _required_distributions_hold(self) -> None:
+        """Every node that needs its input spread by key (or gathered) gets it from an exchange,
+        or from a node whose rows are already spread that way: a plan that breaks this would give
+        wrong results at a parallelism above 1, so it does not run."""
+        for node in self.plan.nodes:
+            for upstream, required in zip(node.inputs, node.requires(), strict=True):
+                given = self._nodes[upstream]
+                if required.kind == "forward" or (isinstance(given, Exchange) and given.distribution == required):
+                    continue
+                if self.parallelism == 1 or len(self._subtasks[node.id]) == 1 == len(self._subtasks[upstream]):
+                    continue
+                if _keeps_distribution(given, required):
+                    continue
+                raise CompilerBug(f"node {node.id} needs its input {upstream} distributed as {required!r}, and the "
+                                  "plan has no exchange for it: compile the pipeline again (clink compile)")
+
+    def _open(self) -> None:
+        self._layout()
+        for node in self.plan.nodes:
+            subtasks = self._subtasks[node.id]
+            for j, sid in enumerate(subtasks):
+                self._tasks[sid] = TaskContext(runtime=self.ctx, node_id=node.id, subtask=j,
+                                               parallelism=len(subtasks),
+                                               key_groups=key_group_range(j, len(subtasks), self.max_parallelism))
+                self._open_inputs[sid] = len(self._channels[sid])
+                if not self._channels[sid] and not isinstance(node, Source):
+                    self._without_input.append(sid)
+        for node in self.plan.nodes:
+            subtasks = self._subtasks[node.id]
+            for j, sid in enumerate(subtasks):
+                self._open_subtask(node, sid, j, len(subtasks))
+
+    def _open_subtask(self, node: Node, sid: int, index: int, count: int) -> None:
+        if isinstance(node, Source):
+            connector = self._connector(node.connector)
+            if connector.create_source is None:
+                raise UsageError(f"connector {node.connector!r} cannot be read (table {node.table!r})")
+            spec = TableSpec(name=node.table, schema=node.schema, table_schema=node.table_schema,
+                             options=node.options, predicate=node.predicate() if node.predicate else None,
+                             subtask=index, parallelism=count)
+            self._readers[sid] = connector.create_source(spec, self.ctx)
+            self._source_subtasks.add(sid)
+            timeout = node.idle_timeout if node.idle_timeout is not None else _duration_ms(
+                self.ctx.get("table.exec.source.idle-timeout"))
+            if timeout:
+                self._idle_timeouts[sid] = timeout
+        elif (kind := kind_of(node)) is not None:
+            uid = self.uids[node.id]
+            env = OperatorEnv(task=self._tasks[sid],
+                              input_schemas=tuple(self._nodes[i].schema for i in node.inputs),
+                              backend=self._backend(), operator_id=uid if count == 1 else f"{uid}.{index}",
+                              ttl_ms=_duration_ms(self.ctx.get("table.exec.state.ttl")),
+                              input_modes=tuple(self._nodes[i].changelog for i in node.inputs))
+            self._operators[sid] = kind.open(node, env)
+            if getattr(node, "late_output", None) is not None:
+                self._late_outputs[sid] = subtask_id(node.late_output, index)
+            if getattr(node, "proctime", False):
+                self._proctime_windows.append(sid)
+        elif isinstance(node, Sink):
+            connector = self._connector(node.connector)
+            if connector.create_sink is None:
+                raise UsageError(f"connector {node.connector!r} cannot be written (table {node.table!r})")
+            if count != 1:
+                raise CompilerBug(f"sink {node.table!r} would run as {count} subtasks; the plan needs an exchange "
+                                  "that gathers its rows")
+            spec = TableSpec(name=node.table, schema=node.schema, table_schema=node.schema, options=node.options,
+                             changelog=node.changelog)
+            self._writers[sid] = connector.create_sink(spec, self.ctx)
 
     def _backend(self):
         """The job's state backend (``'state.backend'``), made on first use."""
@@ -172,7 +298,7 @@ class Job:
 
     @property
     def unbounded_sources(self) -> list[str]:
-        tables = [self.plan.node(i).table for i, r in self._readers.items() if not r.bounded]
+        tables = [self._node_of[i].table for i, r in self._readers.items() if not r.bounded]
         return list(dict.fromkeys(tables))  # a table read by two queries is listed once
 
     # -- running
@@ -183,6 +309,9 @@ class Job:
             return False
         progressed = False
         try:
+            for sid in self._without_input:
+                self._end(sid)  # a subtask that nothing reaches (its inputs run fewer) is done
+            self._without_input = []
             for node_id, reader in self._readers.items():
                 if node_id in self._ended:
                     continue
@@ -203,10 +332,12 @@ class Job:
                 if node_id not in self._ended:
                     self._emit_all(node_id, self._operators[node_id].on_watermark(self.ctx.clock()))
             # Between rounds nothing is in flight: every node has handled every element sent so
-            # far, which is the point a checkpoint's barriers would align on.
-            if self._checkpointing is not None and not self._ended and self._checkpointing.due():
+            # far, which is the point a checkpoint's barriers would align on. Once every source
+            # has ended, the final checkpoint comes at the end.
+            if (self._checkpointing is not None and self._checkpointing.due()
+                    and not self._source_subtasks <= self._ended):
                 self.checkpoint()
-            if len(self._ended) == len(self.plan.nodes):
+            if len(self._ended) == len(self._node_of):
                 self._finish()
         except BaseException as exc:
             self._fail(exc)
@@ -263,7 +394,7 @@ class Job:
 
     def _advance_source_watermark(self, node_id: int, batch: pa.RecordBatch) -> None:
         """Emit the source's watermark after a batch, if the batch moved it forward."""
-        node = self.plan.node(node_id)
+        node = self._node_of[node_id]
         if node.watermark is None:
             return
         try:
@@ -288,43 +419,82 @@ class Job:
             self._receive(target_id, node_id, element)
 
     def _receive(self, target_id: int, from_id: int, element: Element) -> None:
-        node = self.plan.node(target_id)
+        node = self._node_of[target_id]
         match element:
             case Batch(data=batch):
                 if isinstance(node, Chain):
-                    out = self._run_chain(node, batch)
+                    out = self._run_chain(node, target_id, batch)
                     if out.num_rows:
                         self._emit(target_id, Batch(out))
+                elif isinstance(node, Exchange):
+                    self._route(target_id, node, batch)
                 elif isinstance(node, Sink):
                     self._writers[target_id].write(batch)
                 elif isinstance(node, Union):
                     self._emit(target_id, element)
                 elif (operator := self._operators.get(target_id)) is not None:
-                    self._emit_all(target_id, operator.process(batch, node.inputs.index(from_id)))
+                    self._emit_all(target_id, operator.process(batch, self._channel_input[(target_id, from_id)]))
                     self._drain_late_rows(target_id, operator)
                 else:
-                    raise CompilerBug(f"node {target_id} of type {type(node).__name__} cannot take a batch")
+                    raise CompilerBug(f"node {node.id} of type {type(node).__name__} cannot take a batch")
             case Watermark(ts=ts):
                 inputs = self._input_watermarks[target_id]
                 inputs[from_id] = max(ts, inputs.get(from_id, ts))
                 self._evaluate_watermark(target_id)
-            case Barrier():
-                # Stateless chains and sinks without a commit protocol pass barriers straight on.
-                if not isinstance(node, Sink):
-                    self._emit(target_id, element)
+            case Barrier(checkpoint_id=checkpoint_id):
+                # A subtask passes a barrier on once it has come on every open channel (aligned).
+                current, seen = self._barriers.get(target_id, (checkpoint_id, set()))
+                if current != checkpoint_id:
+                    current, seen = checkpoint_id, set()
+                seen.add(from_id)
+                self._barriers[target_id] = (current, seen)
+                if len(seen) >= self._open_inputs[target_id]:
+                    del self._barriers[target_id]
+                    if not isinstance(node, Sink):
+                        self._emit(target_id, element)
             case EndOfInput():
-                if (operator := self._operators.get(target_id)) is not None:
-                    self._emit_all(target_id, operator.end_of_input(node.inputs.index(from_id)))
+                index = self._channel_input[(target_id, from_id)]
+                self._open_channels[(target_id, index)] -= 1
+                operator = self._operators.get(target_id)
+                if operator is not None and self._open_channels[(target_id, index)] == 0:
+                    # Input ``index`` has ended once it has ended on every channel.
+                    self._emit_all(target_id, operator.end_of_input(index))
                 self._open_inputs[target_id] -= 1
                 if self._open_inputs[target_id] == 0:
                     self._end(target_id)
 
+    def _route(self, sid: int, node: Exchange, batch: pa.RecordBatch) -> None:
+        """Send each row of ``batch`` to the subtask of the node below that the exchange's
+        distribution names."""
+        targets = self._routes[sid]
+        distribution = node.distribution
+        if len(targets) == 1:
+            self._receive(targets[0], sid, Batch(batch))
+        elif distribution.kind == "broadcast":
+            for target in targets:
+                self._receive(target, sid, Batch(batch))
+        elif distribution.kind == "hash":
+            from clink.runtime.state.keygroups import key_groups
+
+            groups = key_groups([batch.column(k) for k in distribution.keys], self.max_parallelism,
+                                num_rows=batch.num_rows)
+            owner = groups.astype(np.int64) * len(targets) // self.max_parallelism
+            order = np.argsort(owner, kind="stable")
+            bounds = np.searchsorted(owner[order], np.arange(len(targets) + 1))
+            taken = batch.take(pa.array(order)) if len(order) else batch
+            for j, target in enumerate(targets):
+                lo, hi = int(bounds[j]), int(bounds[j + 1])
+                if hi > lo:
+                    self._receive(target, sid, Batch(taken.slice(lo, hi - lo)))
+        else:  # forward: subtask i to subtask i, modulo the count below
+            self._receive(targets[self._index_of[sid] % len(targets)], sid, Batch(batch))
+
     def _evaluate_watermark(self, node_id: int) -> None:
-        """A node's watermark is the minimum over its inputs that are not idle; when it advances,
-        windows that end at or before it fire, and it passes on."""
-        node = self.plan.node(node_id)
+        """A subtask's watermark is the minimum over its channels that are not idle; when it
+        advances, windows that end at or before it fire, and it passes on."""
+        node = self._node_of[node_id]
         inputs = self._input_watermarks[node_id]
-        active = [i for i in node.inputs if not self._is_idle(i)]
+        active = [i for i in self._channels[node_id] if not self._is_idle(i)]
         if not active or any(i not in inputs for i in active):
             return
         low = min(inputs[i] for i in active)
@@ -344,10 +514,10 @@ class Job:
         self._emit(node_id, Watermark(low))
 
     def _is_idle(self, node_id: int) -> bool:
-        node = self.plan.node(node_id)
-        if isinstance(node, Source):
+        if node_id in self._source_subtasks:
             return node_id in self._idle
-        return bool(node.inputs) and all(self._is_idle(i) for i in node.inputs)
+        channels = self._channels[node_id]
+        return bool(channels) and all(self._is_idle(i) for i in channels)
 
     def _check_idle(self, node_id: int, active: bool) -> None:
         """Mark a source idle after its idle timeout without rows, and active again when rows come."""
@@ -378,9 +548,9 @@ class Job:
             if batch.num_rows:
                 self._emit(node_id, Batch(batch))
 
-    def _run_chain(self, node: Chain, batch: pa.RecordBatch) -> pa.RecordBatch:
+    def _run_chain(self, node: Chain, sid: int, batch: pa.RecordBatch) -> pa.RecordBatch:
         try:
-            return node.fn(batch, self._tasks[node.id])
+            return node.fn(batch, self._tasks[sid])
         except ClinkError:
             raise
         except (EvaluationError, pa.ArrowException, ArithmeticError, ValueError, TypeError) as exc:
@@ -395,7 +565,7 @@ class Job:
         if node_id in self._ended:
             return
         self._ended.add(node_id)
-        node = self.plan.node(node_id)
+        node = self._node_of[node_id]
         if isinstance(node, Sink):
             if self._checkpointing is None:
                 self._writers[node_id].close()
@@ -439,13 +609,15 @@ class Job:
         skipped: dict[str, int] = defaultdict(int)
         records_out: dict[str, int] = defaultdict(int)
         for node_id, reader in self._readers.items():
-            table = self.plan.node(node_id).table
+            table = self._node_of[node_id].table
             records_in[table] += reader.metrics.get("records_in", 0)
             skipped[table] += reader.metrics.get("skipped_records", 0)
         for node_id, writer in self._writers.items():
-            records_out[self.plan.node(node_id).table] += writer.metrics.get("rows_out", 0)
-        for node_id, operator in self._operators.items():
-            self.metrics.late_records[node_id] = operator.metrics.get("late_records", 0)
+            records_out[self._node_of[node_id].table] += writer.metrics.get("rows_out", 0)
+        late: dict[int, int] = defaultdict(int)
+        for sid, operator in self._operators.items():
+            late[self._node_of[sid].id] += operator.metrics.get("late_records", 0)
+        self.metrics.late_records.update(late)
         self.metrics.records_in = dict(records_in)
         self.metrics.skipped_records = dict(skipped)
         self.metrics.records_out = dict(records_out)
@@ -620,25 +792,42 @@ class _Checkpointing:
         checkpoint_id = self.next_id
         writer = self.store.begin(checkpoint_id, job.plan.fingerprint)
         for source_id in job._readers:
-            job._emit(source_id, Barrier(checkpoint_id))
+            if source_id not in job._ended:
+                job._emit(source_id, Barrier(checkpoint_id))
         self.fault("after_barrier")
         uids = job.uids
         positions = {}
-        for node_id, reader in job._readers.items():
-            position = reader.position()
-            if position is None:
-                raise UsageError(f"table {job.plan.node(node_id).table!r} cannot be checkpointed: its source "
-                                 "cannot resume from a position")
-            positions[uids[node_id]] = position
         operators = {}
-        for node_id, operator in job._operators.items():
-            files, meta = operator.snapshot(checkpoint_id, writer.path)
-            for path in files:
-                writer.add(path.name)
-            operators[uids[node_id]] = {"signature": state_signature(job, node_id), "files": [p.name for p in files],
-                                        "meta": meta}
-        handles = {uids[node_id]: w.pre_commit(checkpoint_id) for node_id, w in job._writers.items()}
+        for node in job.plan.nodes:
+            subtasks = job._subtasks[node.id]
+            if isinstance(node, Source):
+                shares = []
+                for sid in subtasks:
+                    position = job._readers[sid].position()
+                    if position is None:
+                        raise UsageError(f"table {node.table!r} cannot be checkpointed: its source cannot resume "
+                                         "from a position")
+                    shares.append(position)
+                # One reader: its position as it is; several: each subtask's, in order.
+                positions[uids[node.id]] = shares[0] if len(shares) == 1 else {"subtasks": shares}
+            elif kind_of(node) is not None:
+                entries = []
+                for j, sid in enumerate(subtasks):
+                    files, meta = job._operators[sid].snapshot(checkpoint_id, writer.path)
+                    for path in files:
+                        writer.add(path.name)
+                    groups = key_group_range(j, len(subtasks), job.max_parallelism)
+                    entries.append({"files": [p.name for p in files], "meta": meta,
+                                    "key_groups": [groups.start, groups.stop]})
+                entry = {"signature": state_signature(job, node.id)}
+                if len(entries) == 1:
+                    entry.update(files=entries[0]["files"], meta=entries[0]["meta"])
+                else:
+                    entry["subtasks"] = entries
+                operators[uids[node.id]] = entry
+        handles = {uids[job._node_of[sid].id]: w.pre_commit(checkpoint_id) for sid, w in job._writers.items()}
         state = {
+            "parallelism": job.parallelism,
             "sources": positions,
             "operators": operators,
             "sinks": handles,
@@ -650,8 +839,8 @@ class _Checkpointing:
         writer.complete(before_rename=lambda: self.fault("during_manifest_rename"))
         self.fault("after_checkpoint_before_sink_commit")
         # The checkpoint exists: now its output may become visible.
-        for node_id, w in job._writers.items():
-            w.commit(checkpoint_id, handles[uids[node_id]])
+        for sid, w in job._writers.items():
+            w.commit(checkpoint_id, handles[uids[job._node_of[sid].id]])
             self.fault("during_sink_commit")
         self.store.prune()
         self.next_id += 1
@@ -663,8 +852,6 @@ class _Checkpointing:
 
     def restore(self) -> None:
         import json
-
-        from clink.runtime.state.backend import IncompatibleState
 
         job = self.job
         chosen = job.ctx.get("execution.savepoint.path")
@@ -686,17 +873,23 @@ class _Checkpointing:
         state = json.loads((info.path / "job.json").read_text())
         self.check_compatible(info.path.name, state)
         uids = job.uids
-        for node_id, reader in job._readers.items():
-            reader.seek(state["sources"][uids[node_id]])
-        for node_id, operator in job._operators.items():
-            entry = state["operators"][uids[node_id]]
-            try:
-                operator.restore([info.path / name for name in entry["files"]], entry["meta"])
-            except IncompatibleState as exc:
-                raise IncompatibleCheckpoint(f"checkpoint {info.path.name}: the state of operator "
-                                             f"{uids[node_id]} cannot be restored: {exc}") from exc
+        for node in job.plan.nodes:
+            subtasks = job._subtasks[node.id]
+            if isinstance(node, Source):
+                saved = state["sources"][uids[node.id]]
+                shares = saved["subtasks"] if "subtasks" in saved else [saved]
+                for j, sid in enumerate(subtasks):
+                    reader = job._readers[sid]
+                    if len(shares) == len(subtasks):
+                        reader.seek(shares[j])
+                    else:
+                        # Another parallelism: each reader takes its share of what is left.
+                        reader.seek_shares(shares)
+            elif kind_of(node) is not None:
+                self._restore_operator(node, subtasks, state["operators"][uids[node.id]], info)
         self.recover_sinks(info.id, state["sinks"], lineage)
-        if manifest.get("plan_fingerprint") == job.plan.fingerprint:
+        if (manifest.get("plan_fingerprint") == job.plan.fingerprint
+                and state.get("parallelism", 1) == job.parallelism):
             # The same plan: node ids mean the same nodes, so watermarks carry over as they were.
             # (A changed plan starts its watermarks afresh; each window operator keeps its own.)
             job._watermarks.update({int(k): v for k, v in state["watermarks"].items()})
@@ -705,12 +898,32 @@ class _Checkpointing:
         self.next_id = info.id + 1
         job.metrics.restored_from = info.id
 
+    def _restore_operator(self, node: Node, subtasks: list[int], entry: dict, info) -> None:
+        """Give each subtask of ``node`` the state of its key groups, from the snapshots of the
+        subtasks that held them (one or several, when the parallelism changed)."""
+        job = self.job
+        from clink.runtime.state.backend import IncompatibleState
+
+        saved = entry["subtasks"] if "subtasks" in entry else [
+            {"files": entry["files"], "meta": entry["meta"], "key_groups": [0, job.max_parallelism]}]
+        for j, sid in enumerate(subtasks):
+            mine = key_group_range(j, len(subtasks), job.max_parallelism)
+            parts = [e for e in saved if e["key_groups"][0] < mine.stop and mine.start < e["key_groups"][1]]
+            whole = len(parts) == 1 and parts[0]["key_groups"] == [mine.start, mine.stop]
+            files = [info.path / name for e in parts for name in e["files"]]
+            try:
+                job._operators[sid].restore(files, _merge_meta([e["meta"] for e in parts]),
+                                            key_groups=None if whole else mine)
+            except IncompatibleState as exc:
+                raise IncompatibleCheckpoint(f"checkpoint {info.path.name}: the state of operator "
+                                             f"{job.uids[node.id]} cannot be restored: {exc}") from exc
+
     def recover_sinks(self, checkpoint_id: int, handles: dict, lineage: str) -> None:
         """Bring every sink to ``checkpoint_id``: commit what it pre-committed, roll back what
         later checkpoints committed (the run replays it), then set those checkpoints aside."""
         job = self.job
-        for node_id, w in job._writers.items():
-            note = w.recover(checkpoint_id, handles.get(job.uids[node_id]), lineage=lineage)
+        for sid, w in job._writers.items():
+            note = w.recover(checkpoint_id, handles.get(job.uids[job._node_of[sid].id]), lineage=lineage)
             if note:
                 job.warnings.append(note)
         from clink.runtime.checkpoint.store import ROLLED_BACK
@@ -730,9 +943,10 @@ class _Checkpointing:
         hint = ("The change is not compatible with the saved state: run with a new --state-dir (or empty "
                 "this one) to start over.")
         saved = state.get("operators", {})
-        for node_id in job._operators:
+        stateful = [node.id for node in job.plan.nodes if kind_of(node) is not None]
+        for node_id in stateful:
             uid = uids[node_id]
-            where = _where(job.plan.node(node_id))
+            where = _where(job._nodes[node_id])
             expected = state_signature(job, node_id)
             entry = saved.get(uid)
             if entry is None:
@@ -743,14 +957,45 @@ class _Checkpointing:
                     f"checkpoint {name} cannot be restored into operator {uid}{where}: its state was written "
                     f"for\n    {_readable(entry['signature'])}\nbut this pipeline needs\n    "
                     f"{_readable(expected)}\n{hint}")
-        dropped = sorted(set(saved) - {uids[i] for i in job._operators})
+        dropped = sorted(set(saved) - {uids[i] for i in stateful})
         if dropped:
             raise IncompatibleCheckpoint(f"checkpoint {name} holds state of operator(s) {', '.join(dropped)}, which "
                                          f"this pipeline no longer has; restoring would lose it. {hint}")
-        for node_id in job._readers:
-            if uids[node_id] not in state.get("sources", {}):
-                raise IncompatibleCheckpoint(f"checkpoint {name} holds no position for {uids[node_id]}"
-                                             f"{_where(job.plan.node(node_id))}: a source was added. {hint}")
+        for node in job.plan.sources:
+            if uids[node.id] not in state.get("sources", {}):
+                raise IncompatibleCheckpoint(f"checkpoint {name} holds no position for {uids[node.id]}"
+                                             f"{_where(node)}: a source was added. {hint}")
+
+
+def _merge_meta(metas: list[dict]) -> dict:
+    """One operator's small state from the snapshots of several of its subtasks: the lowest
+    watermark (they are equal: every subtask sees the watermark of every channel), the largest
+    of every counter."""
+    if len(metas) == 1:
+        return metas[0]
+    merged: dict = {}
+    for meta in metas:
+        for key, value in meta.items():
+            if key not in merged or merged[key] is None:
+                merged[key] = value
+            elif value is not None:
+                merged[key] = min(merged[key], value) if key == "watermark" else max(merged[key], value)
+    return merged
+
+
+def _keeps_distribution(node: Node, required) -> bool:
+    """Whether ``node``'s output rows stay spread as ``required``: a keyed operator keeps its rows
+    with the subtask of their key, whose columns lead its output (the planner's rule)."""
+    from clink.runtime.plan import GroupAggregate, Join, OverAggregate, Rank, WindowAggregate, hash_by
+
+    match node:
+        case WindowAggregate(keys=keys) | GroupAggregate(keys=keys):
+            return required == hash_by(*range(len(keys)))
+        case OverAggregate(partition=keys) | Rank(partition=keys):
+            return required == hash_by(*keys)
+        case Join(left_keys=keys):
+            return required == hash_by(*keys)
+    return False
 
 
 def _where(node) -> str:
@@ -765,8 +1010,8 @@ def state_signature(job: Job, node_id: int) -> str:
     """What a stateful operator's state means: the window (if any), key types and aggregates
     (readable), the keys and aggregates as SQL text, then the layout of its state. A checkpoint
     restores only into the same signature."""
-    node = job.plan.node(node_id)
-    schemas = tuple(job.plan.node(i).schema for i in node.inputs)
+    node = job._nodes[node_id]
+    schemas = tuple(job._nodes[i].schema for i in node.inputs)
     readable, layout = kind_of(node).describe(node, schemas, job._operators[node_id]).split(" | ", 1)
     if node.meaning:
         readable += f" as {node.meaning}"

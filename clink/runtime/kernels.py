@@ -8,7 +8,6 @@ error path.
 
 from __future__ import annotations
 
-import datetime as dt
 import decimal
 import functools
 import re
@@ -20,6 +19,7 @@ import pyarrow as pa
 from clink.errors import EvaluationError
 from clink.runtime import compute as pc
 from clink.runtime.context import TaskContext
+from clink.runtime.memo import ValueMemo
 from clink.runtime.timezone import epoch_ms, from_local, local_ms, to_local
 
 Value = pa.Array | pa.ChunkedArray | pa.Scalar
@@ -357,26 +357,28 @@ def substring(a: Value, start: int, length: int | None = None) -> Value:
     return pc.if_else(too_short, pa.scalar("", pa.string()), sliced)
 
 
-def split_index(a: Value, sep: str, index: int) -> Value:
-    """The ``index``-th (0-based) piece of ``a`` split on ``sep``; NULL when there is no such piece."""
+def split_index(a: Value, sep: str, index: int, memo: ValueMemo | None = None) -> Value:
+    """The ``index``-th (0-based) piece of ``a`` split on ``sep``; NULL when there is no such piece.
+    ``memo``: the task's memory of values seen (``TaskContext.memo``)."""
+    memo = ValueMemo() if memo is None else memo
     if index < 0 or sep == "":
         return pc.cast(pc.if_else(pc.is_valid(a), pa.scalar(None, pa.string()), pa.scalar(None, pa.string())),
                        pa.string())
     if isinstance(a, pa.Scalar):
-        return split_index(pa.array([a.as_py()], a.type), sep, index)[0]
+        return split_index(pa.array([a.as_py()], a.type), sep, index, memo)[0]
     if isinstance(a, pa.ChunkedArray):
         a = a.combine_chunks()
     if a.type == pa.string():
-        picked = _per_value(a, ("split_index", sep), index, lambda values, i: _split_index_array(values, sep, i),
-                            _SPLIT_MOST_DISTINCT)
+        picked = _per_value(a, ("split_index", sep), index,
+                            lambda values, i: _split_index_array(values, sep, i, memo), _SPLIT_MOST_DISTINCT, memo)
         if picked is not None:
             return picked
-    return _split_index_array(a, sep, index)
+    return _split_index_array(a, sep, index, memo)
 
 
-def _split_index_array(a: pa.Array, sep: str, index: int) -> pa.Array:
+def _split_index_array(a: pa.Array, sep: str, index: int, memo: ValueMemo) -> pa.Array:
     if len(sep.encode()) == 1 and sep.isascii() and a.type == pa.string() and a.offset == 0:
-        picked = _split_index_byte(a, sep.encode()[0], index)
+        picked = _split_index_byte(a, sep.encode()[0], index, memo)
         if picked is not None:
             return picked
     # Splitting stops after the piece wanted; the piece is then found by offset arithmetic
@@ -407,34 +409,30 @@ _SPLIT_MOST_DISTINCT = 0.6
 _DISTINCT_MIN_ROWS = 1024
 _DISTINCT_SAMPLE = 1024
 
-#: The last array ``_distinct`` looked at, with its verdict: several calls on one column
-#: (SPLIT_INDEX(url, '/', 3), (url, '/', 4) ...) hash it once. The array itself is kept with
-#: them, so the memo can only ever match that very array.
-_LAST_DISTINCT: list = [None]
-
-
-def _distinct(a: pa.Array, most: float) -> tuple[pa.Array, pa.Array] | None:
+def _distinct(a: pa.Array, most: float, memo: ValueMemo) -> tuple[pa.Array, pa.Array] | None:
     """(distinct values, per row the index of its value there, NULL for a NULL) of string array
     ``a``, or None when a sample of ``a`` has more than the share ``most`` of distinct values (or
-    ``a`` is too short to be worth it)."""
+    ``a`` is too short to be worth it). The last array looked at is remembered with its verdict
+    (``memo.last_distinct``): several calls on one column (SPLIT_INDEX(url, '/', 3), (url, '/',
+    4) ...) hash it once. The array itself is kept, so it can only ever match that very array."""
     n = len(a)
     if n < _DISTINCT_MIN_ROWS:
         return None
-    memo = _LAST_DISTINCT[0]
-    if memo is not None and memo[0] is a:
-        share, encoded = memo[1], memo[2]
+    last = memo.last_distinct
+    if last is not None and last[0] is a:
+        share, encoded = last[1], last[2]
     else:
         step = max(n // _DISTINCT_SAMPLE, 1)
         sample = pc.take(a, pa.array(np.arange(0, n, step, dtype=np.int64)))
         share = pc.count_distinct(sample, mode="all").as_py() / len(sample)
         encoded = None
     if share > most:
-        _LAST_DISTINCT[0] = (a, share, None)
+        memo.last_distinct = (a, share, None)
         return None
     if encoded is None:
         dictionary = pc.dictionary_encode(a)
         encoded = (dictionary.dictionary, dictionary.indices)
-    _LAST_DISTINCT[0] = (a, share, encoded)
+    memo.last_distinct = (a, share, encoded)
     return encoded
 
 
@@ -442,18 +440,16 @@ def _distinct(a: pa.Array, most: float) -> tuple[pa.Array, pa.Array] | None:
 #: the distinct values it has run on and, per group or piece index, its results for them, in the
 #: same order. A column such as a URL repeats its values from batch to batch as well as within one:
 #: a call then looks its rows up among the values seen (one hash probe), runs the function only on
-#: the values new to it, and takes the results out by position.
-_SEEN: dict[tuple, tuple[pa.Array, dict[int, pa.Array]]] = {}
+#: the values new to it, and takes the results out by position. They are kept in the task's
+#: ``ValueMemo`` (``memo.seen``), within these bounds.
 _SEEN_MOST_KEYS = 16
 _SEEN_MOST_VALUES = 1 << 16
 _SEEN_MOST_BYTES = 8 << 20  # per key: at most 128 MiB in all
 #: Values new to a call beyond this share of its rows start the values seen afresh from that call.
 _SEEN_MOST_NEW = 0.25
-#: The last look-up, (array, values seen, positions): calls on that very array share it.
-_LAST_LOOKUP: list = [None]
 
 
-def _per_value(a: pa.Array, key: tuple, param: int, fn, most: float) -> pa.Array | None:
+def _per_value(a: pa.Array, key: tuple, param: int, fn, most: float, memo: ValueMemo) -> pa.Array | None:
     """``fn(a, param)`` for a string array ``a``, where ``fn(values, param)`` gives one result per
     value and ``key`` names ``fn``: run on the distinct values of ``a`` not seen by an earlier
     call, and taken back out by position. None when ``a``'s values hardly repeat (see
@@ -461,8 +457,8 @@ def _per_value(a: pa.Array, key: tuple, param: int, fn, most: float) -> pa.Array
     n = len(a)
     if n < _DISTINCT_MIN_ROWS:
         return None
-    seen = _SEEN.get(key)
-    last = _LAST_LOOKUP[0]
+    seen = memo.seen.get(key)
+    last = memo.last_lookup
     if seen is not None and last is not None and last[0] is a and last[1] is seen[0]:
         values, results = seen
         positions = last[2]
@@ -487,7 +483,7 @@ def _per_value(a: pa.Array, key: tuple, param: int, fn, most: float) -> pa.Array
                     mask = None if a.null_count == 0 else pa.py_buffer(np.packbits(valid, bitorder="little"))
                     positions = pa.Array.from_buffers(pa.int32(), n, [mask, pa.py_buffer(where)])
         if positions is None:
-            distinct = _distinct(a, most)
+            distinct = _distinct(a, most, memo)
             if distinct is None:
                 return None
             values, positions = distinct
@@ -495,29 +491,26 @@ def _per_value(a: pa.Array, key: tuple, param: int, fn, most: float) -> pa.Array
             if values.nbytes > _SEEN_MOST_BYTES:
                 # Too big to keep: used for this call only.
                 return pc.take(fn(values, param), positions)
-        _SEEN.pop(key, None)
-        while len(_SEEN) >= _SEEN_MOST_KEYS:
-            _SEEN.pop(next(iter(_SEEN)))
-        _SEEN[key] = (values, results)
-        _LAST_LOOKUP[0] = (a, values, positions)
+        memo.seen.pop(key, None)
+        while len(memo.seen) >= _SEEN_MOST_KEYS:
+            memo.seen.pop(next(iter(memo.seen)))
+        memo.seen[key] = (values, results)
+        memo.last_lookup = (a, values, positions)
     result = results.get(param)
     if result is None:
         result = results[param] = fn(values, param)
     return pc.take(result, positions)
 
 
-#: The separators found in the last array split on a byte: SPLIT_INDEX(url, '/', 3), (url, '/', 4)
-#: … in one projection split the same array, and finding the separators is most of the work. The
-#: array itself is kept with them, so the memo can only ever match that very array.
-_LAST_SPLIT: list = [None]
-
-
-def _separators(a: pa.StringArray, sep: int) -> tuple[np.ndarray, ...]:
+def _separators(a: pa.StringArray, sep: int, memo: ValueMemo) -> tuple[np.ndarray, ...]:
     """(offsets, data, separator positions, per row its first separator's index among them, and
-    its number of separators) of ``a`` split on byte ``sep``."""
-    memo = _LAST_SPLIT[0]
-    if memo is not None and memo[0] is a and memo[1] == sep:
-        return memo[2]
+    its number of separators) of ``a`` split on byte ``sep``. The last array split is remembered
+    (``memo.last_split``): SPLIT_INDEX(url, '/', 3), (url, '/', 4) … in one projection split the
+    same array, and finding the separators is most of the work. The array itself is kept, so it
+    can only ever match that very array."""
+    last = memo.last_split
+    if last is not None and last[0] is a and last[1] == sep:
+        return last[2]
     n = len(a)
     offsets = np.frombuffer(a.buffers()[1], np.int32, n + 1)
     data = np.frombuffer(a.buffers()[2], np.uint8) if a.buffers()[2] is not None else np.zeros(0, np.uint8)
@@ -526,17 +519,17 @@ def _separators(a: pa.StringArray, sep: int) -> tuple[np.ndarray, ...]:
     first = np.searchsorted(hits, offsets[:-1])  # per row: its first separator's index in hits
     count = np.searchsorted(hits, offsets[1:]) - first  # separators per row
     found = (offsets, data, hits, first, count)
-    _LAST_SPLIT[0] = (a, sep, found)
+    memo.last_split = (a, sep, found)
     return found
 
 
-def _split_index_byte(a: pa.StringArray, sep: int, index: int) -> pa.Array | None:
+def _split_index_byte(a: pa.StringArray, sep: int, index: int, memo: ValueMemo) -> pa.Array | None:
     """``split_index`` for a one-byte (ASCII) separator, on the bytes themselves: the separators'
     positions, each one's rank within its string, and the piece between the ``index``-th and the
     next, gathered into a new string array. An ASCII byte never occurs inside a multi-byte UTF-8
     character, so byte positions are safe."""
     n = len(a)
-    offsets, data, hits, first, count = _separators(a, sep)
+    offsets, data, hits, first, count = _separators(a, sep, memo)
     # Piece k starts after separator k-1 (or at the row's start) and ends at separator k (or the end).
     has = count >= index
     if index == 0:
@@ -622,22 +615,24 @@ def _name_groups(pattern: str, wanted: int = -1) -> tuple[str, int]:
     return "".join(out), groups
 
 
-def regexp_extract(a: Value, pattern: str, index: int = 0) -> Value:
+def regexp_extract(a: Value, pattern: str, index: int = 0, memo: ValueMemo | None = None) -> Value:
     """REGEXP_EXTRACT(a, pattern[, index]): group ``index`` of the first match of ``pattern`` in
     ``a`` (0 is the whole match); NULL when nothing matches or the pattern has no such group.
-    A group that takes no part in the match gives '' (RE2 does not tell it from an empty one)."""
+    A group that takes no part in the match gives '' (RE2 does not tell it from an empty one).
+    ``memo``: the task's memory of values seen (``TaskContext.memo``)."""
+    memo = ValueMemo() if memo is None else memo
     groups = _name_groups(pattern, index)[1]
     if not 0 <= index <= groups:
         if isinstance(a, pa.Scalar):
             return pa.scalar(None, pa.string())
         return pa.nulls(len(a), pa.string())
     if isinstance(a, pa.Scalar):
-        return regexp_extract(pa.array([a.as_py()], pa.string()), pattern, index)[0]
+        return regexp_extract(pa.array([a.as_py()], pa.string()), pattern, index, memo)[0]
     if isinstance(a, pa.ChunkedArray):
         a = a.combine_chunks()
     if a.type == pa.string():
         found = _per_value(a, ("regexp_extract", pattern), index, functools.partial(_extract, pattern),
-                           _REGEX_MOST_DISTINCT)
+                           _REGEX_MOST_DISTINCT, memo)
         if found is not None:
             return found
     return _extract(pattern, a, index)

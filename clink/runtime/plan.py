@@ -15,19 +15,89 @@ import pyarrow as pa
 if TYPE_CHECKING:
     from clink.runtime.context import TaskContext
 
-__all__ = ["BROADCAST", "DELETE", "FORWARD", "INSERT", "ROWKIND_COLUMN", "SINGLE", "UPDATE_AFTER", "UPDATE_BEFORE",
-           "AggSpec", "Chain", "GroupAggregate", "Join", "Node", "OverAggregate", "Rank", "Plan", "Sink", "Source", "TaskContext", "Union",
+__all__ = ["APPEND_ONLY", "BROADCAST", "DELETE", "FORWARD", "Distribution", "Exchange", "INSERT", "INSERT_DELETE", "ROWKIND_COLUMN", "SINGLE",
+           "UPDATE_AFTER", "UPDATE_BEFORE", "UPDATING", "AggSpec", "ChangelogMode", "Chain", "GroupAggregate", "Join", "Node", "OverAggregate", "Rank", "Plan", "Sink", "Source", "TaskContext", "Union",
            "WindowAggregate", "WindowSpec", "hash_by"]
 
-#: How a node's input is distributed over its parallel instances.
-FORWARD = ("forward",)
-BROADCAST = ("broadcast",)
-SINGLE = ("single",)
+@dataclass(frozen=True, slots=True)
+class Distribution:
+    """How a stream's rows are spread over the subtasks of the node that reads it.
+
+    ``forward``: each subtask reads what the subtask of the same index upstream produced;
+    ``hash``: rows of equal ``keys`` (column indices) go to the subtask that owns their key group
+    (``keygroups.key_groups``); ``broadcast``: every subtask gets every row; ``single``: one
+    subtask gets every row.
+    """
+
+    kind: str
+    keys: tuple[int, ...] = ()
+
+    def __post_init__(self) -> None:
+        if self.kind not in ("forward", "hash", "broadcast", "single"):
+            raise ValueError(f"unknown distribution {self.kind!r}")
+        if (self.kind == "hash") != bool(self.keys):
+            raise ValueError("a hash distribution has key columns, and only it")
+
+    def __repr__(self) -> str:
+        return f"P.hash_by({', '.join(map(str, self.keys))})" if self.kind == "hash" else f"P.{self.kind.upper()}"
 
 
-def hash_by(*keys: str) -> tuple[str, ...]:
-    """Partition by the hash of ``keys``."""
-    return ("hash", *keys)
+FORWARD = Distribution("forward")
+BROADCAST = Distribution("broadcast")
+SINGLE = Distribution("single")
+
+
+def hash_by(*keys: int) -> Distribution:
+    """Partition by the hash of the columns at ``keys``; with no keys, one subtask takes all."""
+    return Distribution("hash", tuple(keys)) if keys else SINGLE
+
+
+#: The column an updating (changelog) stream carries last: each row's kind, as Flink prints it.
+#: It is the one representation of row kinds, in every operator, sink and result.
+ROWKIND_COLUMN = "_rowkind"
+#: Row kinds: an insert, the old and the new row of an update, and a delete.
+INSERT, UPDATE_BEFORE, UPDATE_AFTER, DELETE = "+I", "-U", "+U", "-D"
+_KIND_ORDER = (INSERT, UPDATE_BEFORE, UPDATE_AFTER, DELETE)
+
+
+@dataclass(frozen=True, slots=True)
+class ChangelogMode:
+    """The row kinds a node's output may carry. Append-only output carries inserts alone, and its
+    batches have no row-kind column; any other mode is updating: its batches end with
+    ``ROWKIND_COLUMN``, and later rows may retract earlier ones."""
+
+    kinds: frozenset[str]
+
+    def __post_init__(self) -> None:
+        unknown = set(self.kinds) - set(_KIND_ORDER)
+        if unknown or INSERT not in self.kinds:
+            raise ValueError(f"a changelog mode holds +I and any of -U, +U, -D; got {sorted(self.kinds)}")
+
+    @property
+    def updating(self) -> bool:
+        return self.kinds != {INSERT}
+
+    def union(self, other: ChangelogMode) -> ChangelogMode:
+        """What a stream carrying the rows of both modes carries."""
+        return ChangelogMode(self.kinds | other.kinds)
+
+    def __repr__(self) -> str:
+        for name, mode in _MODE_NAMES.items():
+            if mode == self:
+                return f"P.{name}"
+        return f"P.ChangelogMode(frozenset({sorted(self.kinds, key=_KIND_ORDER.index)!r}))"
+
+    def __str__(self) -> str:
+        return "[" + ", ".join(sorted(self.kinds, key=_KIND_ORDER.index)) + "]"
+
+
+#: Inserts only (sources, windows, OVER on an append-only input).
+APPEND_ONLY = ChangelogMode(frozenset({INSERT}))
+#: Rows come and go, with no update pairs (Top-N, outer joins, joins of updating inputs).
+INSERT_DELETE = ChangelogMode(frozenset({INSERT, DELETE}))
+#: Every row kind (GROUP BY without a window, OVER over an updating input).
+UPDATING = ChangelogMode(frozenset(_KIND_ORDER))
+_MODE_NAMES = {"APPEND_ONLY": APPEND_ONLY, "INSERT_DELETE": INSERT_DELETE, "UPDATING": UPDATING}
 
 
 ChainFn = Callable[[pa.RecordBatch, "TaskContext"], pa.RecordBatch]
@@ -46,10 +116,16 @@ class Node:
     #: What a stateful operator's state means, as SQL text (keys, aggregates, order): part of the
     #: state signature a restore compares.
     meaning: str = ""
+    #: The row kinds the node's output carries (``APPEND_ONLY``: inserts, no row-kind column).
+    changelog: ChangelogMode = APPEND_ONLY
 
     @property
     def inputs(self) -> tuple[int, ...]:
         return ()
+
+    def requires(self) -> tuple[Distribution, ...]:
+        """The distribution each input must have (``FORWARD``: any; it is read as it comes)."""
+        return (FORWARD,) * len(self.inputs)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -87,7 +163,6 @@ class Chain(Node):
     fn: ChainFn
     input: int
     schema: pa.Schema
-    partitioning: tuple[str, ...] = FORWARD
     description: str = ""
 
     @property
@@ -103,9 +178,10 @@ class Union(Node):
     schema: pa.Schema
 
     def __init__(self, *, id: int, inputs: tuple[int, ...], schema: pa.Schema,  # noqa: A002
-                 parallelism: int = 1, span: str = "") -> None:
+                 parallelism: int = 1, span: str = "", changelog: ChangelogMode = APPEND_ONLY) -> None:
         for name, value in (("id", id), ("all_inputs", tuple(inputs)), ("schema", schema),
-                            ("parallelism", parallelism), ("span", span), ("uid", ""), ("meaning", "")):
+                            ("parallelism", parallelism), ("span", span), ("uid", ""), ("meaning", ""),
+                            ("changelog", changelog)):
             object.__setattr__(self, name, value)
 
     @property
@@ -181,7 +257,6 @@ class WindowAggregate(Node):
     allowed_lateness: int = 0
     #: The node that receives late rows (with the input's columns) instead of dropping them.
     late_output: int | None = None
-    partitioning: tuple[str, ...] = FORWARD
     #: Windows over processing time: ``time`` holds each row's processing time, and windows
     #: fire as the clock passes their end (and all at the end of the input), not on watermarks.
     proctime: bool = False
@@ -190,11 +265,8 @@ class WindowAggregate(Node):
     def inputs(self) -> tuple[int, ...]:
         return (self.input,)
 
-
-#: The column an updating (changelog) stream carries last: each row's kind, as Flink prints it.
-ROWKIND_COLUMN = "_rowkind"
-#: Row kinds: an insert, the old and the new row of an update, and a delete.
-INSERT, UPDATE_BEFORE, UPDATE_AFTER, DELETE = "+I", "-U", "+U", "-D"
+    def requires(self) -> tuple[Distribution, ...]:
+        return (hash_by(*self.keys),)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -214,11 +286,13 @@ class GroupAggregate(Node):
     keys: tuple[int, ...]
     aggs: tuple[AggSpec, ...]
     schema: pa.Schema
-    partitioning: tuple[str, ...] = FORWARD
 
     @property
     def inputs(self) -> tuple[int, ...]:
         return (self.input,)
+
+    def requires(self) -> tuple[Distribution, ...]:
+        return (hash_by(*self.keys),)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -245,11 +319,13 @@ class OverAggregate(Node):
     schema: pa.Schema
     #: The node that receives late rows (the input's columns) instead of dropping them.
     late_output: int | None = None
-    partitioning: tuple[str, ...] = FORWARD
 
     @property
     def inputs(self) -> tuple[int, ...]:
         return (self.input,)
+
+    def requires(self) -> tuple[Distribution, ...]:
+        return (hash_by(*self.partition),)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -268,11 +344,13 @@ class Rank(Node):
     limit: int
     schema: pa.Schema
     emit_rank: bool = True
-    partitioning: tuple[str, ...] = FORWARD
 
     @property
     def inputs(self) -> tuple[int, ...]:
         return (self.input,)
+
+    def requires(self) -> tuple[Distribution, ...]:
+        return (hash_by(*self.partition),)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -318,6 +396,10 @@ class Join(Node):
     def inputs(self) -> tuple[int, ...]:
         return (self.left, self.right)
 
+    def requires(self) -> tuple[Distribution, ...]:
+        # Every kind of join (lookup and temporal ones too) meets equal keys in one subtask.
+        return (hash_by(*self.left_keys), hash_by(*self.right_keys))
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Sink(Node):
@@ -335,6 +417,25 @@ class Sink(Node):
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "options", dict(self.options or {}))
+
+    @property
+    def inputs(self) -> tuple[int, ...]:
+        return (self.input,)
+
+    def requires(self) -> tuple[Distribution, ...]:
+        # One writer per table: its commits, and the order of each key's changes, stay whole.
+        return (SINGLE,)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Exchange(Node):
+    """Moves rows between subtasks so the node below gets ``distribution``: the planner puts one
+    wherever a node requires a distribution its input does not have. Rows pass unchanged; at
+    parallelism 1 it is a pass-through."""
+
+    input: int
+    distribution: Distribution
+    schema: pa.Schema
 
     @property
     def inputs(self) -> tuple[int, ...]:

@@ -109,8 +109,6 @@ def _positive_int(text: str) -> None:
 
 def _parallelism(text: str) -> None:
     _positive_int(text)
-    if int(text) > 1:
-        raise ValueError(f"parallelism {int(text)} is not supported yet; clink runs each operator as one subtask")
 
 
 def _choice(*allowed: str) -> Callable[[str], None]:

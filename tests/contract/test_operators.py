@@ -99,12 +99,13 @@ def data(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return folder
 
 
-def _job(case: str, out: Path, state: Path | None, data: Path) -> Job:
+def _job(case: str, out: Path, state: Path | None, data: Path, parallelism: int = 1) -> Job:
     text = CASES[case][1].format(out=out, data=data)
     prefix = "" if case == "temporal" else DDL
     plan = clink.compile(prefix + "SET 'execution.checkpointing.interval-rows' = '700';\n" + text,
                          name=f"{case}.sql").runtime_plan
-    return Job(plan, RuntimeContext(state_dir=state, stdout=io.StringIO()))
+    return Job(plan, RuntimeContext(state_dir=state, stdout=io.StringIO(),
+                                    config={"parallelism.default": str(parallelism)}))
 
 
 def _output(out: Path) -> list[tuple]:
@@ -149,3 +150,38 @@ def test_a_cut_at_any_step_then_a_restore_gives_the_uninterrupted_output(case: s
         resumed = _job(case, out, state, data)
         resumed.run()
         assert _output(out) == expected, f"{case}: cut after step {cut} of {steps}"
+
+
+def _run_until_checkpoint(job: Job, checkpoints: int) -> None:
+    """Step ``job`` until it has taken ``checkpoints`` checkpoints, then two steps more."""
+    while job.metrics.checkpoints < checkpoints and not job.finished:
+        job.step()
+    for _ in range(2):
+        job.step()
+    assert not job.finished, "the job ended before the cut: use more rows"
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_state_split_into_key_group_halves_and_merged_back_gives_the_uninterrupted_output(
+        case: str, tmp_path: Path, data: Path) -> None:
+    """A job cut after a checkpoint resumes as two subtasks per operator (each restores the half
+    of the key groups it owns, each source reader its share), is cut again, and resumes as one
+    (the halves merged back): the output is that of one uninterrupted subtask."""
+    reference = _job(case, tmp_path / "ref", tmp_path / "ref-state", data)
+    reference.run()
+    expected = _output(tmp_path / "ref")
+    out, state = tmp_path / "out", tmp_path / "state"
+    first = _job(case, out, state, data)
+    _run_until_checkpoint(first, 1)
+    del first  # a crash
+    halves = _job(case, out, state, data, parallelism=2)
+    restored = halves.metrics.restored_from
+    assert restored is not None
+    stateful = [n for n in halves.plan.nodes if KINDS.get(type(n)) is not None]
+    assert all(len(halves._subtasks[n.id]) == 2 for n in stateful), "each operator runs as two subtasks"
+    _run_until_checkpoint(halves, 1)
+    del halves
+    merged = _job(case, out, state, data)
+    assert merged.metrics.restored_from is not None and merged.metrics.restored_from > restored
+    merged.run()
+    assert _output(out) == expected, f"{case}: split and merged back"

@@ -163,7 +163,7 @@ def test_a_stopped_and_resumed_job_adds_up_to_the_same_table(tmp_path: Path, bac
         return Job(plan, RuntimeContext(config=config, state_dir=state, on_result=lambda _, b: changes.append(b)))
 
     job(None).run()
-    expected = materialize(pa.Table.from_batches(changes, schema=query.schema))
+    expected = materialize(pa.Table.from_batches(changes, schema=query.schema), query.changelog)
     changes.clear()
     first = job(tmp_path)
     first.run(stop_after_checkpoints=2)
@@ -171,7 +171,7 @@ def test_a_stopped_and_resumed_job_adds_up_to_the_same_table(tmp_path: Path, bac
     second = job(tmp_path)
     assert second.metrics.restored_from == first.metrics.stopped_at
     second.run()
-    resumed = materialize(pa.Table.from_batches(changes, schema=query.schema))
+    resumed = materialize(pa.Table.from_batches(changes, schema=query.schema), query.changelog)
     assert sorted(resumed.to_pylist(), key=str) == sorted(expected.to_pylist(), key=str)
     assert expected.num_rows > 3
 

@@ -314,7 +314,7 @@ def test_a_uid_hint_carries_state_across_a_renamed_sink(tmp_path: Path) -> None:
                                                                           "INSERT INTO totals_v2")
     resumed = Job(clink.compile(renamed, name="ckpt.sql").runtime_plan,
                   RuntimeContext(config=config, state_dir=state, stdout=io.StringIO()))
-    assert resumed.uids[3] == "window:totals" and resumed.metrics.restored_from == 2
+    assert "window:totals" in resumed.uids.values() and resumed.metrics.restored_from == 2
     resumed.run()
     # Without the hint the same rename is refused: the operator is another one.
     plain_state = tmp_path / "plain"

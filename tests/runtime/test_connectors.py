@@ -18,6 +18,7 @@ from clink.runtime.connectors.datagen import ANCHOR_MS, DATAGEN
 from clink.runtime.connectors.filesystem import FILESYSTEM
 from clink.runtime.connectors.print import PRINT
 from clink.runtime.context import RuntimeContext
+from clink.runtime.plan import UPDATING
 
 SIMPLE = pa.schema([("id", pa.int64()), ("price", pa.float64()), ("region", pa.string())])
 
@@ -548,10 +549,12 @@ def test_print_writes_flink_style_lines() -> None:
 
 
 def test_print_identifier_and_rowkind() -> None:
-    schema = pa.schema([("_rowkind", pa.string()), ("n", pa.int64())])
+    schema = pa.schema([("n", pa.int64()), ("_rowkind", pa.string())])
     context = ctx()
-    writer = PRINT.create_sink(spec(schema, {"print-identifier": "sink"}), context)
-    writer.write(pa.record_batch([pa.array(["+I", "-U"]), pa.array([1, 2])], schema=schema))
+    updating = TableSpec(name="t", schema=schema, table_schema=schema, options={"print-identifier": "sink"},
+                         changelog=UPDATING)
+    writer = PRINT.create_sink(updating, context)
+    writer.write(pa.record_batch([pa.array([1, 2]), pa.array(["+I", "-U"])], schema=schema))
     assert context.stdout.getvalue() == "sink> +I[1]\nsink> -U[2]\n"
 
 

@@ -118,8 +118,9 @@ def _files(folder: Path, query: str, name: str, backend: str = "memory") -> tupl
     return ddl, path, out
 
 
-def _start(ddl: Path, path: Path, state: Path, env: dict | None = None) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "clink", "run", "-i", str(ddl), str(path), "--state-dir", str(state)],
+def _start(ddl: Path, path: Path, state: Path, env: dict | None = None, parallelism: int = 1) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "clink", "run", "-i", str(ddl), str(path), "--state-dir", str(state),
+                             "--parallelism", str(parallelism)],
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
                             env={**os.environ, **(env or {})})
 
@@ -165,6 +166,32 @@ def test_a_kill_inside_a_checkpoint_then_a_restart_gives_the_same_output(
     process.wait(timeout=300)
     assert process.returncode == -signal.SIGKILL, f"{query}: the fault point was never reached"
     process = _start(ddl, path, state)
+    _, err = process.communicate(timeout=300)
+    assert process.returncode == 0, err
+    assert "resuming from checkpoint" in err
+    assert _output(out) == reference
+
+
+#: One query per kind of state: group aggregate, windows and a join of them, Top-N, session
+#: windows, a regular join, OVER.
+RESCALED = ["q4", "q5", "q9", "q11", "q20", "over"]
+
+
+@pytest.mark.parametrize("resume_at", [3, 1])
+@pytest.mark.parametrize("query", RESCALED)
+def test_a_kill_at_parallelism_2_resumes_at_another_parallelism_with_the_same_output(
+        query: str, resume_at: int, tmp_path: Path, tmp_path_factory: pytest.TempPathFactory) -> None:
+    """Two subtasks per operator, killed inside their second checkpoint; the restart at 3 (or 1)
+    subtasks takes each key group's state and each source's share from the two and must write
+    exactly what one uninterrupted subtask wrote."""
+    reference = _reference(query, tmp_path_factory)
+    backend = "sqlite" if query in ("q4", "q20") else "memory"
+    ddl, path, out = _files(tmp_path, query, "rescale", backend)
+    state = tmp_path / "state"
+    process = _start(ddl, path, state, env={"CLINK_FAULT": "after_checkpoint_before_sink_commit:2"}, parallelism=2)
+    process.wait(timeout=300)
+    assert process.returncode == -signal.SIGKILL, f"{query}: the fault point was never reached"
+    process = _start(ddl, path, state, parallelism=resume_at)
     _, err = process.communicate(timeout=300)
     assert process.returncode == 0, err
     assert "resuming from checkpoint" in err

@@ -116,7 +116,9 @@ def make_op(aggs: Sequence[plan.AggSpec], *, updating: bool = False, keys: tuple
             max_parallelism: int = MAX_PARALLELISM) -> GroupAggregateOperator:
     schema = input_schema or (UPDATING if updating else INPUT)
     node = make_node(aggs, input_schema=schema, keys=keys)
-    return GroupAggregateOperator(node, context(max_parallelism), input_schema=schema, backend=backend)
+    mode = plan.UPDATING if schema.names[-1] == ROWKIND else plan.APPEND_ONLY
+    return GroupAggregateOperator(node, context(max_parallelism), input_schema=schema, backend=backend,
+                                  input_mode=mode)
 
 
 def batch(rows: Iterable[tuple], schema: pa.Schema = INPUT) -> pa.RecordBatch:

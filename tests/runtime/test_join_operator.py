@@ -28,7 +28,7 @@ def _node(kind: str, residual: bool) -> P.Join:
     fields = [pa.field("k", pa.int64()), pa.field("v", pa.int64()), pa.field("k2", pa.int64()),
               pa.field("w", pa.int64()), pa.field(P.ROWKIND_COLUMN, pa.string())]
     return P.Join(id=3, left=1, right=2, kind=kind, left_keys=(0,), right_keys=(0,), schema=pa.schema(fields),
-                  residual=(lambda b, ctx: pc.less_equal(b.column(1), b.column(3))) if residual else None)
+                  changelog=P.INSERT_DELETE, residual=(lambda b, ctx: pc.less_equal(b.column(1), b.column(3))) if residual else None)
 
 
 def _expected(kind: str, residual: bool, left: Counter, right: Counter) -> Counter:
@@ -85,7 +85,7 @@ def _batch(side: int, rows: list[tuple[str, tuple]]) -> pa.RecordBatch:
 def _operator(kind: str, residual: bool, backend=None, clock=None) -> JoinOperator:
     runtime = RuntimeContext(clock=clock) if clock is not None else RuntimeContext()
     return JoinOperator(_node(kind, residual), TaskContext(runtime=runtime, node_id=3), left_schema=LEFT,
-                        right_schema=RIGHT, backend=backend)
+                        right_schema=RIGHT, backend=backend, left_mode=P.UPDATING, right_mode=P.UPDATING)
 
 
 def _apply(table: Counter, batches: list[pa.RecordBatch]) -> None:
@@ -163,7 +163,7 @@ def test_state_ttl_forgets_rows_stored_longer_ago() -> None:
     now = [0]
     runtime = RuntimeContext(clock=lambda: now[0])
     op = JoinOperator(_node("inner", False), TaskContext(runtime=runtime, node_id=3), left_schema=LEFT,
-                      right_schema=RIGHT, ttl_ms=1000)
+                      right_schema=RIGHT, ttl_ms=1000, left_mode=P.UPDATING, right_mode=P.UPDATING)
     op.process(_batch(0, [("+I", (1, 1)), ("+I", (2, 2))]), 0)
     now[0] = 600
     op.process(_batch(0, [("+I", (3, 3))]), 0)

@@ -286,8 +286,9 @@ def kinds_parquet(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return folder
 
 
+@pytest.mark.parametrize("parallelism", [1, 4])
 @pytest.mark.parametrize("query", sorted(QUERIES))
-def test_query_matches_duckdb(query: str, kinds_parquet: Path, monkeypatch: pytest.MonkeyPatch,
+def test_query_matches_duckdb(query: str, parallelism: int, kinds_parquet: Path, monkeypatch: pytest.MonkeyPatch,
                               tmp_path: Path) -> None:
     monkeypatch.syspath_prepend(str(BENCH))  # q14's Python function
     script = (BENCH / f"{query}.sql").read_text()
@@ -296,7 +297,8 @@ def test_query_matches_duckdb(query: str, kinds_parquet: Path, monkeypatch: pyte
     ddl = tmp_path / "ddl.sql"
     ddl.write_text(DDL.replace("'events.num' = '10000000'", f"'events.num' = '{EVENTS}'"))
     script = re.sub(r"^INSERT INTO \w+\n", "", script, flags=re.M).replace("'bench/nexmark/", f"'{BENCH}/")
-    ours = clink.sql(script, context=RuntimeContext(stdout=io.StringIO()), init=[ddl]).to_arrow()
+    context = RuntimeContext(stdout=io.StringIO(), config={"parallelism.default": str(parallelism)})
+    ours = clink.sql(script, context=context, init=[ddl]).to_arrow()
     con = duckdb.connect()
     for kind in ("person", "auction", "bid"):
         rows = ", file_row_number = true" if kind == "bid" else ""
@@ -304,7 +306,23 @@ def test_query_matches_duckdb(query: str, kinds_parquet: Path, monkeypatch: pyte
     con.execute(_oracle().SIDE_INPUT.format(path=BENCH / "side_input.csv"))
     theirs = con.execute(QUERIES[query]).fetchall()
     assert ours.num_rows == len(theirs) > 0
-    assert Counter(tuple(row.values()) for row in ours.to_pylist()) == Counter(theirs)
+    mine = Counter(tuple(row.values()) for row in ours.to_pylist())
+    if query == "q6" and parallelism > 1:
+        # q6's ROWS frame orders a seller's winning bids by time, and bids of the same time by
+        # arrival, which at several subtasks depends on how they interleave (as in Flink): such
+        # sellers must have their number of rows; every other seller, exactly the oracle's rows.
+        tied = {s for (s, _), n in Counter(con.execute(_Q6_WINNERS).fetchall()).items() if n > 1}
+        assert tied, "the data has no peers: compare q6 exactly"
+        assert Counter(r[0] for r in mine.elements()) == Counter(r[0] for r in theirs)
+        mine = Counter({r: n for r, n in mine.items() if r[0] not in tied})
+        theirs = [r for r in theirs if r[0] not in tied]
+    assert mine == Counter(theirs)
+
+
+#: q6's winning bid per auction: (seller, time).
+_Q6_WINNERS = """SELECT seller, dateTime FROM (SELECT A.seller, B.dateTime, ROW_NUMBER() OVER (PARTITION BY A.id
+    ORDER BY B.price DESC, B.dateTime ASC) AS rn FROM auction A JOIN bid B ON A.id = B.auction
+    AND B.dateTime BETWEEN A.dateTime AND A.expires) WHERE rn = 1"""
 
 
 def _q12(clock, options: str = "") -> pa.Table:

@@ -28,7 +28,7 @@ from clink.runtime.connectors.base import PRIMARY_KEY_OPTION, TableSpec
 from clink.runtime.connectors.sqlite import META_TABLE, PENDING_TABLE, SQLITE, SqliteSinkWriter
 from clink.runtime.context import RuntimeContext
 from clink.runtime.executor import Job
-from clink.runtime.plan import ROWKIND_COLUMN
+from clink.runtime.plan import APPEND_ONLY, ROWKIND_COLUMN, UPDATING
 
 KV = pa.schema([("k", pa.int64()), ("v", pa.string())])
 # A changelog with a two-column key, so deletes match on both.
@@ -45,7 +45,8 @@ def writer(path: Path, schema: pa.Schema, *, key: tuple[str, ...] = (), name: st
     opts = {"path": str(path), **options}
     if key:
         opts[PRIMARY_KEY_OPTION] = json.dumps(list(key))
-    spec = TableSpec(name=name, schema=schema, table_schema=schema, options=opts)
+    mode = UPDATING if schema.names[-1] == ROWKIND_COLUMN else APPEND_ONLY
+    spec = TableSpec(name=name, schema=schema, table_schema=schema, options=opts, changelog=mode)
     return SQLITE.create_sink(spec, ctx())
 
 

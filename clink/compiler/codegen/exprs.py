@@ -90,6 +90,11 @@ def _k_params(name: str) -> Emitter:
     return lambda e, a: f"K.{name}({', '.join([*a, *(repr(p) for p in e.params)])})"
 
 
+def _k_memo(name: str) -> Emitter:
+    """A kernel that keeps what it computed per value in the task's memo (``TaskContext.memo``)."""
+    return lambda e, a: f"K.{name}({', '.join([*a, *(repr(p) for p in e.params)])}, memo=ctx.memo)"
+
+
 def _arith(checked: str, plain: str) -> Emitter:
     def emit(e: ir.Call, a: list[str]) -> str:
         # Integers fail on overflow instead of wrapping around; floats and times use plain kernels.
@@ -172,8 +177,8 @@ EMITTERS: dict[str, Emitter] = {
     "char_length": _pc("utf8_length"),
     "substring": _k_params("substring"),
     "replace": lambda e, a: f"pc.replace_substring({a[0]}, pattern={e.params[0]!r}, replacement={e.params[1]!r})",
-    "split_index": _k_params("split_index"),
-    "regexp_extract": _k_params("regexp_extract"),
+    "split_index": _k_memo("split_index"),
+    "regexp_extract": _k_memo("regexp_extract"),
     "abs": _arith("abs_checked", "abs"),
     "round": _k_params("round_half_up"),
     "floor": _k("floor"),

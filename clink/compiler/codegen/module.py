@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import builtins
+import functools
 import keyword
 import re
 
@@ -15,8 +16,10 @@ from clink.compiler.codegen.exprs import emit, field_py, is_constant, type_py
 from clink.compiler.codegen.writer import SourceWriter
 from clink.compiler.explain import chain_kinds, expr_sql
 from clink.compiler.identity import Identity, operator_identities
+from clink.runtime.plan import APPEND_ONLY, ChangelogMode
 from clink.compiler.physical import (
     ChainOp,
+    ExchangeOp,
     GroupAggOp,
     JoinOp,
     OverAggOp,
@@ -129,6 +132,8 @@ def _emit_schemas(w: SourceWriter, plan: PhysicalPlan) -> dict[int, str]:
                 texts = [(f"{base}_TABLE", scan.table.columns), (f"{base}_READ", scan.schema)]
             case ChainOp():
                 texts = [(f"SCHEMA_CHAIN_{op.id}", op.schema)]
+            case ExchangeOp():
+                texts = [(f"SCHEMA_EXCHANGE_{op.id}", op.schema)]
             case WindowAggOp():
                 texts = [(f"SCHEMA_WINDOW_{op.id}", op.schema)]
             case GroupAggOp():
@@ -157,22 +162,26 @@ def _emit_schemas(w: SourceWriter, plan: PhysicalPlan) -> dict[int, str]:
     return names
 
 
-def updating_ops(plan: PhysicalPlan) -> set[int]:
-    """The operators whose output is an updating stream (its batches end with the row kind)."""
-    updating: set[int] = set()
+def changelog_modes(plan: PhysicalPlan) -> dict[int, ChangelogMode]:
+    """The row kinds each operator's output carries; an updating one's batches end with the row
+    kind."""
+    modes: dict[int, ChangelogMode] = {}
     for op in plan.ops:
         match op:
-            case GroupAggOp() | RankOp():
-                updating.add(op.id)
-            case ChainOp() | SinkOp() if op.input in updating:
-                updating.add(op.id)
-            case UnionOp() if any(i in updating for i in op.inputs):
-                updating.add(op.id)
-            case JoinOp() if ir.is_updating(op.join):
-                updating.add(op.id)
-            case OverAggOp() if ir.is_updating(op.over):
-                updating.add(op.id)
-    return updating
+            case SourceOp():
+                modes[op.id] = APPEND_ONLY
+            case ChainOp() | ExchangeOp() | SinkOp():
+                modes[op.id] = modes[op.input]
+            case UnionOp():
+                modes[op.id] = functools.reduce(ChangelogMode.union, (modes[i] for i in op.inputs), APPEND_ONLY)
+            case WindowAggOp(agg=rel) | GroupAggOp(agg=rel) | RankOp(rank=rel) | OverAggOp(over=rel) | JoinOp(join=rel):
+                modes[op.id] = ir.changelog_mode(rel)
+    return modes
+
+
+def updating_ops(plan: PhysicalPlan) -> set[int]:
+    """The operators whose output is an updating stream (its batches end with the row kind)."""
+    return {op_id for op_id, mode in changelog_modes(plan).items() if mode.updating}
 
 
 def _schema_py(schema: ir.Schema, *, multiline: bool = False, rowkind: bool = False) -> str:
@@ -442,6 +451,12 @@ def _identity_py(identity: Identity) -> str:
 def _emit_plan(w: SourceWriter, plan: PhysicalPlan, schema_names: dict[int, str], *, name: str,
                fingerprint: str, config: dict[str, str], explains: tuple[str, ...]) -> None:
     identities = operator_identities(plan)
+    modes = changelog_modes(plan)
+
+    def changelog(op_id: int) -> str:
+        """The node's changelog mode, as an argument; nothing for an append-only node."""
+        return f"changelog={modes[op_id]!r}, " if modes[op_id].updating else ""
+
     w.line("PLAN = P.Plan(")
     with w.indent():
         w.line(f"name={name!r},")
@@ -472,10 +487,13 @@ def _emit_plan(w: SourceWriter, plan: PhysicalPlan, schema_names: dict[int, str]
                         w.line(f"P.Chain(id={op.id}, fn=chain_{op.id}, input={op.input}, "
                                f"schema={schema_names[op.id * 10]},")
                         with w.indent():
-                            w.line(f"partitioning=P.FORWARD, parallelism={op.parallelism}),")
+                            w.line(f"{changelog(op.id)}parallelism={op.parallelism}),")
+                    case ExchangeOp():
+                        w.line(f"P.Exchange(id={op.id}, input={op.input}, distribution={op.distribution!r},  # "
+                               f"{op.partitioning}")
+                        with w.indent():
+                            w.line(f"schema={schema_names[op.id * 10]}, {changelog(op.id)}parallelism={op.parallelism}),")
                     case WindowAggOp(agg=agg):
-                        keys = agg.input.schema.names[: agg.num_keys]
-                        partitioning = f"P.hash_by({', '.join(repr(k) for k in keys)})" if keys else "P.SINGLE"
                         w.line(f"P.WindowAggregate(id={op.id}, input={op.input}, window={_window_py(agg.window)},",
                                span=agg.span)
                         with w.indent():
@@ -491,11 +509,8 @@ def _emit_plan(w: SourceWriter, plan: PhysicalPlan, schema_names: dict[int, str]
                                 w.line(f"late_output={op.late_output},  # late rows go to chain_{op.late_output}")
                             if agg.proctime:
                                 w.line("proctime=True,  # windows over processing time: they fire by the clock")
-                            w.line(f"partitioning={partitioning}, parallelism={op.parallelism}, "
-                                   f"span={str(agg.span or '')!r}),")
+                            w.line(f"parallelism={op.parallelism}, span={str(agg.span or '')!r}),")
                     case GroupAggOp(agg=agg):
-                        keys = agg.input.schema.names[: agg.num_keys]
-                        partitioning = f"P.hash_by({', '.join(repr(k) for k in keys)})" if keys else "P.SINGLE"
                         w.line(f"P.GroupAggregate(id={op.id}, input={op.input}, keys={tuple(range(agg.num_keys))!r},",
                                span=agg.span)
                         with w.indent():
@@ -505,12 +520,10 @@ def _emit_plan(w: SourceWriter, plan: PhysicalPlan, schema_names: dict[int, str]
                                 for a, name in zip(agg.aggs, agg.agg_names, strict=True):
                                     w.line(f"{_agg_py(a, name)},")
                             w.line("),")
-                            w.line(f"schema={schema_names[op.id * 10]}, partitioning={partitioning}, "
-                                   f"parallelism={op.parallelism}, span={str(agg.span or '')!r}),")
+                            w.line(f"schema={schema_names[op.id * 10]}, {changelog(op.id)}parallelism={op.parallelism}, "
+                                   f"span={str(agg.span or '')!r}),")
                     case OverAggOp(over=over):
                         names = over.input.schema.names
-                        partitioning = (f"P.hash_by({', '.join(repr(names[p]) for p in over.partition)})"
-                                        if over.partition else "P.SINGLE")
                         w.line(f"P.OverAggregate(id={op.id}, input={op.input}, partition={over.partition!r}, "
                                f"time={over.time},  # ORDER BY {names[over.time]}", span=over.span)
                         with w.indent():
@@ -523,20 +536,17 @@ def _emit_plan(w: SourceWriter, plan: PhysicalPlan, schema_names: dict[int, str]
                             w.line("),")
                             if op.late_output is not None:
                                 w.line(f"late_output={op.late_output},  # late rows go to chain_{op.late_output}")
-                            w.line(f"schema={schema_names[op.id * 10]}, partitioning={partitioning}, "
-                                   f"parallelism={op.parallelism}, span={str(over.span or '')!r}),")
+                            w.line(f"schema={schema_names[op.id * 10]}, {changelog(op.id)}parallelism={op.parallelism}, "
+                                   f"span={str(over.span or '')!r}),")
                     case RankOp(rank=rank):
                         names = rank.input.schema.names
-                        partitioning = (f"P.hash_by({', '.join(repr(names[p]) for p in rank.partition)})"
-                                        if rank.partition else "P.SINGLE")
                         order = ", ".join(f"{names[c]}{' DESC' if d else ''}" for c, d in rank.order)
                         w.line(f"P.Rank(id={op.id}, input={op.input}, partition={rank.partition!r}, "
                                f"order={rank.order!r},  # {order}", span=rank.span)
                         with w.indent():
                             w.line(_identity_py(identities[op.id]))
                             w.line(f"limit={rank.limit}, emit_rank={rank.emit_rank}, schema={schema_names[op.id * 10]},")
-                            w.line(f"partitioning={partitioning}, parallelism={op.parallelism}, "
-                                   f"span={str(rank.span or '')!r}),")
+                            w.line(f"{changelog(op.id)}parallelism={op.parallelism}, span={str(rank.span or '')!r}),")
                     case JoinOp(join=join):
                         lnames = join.left.schema.names
                         rnames = join.right.schema.names
@@ -566,16 +576,16 @@ def _emit_plan(w: SourceWriter, plan: PhysicalPlan, schema_names: dict[int, str]
                                                     f"{rnames[b.right_time]} - {lnames[lx]} <= {b.upper} ms")
                                     w.line(f"interval_ends=({lx}, {rx}),  # rows leave by {lnames[lx]} "
                                            f"and {rnames[rx]}")
-                            w.line(f"schema={schema_names[op.id * 10]}, parallelism={op.parallelism}, "
+                            w.line(f"schema={schema_names[op.id * 10]}, {changelog(op.id)}parallelism={op.parallelism}, "
                                    f"span={str(join.span or '')!r}),")
                     case UnionOp(inputs=inputs):
                         w.line(f"P.Union(id={op.id}, inputs={inputs!r}, schema={schema_names[op.id * 10]}, "
-                               f"parallelism={op.parallelism}),", span=op.union.span)
+                               f"{changelog(op.id)}parallelism={op.parallelism}),", span=op.union.span)
                     case SinkOp(sink=sink):
                         w.line(f"P.Sink(id={op.id}, table={sink.name!r}, connector={sink.connector!r}, "
                                f"input={op.input},")
                         with w.indent():
                             w.line(f"schema={schema_names[op.id * 10]}, options={dict(sink.options)!r},")
-                            w.line(f"parallelism={op.parallelism}, span={str(sink.span or '')!r}),")
+                            w.line(f"{changelog(op.id)}parallelism={op.parallelism}, span={str(sink.span or '')!r}),")
         w.line("),")
     w.line(")")

@@ -16,6 +16,7 @@ import pyarrow as pa
 
 if TYPE_CHECKING:
     from clink.runtime.context import RuntimeContext
+    from clink.runtime.plan import ChangelogMode
 
 __all__ = [
     "Connector",
@@ -64,6 +65,17 @@ class TableSpec:
     table_schema: pa.Schema
     options: Mapping[str, str] = field(default_factory=dict)
     predicate: Any = None
+    #: The row kinds that arrive (a sink): an updating stream's batches end with the row-kind
+    #: column (``clink.runtime.plan.ROWKIND_COLUMN``). None: append-only.
+    changelog: ChangelogMode | None = None
+    #: A source read by several subtasks: this reader's share is that of subtask ``subtask``
+    #: (0-based) of ``parallelism`` (only for a connector that is ``splittable``).
+    subtask: int = 0
+    parallelism: int = 1
+
+    @property
+    def updating(self) -> bool:
+        return self.changelog is not None and self.changelog.updating
 
 
 class SourceReader:
@@ -98,6 +110,18 @@ class SourceReader:
         from clink.errors import ConnectorError
 
         raise ConnectorError(f"{type(self).__name__} cannot resume from a checkpoint: it is not replayable")
+
+    def seek_shares(self, positions: list[dict]) -> None:
+        """Continue from the ``positions`` of every subtask of an earlier run of this source at
+        another parallelism, taking this reader's share of what is left. A reader that cannot
+        split resumes only from one whole-table position."""
+        if len(positions) == 1:
+            self.seek(positions[0])
+            return
+        from clink.errors import ConnectorError
+
+        raise ConnectorError(f"{type(self).__name__} cannot resume at a parallelism other than the "
+                             f"checkpoint's ({len(positions)})")
 
 
 class SinkWriter:
@@ -167,6 +191,11 @@ class Connector:
     #: ENFORCED``: it upserts and deletes by that key. The compiler passes the key columns in the
     #: option ``PRIMARY_KEY_OPTION``.
     upserts: bool = False
+    #: Its source can be read by several subtasks, each taking a disjoint share of the table
+    #: (``TableSpec.subtask`` of ``TableSpec.parallelism``) that together give every row once,
+    #: and each can resume from the positions of a run at another parallelism
+    #: (``SourceReader.seek_shares``). Otherwise one subtask reads the whole table.
+    splittable: bool = False
 
     def options_for(self, role: str) -> tuple[OptionSpec, ...]:
         return self.source_options if role == "source" else self.sink_options

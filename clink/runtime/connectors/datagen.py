@@ -430,7 +430,8 @@ class DatagenReader(BlockReader):
             if fo.kind == "sequence" and fo.end is not None:
                 span = fo.end - fo.start + 1
                 total = span if total is None else min(total, span)
-        self._start_blocks(batch_size=config.batch_size, total=total, rate=config.rows_per_second, clock=ctx.clock)
+        self._start_blocks(batch_size=config.batch_size, total=total, rate=config.rows_per_second, clock=ctx.clock,
+                           subtask=spec.subtask, parallelism=spec.parallelism)
 
     def _make_block(self, index: int, rows: int) -> pa.RecordBatch:
         # Rows are a pure function of (seed, column, block index): the count of rows given out
@@ -449,4 +450,5 @@ DATAGEN = Connector(
     source_options=SOURCE_OPTIONS,
     create_source=DatagenReader,
     validate=validate,
+    splittable=True,
 )

@@ -58,6 +58,7 @@ from clink.runtime.connectors.base import (
     SourceReader,
     TableSpec,
 )
+from clink.runtime.connectors.shares import DONE, Progress, merge, share_of
 from clink.runtime.connectors.text import concatenated, join_list_text
 from clink.runtime.fs import Files, check_location, resolve
 
@@ -336,7 +337,11 @@ def list_files(where: Files) -> list[str]:
 
 
 class FileSourceReader(SourceReader):
-    """Reads the files of a table one after another, one block per poll."""
+    """Reads the files of a table one after another, one block per poll.
+
+    Read by several subtasks, each reads the files of its share (``shares.py``): file ``i`` in
+    name order goes to subtask ``i % parallelism``.
+    """
 
     def __init__(self, spec: TableSpec, ctx: RuntimeContext) -> None:
         super().__init__()
@@ -344,8 +349,8 @@ class FileSourceReader(SourceReader):
         self._spec = spec
         self._where = resolve(self._settings.path, ctx.filesystems)
         self._files = list_files(self._where)
-        self._batches = self._all_batches()
-        self._emitted = 0
+        self._progress = Progress.start(spec.subtask, spec.parallelism)
+        self._batches = self._own_batches()
         self.bounded = True
         self.metrics.update(records_in=0, skipped_records=0)
 
@@ -355,22 +360,57 @@ class FileSourceReader(SourceReader):
         for batch in self._batches:
             if batch.num_rows:
                 self.metrics["records_in"] += batch.num_rows
-                self._emitted += batch.num_rows
+                self._progress.offset += batch.num_rows
                 return batch
         self.finished = True
         return None
 
     def position(self) -> dict:
         # Files are read in name order and bad records are skipped the same way every time, so
-        # the number of rows given out so far is a position that a new reader can reach again.
-        return {"rows": self._emitted}
+        # the number of rows given out of a file is a position that a new reader can reach again.
+        return self._progress.position()
 
     def seek(self, position: dict) -> None:
-        target = int(position["rows"])
+        if "rows" in position:  # a checkpoint of one reader over the whole table, by row count
+            self._batches.close()
+            self._progress = Progress.start(0, 1)
+            self._batches = self._skip_counted(self._own_batches(), int(position["rows"]))
+            self.finished = False
+            return
+        mine = Progress.of(position)
+        if (mine.subtask, mine.parallelism) != (self._progress.subtask, self._progress.parallelism):
+            self.seek_shares([position])
+            return
+        self._resume(mine)
+
+    def seek_shares(self, positions: list[dict]) -> None:
+        if len(positions) == 1 and "rows" in positions[0]:
+            if self._progress.parallelism != 1:
+                raise ConnectorError(f"table {self._spec.name!r}: a checkpoint of an older clink cannot resume "
+                                     "at another parallelism")
+            self.seek(positions[0])
+            return
+        first, done = merge(positions)
+        self._resume(share_of(first, done, subtask=self._progress.subtask, parallelism=self._progress.parallelism))
+
+    def _resume(self, progress: Progress) -> None:
         self._batches.close()
-        self._batches = self._skip_rows(self._all_batches(), target)
-        self._emitted = target
+        self._progress = progress
+        self._batches = self._own_batches()
         self.finished = False
+
+    def _skip_counted(self, batches: Iterator[pa.RecordBatch], count: int) -> Iterator[pa.RecordBatch]:
+        """``batches`` without the first ``count`` rows, counted as given out."""
+        for batch in batches:
+            if count >= batch.num_rows:
+                count -= batch.num_rows
+                self._progress.offset += batch.num_rows
+                continue
+            if count:
+                self._progress.offset += count
+                batch = batch.slice(count)
+                count = 0
+            yield batch
 
     @staticmethod
     def _skip_rows(batches: Iterator[pa.RecordBatch], count: int) -> Iterator[pa.RecordBatch]:
@@ -384,10 +424,19 @@ class FileSourceReader(SourceReader):
     def close(self) -> None:
         self._batches.close()
 
-    def _all_batches(self) -> Iterator[pa.RecordBatch]:
+    def _own_batches(self) -> Iterator[pa.RecordBatch]:
+        """The batches of this reader's files from where its progress is, in order. Its progress
+        moves from file to file as they end; a file begun before skips the rows given out."""
         read = {"csv": self._csv_batches, "json": self._json_batches, "parquet": self._parquet_batches}
-        for path in self._files:
-            yield from read[self._settings.format](path)
+        progress = self._progress
+        while progress.part < len(self._files):
+            skip = progress.offset
+            if skip != DONE:
+                batches = read[self._settings.format](self._files[progress.part])
+                if skip:
+                    batches = self._skip_rows(batches, skip)
+                yield from batches
+            progress.next_part()
 
     def _record_error(self, reason: str, path: str, line: int | None) -> RecordError:
         return RecordError(reason, file=path, line=line, table=self._spec.name)
@@ -1067,6 +1116,7 @@ FILESYSTEM = Connector(
     source_options=OPTIONS,
     sink_options=OPTIONS,
     create_source=FileSourceReader,
+    splittable=True,
     create_sink=FileSinkWriter,
     validate=validate,
 )

@@ -629,7 +629,8 @@ class NexmarkReader(BlockReader):
                          for f in spec.schema}
         self._generator = NexmarkGenerator(config)
         self._start_blocks(batch_size=config.batch_size, total=config.events,
-                           rate=config.rate if config.rate_limited else None, clock=ctx.clock)
+                           rate=config.rate if config.rate_limited else None, clock=ctx.clock,
+                           subtask=spec.subtask, parallelism=spec.parallelism)
 
     def _make_block(self, index: int, rows: int) -> pa.RecordBatch:
         arrays = self._generator.block(index, self._columns)
@@ -642,4 +643,5 @@ NEXMARK = Connector(
     source_options=SOURCE_OPTIONS,
     create_source=NexmarkReader,
     validate=validate,
+    splittable=True,
 )

@@ -24,7 +24,7 @@ from clink.errors import ConnectorError
 from clink.runtime import compute as pc
 from clink.runtime.connectors.base import Connector, OptionSpec, SinkWriter, TableSpec
 from clink.runtime.connectors.text import concatenated, join_list_text
-from clink.runtime.plan import ROWKIND_COLUMN
+
 from clink.runtime.timezone import to_local
 
 if TYPE_CHECKING:
@@ -111,16 +111,18 @@ class PrintWriter(SinkWriter):
         identifier = spec.options.get("print-identifier")
         self._prefix = f"{identifier}> " if identifier else ""
         self.metrics["rows_out"] = 0
+        self._updating = spec.updating
 
     def write(self, batch: pa.RecordBatch) -> None:
         if batch.num_rows == 0:
             return
-        names = batch.schema.names
         kind: object = "+I"
-        if ROWKIND_COLUMN in names:
-            kind = pc.cast(batch.column(ROWKIND_COLUMN), pa.string())
+        columns = batch.columns
+        if self._updating:
+            kind = pc.cast(columns[-1], pa.string())
+            columns = columns[:-1]
         parts: list[object] = [self._prefix, kind, "["]
-        values = [render_text(c) for n, c in zip(names, batch.columns, strict=True) if n != ROWKIND_COLUMN]
+        values = [render_text(c) for c in columns]
         for i, value in enumerate(values):
             if i:
                 parts.append(", ")

@@ -182,9 +182,10 @@ def _rows(table: pa.Table) -> Iterator[tuple]:
     return zip(*(sqlite_values(c) for c in table.columns), strict=True)
 
 
-def last_change_per_key(changes: pa.Table, key: tuple[str, ...]) -> pa.Table:
-    """The last ``+I``, ``+U`` or ``-D`` row of each key in ``changes`` (a changelog), in order of
-    arrival: applying it as an upsert gives what applying every row in turn gives.
+def last_change_per_key(changes: pa.Table, key: tuple[str, ...], updating: bool = True) -> pa.Table:
+    """The last ``+I``, ``+U`` or ``-D`` row of each key in ``changes`` (a changelog if
+    ``updating``, else inserts only: each an upsert), in order of arrival: applying it as an
+    upsert gives what applying every row in turn gives.
 
     >>> log = pa.table({"k": [1, 1, 2, 1], "v": [1, 1, 5, 2], "_rowkind": ["+I", "-U", "+I", "+U"]})
     >>> last_change_per_key(log, ("k",)).to_pylist()
@@ -194,7 +195,7 @@ def last_change_per_key(changes: pa.Table, key: tuple[str, ...]) -> pa.Table:
     while row in key:
         row += "_"
     indexed = changes.select(list(key)).append_column(row, pa.array(np.arange(changes.num_rows, dtype=np.int64)))
-    if ROWKIND_COLUMN in changes.column_names:  # else an insert-only stream: every row is an upsert
+    if updating:
         indexed = pc.filter(indexed, pc.not_equal(changes.column(ROWKIND_COLUMN), UPDATE_BEFORE))
     last = indexed.group_by(list(key), use_threads=False).aggregate([(row, "max")]).column(f"{row}_max")
     return pc.take(changes, pa.array(np.sort(last.to_numpy()), pa.int64()))
@@ -221,8 +222,8 @@ class SqliteSinkWriter(SinkWriter):
         self._name = spec.name
         self._table = table or spec.name
         self._schema = spec.schema
-        self._updating = ROWKIND_COLUMN in spec.schema.names
-        self._columns = [n for n in spec.schema.names if n != ROWKIND_COLUMN]
+        self._updating = spec.updating
+        self._columns = spec.schema.names[:-1] if self._updating else spec.schema.names
         self._buffer: list[pa.RecordBatch] = []
         self._buffered_rows = 0
         self._compact_at = COMPACT_ROWS
@@ -310,7 +311,7 @@ class SqliteSinkWriter(SinkWriter):
 
     def _create_table(self, conn: sqlite3.Connection) -> None:
         columns = [f"{_quote(f.name)} {sqlite_type(f.type)}".rstrip()
-                   for f in self._schema if f.name != ROWKIND_COLUMN]
+                   for f in self._schema if f.name in self._columns]
         if self._key:
             columns.append(f"PRIMARY KEY ({', '.join(_quote(k) for k in self._key)})")
         conn.execute(f"CREATE TABLE IF NOT EXISTS {_quote(self._table)} ({', '.join(columns)})")
@@ -360,10 +361,10 @@ class SqliteSinkWriter(SinkWriter):
                 conn.execute(f"INSERT OR REPLACE INTO {UNDO_TABLE} (tbl, checkpoint, lo, hi) VALUES (?, ?, ?, ?)",
                              (self._table, checkpoint_id, lo, hi))
             return
-        last = last_change_per_key(changes, self._key)
+        last = last_change_per_key(changes, self._key, self._updating)
         if checkpoint_id is not None:
             self._log_before_images(conn, last.select(list(self._key)), checkpoint_id)
-        if ROWKIND_COLUMN not in last.column_names:
+        if not self._updating:
             # An insert-only stream into a keyed table: every row is an upsert.
             conn.executemany(f"INSERT OR REPLACE INTO {table} ({names}) VALUES ({marks})",
                              _rows(last.select(self._columns)))
@@ -426,7 +427,7 @@ class SqliteSinkWriter(SinkWriter):
         self._buffer.append(batch)
         self._buffered_rows += batch.num_rows
         if self._key and self._buffered_rows >= self._compact_at:
-            reduced = last_change_per_key(self._buffered(), self._key)
+            reduced = last_change_per_key(self._buffered(), self._key, self._updating)
             self._buffer = reduced.to_batches()
             self._buffered_rows = reduced.num_rows
             self._compact_at = max(COMPACT_ROWS, 2 * reduced.num_rows)
@@ -448,7 +449,7 @@ class SqliteSinkWriter(SinkWriter):
     def _take_buffer(self) -> pa.Table:
         table = self._buffered()
         if self._key and table.num_rows:
-            table = last_change_per_key(table, self._key)
+            table = last_change_per_key(table, self._key, self._updating)
         self._buffer = []
         self._buffered_rows = 0
         self._compact_at = COMPACT_ROWS

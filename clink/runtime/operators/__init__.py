@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from clink.runtime.operators.base import Operator, OperatorBase, OperatorEnv
-from clink.runtime.plan import ROWKIND_COLUMN, GroupAggregate, Join, Node, OverAggregate, Rank, WindowAggregate
+from clink.runtime.plan import GroupAggregate, Join, Node, OverAggregate, Rank, WindowAggregate
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -47,16 +47,16 @@ def _open_group(node: GroupAggregate, env: OperatorEnv) -> Operator:
     from clink.runtime.operators.group import GroupAggregateOperator
 
     return GroupAggregateOperator(node, env.task, input_schema=env.input_schemas[0], backend=env.backend,
-                                  operator_id=env.operator_id, ttl_ms=env.ttl_ms)
+                                  operator_id=env.operator_id, ttl_ms=env.ttl_ms, input_mode=env.input_mode())
 
 
 def _open_over(node: OverAggregate, env: OperatorEnv) -> Operator:
     (schema,) = env.input_schemas
-    if len(schema) and schema.names[-1] == ROWKIND_COLUMN:
+    if env.input_mode().updating:
         from clink.runtime.operators.over_updating import UpdatingOverOperator
 
         return UpdatingOverOperator(node, env.task, input_schema=schema, backend=env.backend,
-                                    operator_id=env.operator_id, ttl_ms=env.ttl_ms)
+                                    operator_id=env.operator_id, ttl_ms=env.ttl_ms, input_mode=env.input_mode())
     from clink.runtime.operators.over import OverAggregateOperator
 
     return OverAggregateOperator(node, env.task, input_schema=schema, backend=env.backend,
@@ -67,7 +67,7 @@ def _open_rank(node: Rank, env: OperatorEnv) -> Operator:
     from clink.runtime.operators.rank import RankOperator
 
     return RankOperator(node, env.task, input_schema=env.input_schemas[0], backend=env.backend,
-                        operator_id=env.operator_id, ttl_ms=env.ttl_ms)
+                        operator_id=env.operator_id, ttl_ms=env.ttl_ms, input_mode=env.input_mode())
 
 
 def _open_join(node: Join, env: OperatorEnv) -> Operator:
@@ -76,11 +76,13 @@ def _open_join(node: Join, env: OperatorEnv) -> Operator:
         from clink.runtime.operators.temporal import TemporalJoinOperator
 
         return TemporalJoinOperator(node, env.task, left_schema=left, right_schema=right, backend=env.backend,
-                                    operator_id=env.operator_id)
+                                    operator_id=env.operator_id, left_mode=env.input_mode(0),
+                                    right_mode=env.input_mode(1))
     from clink.runtime.operators.join import JoinOperator
 
     return JoinOperator(node, env.task, left_schema=left, right_schema=right, backend=env.backend,
-                        operator_id=env.operator_id, ttl_ms=env.ttl_ms)
+                        operator_id=env.operator_id, ttl_ms=env.ttl_ms, left_mode=env.input_mode(0),
+                        right_mode=env.input_mode(1))
 
 
 def _aggs(node: WindowAggregate | GroupAggregate | OverAggregate, schema: pa.Schema, filters: bool) -> str:

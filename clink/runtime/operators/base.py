@@ -29,6 +29,7 @@ if TYPE_CHECKING:
     import pyarrow as pa
 
     from clink.runtime.context import TaskContext
+    from clink.runtime.plan import ChangelogMode
     from clink.runtime.state.backend import StateBackend
 
 __all__ = ["Operator", "OperatorBase", "OperatorEnv"]
@@ -68,11 +69,18 @@ class OperatorBase:
 @dataclass(frozen=True, slots=True)
 class OperatorEnv:
     """What an operator opens with: its task's context, the schemas of its inputs (in the order
-    of the node's ``inputs``), the job's state backend, its name in checkpoints, and the state
-    TTL (``table.exec.state.ttl``, ms; None: state is kept)."""
+    of the node's ``inputs``) and their changelog modes, the job's state backend, its name in
+    checkpoints, and the state TTL (``table.exec.state.ttl``, ms; None: state is kept)."""
 
     task: TaskContext
     input_schemas: tuple[pa.Schema, ...]
     backend: StateBackend
     operator_id: str
     ttl_ms: int | None = None
+    #: The changelog mode of each input (append-only when not given).
+    input_modes: tuple[ChangelogMode, ...] = ()
+
+    def input_mode(self, index: int = 0) -> ChangelogMode:
+        from clink.runtime.plan import APPEND_ONLY
+
+        return self.input_modes[index] if index < len(self.input_modes) else APPEND_ONLY

@@ -10,6 +10,7 @@ import numpy as np
 import pyarrow as pa
 
 from clink.runtime import compute as pc
+from clink.runtime.plan import ROWKIND_COLUMN, ChangelogMode
 from clink.runtime.state.keygroups import DEFAULT_MAX_PARALLELISM
 from clink.runtime.state.memory import MemoryStateBackend
 
@@ -19,6 +20,15 @@ if TYPE_CHECKING:
 
 #: Rows that wait for the watermark are held in buckets of this many ms of their time.
 BUCKET_MS = 1000
+
+
+def updating_input(mode: ChangelogMode, schema: pa.Schema, where: str, side: str = "input") -> bool:
+    """Whether an input of the given changelog mode is updating; its batches must then end with
+    the row-kind column (the one representation of row kinds)."""
+    if mode.updating and (not len(schema) or schema.names[-1] != ROWKIND_COLUMN):
+        raise ValueError(f"{where}: the {side} is updating {mode}, so its schema must end with "
+                         f"{ROWKIND_COLUMN!r}; got <{schema}>")
+    return mode.updating
 
 
 def max_parallelism(ctx: TaskContext) -> int:

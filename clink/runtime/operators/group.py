@@ -63,8 +63,8 @@ import pyarrow as pa
 from clink.runtime import compute as pc
 from clink.runtime import kernels as K
 from clink.runtime.operators.base import OperatorBase
-from clink.runtime.operators.common import max_parallelism, open_state
-from clink.runtime.plan import DELETE, INSERT, ROWKIND_COLUMN, UPDATE_AFTER, UPDATE_BEFORE
+from clink.runtime.operators.common import max_parallelism, open_state, updating_input
+from clink.runtime.plan import APPEND_ONLY, DELETE, INSERT, ROWKIND_COLUMN, UPDATE_AFTER, UPDATE_BEFORE, ChangelogMode
 from clink.runtime.state.backend import (
     KEY_GROUP,
     OperatorState,
@@ -122,7 +122,7 @@ class GroupAggregateOperator(OperatorBase):
 
     def __init__(self, node: plan.GroupAggregate, ctx: TaskContext, *, input_schema: pa.Schema,
                  backend: StateBackend | None = None, operator_id: str | None = None,
-                 ttl_ms: int | None = None) -> None:
+                 ttl_ms: int | None = None, input_mode: ChangelogMode = APPEND_ONLY) -> None:
         self.node = node
         self.ctx = ctx
         self._where = f"group aggregate {node.id}"
@@ -131,7 +131,7 @@ class GroupAggregateOperator(OperatorBase):
         self.metrics: dict[str, int] = ctx.metrics
         for name in ("state_rows", "state_bytes"):
             self.metrics.setdefault(name, 0)
-        self._updating = len(input_schema) > 0 and input_schema.names[-1] == ROWKIND_COLUMN
+        self._updating = updating_input(input_mode, input_schema, self._where)
         self._check_schema(input_schema)
         self._keys = [f"_k{j}" for j in range(max(len(node.keys), 1))]
         self._plan_aggregates(input_schema)

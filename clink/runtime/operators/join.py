@@ -32,9 +32,9 @@ import pyarrow as pa
 
 from clink.runtime import compute as pc
 from clink.runtime.operators.base import OperatorBase
-from clink.runtime.operators.common import all_valid, epoch_ms, max_parallelism, open_state
+from clink.runtime.operators.common import all_valid, epoch_ms, max_parallelism, open_state, updating_input
 from clink.runtime.operators.rows import KeyedRows, net_pairs, plain_array
-from clink.runtime.plan import DELETE, INSERT, ROWKIND_COLUMN
+from clink.runtime.plan import APPEND_ONLY, DELETE, INSERT, ROWKIND_COLUMN, ChangelogMode
 from clink.runtime.state.backend import KEY_GROUP, OperatorState, StateBackend, TableStateDescriptor
 from clink.runtime.state.keygroups import hash_columns
 
@@ -58,7 +58,8 @@ class JoinOperator(OperatorBase):
 
     def __init__(self, node: plan.Join, ctx: TaskContext, *, left_schema: pa.Schema, right_schema: pa.Schema,
                  backend: StateBackend | None = None, operator_id: str | None = None,
-                 ttl_ms: int | None = None) -> None:
+                 ttl_ms: int | None = None, left_mode: ChangelogMode = APPEND_ONLY,
+                 right_mode: ChangelogMode = APPEND_ONLY) -> None:
         self.node = node
         self.ctx = ctx
         self._where = f"join {node.id}"
@@ -69,14 +70,16 @@ class JoinOperator(OperatorBase):
             self.metrics.setdefault(name, 0)
         if len(node.left_keys) != len(node.right_keys) or not node.left_keys:
             raise ValueError(f"{self._where}: needs as many left keys as right keys, at least one")
-        self.sides = (KeyedRows("left", left_schema, node.left_keys, self._max_parallelism),
-                      KeyedRows("right", right_schema, node.right_keys, self._max_parallelism))
+        self.sides = (KeyedRows("left", left_schema, node.left_keys, self._max_parallelism,
+                                updating=updating_input(left_mode, left_schema, self._where, "left input")),
+                      KeyedRows("right", right_schema, node.right_keys, self._max_parallelism,
+                                updating=updating_input(right_mode, right_schema, self._where, "right input")))
         left, right = self.sides
         for a, b in zip(node.left_keys, node.right_keys, strict=True):
             if left.schema.field(a).type != right.schema.field(b).type:
                 raise ValueError(f"{self._where}: key columns {a} and {b} have different types "
                                  f"({left.schema.field(a).type}, {right.schema.field(b).type})")
-        self.updating = node.schema.names[-1] == ROWKIND_COLUMN if len(node.schema) else False
+        self.updating = node.changelog.updating
         width = left.width + right.width
         if len(node.schema) != width + self.updating:
             raise ValueError(f"{self._where}: the output schema must be the {left.width} left and {right.width} "

@@ -33,10 +33,10 @@ import numpy as np
 import pyarrow as pa
 
 from clink.runtime import compute as pc
-from clink.runtime.operators.common import epoch_ms, max_parallelism, open_state
+from clink.runtime.operators.common import epoch_ms, max_parallelism, open_state, updating_input
 from clink.runtime.operators.over import _AGGREGATES, frame_aggregate
 from clink.runtime.operators.rows import KeyedRows, NumberedRowsOperator, plain_array
-from clink.runtime.plan import DELETE, INSERT, ROWKIND_COLUMN, UPDATE_AFTER, UPDATE_BEFORE
+from clink.runtime.plan import DELETE, INSERT, ROWKIND_COLUMN, UPDATE_AFTER, UPDATE_BEFORE, UPDATING, ChangelogMode
 from clink.runtime.state.backend import OperatorState, StateBackend
 from clink.runtime.state.keygroups import hash_columns
 
@@ -52,7 +52,7 @@ class UpdatingOverOperator(NumberedRowsOperator):
 
     def __init__(self, node: plan.OverAggregate, ctx: TaskContext, *, input_schema: pa.Schema,
                  backend: StateBackend | None = None, operator_id: str | None = None,
-                 ttl_ms: int | None = None) -> None:
+                 ttl_ms: int | None = None, input_mode: ChangelogMode = UPDATING) -> None:
         self.node = node
         self.ttl_ms = ttl_ms
         self.ctx = ctx
@@ -62,7 +62,7 @@ class UpdatingOverOperator(NumberedRowsOperator):
         self.metrics: dict[str, int] = ctx.metrics
         for name in ("state_rows", "state_bytes", "unmatched_retractions"):
             self.metrics.setdefault(name, 0)
-        if not len(input_schema) or input_schema.names[-1] != ROWKIND_COLUMN:
+        if not updating_input(input_mode, input_schema, self._where):
             raise ValueError(f"{self._where}: the input is append-only; this operator takes an updating one")
         self.width = len(input_schema) - 1
         if node.frame not in ("rows", "range"):

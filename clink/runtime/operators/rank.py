@@ -30,9 +30,9 @@ import numpy as np
 import pyarrow as pa
 
 from clink.runtime import compute as pc
-from clink.runtime.operators.common import max_parallelism, open_state
+from clink.runtime.operators.common import max_parallelism, open_state, updating_input
 from clink.runtime.operators.rows import KeyedRows, NumberedRowsOperator, plain_array
-from clink.runtime.plan import DELETE, INSERT, ROWKIND_COLUMN
+from clink.runtime.plan import APPEND_ONLY, DELETE, INSERT, ROWKIND_COLUMN, ChangelogMode
 from clink.runtime.state.backend import OperatorState, StateBackend
 from clink.runtime.state.keygroups import hash_columns
 
@@ -47,7 +47,7 @@ class RankOperator(NumberedRowsOperator):
 
     def __init__(self, node: plan.Rank, ctx: TaskContext, *, input_schema: pa.Schema,
                  backend: StateBackend | None = None, operator_id: str | None = None,
-                 ttl_ms: int | None = None) -> None:
+                 ttl_ms: int | None = None, input_mode: ChangelogMode = APPEND_ONLY) -> None:
         self.node = node
         self.ttl_ms = ttl_ms
         self.ctx = ctx
@@ -57,7 +57,7 @@ class RankOperator(NumberedRowsOperator):
         self.metrics: dict[str, int] = ctx.metrics
         for name in ("state_rows", "state_bytes"):
             self.metrics.setdefault(name, 0)
-        if len(input_schema) and input_schema.names[-1] == ROWKIND_COLUMN:
+        if updating_input(input_mode, input_schema, self._where):
             raise ValueError(f"{self._where}: the input is updating; Top-N takes append-only input")
         if node.limit < 1:
             raise ValueError(f"{self._where}: the limit must be at least 1, got {node.limit}")

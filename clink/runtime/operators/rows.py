@@ -38,7 +38,7 @@ import pyarrow as pa
 
 from clink.runtime import compute as pc
 from clink.runtime.operators.base import OperatorBase
-from clink.runtime.plan import DELETE, ROWKIND_COLUMN, UPDATE_BEFORE
+from clink.runtime.plan import DELETE, UPDATE_BEFORE
 from clink.runtime.state.backend import KEY_GROUP, TableState, TableStateDescriptor
 from clink.runtime.state.keygroups import hash_columns
 
@@ -79,10 +79,11 @@ class KeyedRows:
     """The stored rows of one input, by key (see the module docstring)."""
 
     def __init__(self, name: str, schema: pa.Schema, keys: tuple[int, ...], max_parallelism: int, *,
-                 retractions: bool | None = None, identity: tuple[int, ...] | None = None) -> None:
+                 retractions: bool | None = None, identity: tuple[int, ...] | None = None,
+                 updating: bool = False) -> None:
         self.name = name
         #: The input is updating: its batches end with the row kind.
-        self.updating = len(schema) > 0 and schema.names[-1] == ROWKIND_COLUMN
+        self.updating = updating
         self.schema = pa.schema(list(schema)[: len(schema) - self.updating])
         #: Rows may be retracted (stored with -1): rows are hashed whole, and merges net them.
         self.retractions = self.updating if retractions is None else retractions

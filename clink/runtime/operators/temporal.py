@@ -27,9 +27,9 @@ import pyarrow as pa
 
 from clink.runtime import compute as pc
 from clink.runtime.operators.base import OperatorBase
-from clink.runtime.operators.common import all_valid, epoch_ms, hold, max_parallelism, open_state, take_ready
+from clink.runtime.operators.common import all_valid, epoch_ms, hold, max_parallelism, open_state, take_ready, updating_input
 from clink.runtime.operators.rows import KeyedRows, plain_array
-from clink.runtime.plan import ROWKIND_COLUMN
+from clink.runtime.plan import APPEND_ONLY, ChangelogMode
 from clink.runtime.state.backend import KEY_GROUP, OperatorState, StateBackend, TableStateDescriptor
 from clink.runtime.state.keygroups import hash_columns
 
@@ -44,7 +44,9 @@ class TemporalJoinOperator(OperatorBase):
     stores versions; ``on_watermark`` emits the left rows the watermark has passed."""
 
     def __init__(self, node: plan.Join, ctx: TaskContext, *, left_schema: pa.Schema, right_schema: pa.Schema,
-                 backend: StateBackend | None = None, operator_id: str | None = None) -> None:
+                 backend: StateBackend | None = None, operator_id: str | None = None,
+                 left_mode: ChangelogMode = APPEND_ONLY,
+                 right_mode: ChangelogMode = APPEND_ONLY) -> None:
         self.node = node
         self.ctx = ctx
         self._where = f"temporal join {node.id}"
@@ -55,8 +57,8 @@ class TemporalJoinOperator(OperatorBase):
             self.metrics.setdefault(name, 0)
         if node.kind not in ("inner", "left"):
             raise ValueError(f"{self._where}: a temporal join is inner or left, not {node.kind}")
-        for schema, side in ((left_schema, "left"), (right_schema, "right")):
-            if len(schema) and schema.names[-1] == ROWKIND_COLUMN:
+        for schema, mode, side in ((left_schema, left_mode, "left"), (right_schema, right_mode, "right")):
+            if updating_input(mode, schema, self._where, f"{side} input"):
                 raise ValueError(f"{self._where}: the {side} input is updating; a temporal join takes appends")
         self.left_schema, self.right_schema = left_schema, right_schema
         self.left_time, self.right_time = node.temporal
