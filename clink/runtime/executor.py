@@ -29,6 +29,10 @@ from clink.runtime.settings import parse_duration, parse_size
 SUBTASK_STRIDE = 1 << 16
 
 
+#: An exchange sends a subtask's rows on once this many wait for it, before the round ends.
+_EXCHANGE_ROWS = 1 << 16
+
+
 def subtask_id(node_id: int, subtask: int) -> int:
     return node_id + subtask * SUBTASK_STRIDE
 
@@ -132,6 +136,13 @@ class Job:
         self._open_channels: dict[tuple[int, int], int] = defaultdict(int)
         #: Per exchange subtask: the subtasks of the node below, by their index.
         self._routes: dict[int, list[int]] = {}
+        #: Per exchange with several subtasks below: the rows waiting for each of them (from all
+        #: of the exchange's subtasks), and per exchange subtask the watermark held until they go.
+        self._buffers: dict[int, list[list[pa.RecordBatch]]] = {}
+        self._buffered_rows: dict[int, list[int]] = {}
+        self._held_watermarks: dict[int, int] = {}
+        self._buffering: set[int] = set()
+        self._exchanges: list[int] = []
         #: Per subtask: the checkpoint barrier being aligned, and the channels it came on so far.
         self._barriers: dict[int, tuple[int, set[int]]] = {}
         self._readers: dict[int, SourceReader] = {}
@@ -213,6 +224,11 @@ class Job:
                 (below,) = consumers[node.id]
                 for sid in self._subtasks[node.id]:
                     self._routes[sid] = self._subtasks[below]
+                if len(self._subtasks[below]) > 1:
+                    self._exchanges.append(node.id)  # in plan order: upstream ones first
+                    self._buffering.update(self._subtasks[node.id])
+                    self._buffers[node.id] = [[] for _ in self._subtasks[below]]
+                    self._buffered_rows[node.id] = [0] * len(self._subtasks[below])
         self._required_distributions_hold()
 
     def _required_distributions_hold(self) -> None:
@@ -327,6 +343,7 @@ class Job:
                 if reader.finished:
                     progressed = True
                     self._end(node_id)
+            self._flush_exchanges()
             # Windows over processing time fire as the clock passes their end.
             for node_id in self._proctime_windows:
                 if node_id not in self._ended:
@@ -442,6 +459,8 @@ class Job:
                 inputs[from_id] = max(ts, inputs.get(from_id, ts))
                 self._evaluate_watermark(target_id)
             case Barrier(checkpoint_id=checkpoint_id):
+                if target_id in self._buffering:
+                    self._flush(node.id)
                 # A subtask passes a barrier on once it has come on every open channel (aligned).
                 current, seen = self._barriers.get(target_id, (checkpoint_id, set()))
                 if current != checkpoint_id:
@@ -453,6 +472,8 @@ class Job:
                     if not isinstance(node, Sink):
                         self._emit(target_id, element)
             case EndOfInput():
+                if target_id in self._buffering:
+                    self._flush(node.id)
                 index = self._channel_input[(target_id, from_id)]
                 self._open_channels[(target_id, index)] -= 1
                 operator = self._operators.get(target_id)
@@ -465,14 +486,16 @@ class Job:
 
     def _route(self, sid: int, node: Exchange, batch: pa.RecordBatch) -> None:
         """Send each row of ``batch`` to the subtask of the node below that the exchange's
-        distribution names."""
+        distribution names. With several subtasks below, each one's rows wait in the exchange
+        until the end of the round (or until there are many): the subtasks below then get batches
+        as large as the sources', not a share of each."""
         targets = self._routes[sid]
         distribution = node.distribution
         if len(targets) == 1:
             self._receive(targets[0], sid, Batch(batch))
         elif distribution.kind == "broadcast":
-            for target in targets:
-                self._receive(target, sid, Batch(batch))
+            for j in range(len(targets)):
+                self._hold(sid, j, batch)
         elif distribution.kind == "hash":
             from clink.runtime.state.keygroups import key_groups
 
@@ -482,12 +505,46 @@ class Job:
             order = np.argsort(owner, kind="stable")
             bounds = np.searchsorted(owner[order], np.arange(len(targets) + 1))
             taken = batch.take(pa.array(order)) if len(order) else batch
-            for j, target in enumerate(targets):
+            for j in range(len(targets)):
                 lo, hi = int(bounds[j]), int(bounds[j + 1])
                 if hi > lo:
-                    self._receive(target, sid, Batch(taken.slice(lo, hi - lo)))
+                    self._hold(sid, j, taken.slice(lo, hi - lo))
         else:  # forward: subtask i to subtask i, modulo the count below
-            self._receive(targets[self._index_of[sid] % len(targets)], sid, Batch(batch))
+            self._hold(sid, self._index_of[sid] % len(targets), batch)
+
+    def _hold(self, sid: int, target: int, batch: pa.RecordBatch) -> None:
+        exchange = self._node_of[sid].id
+        self._buffers[exchange][target].append(batch)
+        self._buffered_rows[exchange][target] += batch.num_rows
+        if self._buffered_rows[exchange][target] >= _EXCHANGE_ROWS:
+            self._send(exchange, target)
+
+    def _send(self, exchange: int, target: int) -> None:
+        """The rows waiting for subtask ``target`` below ``exchange``, as one batch. They come from
+        any of the exchange's subtasks (each in its order): all are channels of one input."""
+        waiting = self._buffers[exchange][target]
+        if waiting:
+            batch = waiting[0] if len(waiting) == 1 else pa.concat_batches(waiting)
+            self._buffers[exchange][target] = []
+            self._buffered_rows[exchange][target] = 0
+            first = self._subtasks[exchange][0]
+            self._receive(self._routes[first][target], first, Batch(batch))
+
+    def _flush(self, exchange: int) -> None:
+        """Send the rows an exchange holds, then the watermarks its subtasks held back for them."""
+        for target in range(len(self._buffers[exchange])):
+            self._send(exchange, target)
+        for sid in self._subtasks[exchange]:
+            held = self._held_watermarks.pop(sid, None)
+            if held is not None:
+                self._emit(sid, Watermark(held))
+
+    def _flush_exchanges(self) -> None:
+        """End of a round: every exchange sends what it holds, upstream ones first (what they send
+        may fill the ones below). The subtasks below get batches as large as the sources', not a
+        share of each from each channel."""
+        for exchange in self._exchanges:
+            self._flush(exchange)
 
     def _evaluate_watermark(self, node_id: int) -> None:
         """A subtask's watermark is the minimum over its channels that are not idle; when it
@@ -504,6 +561,10 @@ class Job:
         if isinstance(node, Sink):
             self.metrics.watermark = low
             return
+        if node_id in self._buffering:
+            # An exchange that holds rows passes its watermark on after them (_flush).
+            self._held_watermarks[node_id] = low
+            return
         operator = self._operators.get(node_id)
         if getattr(node, "proctime", False):
             # Event time means nothing to processing-time windows; the end of input fires them all.
@@ -514,6 +575,8 @@ class Job:
         self._emit(node_id, Watermark(low))
 
     def _is_idle(self, node_id: int) -> bool:
+        if not self._idle:
+            return False  # no source is idle: nothing below one is either
         if node_id in self._source_subtasks:
             return node_id in self._idle
         channels = self._channels[node_id]
