@@ -326,3 +326,36 @@ def test_a_uid_hint_carries_state_across_a_renamed_sink(tmp_path: Path) -> None:
     with pytest.raises(IncompatibleCheckpoint, match="holds no state for operator window-"):
         Job(clink.compile(unnamed, name="ckpt.sql").runtime_plan,
             RuntimeContext(config=config, state_dir=plain_state, stdout=io.StringIO()))
+
+
+def test_checkpoints_go_on_after_one_source_has_ended(tmp_path: Path) -> None:
+    """A short table and a long one into one sink: checkpoints are taken after the short one has
+    ended, and a crash after them resumes exactly once (the ended source stays ended)."""
+    text = SQL.replace("INSERT INTO totals\nSELECT", "CREATE TABLE short (auction BIGINT, price BIGINT, ts TIMESTAMP(3), "
+                       "WATERMARK FOR ts AS ts) WITH ('connector' = 'datagen', 'number-of-rows' = '600', "
+                       "'batch-size' = '300', 'seed' = '5', 'fields.auction.min' = '1', 'fields.auction.max' = '5');\n"
+                       "CREATE VIEW both_tables AS SELECT * FROM bid UNION ALL SELECT * FROM short;\n"
+                       "INSERT INTO totals\nSELECT")
+    text = text.replace("FROM TABLE(TUMBLE(TABLE bid,", "FROM TABLE(TUMBLE(TABLE both_tables,")
+
+    def start(out: Path, state: Path) -> Job:
+        plan = clink.compile(text.format(out=out), name="two.sql").runtime_plan
+        return Job(plan, RuntimeContext(config={"execution.checkpointing.interval-rows": "2000"}, state_dir=state,
+                                        stdout=io.StringIO()))
+
+    reference = start(tmp_path / "ref", tmp_path / "ref-state")
+    reference.run()
+    expected = committed_rows(tmp_path / "ref")
+    first = start(tmp_path / "out", tmp_path / "state")
+    short = next(n.id for n in first.plan.sources if n.table == "short")
+    while short not in first._ended:
+        first.step()
+    taken = first.metrics.checkpoints
+    while first.metrics.checkpoints < taken + 2 and not first.finished:
+        first.step()
+    assert not first.finished, "no checkpoint after the short table ended"
+    del first  # a crash after two checkpoints taken with one source ended
+    resumed = start(tmp_path / "out", tmp_path / "state")
+    assert resumed.metrics.restored_from == taken + 2
+    resumed.run()
+    assert committed_rows(tmp_path / "out") == expected
