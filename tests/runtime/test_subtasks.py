@@ -116,3 +116,42 @@ def test_shares_resumed_at_another_parallelism_read_each_row_once(old: int, new:
                 read += [(progress.part, r) for r in range(start, rows)]
             progress.next_part()
     assert sorted(read) == sorted({(b, r) for b in range(parts) for r in range(rows)} - done_before)
+
+
+def test_one_parquet_file_is_split_by_row_group_and_resumes_at_another_parallelism(tmp_path) -> None:
+    import pyarrow.parquet as pq
+
+    from clink.runtime.connectors.base import TableSpec
+    from clink.runtime.connectors.filesystem import FILESYSTEM
+
+    table = pa.table({"a": pa.array(range(10_000), pa.int64())})
+    pq.write_table(table, tmp_path / "t.parquet", row_group_size=1000)  # ten row groups
+    schema = table.schema
+
+    def readers(parallelism: int) -> list:
+        return [FILESYSTEM.create_source(TableSpec(name="t", schema=schema, table_schema=schema,
+                                                   options={"path": str(tmp_path / "t.parquet"), "format": "parquet"},
+                                                   subtask=i, parallelism=parallelism), RuntimeContext())
+                for i in range(parallelism)]
+
+    def drain(reader, limit: int | None = None) -> list[int]:
+        rows: list[int] = []
+        while not reader.finished and (limit is None or len(rows) < limit):
+            batch = reader.poll()
+            if batch is not None:
+                rows += batch.column(0).to_pylist()
+        return rows
+
+    three = readers(3)
+    shares = [drain(r) for r in three]
+    assert [len(s) for s in shares] == [4000, 3000, 3000]  # row groups 0, 3, 6, 9 to the first
+    assert sorted(sum(shares, [])) == list(range(10_000))
+    # Cut two readers part-way, resume the table with three readers, then with one.
+    two = readers(2)
+    before = drain(two[0], 1500) + drain(two[1], 2500)
+    positions = [r.position() for r in two]
+    after = []
+    for reader in readers(3):
+        reader.seek_shares(positions)
+        after += drain(reader)
+    assert sorted(before + after) == list(range(10_000))

@@ -339,8 +339,9 @@ def list_files(where: Files) -> list[str]:
 class FileSourceReader(SourceReader):
     """Reads the files of a table one after another, one block per poll.
 
-    Read by several subtasks, each reads the files of its share (``shares.py``): file ``i`` in
-    name order goes to subtask ``i % parallelism``.
+    The table is read in parts: a CSV or JSON file is one part, a Parquet file one part per row
+    group. Read by several subtasks, each reads the parts of its share (``shares.py``): part ``i``
+    in order (files by name, row groups in their file) goes to subtask ``i % parallelism``.
     """
 
     def __init__(self, spec: TableSpec, ctx: RuntimeContext) -> None:
@@ -349,6 +350,7 @@ class FileSourceReader(SourceReader):
         self._spec = spec
         self._where = resolve(self._settings.path, ctx.filesystems)
         self._files = list_files(self._where)
+        self._parts = self._list_parts()
         self._progress = Progress.start(spec.subtask, spec.parallelism)
         self._batches = self._own_batches()
         self.bounded = True
@@ -424,15 +426,36 @@ class FileSourceReader(SourceReader):
     def close(self) -> None:
         self._batches.close()
 
+    def _list_parts(self) -> list[tuple[str, int | None]]:
+        """(file, row group) per part: each Parquet row group, or a whole file (None)."""
+        if self._settings.format != "parquet":
+            return [(path, None) for path in self._files]
+        parts: list[tuple[str, int | None]] = []
+        for path in self._files:
+            source = None
+            try:
+                source = self._where.open_input(path)
+                groups = pq.read_metadata(source).num_row_groups
+            except (OSError, pa.ArrowInvalid) as e:
+                raise ConnectorError(f"table {self._spec.name!r}: cannot read {path!r} as Parquet: {e}") from None
+            finally:
+                _close_input(source)
+            parts.extend((path, g) for g in range(groups)) if groups else parts.append((path, None))
+        return parts
+
     def _own_batches(self) -> Iterator[pa.RecordBatch]:
-        """The batches of this reader's files from where its progress is, in order. Its progress
-        moves from file to file as they end; a file begun before skips the rows given out."""
-        read = {"csv": self._csv_batches, "json": self._json_batches, "parquet": self._parquet_batches}
+        """The batches of this reader's parts from where its progress is, in order. Its progress
+        moves from part to part as they end; a part begun before skips the rows given out."""
+        read = {"csv": self._csv_batches, "json": self._json_batches}
         progress = self._progress
-        while progress.part < len(self._files):
+        while progress.part < len(self._parts):
             skip = progress.offset
             if skip != DONE:
-                batches = read[self._settings.format](self._files[progress.part])
+                path, group = self._parts[progress.part]
+                if self._settings.format == "parquet":
+                    batches = self._parquet_batches(path, group)
+                else:
+                    batches = read[self._settings.format](path)
                 if skip:
                     batches = self._skip_rows(batches, skip)
                 yield from batches
@@ -667,7 +690,9 @@ class FileSourceReader(SourceReader):
 
     # Parquet
 
-    def _parquet_batches(self, path: str) -> Iterator[pa.RecordBatch]:
+    def _parquet_batches(self, path: str, group: int | None = None) -> Iterator[pa.RecordBatch]:
+        """The rows of ``path`` (of its row group ``group`` only, unless None) as batches of the
+        table's read schema."""
         schema = self._spec.schema
         source = None
         try:
@@ -679,7 +704,9 @@ class FileSourceReader(SourceReader):
             raise ConnectorError(f"table {self._spec.name!r}: cannot read {path!r} as Parquet: {e}") from None
         try:
             present = [n for n in schema.names if n in file.schema_arrow.names]
-            for batch in file.iter_batches(batch_size=PARQUET_BATCH_ROWS, columns=present, use_threads=False):
+            groups = None if group is None else [group]
+            for batch in file.iter_batches(batch_size=PARQUET_BATCH_ROWS, row_groups=groups, columns=present,
+                                           use_threads=False):
                 if batch.schema == schema:
                     yield batch
                     continue
