@@ -19,7 +19,7 @@ import pyarrow as pa
 if TYPE_CHECKING:
     import pyarrow.fs as pafs
 
-    from clink.runtime.connectors.base import ConnectorRegistry
+    from clink.runtime.registry import ConnectorRegistry
     from clink.runtime.memo import ValueMemo
     from clink.runtime.udf import FunctionRegistry, ScalarFunction
 
@@ -32,7 +32,7 @@ def system_clock_ms() -> int:
 
 
 def _default_registry() -> ConnectorRegistry:
-    from clink.runtime.connectors import default_registry
+    from clink.runtime.registry import default_registry
 
     return default_registry()
 

@@ -14,6 +14,8 @@ from typing import TYPE_CHECKING, Any
 from dataclasses import dataclass, field
 import pyarrow as pa
 
+from clink.runtime.registry import ConnectorRegistry
+
 if TYPE_CHECKING:
     from clink.runtime.context import RuntimeContext
     from clink.runtime.plan import ChangelogMode
@@ -207,40 +209,3 @@ PARTITION_COLUMNS_OPTION = "partitioned-by"
 #: The option through which the compiler hands a table's PRIMARY KEY columns (a JSON list) to a
 #: connector that ``upserts``; users cannot set it in WITH.
 PRIMARY_KEY_OPTION = "primary-key"
-
-
-class ConnectorRegistry:
-    """Connectors by name. Each ``RuntimeContext`` has its own; nothing here is global."""
-
-    def __init__(self, connectors: Iterable[Connector] = ()) -> None:
-        self._connectors: dict[str, Connector] = {}
-        self._lazy: dict[str, Callable[[], Connector]] = {}
-        for connector in connectors:
-            self.register(connector)
-
-    def register(self, connector: Connector) -> None:
-        self._connectors[connector.name] = connector
-        self._lazy.pop(connector.name, None)
-
-    def register_lazy(self, name: str, load: Callable[[], Connector]) -> None:
-        """Register connector ``name``, imported by ``load()`` on first use: a pipeline that
-        never names it never pays for its imports (cold start)."""
-        self._lazy[name] = load
-        self._connectors.pop(name, None)
-
-    def get(self, name: str) -> Connector | None:
-        load = self._lazy.pop(name, None)
-        if load is not None:
-            self._connectors[name] = load()
-        return self._connectors.get(name)
-
-    def names(self) -> list[str]:
-        return sorted({*self._connectors, *self._lazy})
-
-    def __contains__(self, name: str) -> bool:
-        return name in self._connectors or name in self._lazy
-
-    def as_mapping(self) -> Mapping[str, Connector]:
-        for name in list(self._lazy):
-            self.get(name)
-        return dict(self._connectors)
