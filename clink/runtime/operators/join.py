@@ -36,7 +36,7 @@ from clink.runtime.operators.common import all_valid, epoch_ms, max_parallelism,
 from clink.runtime.operators.rows import KeyedRows, net_pairs, plain_array
 from clink.runtime.plan import APPEND_ONLY, DELETE, INSERT, ROWKIND_COLUMN, ChangelogMode
 from clink.runtime.state.backend import KEY_GROUP, OperatorState, StateBackend, TableStateDescriptor
-from clink.runtime.state.keygroups import hash_columns
+from clink.runtime.state.keygroups import group_of_hash, hash_columns
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -188,7 +188,7 @@ class JoinOperator(OperatorBase):
 
     def _wait(self, batch: pa.RecordBatch) -> None:
         keys = [batch.column(k) for k in self.sides[0].keys]
-        groups = (hash_columns(keys, batch.num_rows) % np.uint64(self._max_parallelism)).astype(np.int32)
+        groups = group_of_hash(hash_columns(keys, batch.num_rows), self._max_parallelism)
         names = [f"c{i}" for i in range(batch.num_columns)]
         self._waiting.add(0, pa.Table.from_arrays([*batch.columns, pa.array(groups)], names=[*names, KEY_GROUP]))
         self._update_state_metrics()

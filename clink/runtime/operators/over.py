@@ -37,7 +37,7 @@ from clink.runtime.operators.base import OperatorBase
 from clink.runtime.operators.common import epoch_ms, hold, max_parallelism, open_state, take_ready
 from clink.runtime.operators.rows import KeyedRows, net_pairs, plain_array
 from clink.runtime.state.backend import KEY_GROUP, OperatorState, StateBackend, TableStateDescriptor
-from clink.runtime.state.keygroups import hash_columns
+from clink.runtime.state.keygroups import group_of_hash, hash_columns
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -121,7 +121,7 @@ class OverAggregateOperator(OperatorBase):
         khash = hash_columns([batch.column(p) for p in self.node.partition], n)
         table = pa.Table.from_arrays(
             [*batch.columns, pa.array(seq), pa.array(ts), pa.array(khash),
-             pa.array((khash % np.uint64(self._max_parallelism)).astype(np.int32))], schema=self._pending_schema)
+             pa.array(group_of_hash(khash, self._max_parallelism))], schema=self._pending_schema)
         hold(self.pending, table, ts)
         self._update_state_metrics()
         return []

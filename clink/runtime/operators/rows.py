@@ -40,7 +40,7 @@ from clink.runtime import compute as pc
 from clink.runtime.operators.base import OperatorBase
 from clink.runtime.plan import DELETE, UPDATE_BEFORE
 from clink.runtime.state.backend import KEY_GROUP, TableState, TableStateDescriptor
-from clink.runtime.state.keygroups import hash_columns
+from clink.runtime.state.keygroups import group_of_hash, hash_columns
 
 if TYPE_CHECKING:
     from collections.abc import Collection
@@ -178,7 +178,7 @@ class KeyedRows:
         rhash = hash_columns([columns[i] for i in self.hashable], n) if self.retractions else np.zeros(n, np.uint64)
         time_values = times if times is not None else np.zeros(n, dtype=np.int64)
         arrays = [*columns, pa.array(khash), pa.array(rhash), pa.array(sign), pa.array(np.full(n, now, dtype=np.int64)),
-                  pa.array(time_values), pa.array((khash % np.uint64(self.max_parallelism)).astype(np.int32))]
+                  pa.array(time_values), pa.array(group_of_hash(khash, self.max_parallelism))]
         self._add_run(pa.Table.from_arrays(arrays, schema=self.state_schema), khash)
         while len(self.runs) >= 2 and len(self.runs[-2].raw) <= 2 * len(self.runs[-1].raw):
             self._merge_last_two()

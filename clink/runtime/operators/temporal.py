@@ -31,7 +31,7 @@ from clink.runtime.operators.common import all_valid, epoch_ms, hold, max_parall
 from clink.runtime.operators.rows import KeyedRows, plain_array
 from clink.runtime.plan import APPEND_ONLY, ChangelogMode
 from clink.runtime.state.backend import KEY_GROUP, OperatorState, StateBackend, TableStateDescriptor
-from clink.runtime.state.keygroups import hash_columns
+from clink.runtime.state.keygroups import group_of_hash, hash_columns
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -97,7 +97,7 @@ class TemporalJoinOperator(OperatorBase):
             khash = hash_columns([batch.column(k) for k in self.node.left_keys], n)
             table = pa.Table.from_arrays(
                 [*batch.columns, pa.array(ts), pa.array(khash),
-                 pa.array((khash % np.uint64(self._max_parallelism)).astype(np.int32))], schema=self._pending_schema)
+                 pa.array(group_of_hash(khash, self._max_parallelism))], schema=self._pending_schema)
             hold(self.pending, table, ts)
         self._update_state_metrics()
         return []

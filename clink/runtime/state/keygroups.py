@@ -14,7 +14,7 @@ import pyarrow as pa
 
 from clink.runtime import compute as pc
 
-__all__ = ["DEFAULT_MAX_PARALLELISM", "hash_columns", "key_groups"]
+__all__ = ["DEFAULT_MAX_PARALLELISM", "group_of_hash", "hash_columns", "key_groups"]
 
 #: How many key groups keyed state is divided into unless the job says otherwise.
 DEFAULT_MAX_PARALLELISM = 128
@@ -147,6 +147,12 @@ def hash_columns(columns: Sequence[pa.Array | pa.ChunkedArray], num_rows: int | 
     return h
 
 
+def group_of_hash(hashes: np.ndarray, max_parallelism: int) -> np.ndarray:
+    """The key group (``int32``) of each key hash from ``hash_columns``: the one rule that the
+    exchanges routing rows and the operators filing their state share."""
+    return (hashes % _U64(max_parallelism)).astype(np.int32)
+
+
 def key_groups(columns: Sequence[pa.Array | pa.ChunkedArray], max_parallelism: int = DEFAULT_MAX_PARALLELISM,
                *, num_rows: int | None = None) -> np.ndarray:
     """The key group (``0 <= g < max_parallelism``, as ``int32``) of each row's key tuple.
@@ -156,4 +162,4 @@ def key_groups(columns: Sequence[pa.Array | pa.ChunkedArray], max_parallelism: i
     """
     if max_parallelism <= 0:
         raise ValueError(f"max_parallelism must be positive, got {max_parallelism}")
-    return (hash_columns(columns, num_rows) % _U64(max_parallelism)).astype(np.int32)
+    return group_of_hash(hash_columns(columns, num_rows), max_parallelism)
