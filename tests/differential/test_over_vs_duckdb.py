@@ -27,10 +27,11 @@ def _events(unique_times: bool) -> pa.Table:
     rng = np.random.default_rng(17 if unique_times else 19)
     base = np.datetime64("2026-01-01T00:00:00", "ms")
     # Roughly ordered: each row at most 3 s behind the newest, within the 5 s watermark delay.
-    ms = np.arange(N) * 97 + rng.integers(0, 3000, N)
     if unique_times:
-        ms = ms * 10 + np.arange(N) % 10  # no two rows share a time
+        # No two rows share a time: rows ten apart differ by 9.7 s, more than the spread.
+        ms = np.arange(N) * 970 + rng.integers(0, 300, N) * 10 + np.arange(N) % 10
     else:
+        ms = np.arange(N) * 97 + rng.integers(0, 3000, N)
         ms = ms // 500 * 500  # many rows share a time: peers in a RANGE frame
     return pa.table({
         "k": pa.array(rng.integers(0, 7, N), pa.int64()),

@@ -118,11 +118,16 @@ def test_shares_resumed_at_another_parallelism_read_each_row_once(old: int, new:
     assert sorted(read) == sorted({(b, r) for b in range(parts) for r in range(rows)} - done_before)
 
 
-def test_one_parquet_file_is_split_by_row_group_and_resumes_at_another_parallelism(tmp_path) -> None:
+def test_one_parquet_file_is_split_by_row_group_and_resumes_at_another_parallelism(
+        tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
     import pyarrow.parquet as pq
 
+    from clink.runtime.connectors import filesystem
     from clink.runtime.connectors.base import TableSpec
     from clink.runtime.connectors.filesystem import FILESYSTEM
+
+    # Batches of 700 rows over row groups of 1000: batches straddle groups, cuts land inside one.
+    monkeypatch.setattr(filesystem, "PARQUET_BATCH_ROWS", 700)
 
     table = pa.table({"a": pa.array(range(10_000), pa.int64())})
     pq.write_table(table, tmp_path / "t.parquet", row_group_size=1000)  # ten row groups
@@ -149,7 +154,9 @@ def test_one_parquet_file_is_split_by_row_group_and_resumes_at_another_paralleli
     # Cut two readers part-way, resume the table with three readers, then with one.
     two = readers(2)
     before = drain(two[0], 1500) + drain(two[1], 2500)
+    assert len(before) == 2100 + 2800
     positions = [r.position() for r in two]
+    assert [(p["part"], p["offset"]) for p in positions] == [(4, 100), (5, 800)]  # row group, rows of it
     after = []
     for reader in readers(3):
         reader.seek_shares(positions)

@@ -351,6 +351,7 @@ class FileSourceReader(SourceReader):
         self._where = resolve(self._settings.path, ctx.filesystems)
         self._files = list_files(self._where)
         self._parts = self._list_parts()
+        self._run_last: int | None = None
         self._progress = Progress.start(spec.subtask, spec.parallelism)
         self._batches = self._own_batches()
         self.bounded = True
@@ -362,7 +363,7 @@ class FileSourceReader(SourceReader):
         for batch in self._batches:
             if batch.num_rows:
                 self.metrics["records_in"] += batch.num_rows
-                self._progress.offset += batch.num_rows
+                self._count(batch.num_rows)
                 return batch
         self.finished = True
         return None
@@ -406,10 +407,10 @@ class FileSourceReader(SourceReader):
         for batch in batches:
             if count >= batch.num_rows:
                 count -= batch.num_rows
-                self._progress.offset += batch.num_rows
+                self._count(batch.num_rows)
                 continue
             if count:
-                self._progress.offset += count
+                self._count(count)
                 batch = batch.slice(count)
                 count = 0
             yield batch
@@ -427,7 +428,9 @@ class FileSourceReader(SourceReader):
         self._batches.close()
 
     def _list_parts(self) -> list[tuple[str, int | None]]:
-        """(file, row group) per part: each Parquet row group, or a whole file (None)."""
+        """(file, row group) per part: each Parquet row group, or a whole file (None). The rows
+        of each Parquet row group go to ``self._part_rows``."""
+        self._part_rows: list[int] = []
         if self._settings.format != "parquet":
             return [(path, None) for path in self._files]
         parts: list[tuple[str, int | None]] = []
@@ -435,12 +438,17 @@ class FileSourceReader(SourceReader):
             source = None
             try:
                 source = self._where.open_input(path)
-                groups = pq.read_metadata(source).num_row_groups
+                meta = pq.read_metadata(source)
             except (OSError, pa.ArrowInvalid) as e:
                 raise ConnectorError(f"table {self._spec.name!r}: cannot read {path!r} as Parquet: {e}") from None
             finally:
                 _close_input(source)
-            parts.extend((path, g) for g in range(groups)) if groups else parts.append((path, None))
+            if meta.num_row_groups:
+                parts.extend((path, g) for g in range(meta.num_row_groups))
+                self._part_rows.extend(meta.row_group(g).num_rows for g in range(meta.num_row_groups))
+            else:
+                parts.append((path, None))
+                self._part_rows.append(0)
         return parts
 
     def _own_batches(self) -> Iterator[pa.RecordBatch]:
@@ -450,16 +458,43 @@ class FileSourceReader(SourceReader):
         progress = self._progress
         while progress.part < len(self._parts):
             skip = progress.offset
-            if skip != DONE:
-                path, group = self._parts[progress.part]
-                if self._settings.format == "parquet":
-                    batches = self._parquet_batches(path, group)
-                else:
-                    batches = read[self._settings.format](path)
-                if skip:
-                    batches = self._skip_rows(batches, skip)
-                yield from batches
-            progress.next_part()
+            if skip == DONE:
+                progress.next_part()
+                continue
+            path, group = self._parts[progress.part]
+            if group is None:
+                batches = read[self._settings.format](path) if self._settings.format != "parquet" else iter(())
+                yield from self._skip_rows(batches, skip) if skip else batches
+                progress.next_part()
+                continue
+            yield from self._row_groups(path)
+
+    def _row_groups(self, path: str) -> Iterator[pa.RecordBatch]:
+        """The rows of this reader's next row groups of ``path`` in one read (so batches are as
+        large as the file allows, not one per row group): from the part its progress is at, to
+        the last of its parts in the file before one that another reader had begun."""
+        progress = self._progress
+        step = progress.parallelism
+        last = progress.part
+        while (last + step < len(self._parts) and self._parts[last + step][0] == path
+               and last + step not in progress.later):
+            last += step
+        groups = [self._parts[b][1] for b in range(progress.part, last + 1, step)]
+        batches = self._parquet_batches(path, groups)
+        self._run_last = last
+        yield from self._skip_rows(batches, progress.offset) if progress.offset else batches
+        self._run_last = None
+        progress.part, progress.offset = last, self._part_rows[last]
+        progress.next_part()
+
+    def _count(self, rows: int) -> None:
+        """``rows`` more given out: in a read of several row groups, they may finish some."""
+        progress = self._progress
+        progress.offset += rows
+        last = self._run_last
+        while last is not None and progress.part < last and progress.offset >= self._part_rows[progress.part]:
+            progress.offset -= self._part_rows[progress.part]
+            progress.part += progress.parallelism
 
     def _record_error(self, reason: str, path: str, line: int | None) -> RecordError:
         return RecordError(reason, file=path, line=line, table=self._spec.name)
@@ -690,8 +725,8 @@ class FileSourceReader(SourceReader):
 
     # Parquet
 
-    def _parquet_batches(self, path: str, group: int | None = None) -> Iterator[pa.RecordBatch]:
-        """The rows of ``path`` (of its row group ``group`` only, unless None) as batches of the
+    def _parquet_batches(self, path: str, groups: list[int] | None = None) -> Iterator[pa.RecordBatch]:
+        """The rows of ``path`` (of its row groups ``groups`` only, unless None) as batches of the
         table's read schema."""
         schema = self._spec.schema
         source = None
@@ -704,7 +739,6 @@ class FileSourceReader(SourceReader):
             raise ConnectorError(f"table {self._spec.name!r}: cannot read {path!r} as Parquet: {e}") from None
         try:
             present = [n for n in schema.names if n in file.schema_arrow.names]
-            groups = None if group is None else [group]
             for batch in file.iter_batches(batch_size=PARQUET_BATCH_ROWS, row_groups=groups, columns=present,
                                            use_threads=False):
                 if batch.schema == schema:
