@@ -470,13 +470,15 @@ class FileSourceReader(SourceReader):
             yield from self._row_groups(path)
 
     def _row_groups(self, path: str) -> Iterator[pa.RecordBatch]:
-        """The rows of this reader's next row groups of ``path`` in one read (so batches are as
-        large as the file allows, not one per row group): from the part its progress is at, to
-        the last of its parts in the file before one that another reader had begun."""
+        """The rows of this reader's next row groups of ``path`` in one read, where they follow
+        one another (one reader of the table: batches as large as the file allows, not one per
+        row group): from the part its progress is at, to the last in the file before one that
+        another reader had begun. With several readers each reads its groups one at a time, so
+        that, polled in turn, they hand on the rows in the file's order."""
         progress = self._progress
         step = progress.parallelism
         last = progress.part
-        while (last + step < len(self._parts) and self._parts[last + step][0] == path
+        while (step == 1 and last + step < len(self._parts) and self._parts[last + step][0] == path
                and last + step not in progress.later):
             last += step
         groups = [self._parts[b][1] for b in range(progress.part, last + 1, step)]
