@@ -1,0 +1,312 @@
+"""GROUP BY: window aggregations (by window_start, window_end of a window table function, or by a
+group window), updating aggregations without a window, HAVING, and the aggregate calls."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import attrs
+import pyarrow as pa
+import pyarrow.types as pt
+
+from clink.compiler import ast, ir
+from clink.compiler import types as T
+from clink.compiler.bind.exprs import WINDOW_PROPERTY
+from clink.compiler.bind.scope import Scope, ast_walk, derive_name, unique_names
+from clink.compiler.functions import AGGREGATES, TABLE_FUNCTIONS, cast_to
+from clink.errors import SqlError
+
+
+class AggregateBinder:
+    """GROUP BY, HAVING and aggregate calls; ``_agg`` is the aggregation being bound."""
+
+    def _aggregate(self, q: ast.Select, rel: ir.Rel, scope: Scope) -> tuple[ir.Rel, frozenset[str]]:
+        """A window aggregation: GROUP BY window_start, window_end (of a window table function)
+        or a group window (``GROUP BY TUMBLE(ts, ...)``), plus any keys."""
+        group = list(q.group_by)
+        legacy = [g for g in group if isinstance(g, ast.FunctionCall) and g.name in TABLE_FUNCTIONS]
+        window_cols: dict[int, int] = {}
+        if isinstance(rel, ir.Filter) and isinstance(rel.input, ir.WindowTVF):
+            # WHERE over a window table function: a filter on the input columns is the same
+            # filter before window assignment (the window columns come after them).
+            tvf = rel.input
+            if any(i >= len(tvf.input.schema) for i in ir.columns_used(rel.predicate)):
+                raise SqlError("a WHERE on window_start, window_end or window_time before a window aggregation "
+                               "is not supported yet", rel.span, "filter on them in HAVING, or in an outer query")
+            rel = attrs.evolve(tvf, input=ir.Filter(input=tvf.input, predicate=rel.predicate, span=rel.span))
+        if isinstance(rel, ir.WindowTVF):
+            if legacy:
+                raise SqlError("GROUP BY a window function over a window table function", legacy[0].span,
+                               "group by window_start, window_end instead")
+            window, time, below = rel.window, rel.time, rel.input
+            proctime = False
+            n = len(below.schema)
+            window_cols = {n: 0, n + 1: 1, n + 2: 2}
+        elif legacy:
+            if len(legacy) > 1:
+                raise SqlError("GROUP BY can have only one window", legacy[1].span)
+            group.remove(legacy[0])
+            window, time, proctime = self._legacy_window(legacy[0], scope, rel)
+            below = rel
+        else:
+            return self._group_aggregate(q, rel, scope)
+        keys, key_names, seen = self._group_keys(group, scope, window_cols)
+        if window_cols and not {0, 1} <= seen:
+            where = q.group_by[0].span if q.group_by else q.span
+            raise SqlError("a window aggregation must GROUP BY window_start and window_end", where,
+                           "add window_start, window_end to GROUP BY")
+        if window.kind == "session":
+            self._check_session_keys(rel, keys, q)
+        self._raise_collected()
+        window_time = ir.window_time_type(below.schema[time].type)
+        context, bound, having = self._bind_aggregates(q, scope, base=len(keys) + 1, window_time=window_time)
+        num_keys = len(keys)
+        rebase = _rebaser(keys, key_names, window_cols=window_cols)
+
+        inputs = [*keys, ir.Column(index=time, name=below.schema[time].name, type=below.schema[time].type,
+                                   nullable=below.schema[time].nullable, span=q.span), *context.inputs]
+        names = [*key_names, "__time", *(f"__arg{i}" for i in range(len(context.inputs)))]
+        late = self._late_output(q, below)
+        late_columns: tuple[int, ...] = ()
+        if late is not None:
+            # Late rows go out whole: the operator's input carries every column of the relation.
+            late_columns = tuple(range(len(inputs), len(inputs) + len(below.schema)))
+            inputs += [ir.Column(index=i, name=f.name, type=f.type, nullable=f.nullable, span=None)
+                       for i, f in enumerate(below.schema.fields)]
+            names += [f"__late_{f.name}" for f in below.schema.fields]
+        pre = ir.Project(input=below, exprs=tuple(inputs), names=unique_names(names), span=q.span)
+        agg_rel: ir.Rel = ir.WindowAggregate(
+            uid=self._uid, input=pre, window=window, num_keys=num_keys, time=num_keys, aggs=tuple(context.aggs),
+            agg_names=tuple(f"agg{i}" for i in range(len(context.aggs))),
+            allowed_lateness=self._allowed_lateness(q), late_sink=late, late_columns=late_columns, proctime=proctime,
+            span=q.span)
+        project = self._select_over_aggregate(q, agg_rel, bound, having, rebase)
+        rowtime = frozenset(n for n, e in zip(project.names, project.exprs, strict=True)
+                            if isinstance(e, ir.Column) and e.index == num_keys + 2)
+        return project, rowtime
+
+    def _group_keys(self, group: list[ast.Expr], scope: Scope,
+                    window_cols: dict[int, int]) -> tuple[list[ir.Expr], list[str], set[int]]:
+        """The GROUP BY keys and their names; ``seen``: which window columns were grouped by."""
+        keys: list[ir.Expr] = []
+        key_names: list[str] = []
+        seen: set[int] = set()
+        for g in group:
+            e = self.expr(g, scope)
+            if isinstance(e, ir.Column) and e.index in window_cols:
+                seen.add(window_cols[e.index])
+                continue
+            if any(c in window_cols for c in ir.columns_used(e)):
+                raise SqlError("window columns can be grouped by only as they are (window_start, window_end)",
+                               g.span)
+            if e not in keys:
+                keys.append(e)
+                key_names.append(derive_name(g, len(key_names)) if not isinstance(g, ast.ColumnRef) else g.name)
+        return keys, key_names, seen
+
+    def _bind_aggregates(self, q: ast.Select, scope: Scope, base: int, group_input: ir.Rel | None = None,
+                         window_time: pa.DataType = ir.WINDOW_TIME_TYPE,
+                         ) -> tuple[AggContext, list[tuple[ast.AliasedExpr, ir.Expr]], ir.Expr | None]:
+        """Bind the SELECT list and HAVING of an aggregation, collecting its aggregate calls and
+        their input columns (numbered from ``base``)."""
+        context = AggContext(base=base, group_input=group_input, window_time=window_time)
+        previous, self._agg = self._agg, context
+        try:
+            bound = [(item, self.expr(item.expr, scope)) for item in q.items if isinstance(item, ast.AliasedExpr)]
+            having = self.expr(q.having, scope) if q.having is not None else None
+        finally:
+            self._agg = previous
+        for item in q.items:
+            if isinstance(item, ast.Star):
+                self.errors.append(SqlError("'*' cannot be used with GROUP BY", item.span,
+                                            "name the grouped columns and aggregates"))
+        self._raise_collected()
+        return context, bound, having
+
+    def _select_over_aggregate(self, q: ast.Select, agg_rel: ir.Rel, bound: list[tuple[ast.AliasedExpr, ir.Expr]],
+                               having: ir.Expr | None, rebase: Callable[[ir.Expr], ir.Expr]) -> ir.Project:
+        """HAVING as a filter over the aggregation, then the SELECT list as a projection."""
+        exprs, names = [], []
+        for item, e in bound:
+            try:
+                exprs.append(rebase(e))
+                names.append(item.alias or derive_name(item.expr, len(names)))
+            except SqlError as exc:
+                self.errors.append(exc)
+        if having is not None:
+            try:
+                condition = rebase(having)
+                if not (pt.is_boolean(condition.type) or T.is_null(condition.type)):
+                    raise SqlError(f"HAVING needs a BOOLEAN condition, got {T.sql_name(condition.type)}",
+                                   q.having.span)
+                agg_rel = ir.Filter(input=agg_rel, predicate=cast_to(condition, pa.bool_()), span=q.having.span)
+            except SqlError as exc:
+                self.errors.append(exc)
+        self._raise_collected()
+        return ir.Project(input=agg_rel, exprs=tuple(exprs), names=unique_names(names), span=q.span)
+
+    def _group_aggregate(self, q: ast.Select, rel: ir.Rel, scope: Scope) -> tuple[ir.Rel, frozenset[str]]:
+        """GROUP BY without a window: an updating aggregation over every row so far."""
+        keys, key_names, _ = self._group_keys(list(q.group_by), scope, {})
+        self._raise_collected()
+        context, bound, having = self._bind_aggregates(q, scope, base=len(keys), group_input=rel)
+        num_keys = len(keys)
+        rebase = _rebaser(keys, key_names, window_cols=None)
+
+        names = [*key_names, *(f"__arg{i}" for i in range(len(context.inputs)))]
+        pre = ir.Project(input=rel, exprs=(*keys, *context.inputs), names=unique_names(names), span=q.span)
+        agg_rel = ir.GroupAggregate(uid=self._uid, input=pre, num_keys=num_keys, aggs=tuple(context.aggs),
+                                    agg_names=tuple(f"agg{i}" for i in range(len(context.aggs))), span=q.span)
+        # The result has no event time: an update is not an event at a time.
+        return self._select_over_aggregate(q, agg_rel, bound, having, rebase), frozenset()
+
+    def _aggregate_call(self, e: ast.FunctionCall, scope: Scope) -> ir.Expr:
+        context = self._agg
+        span = e.name_span or e.span
+        if context is None:
+            raise SqlError(f"aggregate function {e.name} is not allowed here", span,
+                           "aggregates belong in the SELECT list or HAVING of a GROUP BY query")
+        if context.inside:
+            raise SqlError(f"aggregate function {e.name} inside another aggregate", span)
+        context.inside = True
+        try:
+            args = [self._expr(a, scope) for a in e.args]
+            condition = self._expr(e.filter, scope) if e.filter is not None else None
+        finally:
+            context.inside = False
+        fn, typ, nullable = aggregate_signature(e, args)
+        if condition is not None and not (pt.is_boolean(condition.type) or T.is_null(condition.type)):
+            raise SqlError(f"FILTER needs a BOOLEAN condition, got {T.sql_name(condition.type)}", e.filter.span)
+        arg = context.add_input(args[0]) if args else None
+        filter_ = context.add_input(cast_to(condition, pa.bool_())) if condition is not None else None
+        call = ir.AggCall(fn=fn, arg=arg, filter=filter_, type=typ, nullable=nullable,
+                          sql=agg_sql(e))
+        if context.group_input is not None:
+            if fn not in GROUP_AGGREGATES:
+                raise SqlError(f"{agg_sql(e)} is not supported in a GROUP BY without a window yet", span,
+                               f"supported: {', '.join(GROUP_AGGREGATE_NAMES)}; or aggregate over windows")
+            if fn in ("min", "max") and ir.is_updating(context.group_input):
+                raise SqlError(f"{e.name} over an updating input is not supported yet", span,
+                               "its input is itself a GROUP BY without a window, whose rows are revised")
+        return ir.Call(fn="__agg__", args=(), params=(context.add_agg(call),), type=typ, nullable=nullable,
+                       span=e.span)
+
+
+def _rebaser(keys: list[ir.Expr], key_names: list[str],
+             window_cols: dict[int, int] | None) -> Callable[[ir.Expr], ir.Expr]:
+    """Rewrites a SELECT item or HAVING, bound over the aggregation's input, to read the
+    aggregation's output: the keys, then (with ``window_cols``, a window aggregation) the window
+    columns, then the aggregates. Any other input column is an error."""
+    num_keys = len(keys)
+    key_index = {k: i for i, k in enumerate(keys)}
+    windowed = window_cols is not None
+    agg_base = num_keys + (3 if windowed else 0)
+
+    def rebase(e: ir.Expr) -> ir.Expr:
+        if e in key_index:
+            i = key_index[e]
+            return ir.Column(index=i, name=key_names[i], type=e.type, nullable=e.nullable, span=e.span)
+        match e:
+            case ir.Call(fn="__agg__", params=(i,)):
+                return ir.Column(index=agg_base + i, name=f"agg{i}", type=e.type, nullable=e.nullable, span=e.span)
+            case ir.Call(fn="__window__", params=(i,)) if windowed:
+                return ir.Column(index=num_keys + i, name=ir.WINDOW_COLUMNS[i], type=e.type, nullable=False,
+                                 span=e.span)
+            case ir.Column(index=i) if windowed and i in window_cols:
+                j = window_cols[i]
+                return ir.Column(index=num_keys + j, name=ir.WINDOW_COLUMNS[j], type=e.type, nullable=False,
+                                 span=e.span)
+            case ir.Column(name=name):
+                raise SqlError(f"column {name!r} must be in GROUP BY or inside an aggregate function", e.span,
+                               f"add {name} to GROUP BY, or aggregate it, e.g. MAX({name})")
+        children = tuple(rebase(c) for c in e.children)
+        return e.with_children(children) if children != e.children else e
+
+    return rebase
+
+
+#: The aggregates a GROUP BY without a window computes (runtime names), and how SQL spells them.
+GROUP_AGGREGATES = ("count_star", "count", "count_distinct", "sum", "avg", "min", "max")
+GROUP_AGGREGATE_NAMES = ("COUNT(*)", "COUNT", "COUNT(DISTINCT)", "SUM", "AVG", "MIN", "MAX")
+
+
+@attrs.define
+class AggContext:
+    """While binding the SELECT list and HAVING of an aggregation: the aggregates found, and
+    the extra input columns they read (placed after the keys and the time column)."""
+
+    base: int
+    #: For a GROUP BY without a window: its input, whose aggregates are checked as they are bound.
+    group_input: ir.Rel | None = None
+    #: The type of the window's ``*_ROWTIME`` (TIMESTAMP_LTZ over a TIMESTAMP_LTZ time column).
+    window_time: pa.DataType = ir.WINDOW_TIME_TYPE
+    aggs: list[ir.AggCall] = attrs.field(factory=list)
+    inputs: list[ir.Expr] = attrs.field(factory=list)
+    inside: bool = False
+
+    def add_input(self, expr: ir.Expr) -> int:
+        if expr not in self.inputs:
+            self.inputs.append(expr)
+        return self.base + self.inputs.index(expr)
+
+    def add_agg(self, call: ir.AggCall) -> int:
+        if call not in self.aggs:
+            self.aggs.append(call)
+        return self.aggs.index(call)
+
+
+def aggregate_signature(e: ast.FunctionCall, args: list[ir.Expr]) -> tuple[str, pa.DataType, bool]:
+    """The runtime name, result type and nullability of an aggregate call.
+
+    SUM, AVG, STDDEV and VAR follow Flink (``types.aggregate_type``): they keep the argument's
+    type (AVG of integers truncates toward zero), SUM of DECIMAL(p, s) is DECIMAL(38, s) and AVG
+    of it DECIMAL(38, max(6, s)); MIN, MAX, FIRST_VALUE and LAST_VALUE keep the argument's type;
+    COUNT is a BIGINT that is never NULL.
+    """
+    name = e.name
+    span = e.name_span or e.span
+    if e.star:
+        if name != "COUNT":
+            raise SqlError(f"{name}(*) is not valid; only COUNT(*) is", e.span)
+        return "count_star", pa.int64(), False
+    if name in ("ROW_NUMBER", "RANK", "DENSE_RANK"):
+        raise SqlError(f"{name} needs OVER (...), which is not supported yet", span)
+    if name in ("LISTAGG", "COLLECT"):
+        raise SqlError(f"aggregate function {name} is not supported yet", span)
+    if len(args) != 1:
+        raise SqlError(f"{name} takes 1 argument, got {len(args)}", e.span)
+    (arg,) = args
+    t = arg.type
+    if e.distinct and name != "COUNT":
+        raise SqlError(f"{name}(DISTINCT ...) is not supported yet; COUNT(DISTINCT ...) is", e.span)
+    match name:
+        case "COUNT":
+            return ("count_distinct" if e.distinct else "count"), pa.int64(), False
+        case "SUM":
+            if not (T.is_numeric(t) or T.is_null(t)):
+                raise SqlError(f"SUM needs a number, got {T.sql_name(t)}", arg.span)
+            return "sum", T.aggregate_type(name, t), True
+        case "AVG" | "STDDEV_POP" | "STDDEV_SAMP" | "VAR_POP" | "VAR_SAMP":
+            if not (T.is_numeric(t) or T.is_null(t)):
+                raise SqlError(f"{name} needs a number, got {T.sql_name(t)}", arg.span)
+            return name.lower(), T.aggregate_type(name, t), True
+        case "MIN" | "MAX":
+            if pt.is_struct(t) or pt.is_list(t) or pt.is_map(t):
+                raise SqlError(f"{name} cannot compare {T.sql_name(t)} values", arg.span)
+            return name.lower(), t if not T.is_null(t) else pa.int32(), True
+        case "FIRST_VALUE" | "LAST_VALUE":
+            return name.lower(), t if not T.is_null(t) else pa.int32(), True
+    raise SqlError(f"aggregate function {name} is not supported yet", span)
+
+
+def agg_sql(e: ast.FunctionCall) -> str:
+    if e.star:
+        return f"{e.name}(*)"
+    return f"{e.name}({'DISTINCT ' if e.distinct else ''}...)"
+
+
+def has_aggregate(items: tuple[ast.SelectItem, ...]) -> bool:
+    # An aggregate with OVER (...) is an OVER window function, not a grouping aggregate.
+    return any(isinstance(n, ast.FunctionCall) and n.over is None
+               and (n.name in AGGREGATES or WINDOW_PROPERTY.fullmatch(n.name))
+               for item in items for n in ast_walk(item))

@@ -1,0 +1,207 @@
+"""DDL and settings: CREATE TABLE (columns, connector options, watermark, PARTITIONED BY),
+CREATE VIEW, CREATE FUNCTION and SET."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+
+import attrs
+import pyarrow.types as pt
+
+from clink.compiler import ast, ir, udfs
+from clink.compiler import types as T
+from clink.compiler.bind.exprs import is_builtin
+from clink.compiler.bind.scope import Scope, ScopeColumn, did_you_mean
+from clink.compiler.catalog import CatalogTable, CatalogView, nearest
+from clink.errors import SqlError, SqlErrors
+from clink.runtime.connectors.base import PARTITION_COLUMNS_OPTION, PRIMARY_KEY_OPTION
+from clink.runtime.settings import SETTINGS, check_setting, close_settings, parse_duration
+
+#: Connectors that write PARTITIONED BY tables (one directory per partition value).
+PARTITIONED_CONNECTORS = frozenset({"filesystem"})
+#: Options every source table accepts, whatever its connector, with their value parsers.
+SOURCE_OPTIONS = {"scan.watermark.idle-timeout": parse_duration}
+
+
+class DdlBinder:
+    """Statements that declare: they fill the binder's ``catalog``, ``udfs`` and ``config``."""
+
+    def set(self, stmt: ast.SetStmt) -> None:
+        """Take a SET of a setting clink implements; refuse any other (it would do nothing)."""
+        problem = check_setting(stmt.key, stmt.value)
+        if problem is not None:
+            known = stmt.key in SETTINGS
+            close = close_settings(stmt.key)
+            hint = (f"did you mean {', '.join(repr(c) for c in close)}?" if close and not known
+                    else None if known else "the settings clink implements are listed in docs/sql.md#configuration")
+            raise SqlError(problem, (stmt.value_span if known else stmt.key_span) or stmt.span, hint)
+        self.config[stmt.key] = stmt.value
+
+    def create_function(self, stmt: ast.CreateFunction) -> None:
+        key = stmt.name.upper()
+        if is_builtin(key):
+            raise SqlError(f"{stmt.name} is a built-in function", stmt.span, "give the Python function another name")
+        if key in self.udfs or self.functions.get(key) is not None:
+            if stmt.if_not_exists:
+                return
+            raise SqlError(f"function {stmt.name} already exists", stmt.span, "use CREATE FUNCTION IF NOT EXISTS")
+        self.udfs[key] = udfs.create_function(stmt)
+
+    def create_table(self, stmt: ast.CreateTable) -> None:
+        if self.catalog.lookup(stmt.name) is not None:
+            if stmt.if_not_exists:
+                return
+            raise SqlError(f"table or view {stmt.name!r} already exists", stmt.span)
+        physical: list[ir.Field] = []
+        seen: set[str] = set()
+        for col in stmt.columns:
+            if col.name in seen:
+                raise SqlError(f"column {col.name!r} is declared twice in table {stmt.name!r}", col.span)
+            seen.add(col.name)
+            if isinstance(col, ast.ColumnDef):
+                physical.append(ir.Field(col.name, col.type, col.nullable))
+        for key in stmt.primary_key:
+            if key not in {f.name for f in physical}:
+                raise SqlError(f"primary key column {key!r} is not a physical column of {stmt.name!r}", stmt.span,
+                               did_you_mean(key, [f.name for f in physical]))
+        # Primary key columns are NOT NULL, as in Flink.
+        physical = [attrs.evolve(f, nullable=False) if f.name in stmt.primary_key else f for f in physical]
+        options = {p.key: p for p in stmt.options}
+        connector = self._check_connector(stmt, options, ir.Schema(tuple(physical)))
+        idle = options.get("scan.watermark.idle-timeout")
+        partition_options = self._partitioned_by(stmt, connector, options, ir.Schema(tuple(physical)))
+        registered = self.connectors.get(connector)
+        if stmt.primary_key and registered is not None and registered.upserts:
+            partition_options += ((PRIMARY_KEY_OPTION, json.dumps(list(stmt.primary_key))),)
+        info = ir.TableInfo(name=stmt.name, connector=connector,
+                            options=tuple((k, p.value) for k, p in options.items()
+                                          if k != "connector" and k not in SOURCE_OPTIONS) + partition_options,
+                            columns=ir.Schema(tuple(physical)), primary_key=stmt.primary_key,
+                            idle_timeout=parse_duration(idle.value) if idle is not None else None)
+        # Computed columns see the physical columns, in declaration order.
+        scope = Scope(tuple(ScopeColumn(stmt.name, f.name, f) for f in physical))
+        computed: list[tuple[str, ir.Expr]] = []
+        for col in stmt.columns:
+            if isinstance(col, ast.ComputedColumn):
+                expr = self.expr(col.expr, scope)
+                self._raise_collected()
+                computed.append((col.name, expr))
+        schema = ir.Schema(tuple(physical) + tuple(ir.Field(n, e.type, e.nullable) for n, e in computed))
+        if stmt.watermark is not None:
+            info = attrs.evolve(info, watermark=self._watermark(stmt, schema, computed, physical))
+        self.catalog.tables[stmt.name] = CatalogTable(info=info, computed=tuple(computed), schema=schema,
+                                                      definition=stmt)
+
+    def _watermark(self, stmt: ast.CreateTable, schema: ir.Schema, computed, physical) -> tuple[str, ir.Expr]:
+        wm = stmt.watermark
+        assert wm is not None
+        if wm.column not in schema.names:
+            raise SqlError(f"the watermark column {wm.column!r} is not a column of {stmt.name!r}", wm.span,
+                           did_you_mean(wm.column, list(schema.names)))
+        field = schema.fields[schema.names.index(wm.column)]
+        if not pt.is_timestamp(field.type):
+            raise SqlError(f"the watermark column {wm.column!r} must be a TIMESTAMP or TIMESTAMP_LTZ, "
+                           f"got {T.sql_name(field.type)}", wm.span)
+        scope = Scope(tuple(ScopeColumn(stmt.name, f.name, f) for f in schema.fields))
+        expr = self.expr(wm.expr, scope)
+        self._raise_collected()
+        if not pt.is_timestamp(expr.type):
+            raise SqlError(f"a watermark expression must be a TIMESTAMP, got {T.sql_name(expr.type)}", wm.expr.span,
+                           f"for example: WATERMARK FOR {wm.column} AS {wm.column} - INTERVAL '5' SECOND")
+        # The source evaluates the watermark on the batches it reads, before computed columns
+        # exist: express it over the physical columns.
+        physical_exprs = tuple(ir.Column(index=i, name=f.name, type=f.type, nullable=f.nullable, span=wm.span)
+                               for i, f in enumerate(physical))
+        expr = ir.substitute(expr, physical_exprs + tuple(e for _, e in computed))
+        return wm.column, expr
+
+    def _partitioned_by(self, stmt: ast.CreateTable, connector: str, options: Mapping[str, ast.Property],
+                        schema: ir.Schema) -> tuple[tuple[str, str], ...]:
+        """Check PARTITIONED BY; the partition columns travel to the sink as one more option."""
+        if not stmt.partitioned_by:
+            return ()
+        names = list(schema.names)
+        if connector not in PARTITIONED_CONNECTORS:
+            raise SqlError(f"table {stmt.name!r}: the {connector!r} connector does not write partitioned tables",
+                           stmt.span, "remove PARTITIONED BY, or use the 'filesystem' connector")
+        seen: set[str] = set()
+        for column in stmt.partitioned_by:
+            if column not in names:
+                raise SqlError(f"partition column {column!r} is not a physical column of {stmt.name!r}",
+                               stmt.span, did_you_mean(column, names))
+            if column in seen:
+                raise SqlError(f"partition column {column!r} is listed twice in PARTITIONED BY of {stmt.name!r}",
+                               stmt.span)
+            seen.add(column)
+        if len(seen) == len(names):
+            raise SqlError(f"table {stmt.name!r}: every column is a partition column, so the files would hold "
+                           "no column", stmt.span, "leave at least one column out of PARTITIONED BY")
+        value = json.dumps(list(stmt.partitioned_by))
+        registered = self.connectors.get(connector)
+        if registered is not None and registered.validate is not None:
+            values = {k: p.value for k, p in options.items() if k != "connector"}
+            values[PARTITION_COLUMNS_OPTION] = value
+            problems = registered.validate(values, schema.to_arrow(), "table")
+            if PARTITION_COLUMNS_OPTION in problems:
+                raise SqlError(f"table {stmt.name!r}: {problems[PARTITION_COLUMNS_OPTION]}", stmt.span)
+        return ((PARTITION_COLUMNS_OPTION, value),)
+
+    def _check_connector(self, stmt: ast.CreateTable, options: Mapping[str, ast.Property],
+                         schema: ir.Schema) -> str:
+        if "connector" not in options:
+            raise SqlError(f"table {stmt.name!r} has no 'connector' option", stmt.span,
+                           f"add WITH ('connector' = '...'); connectors: {', '.join(self._public_connectors())}")
+        prop = options["connector"]
+        connector = self.connectors.get(prop.value)
+        if connector is None or prop.value == "collect":
+            raise SqlError(f"unknown connector {prop.value!r}", prop.span,
+                           did_you_mean(prop.value, self._public_connectors(), "connectors"))
+        specs = {*connector.source_options, *connector.sink_options}
+        names = [f.name for f in schema.fields]
+        errors = []
+        for key, p in options.items():
+            if key == "connector":
+                continue
+            if key in SOURCE_OPTIONS:
+                try:
+                    SOURCE_OPTIONS[key](p.value)
+                except ValueError as exc:
+                    errors.append(SqlError(f"option {key!r}: {exc}", p.span))
+                continue
+            if not any(s.matches(key, names) for s in specs):
+                valid = sorted({s.name.replace("#", "<column>") for s in specs})
+                near = nearest(key, valid)
+                hint = (f"did you mean {near!r}? " if near else "") + (
+                    f"options of {prop.value!r}: {', '.join(valid)}" if valid
+                    else f"the {prop.value!r} connector takes no other options")
+                errors.append(SqlError(f"unknown option {key!r} for connector {prop.value!r}", p.span, hint))
+        for spec in specs:
+            if spec.required and spec.name not in options:
+                errors.append(SqlError(f"connector {prop.value!r} needs the option {spec.name!r}", stmt.span,
+                                       spec.description))
+            if spec.choices and spec.name in options:
+                p = options[spec.name]
+                if p.value.lower() not in {c.lower() for c in spec.choices}:
+                    errors.append(SqlError(f"option {spec.name!r} must be one of {', '.join(spec.choices)}; "
+                                           f"got {p.value!r}", p.span))
+        if connector.validate is not None and not errors:
+            values = {k: p.value for k, p in options.items() if k != "connector"}
+            for key, message in connector.validate(values, schema.to_arrow(), "table").items():
+                where = options[key].span if key in options else stmt.span
+                errors.append(SqlError(message, where))
+        if errors:
+            raise errors[0] if len(errors) == 1 else SqlErrors(errors)
+        return prop.value
+
+    def _public_connectors(self) -> list[str]:
+        return [n for n in self.connectors.names() if n != "collect"]
+
+    def create_view(self, stmt: ast.CreateView) -> None:
+        if self.catalog.lookup(stmt.name) is not None:
+            if stmt.if_not_exists:
+                return
+            raise SqlError(f"table or view {stmt.name!r} already exists", stmt.span)
+        rel, rowtime = self._query(stmt.query)
+        self._raise_collected()
+        self.catalog.views[stmt.name] = CatalogView(name=stmt.name, rel=rel, rowtime=rowtime)

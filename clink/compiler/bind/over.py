@@ -1,0 +1,302 @@
+"""OVER: ROW_NUMBER() as Top-N (with the limit a filter on it gives), and aggregates over a frame
+of each row's partition (``SUM(x) OVER (PARTITION BY k ORDER BY ts ROWS ...)``)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import attrs
+import pyarrow.types as pt
+
+from clink.compiler import ast, ir
+from clink.compiler import types as T
+from clink.compiler.bind.aggregates import agg_sql, aggregate_signature
+from clink.compiler.bind.relations import duration_ms
+from clink.compiler.bind.scope import Scope, ast_walk, derive_name, unique_names, updating_reason
+from clink.errors import SqlError
+
+
+class OverBinder:
+    """ROW_NUMBER() and OVER aggregates; ``_over`` is the OVER window being bound."""
+
+    def _row_number(self, q: ast.Select, rel: ir.Rel, scope: Scope) -> ir.Rel:
+        """``SELECT ..., ROW_NUMBER() OVER (PARTITION BY p ORDER BY o) AS rn FROM ...``: the select
+        list, the partition and order expressions as one projection, a Rank over it, and the
+        select list again in its order. The query above must keep ``rn <= N`` (``_take_rank_limit``)."""
+        calls = [item for item in q.items if is_row_number(item)]
+        if len(calls) > 1:
+            raise SqlError("only one ROW_NUMBER() per SELECT is supported", calls[1].span)
+        call: ast.FunctionCall = calls[0].expr
+        over = call.over
+        if call.args or call.distinct or call.star:
+            raise SqlError("ROW_NUMBER() takes no arguments", call.span)
+        if over.frame is not None:
+            raise SqlError("ROW_NUMBER() OVER (...) takes no frame (ROWS/RANGE ...)", over.span)
+        if ir.is_updating(rel):
+            producer = ir.updating_source(rel)
+            raise SqlError("ROW_NUMBER() over an updating input is not supported yet", call.span,
+                           f"the input produces updates: {updating_reason(producer, producer.span)}")
+        if not over.order_by:
+            raise SqlError("ROW_NUMBER() needs ORDER BY in its OVER (...)", over.span,
+                           "e.g. OVER (PARTITION BY auction ORDER BY price DESC)")
+        exprs: list[ir.Expr] = []
+        names: list[str] = []
+        slots: list[int | None] = []  # per select output: its column in the projection, None for rn
+        rank_name = calls[0].alias or "row_number"
+        for item in q.items:
+            match item:
+                case ast.Star(qualifier=qualifier):
+                    for i, c in enumerate(scope.columns):
+                        if qualifier is None or c.qualifier == qualifier:
+                            slots.append(len(exprs))
+                            exprs.append(ir.Column(index=i, name=c.name, type=c.field.type,
+                                                   nullable=c.field.nullable, span=item.span))
+                            names.append(c.name)
+                case ast.AliasedExpr(expr=e, alias=alias) if not is_row_number(item):
+                    slots.append(len(exprs))
+                    exprs.append(self.expr(e, scope))
+                    names.append(alias or derive_name(e, len(names)))
+                case _:
+                    slots.append(None)
+        self._raise_collected()
+        visible = len(exprs)
+        def column_for(bound: ir.Expr, name: str) -> int:
+            """The projection's column holding ``bound``: a selected column, or a new one."""
+            if isinstance(bound, ir.Column):
+                for j, e in enumerate(exprs):
+                    if isinstance(e, ir.Column) and e.index == bound.index:
+                        return j
+            exprs.append(bound)
+            names.append(name)
+            return len(exprs) - 1
+
+        partition = [column_for(self.expr(p, scope), f"_partition{i}") for i, p in enumerate(over.partition_by)]
+        order = []
+        for i, (o, descending) in enumerate(over.order_by):
+            bound = self.expr(o, scope)
+            if pt.is_nested(bound.type):
+                raise SqlError(f"cannot ORDER BY a {T.sql_name(bound.type)}", o.span)
+            order.append((column_for(bound, f"_order{i}"), descending))
+        self._raise_collected()
+        pre = ir.Project(input=rel, exprs=tuple(exprs), names=unique_names(names), span=q.span)
+        rank = ir.Rank(uid=self._uid,
+                       input=pre, partition=tuple(partition), order=tuple(order), limit=None, rank_name=rank_name,
+                       span=call.span)
+        fields = rank.schema.fields
+        out_exprs = []
+        out_names = []
+        for slot, name in zip(slots, _select_names(q, names[:visible], slots, rank_name), strict=True):
+            index = len(fields) - 1 if slot is None else slot
+            out_exprs.append(ir.Column(index=index, name=fields[index].name, type=fields[index].type,
+                                       nullable=fields[index].nullable, span=None))
+            out_names.append(name)
+        return ir.Project(input=rank, exprs=tuple(out_exprs), names=unique_names(out_names), span=q.span)
+
+    def _over_aggregate(self, q: ast.Select, rel: ir.Rel, scope: Scope) -> tuple[ir.Rel, frozenset[str]]:
+        """``SELECT ..., agg(x) OVER (PARTITION BY p ORDER BY ts <frame>) ... FROM ...``: a
+        projection of the input's columns and the aggregates' arguments, an OverAggregate over it,
+        and the select list over that (each OVER call replaced by its aggregate's column)."""
+        calls = [n for item in q.items for n in ast_walk(item) if isinstance(n, ast.FunctionCall) and n.over]
+        spec = calls[0].over
+        updating = ir.is_updating(rel)
+        width = len(scope.columns)
+        inputs: list[ir.Expr] = [ir.Column(index=i, name=c.name, type=c.field.type, nullable=c.field.nullable,
+                                           span=None) for i, c in enumerate(scope.columns)]
+
+        def column_for(bound: ir.Expr) -> int:
+            if isinstance(bound, ir.Column):
+                return bound.index
+            inputs.append(bound)
+            return len(inputs) - 1
+
+        partition = tuple(column_for(self.expr(p, scope)) for p in spec.partition_by)
+        what = "one column" if updating else "one event-time column"
+        if len(spec.order_by) != 1 or spec.order_by[0][1]:
+            raise SqlError(f"OVER (...) needs ORDER BY {what}, ascending", spec.span,
+                           "e.g. OVER (PARTITION BY k ORDER BY ts ROWS BETWEEN 10 PRECEDING AND CURRENT ROW)")
+        order_expr = spec.order_by[0][0]
+        time = self.expr(order_expr, scope)
+        frame, preceding = self._over_frame(spec)
+        if updating:
+            # Results are revised as rows come and go: no watermark to wait for, any order column.
+            if not (pt.is_timestamp(time.type) or pt.is_date(time.type) or T.is_integer(time.type)):
+                raise SqlError(f"OVER (ORDER BY ...) of a {T.sql_name(time.type)} is not supported", order_expr.span,
+                               "over an updating input, order by a timestamp, date or integer")
+            if frame == "range" and preceding is not None and not pt.is_timestamp(time.type):
+                raise SqlError("RANGE BETWEEN INTERVAL ... PRECEDING needs ORDER BY a timestamp", order_expr.span)
+            time = ir.Column(index=column_for(time), name="", type=time.type, nullable=time.nullable, span=None)
+        elif not (isinstance(time, ir.Column) and scope.columns[time.index].rowtime):
+            raise SqlError("OVER (ORDER BY ...) needs an event-time attribute: a column with a WATERMARK",
+                           order_expr.span, "rows are aggregated in event-time order as the watermark passes them")
+        context = OverContext(key=_ast_key(spec), inputs=inputs, column_for=column_for)
+        self._over = context
+        try:
+            exprs: list[ir.Expr] = []
+            names: list[str] = []
+            for item in q.items:
+                match item:
+                    case ast.Star(qualifier=qualifier):
+                        for i, c in enumerate(scope.columns):
+                            if qualifier is None or c.qualifier == qualifier:
+                                exprs.append(inputs[i])
+                                names.append(c.name)
+                    case ast.AliasedExpr(expr=e, alias=alias):
+                        exprs.append(self.expr(e, scope))
+                        names.append(alias or derive_name(e, len(names)))
+            self._raise_collected()
+        finally:
+            self._over = None
+        pre = ir.Project(input=rel, exprs=tuple(inputs),
+                         names=unique_names([*(c.name for c in scope.columns), *(f"_over_arg{i}" for i in
+                                                                          range(len(inputs) - width))]),
+                         span=q.span)
+        # Over an append-only input, rows behind the watermark are late; their columns are the
+        # relation's, the first ``width`` of the operator's input.
+        late = None if updating else self._late_output(q, rel)
+        over = ir.OverAggregate(uid=self._uid,
+                                input=pre, partition=partition, time=time.index, frame=frame, preceding=preceding,
+                                aggs=tuple(context.aggs), agg_names=tuple(f"over{i}" for i in range(len(context.aggs))),
+                                late_sink=late, late_columns=tuple(range(width)) if late is not None else (),
+                                span=spec.span)
+        base = len(pre.schema)
+
+        def placeholder(e: ir.Expr) -> ir.Expr:
+            if isinstance(e, ir.Call) and e.fn == "__over__":
+                j = e.params[0]
+                return ir.Column(index=base + j, name=over.agg_names[j], type=e.type, nullable=e.nullable, span=e.span)
+            return e
+
+        out = tuple(ir.transform(e, placeholder) for e in exprs)
+        unique = unique_names(names)
+        rowtime = frozenset(n for n, e in zip(unique, out, strict=True)
+                            if isinstance(e, ir.Column) and e.index < width and scope.columns[e.index].rowtime
+                            and not updating)
+        return ir.Project(input=over, exprs=out, names=unique, span=q.span), rowtime
+
+    def _over_frame(self, spec: ast.WindowSpec) -> tuple[str, int | None]:
+        """(frame kind, preceding rows or ms, None for UNBOUNDED); no frame is RANGE UNBOUNDED."""
+        if spec.frame is None:
+            return "range", None
+        kind, (_, bound) = spec.frame
+        kind = kind.lower()
+        if bound is None:
+            return kind, None
+        value = self.expr(bound, Scope(()))
+        if kind == "rows":
+            if not (isinstance(value, ir.Literal) and T.is_integer(value.type) and value.value is not None
+                    and value.value >= 0):
+                raise SqlError("ROWS BETWEEN n PRECEDING needs a whole number n >= 0", bound.span)
+            return kind, int(value.value)
+        ms = duration_ms(value)
+        if ms is None or ms < 0:
+            raise SqlError("RANGE BETWEEN ... PRECEDING needs an interval, e.g. INTERVAL '10' SECOND", bound.span)
+        return kind, ms
+
+    def _over_call(self, e: ast.FunctionCall, scope: Scope) -> ir.Expr:
+        context = self._over
+        span = e.name_span or e.span
+        if _ast_key(e.over) != context.key:
+            raise SqlError("every OVER aggregate of a SELECT needs the same OVER (...) window", e.over.span)
+        if e.filter is not None:
+            raise SqlError("FILTER on an OVER aggregate is not supported yet", e.filter.span)
+        args = [self._expr(a, scope) for a in e.args]
+        fn, typ, nullable = aggregate_signature(e, args)
+        if fn not in OVER_AGGREGATES:
+            raise SqlError(f"{agg_sql(e)} OVER (...) is not supported yet", span,
+                           f"supported: {', '.join(OVER_AGGREGATE_NAMES)}")
+        if args and not (T.is_numeric(args[0].type) or pt.is_temporal(args[0].type) or fn == "count") \
+                or args and pt.is_decimal(args[0].type) and fn != "count":
+            raise SqlError(f"{e.name} OVER (...) of a {T.sql_name(args[0].type)} is not supported yet", span,
+                           "OVER aggregates take integers, floating-point numbers and times")
+        arg = context.column_for(args[0]) if args else None
+        context.aggs.append(ir.AggCall(fn=fn, arg=arg, type=typ, nullable=nullable, sql=agg_sql(e)))
+        return ir.Call(fn="__over__", args=(), params=(len(context.aggs) - 1,), type=typ, nullable=nullable,
+                       span=e.span)
+
+
+OVER_AGGREGATES = ("count_star", "count", "sum", "avg", "min", "max")
+OVER_AGGREGATE_NAMES = ("COUNT(*)", "COUNT", "SUM", "AVG", "MIN", "MAX")
+
+
+@attrs.define
+class OverContext:
+    """While binding a SELECT list with OVER aggregates: the window they share, the projection's
+    columns (the input's, then computed arguments) and the aggregates found."""
+
+    key: object
+    inputs: list[ir.Expr]
+    column_for: Callable[[ir.Expr], int]
+    aggs: list[ir.AggCall] = attrs.Factory(list)
+
+
+def _ast_key(node: object) -> object:
+    """``node`` as nested tuples without positions: equal for the same text written twice."""
+    if isinstance(node, tuple):
+        return tuple(_ast_key(n) for n in node)
+    if attrs.has(type(node)):
+        return (type(node).__name__, *(
+            _ast_key(getattr(node, a.name)) for a in attrs.fields(type(node)) if a.name not in ("span", "name_span")))
+    return node
+
+
+def is_row_number(item: ast.SelectItem) -> bool:
+    return (isinstance(item, ast.AliasedExpr) and isinstance(item.expr, ast.FunctionCall)
+            and item.expr.over is not None and item.expr.name == "ROW_NUMBER")
+
+
+def _select_names(q: ast.Select, names: list[str], slots: list[int | None], rank_name: str) -> list[str]:
+    """The output names of a select list with ROW_NUMBER: each slot's name, ``rank_name`` for rn."""
+    return [rank_name if slot is None else names[slot] for slot in slots]
+
+
+def _take_rank_limit(rel: ir.Rel, conjuncts: list[ir.Expr]) -> tuple[ir.Rel, list[ir.Expr]]:
+    """A WHERE over a ROW_NUMBER query: ``rn <= N``, ``rn < N`` or ``rn = 1`` becomes the
+    Rank's limit (Top-N); the other conjuncts are returned to filter as usual."""
+    if not (isinstance(rel, ir.Project) and isinstance(rel.input, ir.Rank) and rel.input.limit is None):
+        return rel, conjuncts
+    rank = rel.input
+    rank_column = len(rank.schema) - 1
+    outputs = {i for i, e in enumerate(rel.exprs) if isinstance(e, ir.Column) and e.index == rank_column}
+    limit = None
+    rest = []
+    for c in conjuncts:
+        bound = _rank_bound(c, outputs)
+        if bound is not None:
+            limit = bound if limit is None else min(limit, bound)
+        else:
+            rest.append(c)
+    if limit is None:
+        return rel, conjuncts
+    if limit < 1:
+        raise SqlError(f"the row number is at least 1, so this keeps no row (limit {limit})", conjuncts[0].span)
+    return attrs.evolve(rel, input=attrs.evolve(rank, limit=limit)), rest
+
+
+def _rank_bound(c: ir.Expr, outputs: set[int]) -> int | None:
+    if not (isinstance(c, ir.Call) and c.fn in ("le", "lt", "eq", "ge", "gt") and len(c.args) == 2):
+        return None
+    a, b = c.args
+    fn = c.fn
+    if isinstance(b, ir.Column) and isinstance(a, ir.Literal):
+        a, b = b, a
+        fn = {"ge": "le", "gt": "lt", "le": "ge", "lt": "gt", "eq": "eq"}[fn]
+    if not (isinstance(a, ir.Column) and a.index in outputs and isinstance(b, ir.Literal)
+            and isinstance(b.value, int) and not isinstance(b.value, bool)):
+        return None
+    if fn == "le":
+        return b.value
+    if fn == "lt":
+        return b.value - 1
+    if fn == "eq" and b.value == 1:
+        return 1
+    return None
+
+
+def check_ranks_limited(rel: ir.Rel) -> None:
+    """Every ROW_NUMBER needs a limit from the query above it (Top-N)."""
+    if isinstance(rel, ir.Rank) and rel.limit is None:
+        raise SqlError("ROW_NUMBER() OVER (...) is supported as Top-N only: filter its result in the query "
+                       "around it", rel.span, "e.g. SELECT * FROM (SELECT *, ROW_NUMBER() OVER (...) AS rn FROM t) "
+                       "WHERE rn <= 3")
+    for child in rel.inputs:
+        check_ranks_limited(child)

@@ -1,0 +1,394 @@
+"""FROM items: tables and views (scans), subqueries, and joins, with the conditions of ON and
+WHERE placed as low as they may go; temporal and lookup joins; interval-join bounds."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import attrs
+import pyarrow as pa
+import pyarrow.types as pt
+
+from clink.compiler import ast, ir
+from clink.compiler import types as T
+from clink.compiler.bind.scope import Scope, ScopeColumn, did_you_mean
+from clink.compiler.catalog import CatalogTable, CatalogView
+from clink.compiler.functions import TABLE_FUNCTIONS, cast_to
+from clink.errors import Span, SqlError
+
+
+class RelationBinder:
+    """FROM items and joins."""
+
+    def from_item(self, item: ast.FromItem) -> tuple[ir.Rel, Scope]:
+        match item:
+            case ast.TableRef(name=name):
+                if item.as_of is not None:
+                    raise SqlError("FOR SYSTEM_TIME AS OF belongs to the right side of a JOIN", item.as_of.span)
+                entry = self.catalog.lookup(name)
+                if entry is None:
+                    raise SqlError(f"unknown table {name!r}", item.span,
+                                   did_you_mean(name, self.catalog.names(), "tables and views"))
+                qualifier = item.alias or name.split(".")[-1]
+                if isinstance(entry, CatalogView):
+                    rel, rowtime = entry.rel, entry.rowtime
+                else:
+                    rel = self._scan(entry, item.span)
+                    rowtime = frozenset([entry.info.watermark[0]]) if entry.info.watermark else frozenset()
+                return rel, Scope(tuple(ScopeColumn(qualifier, f.name, f, f.name in rowtime)
+                                         for f in rel.schema.fields))
+            case ast.SubqueryRef(query=query, alias=alias):
+                rel, rowtime = self._query(query)
+                return rel, Scope(tuple(ScopeColumn(alias, f.name, f, f.name in rowtime) for f in rel.schema.fields))
+            case ast.Join():
+                return self._join(item, None)
+            case ast.TableFunctionRef(call=call):
+                if call.name in TABLE_FUNCTIONS:
+                    return self._window_tvf(call, item.alias)
+                raise SqlError(f"unknown table function {call.name}", call.name_span or call.span,
+                               f"table functions: {', '.join(sorted(TABLE_FUNCTIONS))}")
+        raise SqlError(f"unsupported FROM item {type(item).__name__}", item.span)
+
+    def _scan(self, table: CatalogTable, span: Span) -> ir.Rel:
+        info = table.info
+        if table.definition.partitioned_by:
+            raise SqlError(f"reading the partitioned table {info.name!r} is not supported yet", span,
+                           "a PARTITIONED BY table can be written (INSERT INTO) but not read yet")
+        rel: ir.Rel = ir.Scan(table=info, columns=tuple(range(len(info.columns))), span=span)
+        if table.computed:
+            exprs = tuple(ir.Column(index=i, name=f.name, type=f.type, nullable=f.nullable, span=span)
+                          for i, f in enumerate(info.columns.fields))
+            exprs += tuple(e for _, e in table.computed)
+            rel = ir.Project(input=rel, exprs=exprs, names=table.schema.names, span=span)
+        return rel
+
+    def _join(self, item: ast.Join, where: ast.Expr | None) -> tuple[ir.Rel, Scope]:
+        """Bind a tree of joins, with the WHERE above it (if any).
+
+        Every condition, from ON or WHERE, is split into conjuncts and placed as low as it may
+        go: a conjunct over one input of an inner join filters that input; one over both becomes
+        a join key (``l = r``) or part of the join's residual condition. Outer joins keep their
+        ON conditions (except those over the NULL-padded side only, which filter that side), and
+        a WHERE over an outer join stays above it."""
+        tree = self._join_tree(item)
+        scope = Scope(tree.columns)
+        conditions: list[ir.Expr] = []
+        if where is not None:
+            pred = self.expr(where, scope)
+            self._raise_collected()
+            conditions = ir.conjuncts(self._condition(pred, "WHERE", where.span))
+        rel = self._build_join(tree, conditions, 0)
+        fields = rel.schema.fields
+        return rel, Scope(tuple(attrs.evolve(c, field=f) for c, f in zip(tree.columns, fields, strict=True)))
+
+    def _condition(self, pred: ir.Expr, clause: str, span: Span) -> ir.Expr:
+        if not (pt.is_boolean(pred.type) or T.is_null(pred.type)):
+            raise SqlError(f"{clause} needs a BOOLEAN condition, got {T.sql_name(pred.type)}", span)
+        return cast_to(pred, pa.bool_())
+
+    def _join_tree(self, item: ast.FromItem) -> JoinTree:
+        if not isinstance(item, ast.Join):
+            rel, scope = self.from_item(item)
+            return JoinTree(columns=scope.columns, rel=rel, span=item.span)
+        left = self._join_tree(item.left)
+        as_of = item.right.as_of if isinstance(item.right, ast.TableRef) else None
+        right = self._join_tree(attrs.evolve(item.right, as_of=None) if as_of is not None else item.right)
+        # Columns of a regular join's output are not event-time attributes: a row may come out long
+        # after the watermark passed its time.
+        columns = tuple(attrs.evolve(c, rowtime=False) for c in left.columns + right.columns)
+        on: list[ir.Expr] = []
+        if item.condition is not None:
+            pred = self.expr(item.condition, Scope(left.columns + right.columns))
+            self._raise_collected()
+            on = ir.conjuncts(self._condition(pred, "ON", item.condition.span))
+        lookup, temporal = False, None
+        if as_of is not None:
+            lookup, temporal = self._check_temporal(item, as_of, left, right)
+        return JoinTree(columns=columns, left=left, right=right, kind=item.kind, on=tuple(on), span=item.span,
+                         lookup=lookup, temporal=temporal,
+                         primary_key=self.catalog.lookup(item.right.name).info.primary_key if temporal else ())
+
+    def _check_temporal(self, item: ast.Join, as_of: ast.Expr, left: JoinTree,
+                        right: JoinTree) -> tuple[bool, tuple[int, int] | None]:
+        """``JOIN t FOR SYSTEM_TIME AS OF l.x``: a lookup join when ``x`` is a processing-time
+        attribute (``PROCTIME()``) of the left side; a temporal join against the versioned table
+        ``t`` when ``x`` is an event-time attribute and ``t`` has a watermark and a primary key.
+        Returns (lookup, (left time column, right time column) of a temporal join)."""
+        time = self.expr(as_of, Scope(left.columns))
+        self._raise_collected()
+        if item.kind not in ("inner", "left"):
+            raise SqlError(f"a join FOR SYSTEM_TIME AS OF is INNER or LEFT, not {item.kind.upper()}", item.span)
+        if isinstance(time, ir.Column) and left.rel is not None and is_proctime(left.rel, time.index):
+            return True, None
+        if not (isinstance(time, ir.Column) and left.columns[time.index].rowtime):
+            raise SqlError("FOR SYSTEM_TIME AS OF needs a time attribute of the left side: an event-time column "
+                           "(with a WATERMARK) or a processing-time one (defined as PROCTIME())", as_of.span,
+                           "e.g. FROM orders o JOIN rates FOR SYSTEM_TIME AS OF o.ts AS r ON o.currency = r.currency")
+        entry = self.catalog.lookup(item.right.name) if isinstance(item.right, ast.TableRef) else None
+        if not isinstance(entry, CatalogTable) or not entry.info.primary_key or not entry.info.watermark:
+            raise SqlError(f"a temporal join by event time needs a versioned table on the right: {item.right.name!r} "
+                           "must be a table with a PRIMARY KEY and a WATERMARK", item.right.span,
+                           "declare PRIMARY KEY (...) NOT ENFORCED and WATERMARK FOR its time column")
+        times = [i for i, c in enumerate(right.columns) if c.rowtime]
+        return False, (time.index, times[0])
+
+    def _build_join(self, tree: JoinTree, above: list[ir.Expr], depth: int) -> ir.Rel:
+        """The relation of ``tree`` with the conjuncts ``above`` (over its columns) applied."""
+        if tree.rel is not None:
+            return filtered(tree.rel, above)
+        width = len(tree.left.columns)
+        inner = tree.kind == "inner"
+        to_left: list[ir.Expr] = []
+        to_right: list[ir.Expr] = []
+        across: list[ir.Expr] = []
+        stay_above: list[ir.Expr] = []
+        for c, from_on in [(c, False) for c in above] + [(c, True) for c in tree.on]:
+            used = ir.columns_used(c)
+            only_left = bool(used) and max(used) < width
+            only_right = bool(used) and min(used) >= width
+            if not from_on and not inner:
+                stay_above.append(c)
+            elif only_left and c.deterministic and (inner or tree.kind == "right"):
+                to_left.append(c)
+            elif only_right and c.deterministic and (inner or tree.kind == "left"):
+                to_right.append(ir.remap(c, {i: i - width for i in used}))
+            else:
+                across.append(c)
+        left = self._build_join(tree.left, to_left, depth + 1)
+        right = self._build_join(tree.right, to_right, depth + 1)
+        rel = self._equi_join(tree, left, right, across)
+        return filtered(rel, stay_above)
+
+    def _equi_join(self, tree: JoinTree, left: ir.Rel, right: ir.Rel, conditions: list[ir.Expr]) -> ir.Rel:
+        """An ir.Join of ``left`` and ``right``: equalities between a left and a right expression
+        become its keys, the rest its residual. Keys that are not plain columns are computed into
+        extra columns below the join, and a projection above drops them again."""
+        width = len(left.schema)
+        pairs: list[tuple[ir.Expr, ir.Expr]] = []
+        residual: list[ir.Expr] = []
+        for c in conditions:
+            if isinstance(c, ir.Call) and c.fn == "eq":
+                a, b = c.args
+                ua, ub = ir.columns_used(a), ir.columns_used(b)
+                if ua and ub and max(ua) < width <= min(ub) and a.deterministic and b.deterministic:
+                    pairs.append((a, ir.remap(b, {i: i - width for i in ub})))
+                    continue
+                if ua and ub and max(ub) < width <= min(ua) and a.deterministic and b.deterministic:
+                    pairs.append((b, ir.remap(a, {i: i - width for i in ua})))
+                    continue
+            residual.append(c)
+        if not pairs:
+            article = "an" if tree.kind == "inner" else "a"
+            raise SqlError(f"{article} {tree.kind.upper()} JOIN needs at least one equality between the two sides",
+                           tree.span, "add ON a.key = b.key (a join without one would pair every row with every "
+                           "row, which a stream cannot bound)")
+        left_x, left_keys = _key_columns(left, [a for a, _ in pairs])
+        right_x, right_keys = _key_columns(right, [b for _, b in pairs])
+        extra_left = len(left_x.schema) - width
+        shift = {i: i + extra_left for i in range(width, width + len(right.schema))}
+        resid = None
+        for c in residual:
+            resid = ir.and_(resid, ir.remap(c, shift) if extra_left else c)
+        plain = not tree.lookup and tree.temporal is None
+        interval = _interval_bounds(resid, left_x, right_x, tree, left_keys, right_keys) if plain else None
+        if tree.temporal is not None:
+            names = right.schema.names
+            missing = [k for k in tree.primary_key if names.index(k) not in right_keys]
+            if missing:
+                raise SqlError(f"a temporal join must match the versioned table's whole primary key; "
+                               f"{', '.join(missing)} is not compared with the left side", tree.span,
+                               f"add ON ... = {tree.right.columns[names.index(missing[0])].qualifier or 'r'}."
+                               f"{missing[0]}")
+        join = ir.Join(uid=self._uid,
+                       left=left_x, right=right_x, kind=tree.kind, left_keys=left_keys, right_keys=right_keys,
+                       residual=resid, interval=interval, lookup=tree.lookup, temporal=tree.temporal,
+                       span=tree.span)
+        if left_x is left and right_x is right:
+            return join
+        keep = list(range(width)) + [len(left_x.schema) + i for i in range(len(right.schema))]
+        fields = join.schema.fields
+        exprs = tuple(ir.Column(index=i, name=fields[i].name, type=fields[i].type, nullable=fields[i].nullable,
+                                span=None) for i in keep)
+        return ir.Project(input=join, exprs=exprs, names=tuple(fields[i].name for i in keep), span=tree.span)
+
+
+@attrs.frozen
+class JoinTree:
+    """A FROM clause's joins before conditions are placed: a leaf has ``rel``; a join has two
+    subtrees, its kind and its ON conjuncts (over its own columns)."""
+
+    columns: tuple[ScopeColumn, ...]
+    span: Span | None
+    rel: ir.Rel | None = None
+    left: JoinTree | None = None
+    right: JoinTree | None = None
+    kind: str = "inner"
+    on: tuple[ir.Expr, ...] = ()
+    #: ``FOR SYSTEM_TIME AS OF`` a processing time: the right side is looked up, not joined with.
+    lookup: bool = False
+    #: ``FOR SYSTEM_TIME AS OF`` an event time: (left time column, right time column), and the
+    #: versioned table's primary key.
+    temporal: tuple[int, int] | None = None
+    primary_key: tuple[str, ...] = ()
+
+
+def is_proctime(rel: ir.Rel, index: int) -> bool:
+    """Whether column ``index`` of ``rel`` is ``PROCTIME()``, passed on unchanged."""
+    while True:
+        match rel:
+            case ir.Project(exprs=exprs, input=below) | ir.Calc(exprs=exprs, input=below):
+                e = exprs[index]
+                if isinstance(e, ir.Call) and e.fn == "proctime":
+                    return True
+                if not isinstance(e, ir.Column):
+                    return False
+                rel, index = below, e.index
+            case ir.Filter(input=below):
+                rel = below
+            case _:
+                return False
+
+
+def filtered(rel: ir.Rel, conditions: list[ir.Expr]) -> ir.Rel:
+    pred = None
+    for c in conditions:
+        pred = ir.and_(pred, c)
+    return rel if pred is None else ir.Filter(input=rel, predicate=pred, span=pred.span)
+
+
+def _key_columns(rel: ir.Rel, keys: list[ir.Expr]) -> tuple[ir.Rel, tuple[int, ...]]:
+    """``rel`` and the positions of ``keys`` in it; keys that are not columns of ``rel`` are
+    appended by a projection."""
+    if all(isinstance(k, ir.Column) for k in keys):
+        return rel, tuple(k.index for k in keys)
+    fields = rel.schema.fields
+    exprs = [ir.Column(index=i, name=f.name, type=f.type, nullable=f.nullable, span=None) for i, f in enumerate(fields)]
+    names = list(rel.schema.names)
+    positions = []
+    for n, k in enumerate(keys):
+        if isinstance(k, ir.Column):
+            positions.append(k.index)
+            continue
+        positions.append(len(exprs))
+        exprs.append(k)
+        names.append(f"_join_key{n}")
+    return ir.Project(input=rel, exprs=tuple(exprs), names=tuple(names), span=rel.span), tuple(positions)
+
+
+def _interval_bounds(residual: ir.Expr | None, left: ir.Rel, right: ir.Rel, tree: JoinTree,
+                     left_keys: tuple[int, ...] = (), right_keys: tuple[int, ...] = ()) -> ir.IntervalBounds | None:
+    """Event-time bounds between a time column of each side, if both a lower and an upper bound
+    are there (``r.t BETWEEN l.t - a AND l.t + b`` and its forms, or a key ``l.t = r.t``): the
+    join can then forget rows the watermark has passed by more than the bound.
+
+    Between two append-only inputs, the bound away from a side's time column may also be another
+    timestamp column of that side: ``r.t BETWEEN l.t AND l.expires`` (``l.t <= r.t`` and
+    ``r.t <= l.expires``), its mirror ``l.t BETWEEN r.t AND r.expires``, or two spans that
+    overlap. What makes a bound usable is the column it puts a limit on: an upper bound
+    ``r.t <= l.x + b`` must limit a right time attribute (a right row arriving on time is after
+    the watermark, so the left row is done once the watermark passes ``l.x + b``), and a lower
+    bound ``l.t + a <= r.y`` a left one (the right row is done once it passes ``r.y - a``). The
+    other column may be any timestamp; the plain pair of time columns is preferred when present.
+
+    A time column is an event-time attribute, or the ``window_end`` of a window aggregation
+    (passed on unchanged, or as a key of a GROUP BY over it): rows with a window end at or before
+    the watermark have all arrived, so a join on two window ends (a window join) or bounded by
+    one drops state as windows close."""
+    left_times = {i for i, c in enumerate(tree.left.columns) if c.rowtime}
+    left_times |= {i for i in range(len(left.schema)) if _window_end(left, i)}
+    right_times = {i for i, c in enumerate(tree.right.columns) if c.rowtime}
+    right_times |= {i for i in range(len(right.schema)) if _window_end(right, i)}
+    if not left_times or not right_times:
+        return None
+    for a, b in zip(left_keys, right_keys, strict=True):
+        if a in left_times and b in right_times and pt.is_timestamp(left.schema[a].type):
+            return ir.IntervalBounds(left_time=a, right_time=b, lower=0, upper=0)
+    if residual is None:
+        return None
+    width = len(left.schema)
+    # (left column, right column) -> the bound on right - left: a lower bound needs a left time
+    # attribute, an upper bound a right one (the side whose rows arrive after the watermark).
+    lower: dict[tuple[int, int], int] = {}
+    upper: dict[tuple[int, int], int] = {}
+    for c in ir.conjuncts(residual):
+        if not (isinstance(c, ir.Call) and c.fn in ("ge", "gt", "le", "lt")):
+            continue
+        a, b = (_time_term(x) for x in c.args)
+        if a is None or b is None:
+            continue
+        (ca, oa), (cb, ob) = a, b
+        at_least = c.fn in ("ge", "gt")
+        if ca >= width and cb < width:
+            pair, bound = (cb, ca - width), ob - oa  # r + oa op l + ob: r - l op ob - oa
+        elif ca < width and cb >= width:
+            pair, bound, at_least = (ca, cb - width), oa - ob, not at_least  # l + oa op r + ob: r - l op' oa - ob
+        else:
+            continue
+        if at_least and pair[0] in left_times:
+            lower[pair] = max(lower.get(pair, bound), bound)
+        elif not at_least and pair[1] in right_times:
+            upper[pair] = min(upper.get(pair, bound), bound)
+    for pair in sorted(set(lower) & set(upper)):
+        if pair[0] in left_times and pair[1] in right_times and lower[pair] <= upper[pair]:
+            return ir.IntervalBounds(left_time=pair[0], right_time=pair[1], lower=lower[pair], upper=upper[pair])
+    if ir.is_updating(left) or ir.is_updating(right):
+        # A retraction must meet every row its pairs were made with: only the plain bound above,
+        # whose rows leave by their own time attribute, is kept for updating inputs.
+        return None
+    # A bound against another column of a side: prefer the fewest such columns, then positions.
+    candidates = sorted(((low[1] != up[1]) + (low[0] != up[0]), low, up)
+                        for low in lower for up in upper if low != up)
+    if not candidates:
+        return None
+    _, (left_time, right_end), (left_end, right_time) = candidates[0]
+    return ir.IntervalBounds(left_time=left_time, right_time=right_time, lower=lower[left_time, right_end],
+                             upper=upper[left_end, right_time],
+                             left_end=left_end if left_end != left_time else None,
+                             right_end=right_end if right_end != right_time else None)
+
+
+def _window_end(rel: ir.Rel, index: int) -> bool:
+    """Whether column ``index`` of ``rel`` is a window aggregation's window_end, passed on
+    unchanged through projections, filters and the keys of GROUP BYs."""
+    while True:
+        match rel:
+            case ir.Project(exprs=exprs, input=below) | ir.Calc(exprs=exprs, input=below):
+                e = exprs[index]
+                if not isinstance(e, ir.Column):
+                    return False
+                rel, index = below, e.index
+            case ir.Filter(input=below):
+                rel = below
+            case ir.GroupAggregate(num_keys=n, input=below) if index < n:
+                rel = below
+            case ir.WindowAggregate(num_keys=n, proctime=False):
+                # Over a TIMESTAMP_LTZ, window_end is a wall clock of the session time zone, not
+                # comparable with watermarks (instants); its window_time is, and bounds joins.
+                return index == n + 1 and rel.schema[n + 2].type == ir.WINDOW_TIME_TYPE
+            case _:
+                return False
+
+
+def _time_term(e: ir.Expr) -> tuple[int, int] | None:
+    """``column``, ``column + INTERVAL`` or ``column - INTERVAL`` over a timestamp column: (column, ms)."""
+    if isinstance(e, ir.Call) and e.fn == "cast" and pt.is_timestamp(e.type) and pt.is_timestamp(e.args[0].type):
+        return _time_term(e.args[0])
+    if isinstance(e, ir.Column) and pt.is_timestamp(e.type):
+        return e.index, 0
+    if isinstance(e, ir.Call) and e.fn in ("add", "subtract") and len(e.args) == 2:
+        inner, amount = e.args
+        ms = duration_ms(amount)
+        base = _time_term(inner)
+        if base is not None and ms is not None:
+            return base[0], base[1] + (ms if e.fn == "add" else -ms)
+    return None
+
+
+def duration_ms(e: ir.Expr) -> int | None:
+    if not (isinstance(e, ir.Literal) and pt.is_duration(e.type) and e.value is not None):
+        return None
+    value = e.value
+    if isinstance(value, dt.timedelta):
+        return value // dt.timedelta(milliseconds=1)
+    return int(value) * {"s": 1000, "ms": 1, "us": 1, "ns": 1}[e.type.unit] // {"s": 1, "ms": 1, "us": 1000,
+                                                                              "ns": 1_000_000}[e.type.unit]
