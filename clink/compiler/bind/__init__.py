@@ -15,7 +15,7 @@ class in ``statements``; ``scope`` holds what they share.
 from __future__ import annotations
 
 from clink.compiler.bind.aggregates import aggregate_signature
-from clink.compiler.bind.over import check_ranks_limited
 from clink.compiler.bind.statements import BoundScript, BoundStatement, bind_script
+from clink.compiler.rewrite.limit_ranks import check_ranks_limited
 
 __all__ = ["BoundScript", "BoundStatement", "aggregate_signature", "bind_script", "check_ranks_limited"]

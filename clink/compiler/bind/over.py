@@ -22,7 +22,7 @@ class OverBinder:
     def _row_number(self, q: ast.Select, rel: ir.Rel, scope: Scope) -> ir.Rel:
         """``SELECT ..., ROW_NUMBER() OVER (PARTITION BY p ORDER BY o) AS rn FROM ...``: the select
         list, the partition and order expressions as one projection, a Rank over it, and the
-        select list again in its order. The query above must keep ``rn <= N`` (``_take_rank_limit``)."""
+        select list again in its order. The query above must keep ``rn <= N`` (rewrite/limit_ranks.py)."""
         calls = [item for item in q.items if is_row_number(item)]
         if len(calls) > 1:
             raise SqlError("only one ROW_NUMBER() per SELECT is supported", calls[1].span)
@@ -248,55 +248,3 @@ def _select_names(q: ast.Select, names: list[str], slots: list[int | None], rank
     """The output names of a select list with ROW_NUMBER: each slot's name, ``rank_name`` for rn."""
     return [rank_name if slot is None else names[slot] for slot in slots]
 
-
-def _take_rank_limit(rel: ir.Rel, conjuncts: list[ir.Expr]) -> tuple[ir.Rel, list[ir.Expr]]:
-    """A WHERE over a ROW_NUMBER query: ``rn <= N``, ``rn < N`` or ``rn = 1`` becomes the
-    Rank's limit (Top-N); the other conjuncts are returned to filter as usual."""
-    if not (isinstance(rel, ir.Project) and isinstance(rel.input, ir.Rank) and rel.input.limit is None):
-        return rel, conjuncts
-    rank = rel.input
-    rank_column = len(rank.schema) - 1
-    outputs = {i for i, e in enumerate(rel.exprs) if isinstance(e, ir.Column) and e.index == rank_column}
-    limit = None
-    rest = []
-    for c in conjuncts:
-        bound = _rank_bound(c, outputs)
-        if bound is not None:
-            limit = bound if limit is None else min(limit, bound)
-        else:
-            rest.append(c)
-    if limit is None:
-        return rel, conjuncts
-    if limit < 1:
-        raise SqlError(f"the row number is at least 1, so this keeps no row (limit {limit})", conjuncts[0].span)
-    return attrs.evolve(rel, input=attrs.evolve(rank, limit=limit)), rest
-
-
-def _rank_bound(c: ir.Expr, outputs: set[int]) -> int | None:
-    if not (isinstance(c, ir.Call) and c.fn in ("le", "lt", "eq", "ge", "gt") and len(c.args) == 2):
-        return None
-    a, b = c.args
-    fn = c.fn
-    if isinstance(b, ir.Column) and isinstance(a, ir.Literal):
-        a, b = b, a
-        fn = {"ge": "le", "gt": "lt", "le": "ge", "lt": "gt", "eq": "eq"}[fn]
-    if not (isinstance(a, ir.Column) and a.index in outputs and isinstance(b, ir.Literal)
-            and isinstance(b.value, int) and not isinstance(b.value, bool)):
-        return None
-    if fn == "le":
-        return b.value
-    if fn == "lt":
-        return b.value - 1
-    if fn == "eq" and b.value == 1:
-        return 1
-    return None
-
-
-def check_ranks_limited(rel: ir.Rel) -> None:
-    """Every ROW_NUMBER needs a limit from the query above it (Top-N)."""
-    if isinstance(rel, ir.Rank) and rel.limit is None:
-        raise SqlError("ROW_NUMBER() OVER (...) is supported as Top-N only: filter its result in the query "
-                       "around it", rel.span, "e.g. SELECT * FROM (SELECT *, ROW_NUMBER() OVER (...) AS rn FROM t) "
-                       "WHERE rn <= 3")
-    for child in rel.inputs:
-        check_ranks_limited(child)

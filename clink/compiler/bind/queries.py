@@ -9,10 +9,10 @@ import pyarrow.types as pt
 from clink.compiler import ast, ir
 from clink.compiler import types as T
 from clink.compiler.bind.aggregates import has_aggregate
-from clink.compiler.bind.over import _take_rank_limit, is_row_number
-from clink.compiler.bind.relations import filtered
+from clink.compiler.bind.over import is_row_number
 from clink.compiler.bind.scope import ast_walk, derive_name, did_you_mean, unique_names
 from clink.compiler.functions import cast_to
+from clink.compiler.rewrite.limit_ranks import top_n
 from clink.errors import SqlError
 
 
@@ -83,12 +83,10 @@ class QueryBinder:
                 self.errors.append(SqlError(f"WHERE needs a BOOLEAN condition, got {T.sql_name(pred.type)}",
                                             q.where.span))
             else:
-                pred = cast_to(pred, pa.bool_())
-                ranked, rest = _take_rank_limit(rel, ir.conjuncts(pred))
-                if ranked is rel:
-                    rel = ir.Filter(input=rel, predicate=pred, span=q.where.span)
-                else:
-                    rel = filtered(ranked, rest)
+                rel = ir.Filter(input=rel, predicate=cast_to(pred, pa.bool_()), span=q.where.span)
+                # A filter on a ROW_NUMBER's row number is a Top-N, which the rewrite limit_ranks
+                # completes; one that keeps no row is refused here, before the select list.
+                top_n(rel)
         if q.group_by or q.having is not None or has_aggregate(q.items):
             return self._aggregate(q, rel, scope)
         if any(is_row_number(item) for item in q.items):

@@ -14,6 +14,7 @@ from clink.compiler import types as T
 from clink.compiler.bind.scope import Scope, ScopeColumn, did_you_mean
 from clink.compiler.catalog import CatalogTable, CatalogView
 from clink.compiler.functions import TABLE_FUNCTIONS, cast_to
+from clink.compiler.rewrite.limit_ranks import check_ranks_limited
 from clink.errors import Span, SqlError
 
 
@@ -89,6 +90,9 @@ class RelationBinder:
     def _join_tree(self, item: ast.FromItem) -> JoinTree:
         if not isinstance(item, ast.Join):
             rel, scope = self.from_item(item)
+            # A ROW_NUMBER in a join's input takes its limit from within the input: conditions the
+            # join moves onto the input (WHERE a.rn <= 3) do not make it a Top-N.
+            check_ranks_limited(rel)
             return JoinTree(columns=scope.columns, rel=rel, span=item.span)
         left = self._join_tree(item.left)
         as_of = item.right.as_of if isinstance(item.right, ast.TableRef) else None
@@ -135,7 +139,7 @@ class RelationBinder:
     def _build_join(self, tree: JoinTree, above: list[ir.Expr], depth: int) -> ir.Rel:
         """The relation of ``tree`` with the conjuncts ``above`` (over its columns) applied."""
         if tree.rel is not None:
-            return filtered(tree.rel, above)
+            return _filter(tree.rel, above)
         width = len(tree.left.columns)
         inner = tree.kind == "inner"
         to_left: list[ir.Expr] = []
@@ -157,7 +161,7 @@ class RelationBinder:
         left = self._build_join(tree.left, to_left, depth + 1)
         right = self._build_join(tree.right, to_right, depth + 1)
         rel = self._equi_join(tree, left, right, across)
-        return filtered(rel, stay_above)
+        return _filter(rel, stay_above)
 
     def _equi_join(self, tree: JoinTree, left: ir.Rel, right: ir.Rel, conditions: list[ir.Expr]) -> ir.Rel:
         """An ir.Join of ``left`` and ``right``: equalities between a left and a right expression
@@ -249,7 +253,7 @@ def is_proctime(rel: ir.Rel, index: int) -> bool:
                 return False
 
 
-def filtered(rel: ir.Rel, conditions: list[ir.Expr]) -> ir.Rel:
+def _filter(rel: ir.Rel, conditions: list[ir.Expr]) -> ir.Rel:
     pred = None
     for c in conditions:
         pred = ir.and_(pred, c)

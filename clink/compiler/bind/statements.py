@@ -13,13 +13,14 @@ from clink.compiler import types as T
 from clink.compiler.bind.aggregates import AggContext, AggregateBinder
 from clink.compiler.bind.ddl import DdlBinder
 from clink.compiler.bind.exprs import ExprBinder
-from clink.compiler.bind.over import OverBinder, OverContext, check_ranks_limited
+from clink.compiler.bind.over import OverBinder, OverContext
 from clink.compiler.bind.queries import QueryBinder
 from clink.compiler.bind.relations import RelationBinder
 from clink.compiler.bind.scope import did_you_mean, updating_reason
 from clink.compiler.bind.windows import WindowBinder
 from clink.compiler.catalog import Catalog, CatalogView
 from clink.compiler.functions import cast_to
+from clink.compiler.rewrite.limit_ranks import check_ranks_limited
 from clink.errors import Span, SqlError, SqlErrors
 from clink.runtime.connectors.base import ConnectorRegistry
 from clink.runtime.udf import FunctionRegistry

@@ -8,6 +8,7 @@ import attrs
 
 from clink.compiler import ir
 from clink.compiler.rewrite.fuse_stateless import fuse_stateless
+from clink.compiler.rewrite.limit_ranks import limit_ranks
 from clink.compiler.rewrite.merge_projections import merge_projections
 from clink.compiler.rewrite.prune_projections import prune_projections
 from clink.compiler.rewrite.push_filter_below_windows import push_filter_below_windows
@@ -30,6 +31,7 @@ class Rewrite:
 
 
 RULES: tuple[Rewrite, ...] = (
+    Rewrite("limit_ranks", limit_ranks),
     Rewrite("push_filter_through_project", push_filter_through_project),
     Rewrite("push_filter_below_windows", push_filter_below_windows),
     Rewrite("push_filter_through_project", push_filter_through_project),
