@@ -11,8 +11,8 @@ import pyarrow.types as pt
 from clink.compiler import ast, ir
 from clink.compiler import types as T
 from clink.compiler.bind.aggregates import agg_sql, aggregate_signature
-from clink.compiler.bind.relations import duration_ms
 from clink.compiler.bind.scope import Scope, ast_walk, derive_name, unique_names, updating_reason
+from clink.compiler.rewrite.bound_interval_joins import duration_ms
 from clink.errors import SqlError
 
 

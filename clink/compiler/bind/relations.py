@@ -1,9 +1,8 @@
 """FROM items: tables and views (scans), subqueries, and joins, with the conditions of ON and
-WHERE placed as low as they may go; temporal and lookup joins; interval-join bounds."""
+WHERE placed as low as they may go; temporal and lookup joins. The event-time bounds of an
+interval join come later, from the rewrite bound_interval_joins."""
 
 from __future__ import annotations
-
-import datetime as dt
 
 import attrs
 import pyarrow as pa
@@ -193,8 +192,6 @@ class RelationBinder:
         resid = None
         for c in residual:
             resid = ir.and_(resid, ir.remap(c, shift) if extra_left else c)
-        plain = not tree.lookup and tree.temporal is None
-        interval = _interval_bounds(resid, left_x, right_x, tree, left_keys, right_keys) if plain else None
         if tree.temporal is not None:
             names = right.schema.names
             missing = [k for k in tree.primary_key if names.index(k) not in right_keys]
@@ -205,7 +202,7 @@ class RelationBinder:
                                f"{missing[0]}")
         join = ir.Join(uid=self._uid,
                        left=left_x, right=right_x, kind=tree.kind, left_keys=left_keys, right_keys=right_keys,
-                       residual=resid, interval=interval, lookup=tree.lookup, temporal=tree.temporal,
+                       residual=resid, lookup=tree.lookup, temporal=tree.temporal,
                        span=tree.span)
         if left_x is left and right_x is right:
             return join
@@ -278,121 +275,3 @@ def _key_columns(rel: ir.Rel, keys: list[ir.Expr]) -> tuple[ir.Rel, tuple[int, .
         names.append(f"_join_key{n}")
     return ir.Project(input=rel, exprs=tuple(exprs), names=tuple(names), span=rel.span), tuple(positions)
 
-
-def _interval_bounds(residual: ir.Expr | None, left: ir.Rel, right: ir.Rel, tree: JoinTree,
-                     left_keys: tuple[int, ...] = (), right_keys: tuple[int, ...] = ()) -> ir.IntervalBounds | None:
-    """Event-time bounds between a time column of each side, if both a lower and an upper bound
-    are there (``r.t BETWEEN l.t - a AND l.t + b`` and its forms, or a key ``l.t = r.t``): the
-    join can then forget rows the watermark has passed by more than the bound.
-
-    Between two append-only inputs, the bound away from a side's time column may also be another
-    timestamp column of that side: ``r.t BETWEEN l.t AND l.expires`` (``l.t <= r.t`` and
-    ``r.t <= l.expires``), its mirror ``l.t BETWEEN r.t AND r.expires``, or two spans that
-    overlap. What makes a bound usable is the column it puts a limit on: an upper bound
-    ``r.t <= l.x + b`` must limit a right time attribute (a right row arriving on time is after
-    the watermark, so the left row is done once the watermark passes ``l.x + b``), and a lower
-    bound ``l.t + a <= r.y`` a left one (the right row is done once it passes ``r.y - a``). The
-    other column may be any timestamp; the plain pair of time columns is preferred when present.
-
-    A time column is an event-time attribute, or the ``window_end`` of a window aggregation
-    (passed on unchanged, or as a key of a GROUP BY over it): rows with a window end at or before
-    the watermark have all arrived, so a join on two window ends (a window join) or bounded by
-    one drops state as windows close."""
-    left_times = {i for i, c in enumerate(tree.left.columns) if c.rowtime}
-    left_times |= {i for i in range(len(left.schema)) if _window_end(left, i)}
-    right_times = {i for i, c in enumerate(tree.right.columns) if c.rowtime}
-    right_times |= {i for i in range(len(right.schema)) if _window_end(right, i)}
-    if not left_times or not right_times:
-        return None
-    for a, b in zip(left_keys, right_keys, strict=True):
-        if a in left_times and b in right_times and pt.is_timestamp(left.schema[a].type):
-            return ir.IntervalBounds(left_time=a, right_time=b, lower=0, upper=0)
-    if residual is None:
-        return None
-    width = len(left.schema)
-    # (left column, right column) -> the bound on right - left: a lower bound needs a left time
-    # attribute, an upper bound a right one (the side whose rows arrive after the watermark).
-    lower: dict[tuple[int, int], int] = {}
-    upper: dict[tuple[int, int], int] = {}
-    for c in ir.conjuncts(residual):
-        if not (isinstance(c, ir.Call) and c.fn in ("ge", "gt", "le", "lt")):
-            continue
-        a, b = (_time_term(x) for x in c.args)
-        if a is None or b is None:
-            continue
-        (ca, oa), (cb, ob) = a, b
-        at_least = c.fn in ("ge", "gt")
-        if ca >= width and cb < width:
-            pair, bound = (cb, ca - width), ob - oa  # r + oa op l + ob: r - l op ob - oa
-        elif ca < width and cb >= width:
-            pair, bound, at_least = (ca, cb - width), oa - ob, not at_least  # l + oa op r + ob: r - l op' oa - ob
-        else:
-            continue
-        if at_least and pair[0] in left_times:
-            lower[pair] = max(lower.get(pair, bound), bound)
-        elif not at_least and pair[1] in right_times:
-            upper[pair] = min(upper.get(pair, bound), bound)
-    for pair in sorted(set(lower) & set(upper)):
-        if pair[0] in left_times and pair[1] in right_times and lower[pair] <= upper[pair]:
-            return ir.IntervalBounds(left_time=pair[0], right_time=pair[1], lower=lower[pair], upper=upper[pair])
-    if ir.is_updating(left) or ir.is_updating(right):
-        # A retraction must meet every row its pairs were made with: only the plain bound above,
-        # whose rows leave by their own time attribute, is kept for updating inputs.
-        return None
-    # A bound against another column of a side: prefer the fewest such columns, then positions.
-    candidates = sorted(((low[1] != up[1]) + (low[0] != up[0]), low, up)
-                        for low in lower for up in upper if low != up)
-    if not candidates:
-        return None
-    _, (left_time, right_end), (left_end, right_time) = candidates[0]
-    return ir.IntervalBounds(left_time=left_time, right_time=right_time, lower=lower[left_time, right_end],
-                             upper=upper[left_end, right_time],
-                             left_end=left_end if left_end != left_time else None,
-                             right_end=right_end if right_end != right_time else None)
-
-
-def _window_end(rel: ir.Rel, index: int) -> bool:
-    """Whether column ``index`` of ``rel`` is a window aggregation's window_end, passed on
-    unchanged through projections, filters and the keys of GROUP BYs."""
-    while True:
-        match rel:
-            case ir.Project(exprs=exprs, input=below) | ir.Calc(exprs=exprs, input=below):
-                e = exprs[index]
-                if not isinstance(e, ir.Column):
-                    return False
-                rel, index = below, e.index
-            case ir.Filter(input=below):
-                rel = below
-            case ir.GroupAggregate(num_keys=n, input=below) if index < n:
-                rel = below
-            case ir.WindowAggregate(num_keys=n, proctime=False):
-                # Over a TIMESTAMP_LTZ, window_end is a wall clock of the session time zone, not
-                # comparable with watermarks (instants); its window_time is, and bounds joins.
-                return index == n + 1 and rel.schema[n + 2].type == ir.WINDOW_TIME_TYPE
-            case _:
-                return False
-
-
-def _time_term(e: ir.Expr) -> tuple[int, int] | None:
-    """``column``, ``column + INTERVAL`` or ``column - INTERVAL`` over a timestamp column: (column, ms)."""
-    if isinstance(e, ir.Call) and e.fn == "cast" and pt.is_timestamp(e.type) and pt.is_timestamp(e.args[0].type):
-        return _time_term(e.args[0])
-    if isinstance(e, ir.Column) and pt.is_timestamp(e.type):
-        return e.index, 0
-    if isinstance(e, ir.Call) and e.fn in ("add", "subtract") and len(e.args) == 2:
-        inner, amount = e.args
-        ms = duration_ms(amount)
-        base = _time_term(inner)
-        if base is not None and ms is not None:
-            return base[0], base[1] + (ms if e.fn == "add" else -ms)
-    return None
-
-
-def duration_ms(e: ir.Expr) -> int | None:
-    if not (isinstance(e, ir.Literal) and pt.is_duration(e.type) and e.value is not None):
-        return None
-    value = e.value
-    if isinstance(value, dt.timedelta):
-        return value // dt.timedelta(milliseconds=1)
-    return int(value) * {"s": 1000, "ms": 1, "us": 1, "ns": 1}[e.type.unit] // {"s": 1, "ms": 1, "us": 1000,
-                                                                              "ns": 1_000_000}[e.type.unit]

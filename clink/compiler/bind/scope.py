@@ -18,7 +18,8 @@ class ScopeColumn:
     qualifier: str | None
     name: str
     field: ir.Field
-    #: An event-time attribute: a table's watermark column, or window_time of a window.
+    #: An event-time attribute: a table's watermark column, or window_time of a window. The rewrite
+    #: bound_interval_joins reads the same from the plan (``_time_attributes``).
     rowtime: bool = False
 
 

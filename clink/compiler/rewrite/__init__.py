@@ -7,6 +7,7 @@ from collections.abc import Callable, Sequence
 import attrs
 
 from clink.compiler import ir
+from clink.compiler.rewrite.bound_interval_joins import bound_interval_joins
 from clink.compiler.rewrite.fuse_stateless import fuse_stateless
 from clink.compiler.rewrite.limit_ranks import limit_ranks
 from clink.compiler.rewrite.merge_projections import merge_projections
@@ -32,6 +33,7 @@ class Rewrite:
 
 RULES: tuple[Rewrite, ...] = (
     Rewrite("limit_ranks", limit_ranks),
+    Rewrite("bound_interval_joins", bound_interval_joins),
     Rewrite("push_filter_through_project", push_filter_through_project),
     Rewrite("push_filter_below_windows", push_filter_below_windows),
     Rewrite("push_filter_through_project", push_filter_through_project),
