@@ -92,7 +92,8 @@ def compile_text(text: str, *, name: str = "<sql>", connectors: ConnectorRegistr
          + ("\n".join(bound.udf_paths) if bound.udf_paths else "")).encode()
     ).hexdigest()[:16]
     source = generate_module(physical_run, name=name, sources={**dict(init), name: text}, fingerprint=fingerprint,
-                             config=config, explains=explains)
+                             config=config, explains=explains,
+                             tables={table: entry.info for table, entry in bound.catalog.tables.items()})
     return CompiledPlan(name=name, source=source, fingerprint=fingerprint, explain_text=text_plan,
                         rewrite_trace=tuple(trace))
 

@@ -252,6 +252,8 @@ class TableInfo:
     #: The event-time column's name and the watermark expression over the physical columns.
     watermark: tuple[str, Expr] | None = None
     primary_key: tuple[str, ...] = ()
+    #: PARTITIONED BY columns, in order (a table that is written one directory per value).
+    partition_columns: tuple[str, ...] = ()
     #: 'scan.watermark.idle-timeout' in milliseconds, if set.
     idle_timeout: int | None = None
 

@@ -270,7 +270,8 @@ class Job:
                 raise UsageError(f"connector {node.connector!r} cannot be read (table {node.table!r})")
             spec = TableSpec(name=node.table, schema=node.schema, table_schema=node.table_schema,
                              options=node.options, predicate=node.predicate() if node.predicate else None,
-                             subtask=index, parallelism=count)
+                             subtask=index, parallelism=count, primary_key=node.primary_key,
+                             partition_columns=node.partition_columns)
             self._readers[sid] = connector.create_source(spec, self.ctx)
             self._source_subtasks.add(sid)
             timeout = node.idle_timeout if node.idle_timeout is not None else _duration_ms(
@@ -297,7 +298,8 @@ class Job:
                 raise CompilerBug(f"sink {node.table!r} would run as {count} subtasks; the plan needs an exchange "
                                   "that gathers its rows")
             spec = TableSpec(name=node.table, schema=node.schema, table_schema=node.schema, options=node.options,
-                             changelog=node.changelog)
+                             changelog=node.changelog, primary_key=node.primary_key,
+                             partition_columns=node.partition_columns)
             self._writers[sid] = connector.create_sink(spec, self.ctx)
 
     def _backend(self):

@@ -151,6 +151,9 @@ class Source(Node):
     #: Milliseconds without rows after which the source is idle: it stops holding back the
     #: watermark of the nodes below it until rows come again. None: never idle.
     idle_timeout: int | None = None
+    #: The table's PRIMARY KEY and PARTITIONED BY columns, as declared.
+    primary_key: tuple[str, ...] = ()
+    partition_columns: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "options", dict(self.options or {}))
@@ -414,6 +417,9 @@ class Sink(Node):
     input: int
     schema: pa.Schema
     options: Mapping[str, str] = field(default_factory=dict)
+    #: The table's PRIMARY KEY (an upserting connector writes by it) and PARTITIONED BY columns.
+    primary_key: tuple[str, ...] = ()
+    partition_columns: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "options", dict(self.options or {}))

@@ -22,7 +22,7 @@ import pyarrow as pa
 import pytest
 
 from clink.errors import ConnectorError
-from clink.runtime.connectors.base import PRIMARY_KEY_OPTION, TableSpec
+from clink.runtime.connectors.base import TableSpec
 from clink.runtime.connectors.sqlite import SqliteSinkWriter
 from clink.runtime.context import RuntimeContext
 from test_crash_harness_operators import QUERIES, _output, _start
@@ -191,8 +191,8 @@ KV = pa.schema([pa.field("k", pa.int64(), nullable=False), pa.field("v", pa.stri
 
 
 def _writer(path: Path, keyed: bool, config: dict[str, str] | None = None) -> SqliteSinkWriter:
-    options = {"path": str(path)} | ({PRIMARY_KEY_OPTION: '["k"]'} if keyed else {})
-    spec = TableSpec(name="t", schema=KV, table_schema=KV, options=options)
+    spec = TableSpec(name="t", schema=KV, table_schema=KV, options={"path": str(path)},
+                     primary_key=("k",) if keyed else ())
     return SqliteSinkWriter(spec, RuntimeContext(config=config or {}))
 
 

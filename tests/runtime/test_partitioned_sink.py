@@ -16,7 +16,7 @@ import pyarrow.parquet as pq
 import pytest
 
 import clink
-from clink.errors import SqlError
+from clink.errors import ConnectorError, SqlError
 from clink.runtime.connectors.filesystem import DEFAULT_PARTITION, escape_partition_text, partition_groups
 from clink.runtime.context import RuntimeContext
 from clink.runtime.executor import Job
@@ -173,6 +173,33 @@ def test_nested_partition_columns_are_refused() -> None:
     assert "partition column 'r'" in str(error)
 
 
+def test_nested_partition_columns_are_refused_with_the_sql_type() -> None:
+    error = compile_error("CREATE TABLE t (a BIGINT, xs ARRAY<INT>) PARTITIONED BY (xs) "
+                          "WITH ('connector' = 'filesystem', 'path' = 'o/', 'format' = 'json');")
+    assert "partition column 'xs' is ARRAY<INT>; a partition value must be a flat value" in str(error)
+    assert str(error).startswith("part.sql:1:1")
+
+
+def test_the_partition_columns_reach_the_sink_typed_not_as_an_option() -> None:
+    source = clink.compile("CREATE TABLE s (a BIGINT, dt STRING) WITH ('connector' = 'datagen');\n"
+                           "CREATE TABLE t (a BIGINT, dt STRING) PARTITIONED BY (dt) "
+                           "WITH ('connector' = 'filesystem', 'path' = 'o/', 'format' = 'csv');\n"
+                           "INSERT INTO t SELECT a, dt FROM s;").source
+    assert "partition_columns=('dt',)," in source and "partitioned-by" not in source
+
+
+def test_the_writer_refuses_a_partition_column_that_is_not_a_flat_column(tmp_path: Path) -> None:
+    from clink.runtime.connectors.base import TableSpec
+    from clink.runtime.connectors.filesystem import FileSinkWriter
+
+    schema = pa.schema([("v", pa.int64()), ("r", pa.struct([("x", pa.int64())]))])
+    for column in ("nope", "r"):
+        spec = TableSpec(name="t", schema=schema, table_schema=schema,
+                         options={"path": f"{tmp_path}/", "format": "json"}, partition_columns=(column,))
+        with pytest.raises(ConnectorError, match=f"partition column '{column}' must be a column of the table"):
+            FileSinkWriter(spec, RuntimeContext(config={}, stdout=io.StringIO()))
+
+
 def test_reading_a_partitioned_table_is_refused_with_a_position() -> None:
     error = compile_error(
         "CREATE TABLE t (a BIGINT, dt STRING) PARTITIONED BY (dt) "
@@ -253,7 +280,7 @@ def test_a_repeated_commit_is_a_no_op(tmp_path: Path) -> None:
 
     schema = pa.schema([("v", pa.int64()), ("p", pa.string())])
     spec = TableSpec(name="t", schema=schema, table_schema=schema,
-                     options={"path": f"{tmp_path}/", "format": "csv", "partitioned-by": '["p"]'})
+                     options={"path": f"{tmp_path}/", "format": "csv"}, partition_columns=("p",))
     writer = FileSinkWriter(spec, RuntimeContext(config={}, stdout=io.StringIO()))
     writer.write(pa.RecordBatch.from_pydict({"v": [1, 2, 3], "p": ["a", "b", "a"]}, schema=schema))
     handle = writer.pre_commit(1)

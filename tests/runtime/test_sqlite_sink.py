@@ -24,7 +24,7 @@ from hypothesis import strategies as st
 import clink
 from clink.errors import ConnectorError, SqlError
 from clink.runtime.connectors import sqlite as sqlite_sink
-from clink.runtime.connectors.base import PRIMARY_KEY_OPTION, TableSpec
+from clink.runtime.connectors.base import TableSpec
 from clink.runtime.connectors.sqlite import META_TABLE, PENDING_TABLE, SQLITE, SqliteSinkWriter
 from clink.runtime.context import RuntimeContext
 from clink.runtime.executor import Job
@@ -43,10 +43,9 @@ def ctx() -> RuntimeContext:
 def writer(path: Path, schema: pa.Schema, *, key: tuple[str, ...] = (), name: str = "t",
            **options: str) -> SqliteSinkWriter:
     opts = {"path": str(path), **options}
-    if key:
-        opts[PRIMARY_KEY_OPTION] = json.dumps(list(key))
     mode = UPDATING if schema.names[-1] == ROWKIND_COLUMN else APPEND_ONLY
-    spec = TableSpec(name=name, schema=schema, table_schema=schema, options=opts, changelog=mode)
+    spec = TableSpec(name=name, schema=schema, table_schema=schema, options=opts, changelog=mode,
+                     primary_key=key)
     return SQLITE.create_sink(spec, ctx())
 
 
@@ -400,19 +399,22 @@ def test_a_file_that_is_not_a_database_is_reported(tmp_path: Path) -> None:
     ({}, "path", "needs a 'path'"),
     ({"path": "  "}, "path", "needs a 'path'"),
     ({"path": "x.db", "table-name": "_clink_pending"}, "table-name", "is reserved"),
-    ({"path": "x.db", PRIMARY_KEY_OPTION: "k"}, PRIMARY_KEY_OPTION, "expected a JSON list"),
-    ({"path": "x.db", PRIMARY_KEY_OPTION: '["nope"]'}, PRIMARY_KEY_OPTION, "'nope' is not a column"),
 ])
 def test_option_values_are_checked(options: dict[str, str], key: str, message: str) -> None:
     errors = SQLITE.validate(options, KV, "table")
     assert key in errors and message in errors[key]
 
 
-def test_the_hidden_primary_key_option_is_accepted_and_nested_types_refused() -> None:
-    assert SQLITE.validate({"path": "x.db", PRIMARY_KEY_OPTION: '["k"]'}, KV, "table") == {}
+def test_nested_types_are_refused() -> None:
     nested = pa.schema([("k", pa.int64()), ("xs", pa.list_(pa.int64()))])
     assert "column 'xs' of type ARRAY cannot be stored in SQLite" in SQLITE.validate(
         {"path": "x.db"}, nested, "table")["connector"]
+
+
+def test_the_writer_refuses_a_primary_key_that_is_not_a_column(tmp_path: Path) -> None:
+    with pytest.raises(ConnectorError, match="primary key column 'nope' is not a column of the table"):
+        writer(tmp_path / "x.db", KV, key=("nope",))
+    assert not (tmp_path / "x.db").exists()
 
 
 def test_the_writer_reports_bad_options() -> None:
@@ -431,6 +433,15 @@ def test_sql_option_errors(tmp_path: Path) -> None:
     with pytest.raises(SqlError, match="unknown option 'primary-key'"):
         clink.compile(base.format(f", 'path' = '{tmp_path}/o.db', 'primary-key' = '[\"k\"]'"))
 
+
+
+def test_the_primary_key_reaches_the_sink_typed_not_as_an_option(tmp_path: Path) -> None:
+    source = clink.compile(
+        "CREATE TABLE t (k INT, v INT) WITH ('connector' = 'datagen');\n"
+        f"CREATE TABLE o (k INT, n BIGINT, PRIMARY KEY (k) NOT ENFORCED) WITH ('connector' = 'sqlite', "
+        f"'path' = '{tmp_path}/o.db');\n"
+        "INSERT INTO o SELECT k, COUNT(*) FROM t GROUP BY k;").source
+    assert "primary_key=('k',)," in source and "primary-key" not in source
 
 # ---------------------------------------------------------------- end to end
 

@@ -3,7 +3,6 @@ CREATE VIEW, CREATE FUNCTION and SET."""
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 
 import attrs
@@ -15,7 +14,6 @@ from clink.compiler.bind.exprs import is_builtin
 from clink.compiler.bind.scope import Scope, ScopeColumn, did_you_mean
 from clink.compiler.catalog import CatalogTable, CatalogView, nearest
 from clink.errors import SqlError, SqlErrors
-from clink.runtime.connectors.base import PARTITION_COLUMNS_OPTION, PRIMARY_KEY_OPTION
 from clink.runtime.settings import SETTINGS, check_setting, close_settings, parse_duration
 
 #: Connectors that write PARTITIONED BY tables (one directory per partition value).
@@ -70,14 +68,12 @@ class DdlBinder:
         options = {p.key: p for p in stmt.options}
         connector = self._check_connector(stmt, options, ir.Schema(tuple(physical)))
         idle = options.get("scan.watermark.idle-timeout")
-        partition_options = self._partitioned_by(stmt, connector, options, ir.Schema(tuple(physical)))
-        registered = self.connectors.get(connector)
-        if stmt.primary_key and registered is not None and registered.upserts:
-            partition_options += ((PRIMARY_KEY_OPTION, json.dumps(list(stmt.primary_key))),)
+        self._check_partitioned_by(stmt, connector, ir.Schema(tuple(physical)))
         info = ir.TableInfo(name=stmt.name, connector=connector,
                             options=tuple((k, p.value) for k, p in options.items()
-                                          if k != "connector" and k not in SOURCE_OPTIONS) + partition_options,
+                                          if k != "connector" and k not in SOURCE_OPTIONS),
                             columns=ir.Schema(tuple(physical)), primary_key=stmt.primary_key,
+                            partition_columns=stmt.partitioned_by,
                             idle_timeout=parse_duration(idle.value) if idle is not None else None)
         # Computed columns see the physical columns, in declaration order.
         scope = Scope(tuple(ScopeColumn(stmt.name, f.name, f) for f in physical))
@@ -116,11 +112,10 @@ class DdlBinder:
         expr = ir.substitute(expr, physical_exprs + tuple(e for _, e in computed))
         return wm.column, expr
 
-    def _partitioned_by(self, stmt: ast.CreateTable, connector: str, options: Mapping[str, ast.Property],
-                        schema: ir.Schema) -> tuple[tuple[str, str], ...]:
-        """Check PARTITIONED BY; the partition columns travel to the sink as one more option."""
+    def _check_partitioned_by(self, stmt: ast.CreateTable, connector: str, schema: ir.Schema) -> None:
+        """Check PARTITIONED BY: its columns reach the sink as ``TableSpec.partition_columns``."""
         if not stmt.partitioned_by:
-            return ()
+            return
         names = list(schema.names)
         if connector not in PARTITIONED_CONNECTORS:
             raise SqlError(f"table {stmt.name!r}: the {connector!r} connector does not write partitioned tables",
@@ -137,15 +132,13 @@ class DdlBinder:
         if len(seen) == len(names):
             raise SqlError(f"table {stmt.name!r}: every column is a partition column, so the files would hold "
                            "no column", stmt.span, "leave at least one column out of PARTITIONED BY")
-        value = json.dumps(list(stmt.partitioned_by))
-        registered = self.connectors.get(connector)
-        if registered is not None and registered.validate is not None:
-            values = {k: p.value for k, p in options.items() if k != "connector"}
-            values[PARTITION_COLUMNS_OPTION] = value
-            problems = registered.validate(values, schema.to_arrow(), "table")
-            if PARTITION_COLUMNS_OPTION in problems:
-                raise SqlError(f"table {stmt.name!r}: {problems[PARTITION_COLUMNS_OPTION]}", stmt.span)
-        return ((PARTITION_COLUMNS_OPTION, value),)
+        for column in stmt.partitioned_by:
+            t = schema[names.index(column)].type
+            if pt.is_nested(t) or pt.is_binary(t):
+                # Each value becomes the name of a directory (col=value).
+                raise SqlError(f"table {stmt.name!r}: partition column {column!r} is {T.sql_name(t)}; a partition "
+                               "value must be a flat value that reads as text (a string, number, boolean, date or "
+                               "time)", stmt.span)
 
     def _check_connector(self, stmt: ast.CreateTable, options: Mapping[str, ast.Property],
                          schema: ir.Schema) -> str:

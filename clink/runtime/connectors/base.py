@@ -74,6 +74,12 @@ class TableSpec:
     #: (0-based) of ``parallelism`` (only for a connector that is ``splittable``).
     subtask: int = 0
     parallelism: int = 1
+    #: The table's ``PRIMARY KEY (...) NOT ENFORCED`` columns, by which a connector that
+    #: ``upserts`` writes; empty when it declares none.
+    primary_key: tuple[str, ...] = ()
+    #: The table's ``PARTITIONED BY`` columns, in order (the filesystem sink writes one directory
+    #: level per column); empty for an unpartitioned table.
+    partition_columns: tuple[str, ...] = ()
 
     @property
     def updating(self) -> bool:
@@ -190,8 +196,7 @@ class Connector:
     #: -D); the compiler refuses to write updates to one that does not.
     accepts_updates: bool = False
     #: The sink takes an updating stream when its table declares ``PRIMARY KEY (...) NOT
-    #: ENFORCED``: it upserts and deletes by that key. The compiler passes the key columns in the
-    #: option ``PRIMARY_KEY_OPTION``.
+    #: ENFORCED``: it upserts and deletes by that key (``TableSpec.primary_key``).
     upserts: bool = False
     #: Its source can be read by several subtasks, each taking a disjoint share of the table
     #: (``TableSpec.subtask`` of ``TableSpec.parallelism``) that together give every row once,
@@ -201,11 +206,3 @@ class Connector:
 
     def options_for(self, role: str) -> tuple[OptionSpec, ...]:
         return self.source_options if role == "source" else self.sink_options
-
-
-#: The option through which the compiler hands a table's PARTITIONED BY columns (a JSON list) to
-#: its connector; users cannot set it in WITH.
-PARTITION_COLUMNS_OPTION = "partitioned-by"
-#: The option through which the compiler hands a table's PRIMARY KEY columns (a JSON list) to a
-#: connector that ``upserts``; users cannot set it in WITH.
-PRIMARY_KEY_OPTION = "primary-key"

@@ -51,7 +51,6 @@ import pyarrow.parquet as pq
 from clink.errors import ConnectorError, RecordError
 from clink.runtime import compute as pc
 from clink.runtime.connectors.base import (
-    PARTITION_COLUMNS_OPTION,
     Connector,
     OptionSpec,
     SinkWriter,
@@ -118,30 +117,6 @@ class Settings:
     header: bool = False
     ignore_errors: bool = False
     iso_timestamps: bool = False
-    #: PARTITIONED BY columns: each row goes to ``path/col=value/...``, without those columns.
-    partition_columns: tuple[str, ...] = ()
-
-
-def _partition_columns(options: Mapping[str, str], table_schema: pa.Schema,
-                       errors: dict[str, str]) -> tuple[str, ...]:
-    text = options.get(PARTITION_COLUMNS_OPTION)
-    if text is None:
-        return ()
-    try:
-        names = json.loads(text)
-    except ValueError:
-        names = None
-    if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
-        errors[PARTITION_COLUMNS_OPTION] = f"expected a JSON list of column names, found {text!r}"
-        return ()
-    for name in names:
-        if name not in table_schema.names:
-            errors[PARTITION_COLUMNS_OPTION] = f"partition column {name!r} is not a column of the table"
-        elif pa.types.is_nested(t := table_schema.field(name).type) or pa.types.is_binary(t):
-            errors[PARTITION_COLUMNS_OPTION] = (
-                f"partition column {name!r} is {sql_type_name(t)}; a partition value must be a flat "
-                "value that reads as text (a string, number, boolean, date or time)")
-    return tuple(names)
 
 
 def _bool(options: Mapping[str, str], key: str, errors: dict[str, str]) -> bool:
@@ -197,7 +172,6 @@ def parse_settings(options: Mapping[str, str], table_schema: pa.Schema,
     if standard not in TIMESTAMP_STANDARDS:
         errors["json.timestamp-format.standard"] = (
             f"expected SQL or ISO-8601, found {options['json.timestamp-format.standard']!r}")
-    partitions = _partition_columns(options, table_schema, errors)
     if fmt in FORMATS:
         for f in table_schema:
             if (problem := _unsupported(fmt, f.type, role)) is not None:
@@ -206,7 +180,7 @@ def parse_settings(options: Mapping[str, str], table_schema: pa.Schema,
         return None, errors
     return Settings(path=path, format=fmt, delimiter=delimiter, quote=quote,
                     null_literal=options.get("csv.null-literal"), header=header, ignore_errors=ignore,
-                    iso_timestamps=standard == "ISO-8601", partition_columns=partitions), {}
+                    iso_timestamps=standard == "ISO-8601"), {}
 
 
 def validate(options: Mapping[str, str], table_schema: pa.Schema, role: str) -> dict[str, str]:
@@ -1003,7 +977,14 @@ class FileSinkWriter(SinkWriter):
         s = _settings_or_raise(spec, "sink")
         self._spec = spec
         self._settings = s
-        self._partitions = s.partition_columns
+        #: PARTITIONED BY columns: each row goes to ``path/col=value/...``, without those columns.
+        self._partitions = spec.partition_columns
+        for name in self._partitions:
+            # The compiler checks PARTITIONED BY; this guards a spec that other code makes.
+            t = spec.schema.field(name).type if name in spec.schema.names else None
+            if t is None or pa.types.is_nested(t) or pa.types.is_binary(t):
+                raise ConnectorError(f"table {spec.name!r}: partition column {name!r} must be a column of the "
+                                     "table whose values read as text (a string, number, boolean, date or time)")
         self._where = where = resolve(s.path, ctx.filesystems)
         if where.is_file(where.path):
             raise ConnectorError(f"table {spec.name!r}: a filesystem sink's 'path' is a directory, which gets "

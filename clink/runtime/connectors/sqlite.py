@@ -9,10 +9,9 @@ and as text that sorts and compares correctly otherwise: ``DECIMAL`` as its exac
 ``TIMESTAMP_LTZ`` is written in UTC and ends in ``Z``).
 
 Append or upsert. A table without a primary key takes only inserts: every row is appended. A
-table declared with ``PRIMARY KEY (...) NOT ENFORCED`` (the compiler hands the key over in the
-hidden option ``PRIMARY_KEY_OPTION``) takes an updating stream, as Flink's upsert sinks do:
-``+I`` and ``+U`` insert or replace the row with that key, ``-D`` deletes it and ``-U`` is
-ignored (the ``+U`` that follows replaces the row).
+table declared with ``PRIMARY KEY (...) NOT ENFORCED`` (``TableSpec.primary_key``) takes an
+updating stream, as Flink's upsert sinks do: ``+I`` and ``+U`` insert or replace the row with
+that key, ``-D`` deletes it and ``-U`` is ignored (the ``+U`` that follows replaces the row).
 
 Rows are buffered in memory and reach the table in one SQLite transaction: at ``close`` in a run
 without checkpoints, at each checkpoint's ``commit`` otherwise. ``pre_commit`` stores the rows of
@@ -26,7 +25,6 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import json
 import os
 import sqlite3
 from collections.abc import Iterator, Mapping
@@ -37,7 +35,7 @@ import pyarrow as pa
 
 from clink.errors import ConnectorError
 from clink.runtime import compute as pc
-from clink.runtime.connectors.base import PRIMARY_KEY_OPTION, Connector, OptionSpec, SinkWriter, TableSpec
+from clink.runtime.connectors.base import Connector, OptionSpec, SinkWriter, TableSpec
 from clink.runtime.plan import DELETE, INSERT, ROWKIND_COLUMN, UPDATE_AFTER, UPDATE_BEFORE
 
 if TYPE_CHECKING:
@@ -106,27 +104,10 @@ def _type_name(t: pa.DataType) -> str:
     return str(t).upper()
 
 
-def _primary_key(options: Mapping[str, str], columns: list[str], errors: dict[str, str]) -> tuple[str, ...]:
-    text = options.get(PRIMARY_KEY_OPTION)
-    if text is None:
-        return ()
-    try:
-        names = json.loads(text)
-    except ValueError:
-        names = None
-    if not isinstance(names, list) or not names or not all(isinstance(n, str) for n in names):
-        errors[PRIMARY_KEY_OPTION] = f"expected a JSON list of column names, found {text!r}"
-        return ()
-    for name in names:
-        if name not in columns:
-            errors[PRIMARY_KEY_OPTION] = f"primary key column {name!r} is not a column of the table"
-    return tuple(names)
-
-
 def parse_options(options: Mapping[str, str], table_schema: pa.Schema) -> tuple[
-        tuple[str, str | None, tuple[str, ...]] | None, dict[str, str]]:
-    """Parse and check a sqlite table's options: ``(path, table name or None, primary key)``,
-    or the errors keyed by option."""
+        tuple[str, str | None] | None, dict[str, str]]:
+    """Parse and check a sqlite table's options: ``(path, table name or None)``, or the errors
+    keyed by option."""
     errors: dict[str, str] = {}
     path = options.get("path", "").strip()
     if not path:
@@ -139,15 +120,13 @@ def parse_options(options: Mapping[str, str], table_schema: pa.Schema) -> tuple[
         elif table.lower().startswith(("_clink_", "sqlite_")):
             errors["table-name"] = (f"{table!r} is reserved (for SQLite itself, or for the connector's "
                                     f"{PENDING_TABLE}, {META_TABLE}, {UNDO_TABLE} and other _clink_ tables)")
-    columns = [f.name for f in table_schema if f.name != ROWKIND_COLUMN]
-    key = _primary_key(options, columns, errors)
     for f in table_schema:
         if f.name != ROWKIND_COLUMN and sqlite_type(f.type) is None:
             errors["connector"] = (f"column {f.name!r} of type {_type_name(f.type)} cannot be stored in "
                                    "SQLite; store a flat value instead (a number, string, bytes, date or time)")
     if errors:
         return None, errors
-    return (path, table, key), {}
+    return (path, table), {}
 
 
 def validate(options: Mapping[str, str], table_schema: pa.Schema, role: str) -> dict[str, str]:
@@ -218,12 +197,17 @@ class SqliteSinkWriter(SinkWriter):
         if parsed is None:
             details = "; ".join(f"'{k}': {v}" for k, v in errors.items())
             raise ConnectorError(f"table {spec.name!r}: bad sqlite options: {details}")
-        self._path, table, self._key = parsed
+        self._path, table = parsed
+        self._key = spec.primary_key
         self._name = spec.name
         self._table = table or spec.name
         self._schema = spec.schema
         self._updating = spec.updating
         self._columns = spec.schema.names[:-1] if self._updating else spec.schema.names
+        for name in self._key:
+            if name not in self._columns:
+                raise ConnectorError(f"table {spec.name!r}: primary key column {name!r} is not a column of the "
+                                     "table")
         self._buffer: list[pa.RecordBatch] = []
         self._buffered_rows = 0
         self._compact_at = COMPACT_ROWS
