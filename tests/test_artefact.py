@@ -74,7 +74,9 @@ def rewrite(path: Path, change) -> None:
 
 
 def _edit_module(m: dict) -> None:
-    m["plan.py"] = m["plan.py"].replace(b"parallelism=1", b"parallelism=2", 1)
+    edited = m["plan.py"].replace(b"span='", b"span='edited ", 1)
+    assert edited != m["plan.py"]
+    m["plan.py"] = edited
 
 
 def _edit_manifest(m: dict) -> None:

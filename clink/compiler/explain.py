@@ -252,7 +252,7 @@ def explain_physical(plan: PhysicalPlan) -> str:
                 line = f"[{op.id}] Union <- [{', '.join(str(i) for i in inputs)}]"
             case SinkOp(sink=sink):
                 line = f"[{op.id}] Sink table=[{sink.name}] connector=[{sink.connector}] <- [{op.input}]"
-        lines.append(f"{line} parallelism={op.parallelism}")
+        lines.append(line)
     return "\n".join(lines)
 
 

@@ -1,4 +1,4 @@
-"""Logical IR → physical plan: numbered operators with partitioning and parallelism.
+"""Logical IR → physical plan: numbered operators, and the exchanges their partitioning needs.
 
 Every pipeline statement becomes ``Source → Chain → Sink``: the scan is read by a source, the
 stateless operators above it run as one fused chain (one generated function), and the sink
@@ -20,7 +20,6 @@ from clink.runtime.plan import SINGLE, Distribution, hash_by
 class SourceOp:
     id: int
     scan: ir.Scan
-    parallelism: int = 1
 
     @property
     def schema(self) -> ir.Schema:
@@ -40,7 +39,6 @@ class ChainOp:
     table: str
     target: str
     partitioning: str = "forward"
-    parallelism: int = 1
     #: The input is an updating stream: each batch ends with the row-kind column, passed on.
     updating: bool = False
 
@@ -57,7 +55,6 @@ class WindowAggOp:
     input: int
     agg: ir.WindowAggregate
     late_output: int | None = None
-    parallelism: int = 1
 
     @property
     def schema(self) -> ir.Schema:
@@ -76,7 +73,6 @@ class GroupAggOp:
     id: int
     input: int
     agg: ir.GroupAggregate
-    parallelism: int = 1
 
     @property
     def schema(self) -> ir.Schema:
@@ -96,7 +92,6 @@ class JoinOp:
     left: int
     right: int
     join: ir.Join
-    parallelism: int = 1
 
     @property
     def schema(self) -> ir.Schema:
@@ -121,7 +116,6 @@ class OverAggOp:
     input: int
     over: ir.OverAggregate
     late_output: int | None = None
-    parallelism: int = 1
 
     @property
     def schema(self) -> ir.Schema:
@@ -141,7 +135,6 @@ class RankOp:
     id: int
     input: int
     rank: ir.Rank
-    parallelism: int = 1
 
     @property
     def schema(self) -> ir.Schema:
@@ -166,7 +159,6 @@ class UnionOp:
     id: int
     inputs: tuple[int, ...]
     union: ir.Union
-    parallelism: int = 1
 
     @property
     def schema(self) -> ir.Schema:
@@ -182,7 +174,6 @@ class ExchangeOp:
     input: int
     distribution: Distribution
     input_schema: ir.Schema
-    parallelism: int = 1
 
     @property
     def schema(self) -> ir.Schema:
@@ -205,7 +196,6 @@ class SinkOp:
     id: int
     input: int
     sink: ir.Sink
-    parallelism: int = 1
 
     @property
     def schema(self) -> ir.Schema:

@@ -108,7 +108,6 @@ class Node:
     """A node of the physical plan."""
 
     id: int
-    parallelism: int = 1
     span: str = ""
     #: A stateful operator's name in checkpoints, from what it computes and where its rows go
     #: (the compiler's ``identity.py``); "" for other nodes, and in plans made before uids.
@@ -181,9 +180,9 @@ class Union(Node):
     schema: pa.Schema
 
     def __init__(self, *, id: int, inputs: tuple[int, ...], schema: pa.Schema,  # noqa: A002
-                 parallelism: int = 1, span: str = "", changelog: ChangelogMode = APPEND_ONLY) -> None:
+                 span: str = "", changelog: ChangelogMode = APPEND_ONLY) -> None:
         for name, value in (("id", id), ("all_inputs", tuple(inputs)), ("schema", schema),
-                            ("parallelism", parallelism), ("span", span), ("uid", ""), ("meaning", ""),
+                            ("span", span), ("uid", ""), ("meaning", ""),
                             ("changelog", changelog)):
             object.__setattr__(self, name, value)
 

@@ -200,6 +200,11 @@ def updating_ops(plan: PhysicalPlan) -> set[int]:
     return {op_id for op_id, mode in changelog_modes(plan).items() if mode.updating}
 
 
+def _arg(text: str) -> str:
+    """``, name=value`` for an argument ``name=value, ``; nothing for nothing."""
+    return f", {text.rstrip(', ')}" if text else ""
+
+
 def _schema_py(schema: ir.Schema, *, multiline: bool = False, rowkind: bool = False) -> str:
     fields = [field_py(f.to_arrow()) for f in schema.fields]
     if rowkind:
@@ -501,17 +506,13 @@ def _emit_plan(w: SourceWriter, plan: PhysicalPlan, schema_names: dict[int, str]
                                 w.line(f"watermark=watermark_{op.id},")
                             if scan.table.idle_timeout is not None:
                                 w.line(f"idle_timeout={scan.table.idle_timeout},")
-                            w.line(f"parallelism={op.parallelism}, span={str(scan.span or '')!r}),")
+                            w.line(f"span={str(scan.span or '')!r}),")
                     case ChainOp():
                         w.line(f"P.Chain(id={op.id}, fn=chain_{op.id}, input={op.input}, "
-                               f"schema={schema_names[op.id * 10]},")
-                        with w.indent():
-                            w.line(f"{changelog(op.id)}parallelism={op.parallelism}),")
+                               f"schema={schema_names[op.id * 10]}{_arg(changelog(op.id))}),")
                     case ExchangeOp():
-                        w.line(f"P.Exchange(id={op.id}, input={op.input}, distribution={op.distribution!r},  # "
-                               f"{op.partitioning}")
-                        with w.indent():
-                            w.line(f"schema={schema_names[op.id * 10]}, {changelog(op.id)}parallelism={op.parallelism}),")
+                        w.line(f"P.Exchange(id={op.id}, input={op.input}, distribution={op.distribution!r}, "
+                               f"schema={schema_names[op.id * 10]}{_arg(changelog(op.id))}),  # {op.partitioning}")
                     case WindowAggOp(agg=agg):
                         w.line(f"P.WindowAggregate(id={op.id}, input={op.input}, window={_window_py(agg.window)},",
                                span=agg.span)
@@ -528,7 +529,7 @@ def _emit_plan(w: SourceWriter, plan: PhysicalPlan, schema_names: dict[int, str]
                                 w.line(f"late_output={op.late_output},  # late rows go to chain_{op.late_output}")
                             if agg.proctime:
                                 w.line("proctime=True,  # windows over processing time: they fire by the clock")
-                            w.line(f"parallelism={op.parallelism}, span={str(agg.span or '')!r}),")
+                            w.line(f"span={str(agg.span or '')!r}),")
                     case GroupAggOp(agg=agg):
                         w.line(f"P.GroupAggregate(id={op.id}, input={op.input}, keys={tuple(range(agg.num_keys))!r},",
                                span=agg.span)
@@ -539,7 +540,7 @@ def _emit_plan(w: SourceWriter, plan: PhysicalPlan, schema_names: dict[int, str]
                                 for a, name in zip(agg.aggs, agg.agg_names, strict=True):
                                     w.line(f"{_agg_py(a, name)},")
                             w.line("),")
-                            w.line(f"schema={schema_names[op.id * 10]}, {changelog(op.id)}parallelism={op.parallelism}, "
+                            w.line(f"schema={schema_names[op.id * 10]}, {changelog(op.id)}"
                                    f"span={str(agg.span or '')!r}),")
                     case OverAggOp(over=over):
                         names = over.input.schema.names
@@ -555,7 +556,7 @@ def _emit_plan(w: SourceWriter, plan: PhysicalPlan, schema_names: dict[int, str]
                             w.line("),")
                             if op.late_output is not None:
                                 w.line(f"late_output={op.late_output},  # late rows go to chain_{op.late_output}")
-                            w.line(f"schema={schema_names[op.id * 10]}, {changelog(op.id)}parallelism={op.parallelism}, "
+                            w.line(f"schema={schema_names[op.id * 10]}, {changelog(op.id)}"
                                    f"span={str(over.span or '')!r}),")
                     case RankOp(rank=rank):
                         names = rank.input.schema.names
@@ -565,7 +566,7 @@ def _emit_plan(w: SourceWriter, plan: PhysicalPlan, schema_names: dict[int, str]
                         with w.indent():
                             w.line(_identity_py(identities[op.id]))
                             w.line(f"limit={rank.limit}, emit_rank={rank.emit_rank}, schema={schema_names[op.id * 10]},")
-                            w.line(f"{changelog(op.id)}parallelism={op.parallelism}, span={str(rank.span or '')!r}),")
+                            w.line(f"{changelog(op.id)}span={str(rank.span or '')!r}),")
                     case JoinOp(join=join):
                         lnames = join.left.schema.names
                         rnames = join.right.schema.names
@@ -595,11 +596,11 @@ def _emit_plan(w: SourceWriter, plan: PhysicalPlan, schema_names: dict[int, str]
                                                     f"{rnames[b.right_time]} - {lnames[lx]} <= {b.upper} ms")
                                     w.line(f"interval_ends=({lx}, {rx}),  # rows leave by {lnames[lx]} "
                                            f"and {rnames[rx]}")
-                            w.line(f"schema={schema_names[op.id * 10]}, {changelog(op.id)}parallelism={op.parallelism}, "
+                            w.line(f"schema={schema_names[op.id * 10]}, {changelog(op.id)}"
                                    f"span={str(join.span or '')!r}),")
                     case UnionOp(inputs=inputs):
-                        w.line(f"P.Union(id={op.id}, inputs={inputs!r}, schema={schema_names[op.id * 10]}, "
-                               f"{changelog(op.id)}parallelism={op.parallelism}),", span=op.union.span)
+                        w.line(f"P.Union(id={op.id}, inputs={inputs!r}, schema={schema_names[op.id * 10]}"
+                               f"{_arg(changelog(op.id))}),", span=op.union.span)
                     case SinkOp(sink=sink):
                         w.line(f"P.Sink(id={op.id}, table={sink.name!r}, connector={sink.connector!r}, "
                                f"input={op.input},")
@@ -607,6 +608,6 @@ def _emit_plan(w: SourceWriter, plan: PhysicalPlan, schema_names: dict[int, str]
                             w.line(f"schema={schema_names[op.id * 10]}, options={dict(sink.options)!r},")
                             if sink.connector != "collect" and (keys := _table_keys_py(tables.get(sink.name))):
                                 w.line(keys)
-                            w.line(f"{changelog(op.id)}parallelism={op.parallelism}, span={str(sink.span or '')!r}),")
+                            w.line(f"{changelog(op.id)}span={str(sink.span or '')!r}),")
         w.line("),")
     w.line(")")
