@@ -121,7 +121,7 @@ def parse_options(options: Mapping[str, str], table_schema: pa.Schema) -> tuple[
             errors["table-name"] = (f"{table!r} is reserved (for SQLite itself, or for the connector's "
                                     f"{PENDING_TABLE}, {META_TABLE}, {UNDO_TABLE} and other _clink_ tables)")
     for f in table_schema:
-        if f.name != ROWKIND_COLUMN and sqlite_type(f.type) is None:
+        if sqlite_type(f.type) is None:
             errors["connector"] = (f"column {f.name!r} of type {_type_name(f.type)} cannot be stored in "
                                    "SQLite; store a flat value instead (a number, string, bytes, date or time)")
     if errors:
@@ -193,7 +193,9 @@ class SqliteSinkWriter(SinkWriter):
 
     def __init__(self, spec: TableSpec, ctx: RuntimeContext) -> None:
         super().__init__()
-        parsed, errors = parse_options(spec.options, spec.schema)
+        # An updating stream's batches end with the row kind, which is not a column of the table.
+        rows_schema = pa.schema(list(spec.schema)[:-1]) if spec.updating else spec.schema
+        parsed, errors = parse_options(spec.options, rows_schema)
         if parsed is None:
             details = "; ".join(f"'{k}': {v}" for k, v in errors.items())
             raise ConnectorError(f"table {spec.name!r}: bad sqlite options: {details}")
@@ -203,7 +205,7 @@ class SqliteSinkWriter(SinkWriter):
         self._table = table or spec.name
         self._schema = spec.schema
         self._updating = spec.updating
-        self._columns = spec.schema.names[:-1] if self._updating else spec.schema.names
+        self._columns = rows_schema.names
         for name in self._key:
             if name not in self._columns:
                 raise ConnectorError(f"table {spec.name!r}: primary key column {name!r} is not a column of the "
