@@ -161,6 +161,7 @@ def _run_until_checkpoint(job: Job, checkpoints: int) -> None:
     assert not job.finished, "the job ended before the cut: use more rows"
 
 
+@pytest.mark.parallel
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_state_split_into_key_group_halves_and_merged_back_gives_the_uninterrupted_output(
         case: str, tmp_path: Path, data: Path) -> None:

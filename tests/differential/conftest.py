@@ -8,7 +8,7 @@ import pytest
 from clink.runtime.context import RuntimeContext
 
 
-@pytest.fixture(autouse=True, params=[1, 4], ids=["p1", "p4"])
+@pytest.fixture(autouse=True, params=[1, pytest.param(4, marks=pytest.mark.parallel)], ids=["p1", "p4"])
 def parallelism(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> int:
     """Runs made in the test default to ``request.param`` subtasks per operator."""
     made = RuntimeContext.__post_init__

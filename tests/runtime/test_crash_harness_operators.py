@@ -177,6 +177,7 @@ def test_a_kill_inside_a_checkpoint_then_a_restart_gives_the_same_output(
 RESCALED = ["q4", "q5", "q9", "q11", "q20", "over"]
 
 
+@pytest.mark.parallel
 @pytest.mark.parametrize("resume_at", [3, 1])
 @pytest.mark.parametrize("query", RESCALED)
 def test_a_kill_at_parallelism_2_resumes_at_another_parallelism_with_the_same_output(

@@ -286,7 +286,7 @@ def kinds_parquet(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return folder
 
 
-@pytest.mark.parametrize("parallelism", [1, 4])
+@pytest.mark.parametrize("parallelism", [1, pytest.param(4, marks=pytest.mark.parallel)])
 @pytest.mark.parametrize("query", sorted(QUERIES))
 def test_query_matches_duckdb(query: str, parallelism: int, kinds_parquet: Path, monkeypatch: pytest.MonkeyPatch,
                               tmp_path: Path) -> None:
