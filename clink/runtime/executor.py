@@ -503,9 +503,11 @@ class Job:
 
             groups = key_groups([batch.column(k) for k in distribution.keys], self.max_parallelism,
                                 num_rows=batch.num_rows)
-            owner = groups.astype(np.int64) * len(targets) // self.max_parallelism
+            # The subtask of each row; as int16, a stable argsort is a radix sort (rows keep their order).
+            small = np.int16 if len(targets) < 2**15 else np.int32
+            owner = (groups.astype(np.int64) * len(targets) // self.max_parallelism).astype(small)
             order = np.argsort(owner, kind="stable")
-            bounds = np.searchsorted(owner[order], np.arange(len(targets) + 1))
+            bounds = np.concatenate([[0], np.cumsum(np.bincount(owner, minlength=len(targets)))])
             taken = batch.take(pa.array(order)) if len(order) else batch
             for j in range(len(targets)):
                 lo, hi = int(bounds[j]), int(bounds[j + 1])
