@@ -535,13 +535,22 @@ class Job:
             self._receive(self._routes[first][target], first, Batch(batch))
 
     def _flush(self, exchange: int) -> None:
-        """Send the rows an exchange holds, then the watermarks its subtasks held back for them."""
+        """Send the rows an exchange holds, then the watermarks its subtasks held back for them:
+        every channel's first, then each subtask below evaluates its watermark once (not once
+        per channel, which would fire its windows once per channel)."""
         for target in range(len(self._buffers[exchange])):
             self._send(exchange, target)
-        for sid in self._subtasks[exchange]:
-            held = self._held_watermarks.pop(sid, None)
-            if held is not None:
-                self._emit(sid, Watermark(held))
+        held = [(sid, self._held_watermarks.pop(sid)) for sid in self._subtasks[exchange]
+                if sid in self._held_watermarks]
+        if not held:
+            return
+        targets = self._routes[held[0][0]]
+        for sid, ts in held:
+            for target in targets:
+                inputs = self._input_watermarks[target]
+                inputs[sid] = max(ts, inputs.get(sid, ts))
+        for target in targets:
+            self._evaluate_watermark(target)
 
     def _flush_exchanges(self) -> None:
         """End of a round: every exchange sends what it holds, upstream ones first (what they send
