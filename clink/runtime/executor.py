@@ -16,6 +16,8 @@ import numpy as np
 import pyarrow as pa
 
 from clink.errors import ClinkError, CompilerBug, EvaluationError, IncompatibleCheckpoint, PipelineError, UsageError
+from clink.runtime import allocator
+from clink.runtime import compute as pc
 from clink.runtime.connectors.base import SinkWriter, SourceReader, TableSpec
 from clink.runtime.context import RuntimeContext, TaskContext
 from clink.runtime.elements import MAX_WATERMARK, Barrier, Batch, Element, EndOfInput, Watermark
@@ -116,6 +118,7 @@ class Job:
     """One run of a plan. ``step()`` does a bounded amount of work; ``run()`` runs to the end."""
 
     def __init__(self, plan: Plan, ctx: RuntimeContext) -> None:
+        allocator.tune()
         self.plan = plan
         self.ctx = ctx.with_config({**plan.config, **ctx.config})
         self.metrics = Metrics()
@@ -136,6 +139,8 @@ class Job:
         self._open_channels: dict[tuple[int, int], int] = defaultdict(int)
         #: Per exchange subtask: the subtasks of the node below, by their index.
         self._routes: dict[int, list[int]] = {}
+        #: Per count of subtasks below an exchange: the subtask of each key group.
+        self._owners: dict[int, np.ndarray] = {}
         #: Per exchange with several subtasks below: the rows waiting for each of them (from all
         #: of the exchange's subtasks), and per exchange subtask the watermark held until they go.
         self._buffers: dict[int, list[list[pa.RecordBatch]]] = {}
@@ -504,17 +509,26 @@ class Job:
             groups = key_groups([batch.column(k) for k in distribution.keys], self.max_parallelism,
                                 num_rows=batch.num_rows)
             # The subtask of each row; as int16, a stable argsort is a radix sort (rows keep their order).
-            small = np.int16 if len(targets) < 2**15 else np.int32
-            owner = (groups.astype(np.int64) * len(targets) // self.max_parallelism).astype(small)
+            owner = self._owner_of_group(len(targets))[groups]
             order = np.argsort(owner, kind="stable")
             bounds = np.concatenate([[0], np.cumsum(np.bincount(owner, minlength=len(targets)))])
-            taken = batch.take(pa.array(order)) if len(order) else batch
+            # The order is a permutation of the rows: no index needs checking.
+            taken = pc.take(batch, pa.array(order), boundscheck=False) if len(order) else batch
             for j in range(len(targets)):
                 lo, hi = int(bounds[j]), int(bounds[j + 1])
                 if hi > lo:
                     self._hold(sid, j, taken.slice(lo, hi - lo))
         else:  # forward: subtask i to subtask i, modulo the count below
             self._hold(sid, self._index_of[sid] % len(targets), batch)
+
+    def _owner_of_group(self, subtasks: int) -> np.ndarray:
+        """Per key group, the index of the subtask (of ``subtasks``) that owns it (``key_group_range``)."""
+        table = self._owners.get(subtasks)
+        if table is None:
+            small = np.int16 if subtasks < 2**15 else np.int32
+            table = (np.arange(self.max_parallelism, dtype=np.int64) * subtasks // self.max_parallelism).astype(small)
+            self._owners[subtasks] = table
+        return table
 
     def _hold(self, sid: int, target: int, batch: pa.RecordBatch) -> None:
         exchange = self._node_of[sid].id
