@@ -10,7 +10,7 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from clink.runtime.state.keygroups import hash_columns, key_groups
+from clink.runtime.state.keygroups import group_of_hash, hash_columns, key_groups
 
 
 def test_same_value_same_group_whatever_the_chunking_or_slicing() -> None:
@@ -99,3 +99,11 @@ def test_no_columns_means_one_group() -> None:
     assert len(set(key_groups([], num_rows=5).tolist())) == 1
     with pytest.raises(ValueError):
         key_groups([pa.array([1])], max_parallelism=0)
+
+
+@pytest.mark.parametrize("max_parallelism", [1, 2, 100, 128, 4096])
+def test_group_of_a_hash_is_its_remainder(max_parallelism: int) -> None:
+    """Powers of two take the low bits instead of dividing: the same groups either way."""
+    hashes = np.array([0, 1, 127, 128, 2**63, 2**64 - 1, 0x9E3779B97F4A7C15], dtype=np.uint64)
+    expected = [int(h) % max_parallelism for h in hashes.tolist()]
+    assert group_of_hash(hashes, max_parallelism).tolist() == expected

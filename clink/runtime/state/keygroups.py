@@ -150,6 +150,9 @@ def hash_columns(columns: Sequence[pa.Array | pa.ChunkedArray], num_rows: int | 
 def group_of_hash(hashes: np.ndarray, max_parallelism: int) -> np.ndarray:
     """The key group (``int32``) of each key hash from ``hash_columns``: the one rule that the
     exchanges routing rows and the operators filing their state share."""
+    if max_parallelism & (max_parallelism - 1) == 0:
+        # A power of two (the default 128): the low bits are the remainder, and far cheaper.
+        return (hashes & _U64(max_parallelism - 1)).astype(np.int32)
     return (hashes % _U64(max_parallelism)).astype(np.int32)
 
 
