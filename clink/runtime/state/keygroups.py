@@ -30,10 +30,16 @@ _NULL_HASH = _U64(0x6A09E667F3BCC909)
 
 def _mix(x: np.ndarray) -> np.ndarray:
     """splitmix64's finalizer: every input bit affects every output bit. Wraps modulo 2**64."""
-    x = x + _GOLDEN
-    x = (x ^ (x >> _U64(30))) * _M1
-    x = (x ^ (x >> _U64(27))) * _M2
-    return x ^ (x >> _U64(31))
+    x = x + _GOLDEN  # a new array: the steps below work in place on it
+    shifted = x >> _U64(30)
+    x ^= shifted
+    x *= _M1
+    np.right_shift(x, _U64(27), out=shifted)
+    x ^= shifted
+    x *= _M2
+    np.right_shift(x, _U64(31), out=shifted)
+    x ^= shifted
+    return x
 
 
 def _fixed_width_values(arr: pa.Array, dtype: str) -> np.ndarray:
@@ -50,7 +56,7 @@ def _hash_integers(arr: pa.Array) -> np.ndarray:
     signed = pa.types.is_signed_integer(arr.type) or not pa.types.is_integer(arr.type)
     values = _fixed_width_values(arr, f"<{'i' if signed else 'u'}{width}")
     # Widen first so 5 as INT and 5 as BIGINT land in the same key group.
-    return _mix(values.astype(np.int64).view(np.uint64))
+    return _mix(values.astype(np.int64, copy=False).view(np.uint64))
 
 
 def _hash_floats(arr: pa.Array) -> np.ndarray:
