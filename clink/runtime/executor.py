@@ -45,6 +45,15 @@ def key_group_range(subtask: int, parallelism: int, max_parallelism: int) -> ran
     return range(-(-subtask * max_parallelism // parallelism), -(-(subtask + 1) * max_parallelism // parallelism))
 
 
+def _identity(array: pa.Array | pa.ChunkedArray) -> tuple:
+    """What makes two arrays the same values without looking at them: type, offset, length and
+    the addresses of their buffers (valid while the arrays are held)."""
+    if isinstance(array, pa.ChunkedArray):
+        return (array.type, tuple(_identity(chunk) for chunk in array.chunks))
+    return (array.type, array.offset, len(array),
+            tuple(0 if b is None else b.address for b in array.buffers()))
+
+
 def job_parallelism(ctx: RuntimeContext) -> int:
     """``parallelism.default``: how many subtasks run each operator (1 when not set)."""
     text = ctx.get("parallelism.default")
@@ -141,6 +150,8 @@ class Job:
         self._routes: dict[int, list[int]] = {}
         #: Per count of subtasks below an exchange: the subtask of each key group.
         self._owners: dict[int, np.ndarray] = {}
+        #: The last rows a hash exchange ordered by subtask (``_partition``).
+        self._last_partition: tuple | None = None
         #: Per exchange with several subtasks below: the rows waiting for each of them (from all
         #: of the exchange's subtasks), and per exchange subtask the watermark held until they go.
         self._buffers: dict[int, list[list[pa.RecordBatch]]] = {}
@@ -504,14 +515,8 @@ class Job:
             for j in range(len(targets)):
                 self._hold(sid, j, batch)
         elif distribution.kind == "hash":
-            from clink.runtime.state.keygroups import key_groups
-
-            groups = key_groups([batch.column(k) for k in distribution.keys], self.max_parallelism,
-                                num_rows=batch.num_rows)
-            # The subtask of each row; as int16, a stable argsort is a radix sort (rows keep their order).
-            owner = self._owner_of_group(len(targets))[groups]
-            order = np.argsort(owner, kind="stable")
-            bounds = np.concatenate([[0], np.cumsum(np.bincount(owner, minlength=len(targets)))])
+            order, bounds = self._partition([batch.column(k) for k in distribution.keys], len(targets),
+                                            batch.num_rows)
             # The order is a permutation of the rows: no index needs checking.
             taken = pc.take(batch, pa.array(order), boundscheck=False) if len(order) else batch
             for j in range(len(targets)):
@@ -520,6 +525,28 @@ class Job:
                     self._hold(sid, j, taken.slice(lo, hi - lo))
         else:  # forward: subtask i to subtask i, modulo the count below
             self._hold(sid, self._index_of[sid] % len(targets), batch)
+
+    def _partition(self, keys: list[pa.Array], subtasks: int, num_rows: int) -> tuple[np.ndarray, np.ndarray]:
+        """The rows ordered by the subtask (of ``subtasks``) that owns their key group, each
+        subtask's rows in their order, and where each subtask's rows start and end in that order.
+
+        Two exchanges that hash the very same key arrays (projections of one batch, such as a
+        join's two inputs from one window aggregate) share the work: the last result is kept
+        with its arrays, whose buffers therefore cannot be freed and their addresses reused.
+        """
+        identity = (subtasks, tuple(_identity(a) for a in keys))
+        last = self._last_partition
+        if last is not None and last[0] == identity:
+            return last[2], last[3]
+        from clink.runtime.state.keygroups import key_groups
+
+        groups = key_groups(keys, self.max_parallelism, num_rows=num_rows)
+        # The subtask of each row; as int16, a stable argsort is a radix sort (rows keep their order).
+        owner = self._owner_of_group(subtasks)[groups]
+        order = np.argsort(owner, kind="stable")
+        bounds = np.concatenate([[0], np.cumsum(np.bincount(owner, minlength=subtasks))])
+        self._last_partition = (identity, keys, order, bounds)
+        return order, bounds
 
     def _owner_of_group(self, subtasks: int) -> np.ndarray:
         """Per key group, the index of the subtask (of ``subtasks``) that owns it (``key_group_range``)."""

@@ -164,3 +164,22 @@ def test_one_parquet_file_is_split_by_row_group_and_resumes_at_another_paralleli
             reader.seek_shares(positions)
             after += drain(reader)
         assert sorted(before + after) == list(range(10_000)), count
+
+
+def test_two_exchanges_over_the_same_key_arrays_share_their_partition() -> None:
+    """A window aggregate's result feeds both inputs of a join: two projections of one batch,
+    the same key arrays. The second exchange reuses the first's ordering; arrays with equal
+    values but their own buffers are ordered afresh."""
+    job = Job(clink.compile(COUNTS_INTO).runtime_plan,
+              RuntimeContext(stdout=io.StringIO(), config={"parallelism.default": "4"}))
+    keys = pa.array([5, 1, 9, 3, 5, 1, 7] * 100)
+    batch = pa.record_batch({"k": keys, "v": pa.array(range(700))})
+    order, bounds = job._partition([batch.column(0)], 4, batch.num_rows)
+    projected = batch.select(["k"])
+    again, again_bounds = job._partition([projected.column(0)], 4, projected.num_rows)
+    assert again is order and again_bounds is bounds
+    copy = pa.array(keys.to_pylist())
+    fresh, fresh_bounds = job._partition([copy], 4, len(copy))
+    assert fresh is not order
+    assert fresh.tolist() == order.tolist() and fresh_bounds.tolist() == bounds.tolist()
+    assert job._partition([copy], 2, len(copy))[0] is not fresh  # another count of subtasks
