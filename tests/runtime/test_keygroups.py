@@ -9,8 +9,10 @@ from decimal import Decimal
 import numpy as np
 import pyarrow as pa
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from clink.runtime.state.keygroups import group_of_hash, hash_columns, key_groups
+from clink.runtime.state.keygroups import _hash_rows, _run_starts, group_of_hash, hash_columns, key_groups
 
 
 def test_same_value_same_group_whatever_the_chunking_or_slicing() -> None:
@@ -107,3 +109,24 @@ def test_group_of_a_hash_is_its_remainder(max_parallelism: int) -> None:
     hashes = np.array([0, 1, 127, 128, 2**63, 2**64 - 1, 0x9E3779B97F4A7C15], dtype=np.uint64)
     expected = [int(h) % max_parallelism for h in hashes.tolist()]
     assert group_of_hash(hashes, max_parallelism).tolist() == expected
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.integers(-3, 3), st.integers(0, 2), st.integers(1, 3000)), min_size=1, max_size=12),
+       st.sampled_from([pa.int64(), pa.int32(), pa.int8(), pa.timestamp("ms"), pa.date32()]))
+def test_runs_of_equal_keys_hash_as_row_by_row(runs: list[tuple[int, int, int]], first_type: pa.DataType) -> None:
+    """A window aggregate's result comes in long runs of one window: hashed once per run, the
+    hashes must be exactly those of hashing every row."""
+    a = np.repeat([r[0] for r in runs], [r[2] for r in runs])
+    b = np.repeat([r[1] for r in runs], [r[2] for r in runs])
+    first = pa.array(a.astype(np.int32)).view(first_type) if first_type == pa.date32() else pa.array(a).cast(first_type)
+    columns = [first, pa.array(b)]
+    assert hash_columns(columns).tolist() == _hash_rows(columns).tolist()
+    assert hash_columns(columns[:1]).tolist() == _hash_rows(columns[:1]).tolist()
+
+
+def test_long_runs_take_the_short_way() -> None:
+    ends = pa.array(np.repeat(np.array([10_000, 12_000, 14_000], dtype=np.int64), 5000), pa.timestamp("ms"))
+    assert _run_starts([ends, ends]).tolist() == [0, 5000, 10000]
+    assert _run_starts([pa.array(np.arange(20_000))]) is None  # no runs
+    assert _run_starts([pa.array([1] * 5000 + [None])]) is None  # NULLs: row by row
