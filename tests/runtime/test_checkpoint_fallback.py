@@ -29,7 +29,7 @@ from clink.runtime.context import RuntimeContext
 from test_crash_harness_operators import QUERIES, _output, _start
 
 BENCH = Path(__file__).resolve().parents[2] / "bench" / "nexmark"
-EVENTS = 30_000
+EVENTS = 15_000
 
 # Append-only q20 into each sink that can hold it, and q18 (updating) into a keyed SQLite table.
 CASES = {
@@ -105,7 +105,7 @@ def _committed_something(out: Path) -> bool:
 def test_a_kill_in_a_checkpoint_then_a_damaged_newest_checkpoint_gives_the_same_output(
         case: str, backend: str, which: str, tmp_path: Path, tmp_path_factory: pytest.TempPathFactory) -> None:
     reference = _reference(case, tmp_path_factory)
-    ddl, path, out = _files(tmp_path, case, "fault", backend, "SET 'execution.checkpointing.interval-rows' = '4000';\n")
+    ddl, path, out = _files(tmp_path, case, "fault", backend, "SET 'execution.checkpointing.interval-rows' = '2000';\n")
     state = tmp_path / "state"
     process = _start(ddl, path, state, env={"CLINK_FAULT": "after_barrier:4"})  # checkpoints 1-3 committed
     process.wait(timeout=300)
@@ -129,7 +129,7 @@ def test_a_kill_in_a_checkpoint_then_a_damaged_newest_checkpoint_gives_the_same_
 def test_resuming_from_an_older_checkpoint_by_name_gives_the_same_output(
         case: str, tmp_path: Path, tmp_path_factory: pytest.TempPathFactory) -> None:
     reference = _reference(case, tmp_path_factory)
-    ddl, path, out = _files(tmp_path, case, "older", "memory", "SET 'execution.checkpointing.interval-rows' = '4000';\n"
+    ddl, path, out = _files(tmp_path, case, "older", "memory", "SET 'execution.checkpointing.interval-rows' = '2000';\n"
                             "SET 'state.checkpoints.num-retained' = '5';\n")
     state = tmp_path / "state"
     process = _start(ddl, path, state, env={"CLINK_FAULT": "after_barrier:6"})
