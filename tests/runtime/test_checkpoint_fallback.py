@@ -26,7 +26,7 @@ from clink.errors import ConnectorError
 from clink.runtime.connectors.base import TableSpec
 from clink.runtime.connectors.sqlite import SqliteSinkWriter
 from clink.runtime.context import RuntimeContext
-from test_crash_harness_operators import QUERIES, _output, _start
+from test_crash_harness_operators import CSV, QUERIES, SQLITE, _output, _start
 
 BENCH = Path(__file__).resolve().parents[2] / "bench" / "nexmark"
 EVENTS = 15_000
@@ -39,21 +39,25 @@ CASES = {
 }
 
 
-def _files(folder: Path, case: str, name: str, backend: str, settings: str) -> tuple[Path, Path, Path]:
+#: Checkpoints every 2,000 rows: the kills after the fourth or the sixth land mid-run.
+INTERVAL = "SET 'execution.checkpointing.interval-rows' = '2000';\n"
+
+
+def _files(folder: Path, case: str, backend: str, settings: str) -> tuple[Path, Path, Path]:
+    """The init script, the job's file and its sink's output, in ``folder``. The sink's path is
+    relative to the folder the job runs in (see ``_start``), so the reference and a test with the
+    same backend and settings run the same text, which ``clink run`` compiles once."""
     query, sink = CASES[case]
     ddl = folder / "ddl.sql"
-    if not ddl.exists():
-        ddl.write_text((BENCH / "ddl.sql").read_text().replace("'events.num' = '10000000'",
-                                                              f"'events.num' = '{EVENTS}', 'batch-size' = '1000'"))
-    out = folder / f"{name}-out"
+    ddl.write_text((BENCH / "ddl.sql").read_text().replace("'events.num' = '10000000'",
+                                                          f"'events.num' = '{EVENTS}', 'batch-size' = '1000'"))
     text = QUERIES[query]
     if sink == "{sqlite}":
         text = text.replace("{csv}", "{sqlite}")
-    text = text.format(csv=f"WITH ('connector' = 'filesystem', 'path' = '{out}/', 'format' = 'csv')",
-                       sqlite=f"WITH ('connector' = 'sqlite', 'path' = '{out}.db')")
-    path = folder / f"{name}.sql"
+    text = text.format(csv=CSV, sqlite=SQLITE)
+    path = folder / "job.sql"
     path.write_text(f"SET 'state.backend' = '{backend}';\n{settings}{text}\n")
-    return ddl, path, out
+    return ddl, path, folder / "out"
 
 
 _REFERENCES: dict[str, list[tuple]] = {}
@@ -63,7 +67,7 @@ def _reference(case: str, tmp_path_factory: pytest.TempPathFactory) -> list[tupl
     """The case's output from one uninterrupted run."""
     if case not in _REFERENCES:
         folder = tmp_path_factory.mktemp(f"ref-{case}")
-        ddl, path, out = _files(folder, case, "ref", "memory", "")
+        ddl, path, out = _files(folder, case, "memory", INTERVAL)
         process = _start(ddl, path, folder / "state")
         _, err = process.communicate(timeout=300)
         assert process.returncode == 0, err
@@ -105,7 +109,7 @@ def _committed_something(out: Path) -> bool:
 def test_a_kill_in_a_checkpoint_then_a_damaged_newest_checkpoint_gives_the_same_output(
         case: str, backend: str, which: str, tmp_path: Path, tmp_path_factory: pytest.TempPathFactory) -> None:
     reference = _reference(case, tmp_path_factory)
-    ddl, path, out = _files(tmp_path, case, "fault", backend, "SET 'execution.checkpointing.interval-rows' = '2000';\n")
+    ddl, path, out = _files(tmp_path, case, backend, INTERVAL)
     state = tmp_path / "state"
     process = _start(ddl, path, state, env={"CLINK_FAULT": "after_barrier:4"})  # checkpoints 1-3 committed
     process.wait(timeout=300)
@@ -129,16 +133,16 @@ def test_a_kill_in_a_checkpoint_then_a_damaged_newest_checkpoint_gives_the_same_
 def test_resuming_from_an_older_checkpoint_by_name_gives_the_same_output(
         case: str, tmp_path: Path, tmp_path_factory: pytest.TempPathFactory) -> None:
     reference = _reference(case, tmp_path_factory)
-    ddl, path, out = _files(tmp_path, case, "older", "memory", "SET 'execution.checkpointing.interval-rows' = '2000';\n"
-                            "SET 'state.checkpoints.num-retained' = '5';\n")
+    ddl, path, out = _files(tmp_path, case, "memory", INTERVAL + "SET 'state.checkpoints.num-retained' = '5';\n")
     state = tmp_path / "state"
     process = _start(ddl, path, state, env={"CLINK_FAULT": "after_barrier:6"})
     process.wait(timeout=300)
     assert process.returncode == -signal.SIGKILL
     older = state / "checkpoints" / "chk-2"
     assert (older / "_manifest.json").exists()
-    process = subprocess.run([sys.executable, "-m", "clink", "run", "-i", str(ddl), str(path), "--state-dir", str(state),
-                              "--from-checkpoint", str(older)], capture_output=True, text=True, timeout=300)
+    process = subprocess.run([sys.executable, "-m", "clink", "run", "-i", ddl.name, path.name, "--state-dir", str(state),
+                              "--from-checkpoint", str(older)], capture_output=True, text=True, timeout=300,
+                             cwd=path.parent)
     assert process.returncode == 0, process.stderr
     assert "resuming from checkpoint 2" in process.stderr
     assert _output(out) == reference
