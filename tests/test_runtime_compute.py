@@ -3,6 +3,7 @@ the import guard that keeps a simple compiled pipeline's start cheap."""
 
 from __future__ import annotations
 
+import functools
 import subprocess
 import sys
 from pathlib import Path
@@ -179,6 +180,9 @@ def test_regexp_extract_captures_only_the_group_asked_for() -> None:
     assert _name_groups(pattern, 0)[0] == r"(?:a(?:b)\((?:c)[(])(?:d)(?i:e)(?:f)"
 
 
+# The Python references below are cached: the columns they check repeat their values thousands
+# of times, and running Python's own ``re`` and ``str.split`` per row was most of these tests' time.
+@functools.lru_cache(maxsize=1 << 16)
 def _python_regexp_extract(value: str | None, pattern: str, index: int) -> str | None:
     import re
 
@@ -186,6 +190,15 @@ def _python_regexp_extract(value: str | None, pattern: str, index: int) -> str |
         return None
     found = re.search(pattern, value)
     return None if found is None else found.group(index) or ""
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _python_split_index(value: str | None, separator: str, index: int) -> str | None:
+    """SPLIT_INDEX: the piece at ``index``; NULL for NULL, for '' and past the last piece."""
+    if not value:
+        return None
+    pieces = value.split(separator)
+    return pieces[index] if index < len(pieces) else None
 
 
 #: Values that repeat, as a column of URLs or names does, with NULLs, '' and non-ASCII text.
@@ -211,20 +224,15 @@ def test_string_functions_per_distinct_value_match_per_row(values: list, seed: i
     cases = [("(&|^)channel_id=([^&]*)", 2), ("(&|^)channel_id=([^&]*)", 1), ("(&|^)channel_id=([^&]*)", 0),
              ("(?P<key>[a-z_]+)=(?P<value>[0-9]*)", 2), ("é+", 0), ("(x)?(/)", 1)]
 
-    def piece(v: str | None, index: int) -> str | None:
-        if v is None or v == "":
-            return None
-        parts = v.split("/")
-        return parts[index] if index < len(parts) else None
-
     for column, expected in ((array, rows), (array.slice(7), rows[7:])):
         for pattern, index in cases:
             got = K.regexp_extract(column, pattern, index).to_pylist()
             assert got == [_python_regexp_extract(v, pattern, index) for v in expected], (pattern, index)
         for index in (0, 3, 4):
-            assert K.split_index(column, "/", index).to_pylist() == [piece(v, index) for v in expected]
-        assert K.split_index(column, "é", 1).to_pylist() == [
-            (v.split("é")[1] if v and len(v.split("é")) > 1 else None) for v in expected]
+            assert K.split_index(column, "/", index).to_pylist() == [_python_split_index(v, "/", index)
+                                                                     for v in expected]
+        assert K.split_index(column, "é", 1).to_pylist() == [_python_split_index(v, "é", 1)
+                                                             for v in expected]
 
 
 def test_string_functions_on_mostly_distinct_values_stay_per_row() -> None:
@@ -259,16 +267,15 @@ def test_string_functions_remember_values_across_calls(batches: list, seed: int)
                 K._SEEN_MOST_VALUES, K._SEEN_MOST_NEW = 50, 0.01  # forces starting afresh
             else:
                 K._SEEN_MOST_VALUES, K._SEEN_MOST_NEW = limits
-            rows = [None if rng.random() < nulls else pool[first + int(rng.integers(0, width)) % len(pool)]
-                    for _ in range(2500)]
+            picks = (first + rng.integers(0, width, size=2500)) % len(pool)
+            rows = [None if null else pool[i] for null, i in zip(rng.random(2500) < nulls, picks.tolist())]
             array = pa.array(rows, pa.string())
             if kind == 1:
                 array, rows = array.slice(3, 2000), rows[3:2003]
             got = K.regexp_extract(array, "(&|^)channel_id=([^&]*)", 2, memo=memo).to_pylist()
             assert got == [_python_regexp_extract(v, "(&|^)channel_id=([^&]*)", 2) for v in rows]
             for index in (3, 2, 4):
-                expected = [None if v is None else (v.split("/")[index] if index < len(v.split("/")) else None)
-                            for v in rows]
+                expected = [_python_split_index(v, "/", index) for v in rows]
                 assert K.split_index(array, "/", index, memo=memo).to_pylist() == expected
             # The same column once more, filtered: another array with the values seen.
             kept = pc.filter(array, pa.array(rng.random(len(rows)) < 0.9))

@@ -3,7 +3,9 @@ nothing closed or committed), restored from its last checkpoint and run to the e
 the output of a run that never stopped.
 
 Each kind in ``clink.runtime.operators.KINDS`` (and each operator class a kind opens) has a case
-here; a new kind without one fails ``test_every_registered_operator_has_a_case``.
+here; a new kind without one fails ``test_every_registered_operator_has_a_case``. The default run
+cuts each case before its first checkpoint, right after one, between two, and right after the
+last before the end of its input; ``-m slow`` cuts it at every third step.
 """
 
 from __future__ import annotations
@@ -126,30 +128,57 @@ def test_every_registered_operator_has_a_case() -> None:
     assert {kind.name for kind in KINDS.values()} == set(KIND_OF_CASE.values())
 
 
-@pytest.mark.parametrize("case", sorted(CASES))
-def test_a_cut_at_any_step_then_a_restore_gives_the_uninterrupted_output(case: str, tmp_path: Path,
-                                                                         data: Path) -> None:
+def _uninterrupted(case: str, tmp_path: Path, data: Path) -> tuple[list[tuple], list[int]]:
+    """The case's output from a run that never stops, and the number of checkpoints it has taken
+    after each of its steps."""
     reference = _job(case, tmp_path / "ref", tmp_path / "ref-state", data)
     (operator,) = [type(op).__name__ for op in reference._operators.values()
                    if type(op).__name__ == CASES[case][0]] or [None]
     assert operator == CASES[case][0], f"{case} does not open a {CASES[case][0]}"
-    steps = 0
+    checkpoints = []
     while not reference.finished:
         reference.step()
-        steps += 1
+        checkpoints.append(reference.metrics.checkpoints)
     expected = _output(tmp_path / "ref")
     assert expected, f"{case}: the reference run wrote nothing"
     assert reference.metrics.checkpoints >= 3, "too few checkpoints to cut between"
+    return expected, checkpoints
+
+
+def _cut_then_restore(case: str, cut: int, steps: int, expected: list[tuple], tmp_path: Path, data: Path) -> None:
+    out, state = tmp_path / f"cut{cut}", tmp_path / f"state{cut}"
+    first = _job(case, out, state, data)
+    for _ in range(cut):
+        first.step()
+    del first  # a crash: nothing closed, committed or cleaned up
+    resumed = _job(case, out, state, data)
+    resumed.run()
+    assert _output(out) == expected, f"{case}: cut after step {cut} of {steps}"
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_a_cut_before_at_and_between_checkpoints_then_a_restore_gives_the_uninterrupted_output(
+        case: str, tmp_path: Path, data: Path) -> None:
+    expected, checkpoints = _uninterrupted(case, tmp_path, data)
+    steps = len(checkpoints)
+    # The step after which the n-th checkpoint has been taken (the first step is step 1); the
+    # last one, at the end of the input, is not followed by a step to cut after.
+    taken = {n: checkpoints.index(n) + 1 for n in range(1, checkpoints[-1] + 1) if n in checkpoints}
+    last = max(n for n, step in taken.items() if step < steps)
+    assert 1 < taken[1] and taken[2] + 1 < taken[3], f"{case}: no step before the first checkpoint or between two"
+    for cut in sorted({taken[1] - 1, taken[2], taken[2] + 1, taken[last]}):
+        _cut_then_restore(case, cut, steps, expected, tmp_path, data)
+
+
+@pytest.mark.slow  # every third step: .ci/run runs it after the default suite
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_a_cut_at_any_step_then_a_restore_gives_the_uninterrupted_output(case: str, tmp_path: Path,
+                                                                         data: Path) -> None:
+    expected, checkpoints = _uninterrupted(case, tmp_path, data)
+    steps = len(checkpoints)
     # Every third step: a cut right after a checkpoint, between two, and before the first.
     for cut in range(1, steps, 3):
-        out, state = tmp_path / f"cut{cut}", tmp_path / f"state{cut}"
-        first = _job(case, out, state, data)
-        for _ in range(cut):
-            first.step()
-        del first  # a crash: nothing closed, committed or cleaned up
-        resumed = _job(case, out, state, data)
-        resumed.run()
-        assert _output(out) == expected, f"{case}: cut after step {cut} of {steps}"
+        _cut_then_restore(case, cut, steps, expected, tmp_path, data)
 
 
 def _run_until_checkpoint(job: Job, checkpoints: int) -> None:

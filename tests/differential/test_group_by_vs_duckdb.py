@@ -10,10 +10,12 @@ import sys
 from collections import Counter
 from pathlib import Path
 
-import duckdb
 import numpy as np
 import pyarrow as pa
 import pytest
+
+# tests/shared_duckdb.py: pytest puts tests/ on sys.path, as it holds the root conftest.py.
+import shared_duckdb
 
 import clink
 from clink.errors import SqlError
@@ -80,7 +82,7 @@ def test_final_table_equals_duckdb(events: pa.Table, query: str, backend: str) -
 
 
 def _duck(query: str, events: pa.Table) -> list[tuple]:
-    con = duckdb.connect()
+    con = shared_duckdb.connect()
     con.register("ev", events)
     return con.execute(query).fetchall()
 

@@ -6,10 +6,12 @@ from __future__ import annotations
 import math
 from collections import Counter
 
-import duckdb
 import numpy as np
 import pyarrow as pa
 import pytest
+
+# tests/shared_duckdb.py: pytest puts tests/ on sys.path, as it holds the root conftest.py.
+import shared_duckdb
 
 import clink
 from clink.errors import SqlError
@@ -82,7 +84,7 @@ def test_final_table_equals_duckdb(tables: dict[str, pa.Table], query: str, back
 
 
 def _duck(query: str, tables: dict[str, pa.Table]) -> list[tuple]:
-    con = duckdb.connect()
+    con = shared_duckdb.connect()
     for name, table in tables.items():
         con.register(name, table)
     return con.execute(query).fetchall()
@@ -237,7 +239,7 @@ def test_temporal_join_equals_duckdb_asof_join(tmp_path, kind: str, backend: str
         f"SELECT o.cur, o.amount, o.ts, r.rate FROM orders o {kind} rates FOR SYSTEM_TIME AS OF o.ts AS r "
         "ON o.cur = r.cur;\n")
     ours = clink.sql(script).to_arrow()
-    con = duckdb.connect()
+    con = shared_duckdb.connect()
     con.register("orders", orders)
     con.register("rates", rates)
     asof = "ASOF JOIN" if kind == "JOIN" else "ASOF LEFT JOIN"

@@ -9,12 +9,14 @@ import math
 import re
 from collections import Counter
 
-import duckdb
 import numpy as np
 import pyarrow as pa
 import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
+
+# tests/shared_duckdb.py: pytest puts tests/ on sys.path, as it holds the root conftest.py.
+import shared_duckdb
 
 import clink
 from clink.errors import SqlError
@@ -72,7 +74,7 @@ def _norm(row: tuple) -> tuple:
 def test_final_table_equals_duckdb(query: str, backend: str) -> None:
     table = _events()
     ours = run_select(query, context=RuntimeContext(config={"state.backend": backend}), row_group_size=97, ev=table)
-    con = duckdb.connect()
+    con = shared_duckdb.connect()
     con.register("ev", table)
     text = query.replace("INTERVAL '30' SECOND", "INTERVAL 30 SECOND")
     # AVG of the integer v is of v's type, truncated toward zero, as in Flink.

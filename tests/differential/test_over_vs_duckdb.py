@@ -7,10 +7,12 @@ import math
 import re
 from collections import Counter
 
-import duckdb
 import numpy as np
 import pyarrow as pa
 import pytest
+
+# tests/shared_duckdb.py: pytest puts tests/ on sys.path, as it holds the root conftest.py.
+import shared_duckdb
 
 import clink
 from clink.errors import SqlError
@@ -67,7 +69,7 @@ W = "(PARTITION BY k ORDER BY ts ROWS BETWEEN 4 PRECEDING AND CURRENT ROW)"
 
 
 def _duck(query: str, table: pa.Table) -> list[tuple]:
-    con = duckdb.connect()
+    con = shared_duckdb.connect()
     con.register("ev", table)
     text = query.replace("OVER w", f"OVER {W}").replace("INTERVAL '3' SECOND", "INTERVAL 3 SECOND")
     # AVG of the BIGINT v is a BIGINT, truncated toward zero, as in Flink.

@@ -10,12 +10,14 @@ from __future__ import annotations
 import datetime as dt
 from pathlib import Path
 
-import duckdb
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
+
+# tests/shared_duckdb.py: pytest puts tests/ on sys.path, as it holds the root conftest.py.
+import shared_duckdb
 
 import clink
 from clink.errors import SqlError, UsageError
@@ -312,7 +314,7 @@ def test_windows_across_daylight_saving_changes_match_duckdb(tmp_path: Path, kin
                  for r in result.to_arrow().to_pylist())
     assert sum(result.metrics.late_records.values()) == 0
 
-    con = duckdb.connect()
+    con = shared_duckdb.connect()
     con.execute("SET TimeZone = 'America/Los_Angeles'")
     data = pa.table({"item": [r[0] for r in rows], "price": [r[1] for r in rows],
                      "ts": pa.array([r[2] for r in rows], pa.int64()).cast(pa.timestamp("ms", tz="UTC"))})

@@ -5,10 +5,12 @@ from __future__ import annotations
 
 from collections import Counter
 
-import duckdb
 import numpy as np
 import pyarrow as pa
 import pytest
+
+# tests/shared_duckdb.py: pytest puts tests/ on sys.path, as it holds the root conftest.py.
+import shared_duckdb
 
 import clink
 from clink.errors import SqlError
@@ -50,7 +52,7 @@ QUERIES = [
 def test_final_table_equals_duckdb(events: pa.Table, query: str, backend: str) -> None:
     ours = run_select(query, context=RuntimeContext(config={"state.backend": backend}), row_group_size=89,
                       ev=events)
-    con = duckdb.connect()
+    con = shared_duckdb.connect()
     con.register("ev", events)
     # clink orders NULLs last in both directions.
     duck = query.replace(" DESC", " DESC NULLS LAST").replace("id)", "id NULLS LAST)")
@@ -101,7 +103,7 @@ def test_window_top_n_over_a_window_aggregation() -> None:
              "(SELECT window_start, window_end, k, COUNT(*) AS cnt FROM TABLE(TUMBLE(TABLE ev, DESCRIPTOR(ts), "
              "INTERVAL '10' SECOND)) GROUP BY window_start, window_end, k)) WHERE rn <= 3")
     ours = run_select(query, row_group_size=250, watermarks={"ev": "ts AS ts - INTERVAL '1' SECOND"}, ev=table)
-    con = duckdb.connect()
+    con = shared_duckdb.connect()
     con.register("ev", table)
     theirs = con.execute(
         "SELECT ws, k, cnt, rn FROM (SELECT ws, k, cnt, ROW_NUMBER() OVER (PARTITION BY ws ORDER BY cnt DESC, k) "

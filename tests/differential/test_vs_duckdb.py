@@ -39,10 +39,12 @@ from collections.abc import Callable
 from decimal import Decimal
 from typing import Any
 
-import duckdb
 import numpy as np
 import pyarrow as pa
 import pytest
+
+# tests/shared_duckdb.py: pytest puts tests/ on sys.path, as it holds the root conftest.py.
+import shared_duckdb
 
 from clink.testing import run_select
 
@@ -424,20 +426,25 @@ CASES: list[Any] = [
     ("nested_subqueries",
      ("SELECT UPPER(v) AS w FROM (SELECT u AS v FROM (SELECT s AS u, i FROM t WHERE i IS NOT NULL) AS a "
       "WHERE i % 2 = 0) AS b2 WHERE v LIKE '%a%'"), None),
+    # DuckDB's views are TEMP: they end with the connection, which is a cursor of a database the
+    # whole session shares (tests/shared_duckdb.py).
     ("view",
      ("CREATE VIEW v AS SELECT id, i * 2 AS i2, UPPER(s) AS us FROM t WHERE flag; "
-      "SELECT id, i2 + 1, us FROM v WHERE i2 > 0"), None),
+      "SELECT id, i2 + 1, us FROM v WHERE i2 > 0"),
+     ("CREATE TEMP VIEW v AS SELECT id, i * 2 AS i2, UPPER(s) AS us FROM t WHERE flag; "
+      "SELECT id, i2 + 1, us FROM v WHERE i2 > 0")),
     ("view_over_view",
      ("CREATE VIEW v1 AS SELECT id, d, ts + INTERVAL '1' HOUR AS ts1 FROM t WHERE d IS NOT NULL; "
       "CREATE VIEW v2 AS SELECT id, d * 2 AS rd, HOUR(ts1) AS h FROM v1 WHERE d > -100; "
       "SELECT id, rd, h FROM v2 WHERE h BETWEEN 3 AND 20"),
-     ("CREATE VIEW v1 AS SELECT id, d, ts + INTERVAL '1' HOUR AS ts1 FROM t WHERE d IS NOT NULL; "
-      "CREATE VIEW v2 AS SELECT id, d * 2 AS rd, hour(ts1) AS h FROM v1 WHERE d > -100; "
+     ("CREATE TEMP VIEW v1 AS SELECT id, d, ts + INTERVAL '1' HOUR AS ts1 FROM t WHERE d IS NOT NULL; "
+      "CREATE TEMP VIEW v2 AS SELECT id, d * 2 AS rd, hour(ts1) AS h FROM v1 WHERE d > -100; "
       "SELECT id, rd, h FROM v2 WHERE h BETWEEN 3 AND 20")),
     ("view_with_struct",
      ("CREATE VIEW v AS SELECT id, r, s FROM t; SELECT id, r.x * 2, CONCAT(r.y, "
       "s) FROM v WHERE r.x IS NOT NULL"),
-     "CREATE VIEW v AS SELECT id, r, s FROM t; SELECT id, r.x * 2, r.y || s FROM v WHERE r.x IS NOT NULL"),
+     "CREATE TEMP VIEW v AS SELECT id, r, s FROM t; SELECT id, r.x * 2, r.y || s FROM v "
+     "WHERE r.x IS NOT NULL"),
 ]
 
 
@@ -467,7 +474,7 @@ def rows_of(table: pa.Table) -> Counter:
 
 
 def duckdb_rows(sql: str, table: pa.Table) -> Counter:
-    con = duckdb.connect()
+    con = shared_duckdb.connect()
     # Flink gives NULL for integer division and modulo by zero; so does DuckDB with this setting.
     con.execute("SET error_on_division_by_zero = false")
     con.register("t", table)

@@ -11,10 +11,12 @@ from __future__ import annotations
 import math
 from collections import Counter
 
-import duckdb
 import numpy as np
 import pyarrow as pa
 import pytest
+
+# tests/shared_duckdb.py: pytest puts tests/ on sys.path, as it holds the root conftest.py.
+import shared_duckdb
 
 from clink.errors import SqlError
 from clink.runtime.context import RuntimeContext
@@ -193,7 +195,7 @@ def check_against_duckdb(window: str, duck_windows: str, keys: str, data: pa.Tab
         f"GROUP BY {key_list}window_start, window_end",
         watermarks={"t": WATERMARK}, row_group_size=97, context=context, t=data,
     )
-    con = duckdb.connect()
+    con = shared_duckdb.connect()
     con.register("t", data)
     theirs = con.execute(
         f"SELECT {key_list}window_start, window_end, {DUCK_AGGS} FROM ({duck_windows}){where} "
@@ -222,7 +224,7 @@ def test_plain_hop_relation_matches_duckdb() -> None:
     ours = run_select(
         "SELECT rn, window_start, window_end FROM TABLE(HOP(TABLE t, DESCRIPTOR(ts), INTERVAL '5' SECOND, "
         "INTERVAL '15' SECOND))", watermarks={"t": WATERMARK}, t=DENSE)
-    con = duckdb.connect()
+    con = shared_duckdb.connect()
     con.register("t", DENSE)
     theirs = con.execute(f"SELECT rn, window_start, window_end FROM ({_hop(5_000, 15_000)})").fetchall()
     assert _normalize([tuple(r.values()) for r in ours.to_pylist()]) == _normalize(theirs)

@@ -10,11 +10,12 @@ from __future__ import annotations
 
 from collections import Counter
 
-import duckdb
 import pyarrow as pa
 from hypothesis import HealthCheck, given, settings
 
-# tests/strategies.py: pytest puts tests/ on sys.path, as it holds the root conftest.py.
+# tests/shared_duckdb.py and tests/strategies.py: pytest puts tests/ on sys.path, as it holds the root
+# conftest.py.
+import shared_duckdb
 from strategies import Sql, arithmetic_exprs, bool_exprs, int_exprs, int_tables, mixed_tables, string_exprs
 
 from clink.testing import run_select
@@ -25,7 +26,7 @@ EXAMPLES = settings(max_examples=60, deadline=None, suppress_health_check=[Healt
 
 
 def duckdb_column(sql: str, table: pa.Table) -> list[object]:
-    con = duckdb.connect()
+    con = shared_duckdb.connect()
     # Division and modulo by zero are NULL in clink (as in Flink); DuckDB agrees with this setting.
     con.execute("SET error_on_division_by_zero = false")
     con.register("t", table)

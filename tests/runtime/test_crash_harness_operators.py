@@ -104,24 +104,31 @@ QUERIES = {
 }
 
 
-def _files(folder: Path, query: str, name: str, backend: str = "memory") -> tuple[Path, Path, Path]:
-    """The init script (DDL with EVENTS events), the query file, and where its output goes."""
+#: The sinks, at paths relative to the folder a job runs in (see ``_start``).
+CSV = "WITH ('connector' = 'filesystem', 'path' = 'out/', 'format' = 'csv')"
+SQLITE = "WITH ('connector' = 'sqlite', 'path' = 'out.db')"
+
+
+def _files(folder: Path, query: str, backend: str = "memory") -> tuple[Path, Path, Path]:
+    """In ``folder`` (made if needed): the init script (DDL with EVENTS events), the query file,
+    and where its output goes. The files name no folder of their own, so the same query and
+    backend give the same text in every test: ``clink run`` compiles it once, then finds the
+    plan in its cache."""
+    folder.mkdir(parents=True, exist_ok=True)
     ddl = folder / "ddl.sql"
-    if not ddl.exists():
-        ddl.write_text((BENCH / "ddl.sql").read_text().replace("'events.num' = '10000000'",
-                                                              f"'events.num' = '{EVENTS}', 'batch-size' = '1000'"))
-    out = folder / f"{name}-out"
-    sink = QUERIES[query].format(csv=f"WITH ('connector' = 'filesystem', 'path' = '{out}/', 'format' = 'csv')",
-                                 sqlite=f"WITH ('connector' = 'sqlite', 'path' = '{out}.db')")
-    path = folder / f"{name}.sql"
-    path.write_text(SETTINGS.format(backend=backend) + sink + "\n")
-    return ddl, path, out
+    ddl.write_text((BENCH / "ddl.sql").read_text().replace("'events.num' = '10000000'",
+                                                          f"'events.num' = '{EVENTS}', 'batch-size' = '1000'"))
+    path = folder / f"{query}.sql"
+    path.write_text(SETTINGS.format(backend=backend) + QUERIES[query].format(csv=CSV, sqlite=SQLITE) + "\n")
+    return ddl, path, folder / "out"
 
 
 def _start(ddl: Path, path: Path, state: Path, env: dict | None = None, parallelism: int = 1) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "clink", "run", "-i", str(ddl), str(path), "--state-dir", str(state),
+    """``clink run -i ddl path`` in the folder that holds both, where the sink writes."""
+    assert ddl.parent == path.parent
+    return subprocess.Popen([sys.executable, "-m", "clink", "run", "-i", ddl.name, path.name, "--state-dir", str(state),
                              "--parallelism", str(parallelism)],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, cwd=path.parent,
                             env={**os.environ, **(env or {})})
 
 
@@ -145,7 +152,7 @@ _REFERENCES: dict[str, list[tuple]] = {}
 def _reference(query: str, tmp_path_factory: pytest.TempPathFactory) -> list[tuple]:
     if query not in _REFERENCES:
         folder = tmp_path_factory.mktemp(f"ref-{query}")
-        ddl, path, out = _files(folder, query, "ref")
+        ddl, path, out = _files(folder, query)
         process = _start(ddl, path, folder / "state")
         _, err = process.communicate(timeout=300)
         assert process.returncode == 0, err
@@ -160,7 +167,7 @@ def test_a_kill_inside_a_checkpoint_then_a_restart_gives_the_same_output(
         query: str, tmp_path: Path, tmp_path_factory: pytest.TempPathFactory) -> None:
     reference = _reference(query, tmp_path_factory)
     backend = "sqlite" if query in ("q4", "q6", "q19", "q20") else "memory"
-    ddl, path, out = _files(tmp_path, query, "fault", backend)
+    ddl, path, out = _files(tmp_path, query, backend)
     state = tmp_path / "state"
     process = _start(ddl, path, state, env={"CLINK_FAULT": "after_checkpoint_before_sink_commit:2"})
     process.wait(timeout=300)
@@ -187,7 +194,7 @@ def test_a_kill_at_parallelism_2_resumes_at_another_parallelism_with_the_same_ou
     exactly what one uninterrupted subtask wrote."""
     reference = _reference(query, tmp_path_factory)
     backend = "sqlite" if query in ("q4", "q20") else "memory"
-    ddl, path, out = _files(tmp_path, query, "rescale", backend)
+    ddl, path, out = _files(tmp_path, query, backend)
     state = tmp_path / "state"
     process = _start(ddl, path, state, env={"CLINK_FAULT": "after_checkpoint_before_sink_commit:2"}, parallelism=2)
     process.wait(timeout=300)
@@ -232,7 +239,7 @@ def test_random_kills_give_the_same_output(query: str, tmp_path: Path, tmp_path_
     kills = 0
     for seed in range(seeds):
         rng = random.Random(f"{query}-{seed}")
-        ddl, path, out = _files(tmp_path, query, f"run{seed}")
+        ddl, path, out = _files(tmp_path / f"run{seed}", query)
         state = tmp_path / f"state{seed}"
         for attempt in range(6):
             process = _start(ddl, path, state)

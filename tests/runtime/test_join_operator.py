@@ -51,6 +51,8 @@ def _expected(kind: str, residual: bool, left: Counter, right: Counter) -> Count
 
 
 values = st.one_of(st.none(), st.integers(0, 3))
+retractions = st.sampled_from(["-U", "-D"])
+additions = st.sampled_from(["+I", "+U"])
 
 
 @st.composite
@@ -64,13 +66,14 @@ def changes(draw) -> list[tuple[int, list[tuple[str, tuple]]]]:
         for _ in range(draw(st.integers(1, 6))):
             live = sorted((r for r, n in present[side].items() if n > 0), key=repr)
             if live and draw(st.booleans()):
-                row = draw(st.sampled_from(live))
+                # An index, not sampled_from(live): a strategy built per row is validated per row.
+                row = live[draw(st.integers(0, len(live) - 1))]
                 present[side][row] -= 1
-                rows.append((draw(st.sampled_from(["-U", "-D"])), row))
+                rows.append((draw(retractions), row))
             else:
                 row = (draw(values), draw(values))
                 present[side][row] += 1
-                rows.append((draw(st.sampled_from(["+I", "+U"])), row))
+                rows.append((draw(additions), row))
         batches.append((side, rows))
     return batches
 
