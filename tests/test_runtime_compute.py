@@ -11,7 +11,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.compute as real
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from clink.runtime import compute as pc
@@ -19,6 +19,9 @@ from clink.runtime.memo import ValueMemo
 
 ints = st.lists(st.one_of(st.none(), st.integers(-(2**40), 2**40)), max_size=30)
 texts = st.lists(st.one_of(st.none(), st.text(max_size=8)), max_size=30)
+#: Half hypothesis's default of 100 examples, for the tests whose every example is a column of
+#: hundreds or thousands of rows drawn from its values.
+MANY_ROWS = settings(max_examples=50, deadline=None)
 
 
 @given(ints, ints)
@@ -157,6 +160,7 @@ def test_filtering_the_fields_read_gives_those_fields_as_a_whole_filter_does(row
         assert fields.column(1).null_count == fields.num_rows
 
 
+@MANY_ROWS
 @given(st.lists(st.one_of(st.none(), st.integers(-(2**33), 2**33)), min_size=64, max_size=400),
        st.sampled_from(["%Y-%m-%d", "%H:%M", "%Y-%m-%d %H:%M:%S", "%j %a %p", "%M", "%S", "at %H o'clock"]),
        st.integers(1, 7))
@@ -208,6 +212,7 @@ repeating = st.lists(st.one_of(st.none(), st.sampled_from([
 ]), st.text(alphabet="a/&=_é", max_size=12)), min_size=1, max_size=40)
 
 
+@MANY_ROWS
 @given(repeating, st.integers(0, 2**32 - 1))
 def test_string_functions_per_distinct_value_match_per_row(values: list, seed: int) -> None:
     """REGEXP_EXTRACT and SPLIT_INDEX over a long column of repeating values run once per distinct
@@ -245,6 +250,7 @@ def test_string_functions_on_mostly_distinct_values_stay_per_row() -> None:
     assert K.split_index(array, "=", 2).to_pylist() == [str(i * 7) for i in range(5000)]
 
 
+@MANY_ROWS
 @given(st.lists(st.tuples(st.integers(0, 60), st.integers(1, 60), st.floats(0, 0.5), st.integers(0, 2)),
                 min_size=1, max_size=6), st.integers(0, 2**32 - 1))
 def test_string_functions_remember_values_across_calls(batches: list, seed: int) -> None:

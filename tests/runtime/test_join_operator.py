@@ -114,7 +114,7 @@ def _net(batches, side: int) -> Counter:
 
 @pytest.mark.parametrize("kind", ["inner", "left", "right", "full"])
 @pytest.mark.parametrize("residual", [False, True])
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=40, deadline=None)
 @given(batches=changes())
 def test_changelog_matches_the_batch_join(kind: str, residual: bool, batches) -> None:
     op = _operator(kind, residual)

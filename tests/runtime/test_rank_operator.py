@@ -63,7 +63,7 @@ batches = st.lists(st.lists(st.tuples(st.integers(0, 2), values), min_size=1, ma
 
 @pytest.mark.parametrize("emit_rank", [False, True])
 @pytest.mark.parametrize("descending", [False, True])
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=40, deadline=None)
 @given(data=batches, limit=st.integers(1, 4))
 def test_changelog_ends_as_the_top_n(emit_rank: bool, descending: bool, data, limit: int) -> None:
     op = _operator(_node(limit, emit_rank, descending))

@@ -161,7 +161,7 @@ def held(path: Path, name: str = "t") -> dict[tuple, int | None]:
     return {(k, tag): v for k, tag, v in rows}
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(changes=changelogs, cuts=st.lists(st.integers(0, 60), max_size=8),
        checkpoints=st.lists(st.booleans(), max_size=9), compact_at=st.sampled_from([3, 1 << 16]))
 def test_upserts_end_as_applying_each_change_in_turn(changes: list[tuple], cuts: list[int],
