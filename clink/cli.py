@@ -59,6 +59,12 @@ def _parser() -> argparse.ArgumentParser:
                    help="stop, with a final checkpoint, once N checkpoints have been taken")
     p.add_argument("--recompile", action="store_true",
                    help="compile the SQL even if the plan cache holds this text's plan")
+    p.add_argument("--target", choices=("local", "ray"),
+                   help="where the job runs ('execution.target'): this process (default), or worker "
+                        "processes on Ray, one per subtask index (docs/cluster.md)")
+    p.add_argument("--ray-address", metavar="HOST:PORT",
+                   help="the Ray cluster to run on ('ray.address'); without it, a Ray runtime is started "
+                        "for the job and stopped after it")
 
     p = sub.add_parser("inspect", parents=[common], help="print an artefact's manifest and plan")
     p.add_argument("file", help="the artefact (.clk)")
@@ -233,9 +239,11 @@ def _settings(pairs: list[str]) -> dict[str, str]:
     return out
 
 
-def _plan_from_sql(text: str, name: str, *, recompile: bool, init: list[tuple[str, str]] = ()) -> Plan:
-    """The plan of a SQL file: from the plan cache when this text (with the same init scripts)
-    was compiled before (no compiler, no lark), else compiled now and cached."""
+def _plan_from_sql(text: str, name: str, *, recompile: bool,
+                   init: list[tuple[str, str]] = ()) -> tuple[Plan, str]:
+    """The plan of a SQL file and its generated module's source: from the plan cache when this
+    text (with the same init scripts) was compiled before (no compiler, no lark), else compiled
+    now and cached."""
     from clink import cache
     from clink.runtime.loader import load_generated, plan_of
 
@@ -244,13 +252,13 @@ def _plan_from_sql(text: str, name: str, *, recompile: bool, init: list[tuple[st
     hit = None if recompile else cache.cached_plan_source(key, name)
     if hit is not None:
         source, fingerprint = hit
-        return plan_of(load_generated(source, name=name, fingerprint=fingerprint), name)
+        return plan_of(load_generated(source, name=name, fingerprint=fingerprint), name), source
     from clink.compiler import compile_text
 
     compiled = compile_text(text, name=name, init=init)
     plan = plan_of(load_generated(compiled.source, name=name, fingerprint=compiled.fingerprint), name)
     cache.store_plan_source(key, name, compiled.source, plan.fingerprint)
-    return plan
+    return plan, compiled.source
 
 
 def _run(args: argparse.Namespace, sources: dict[str, str]) -> int:
@@ -276,17 +284,20 @@ def _run(args: argparse.Namespace, sources: dict[str, str]) -> int:
         signal.signal(signal.SIGINT, stop)
     if args.init and args.file.endswith((".clk", ".py")):
         raise UsageError("--init applies to SQL files; a compiled plan already holds its declarations")
+    sql = ""
     if args.file.endswith(".clk"):
         from clink.runtime.artefact import read_artefact
 
-        plan = read_artefact(args.file).plan()
+        artefact = read_artefact(args.file)
+        plan, source = artefact.plan(), artefact.module_source
     elif args.file.endswith(".py"):
         from clink.runtime.loader import load_plan_file
 
         plan = load_plan_file(args.file)
+        source = Path(args.file).read_text(encoding="utf-8")
     else:
-        name, text = _read_sql(args.file, sources)
-        plan = _plan_from_sql(text, name, recompile=args.recompile, init=_init_scripts(args, sources))
+        name, sql = _read_sql(args.file, sources)
+        plan, source = _plan_from_sql(sql, name, recompile=args.recompile, init=_init_scripts(args, sources))
 
     for text in plan.explain:
         sys.stdout.write(text)
@@ -308,6 +319,12 @@ def _run(args: argparse.Namespace, sources: dict[str, str]) -> int:
         config["parallelism.default"] = str(args.parallelism)
     if os.environ.get("CLINK_FAULT"):
         config["test.fault-point"] = os.environ["CLINK_FAULT"]
+    if args.target:
+        config["execution.target"] = args.target
+    if args.ray_address:
+        config["ray.address"] = args.ray_address
+    if ({**plan.config, **config}.get("execution.target") or "local") == "ray":
+        return _run_on_ray(args, plan, source, sql, {**plan.config, **config}, state_dir)
     ctx = RuntimeContext(config=config, state_dir=state_dir)
     queries = [s for s in plan.sinks if s.connector == "collect"]
     collected: dict[str, list] = {q.table: [] for q in queries}
@@ -362,6 +379,40 @@ def _run(args: argparse.Namespace, sources: dict[str, str]) -> int:
             rows = materialize(pa.Table.from_batches(collected[q.table], schema=q.schema), q.changelog)
             _print_table(rows, job.ctx.time_zone)
     print(job.metrics.summary(), file=sys.stderr)
+    return 0
+
+
+def _run_on_ray(args: argparse.Namespace, plan: Plan, source: str, sql: str, config: dict,
+                state_dir: Path | None) -> int:
+    """``clink run --target ray``: the job's artefact on Ray workers, to its end."""
+    import os
+
+    collected = [s.table for s in plan.sinks if s.connector == "collect"]
+    if collected:
+        raise UsageError(f"a query's rows ({', '.join(collected)}) come back to this process only in a local run; "
+                         "on Ray, write them to a table (INSERT INTO)")
+    if args.stop_with_checkpoint_after is not None or args.progress:
+        raise UsageError("--stop-with-checkpoint-after and --progress apply to local runs")
+    try:
+        from clink.cluster.onray import run_on_ray
+    except ImportError as exc:
+        raise UsageError(f"running on Ray needs Ray: pip install 'clink[ray]' ({exc})") from None
+    from clink.runtime.artefact import artefact_bytes
+
+    artefact = artefact_bytes(module_source=source, plan=plan, sql=sql, clink_version=__version__)
+    parallelism = int(config.get("parallelism.default") or 1)
+    print(f"running {plan.name} on Ray: {parallelism} worker(s)", file=sys.stderr)
+    outcome = run_on_ray(artefact, config={k: str(v) for k, v in config.items()},
+                         state_dir=str(state_dir.resolve()) if state_dir is not None else None,
+                         fingerprint=plan.fingerprint, cwd=os.getcwd())
+    for warning in outcome["warnings"]:
+        print(f"warning: {warning}", file=sys.stderr)
+    for line in outcome["log"]:
+        print(line, file=sys.stderr)
+    rows_in = sum(outcome["records_in"].values())
+    rows_out = sum(outcome["records_out"].values())
+    print(f"{rows_in:,} rows in, {rows_out:,} rows out in {outcome['seconds']:.2f} s on {parallelism} worker(s); "
+          f"{outcome['checkpoints']} checkpoint(s), {outcome['attempts'] - 1} restart(s)", file=sys.stderr)
     return 0
 
 

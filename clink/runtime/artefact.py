@@ -27,7 +27,7 @@ from clink.errors import ClinkError
 from clink.runtime.plan import Plan
 from clink.runtime.sealed import seal, unseal
 
-__all__ = ["Artefact", "InvalidArtefact", "read_artefact", "write_artefact"]
+__all__ = ["Artefact", "InvalidArtefact", "artefact_bytes", "read_artefact", "write_artefact"]
 
 FORMAT = "clink-artefact"
 FORMAT_VERSION = 1
@@ -76,7 +76,23 @@ def _schema_json(schema) -> list[dict]:
 def write_artefact(path: str | Path, *, module_source: str, plan: Plan, sql: str, explain: str,
                    clink_version: str) -> Path:
     """Write the artefact of a compiled plan (``plan`` is the module's loaded ``PLAN``)."""
+    data = artefact_bytes(module_source=module_source, plan=plan, sql=sql, explain=explain,
+                          clink_version=clink_version)
+    path = Path(path)
+    temporary = path.with_name(f".{path.name}.tmp")
+    temporary.write_bytes(data)
+    temporary.replace(path)
+    return path
+
+
+def artefact_bytes(*, module_source: str, plan: Plan, sql: str = "", explain: str = "",
+                   clink_version: str | None = None) -> bytes:
+    """The bytes of a compiled plan's artefact (what ``write_artefact`` writes, and what a cluster
+    deploys to its workers)."""
     from clink.runtime.executor import stable_ids
+
+    if clink_version is None:
+        from clink._version import __version__ as clink_version
 
     members = {MODULE: module_source.encode(), EXPLAIN: explain.encode()}
     uids = stable_ids(plan)
@@ -96,16 +112,12 @@ def write_artefact(path: str | Path, *, module_source: str, plan: Plan, sql: str
         "members": {name: {"size": len(data), "sha256": hashlib.sha256(data).hexdigest()}
                     for name, data in members.items()},
     }
-    path = Path(path)
     buffer = io.BytesIO()
     with zipfile.ZipFile(buffer, "w", compression=zipfile.ZIP_DEFLATED) as z:
         z.writestr(MANIFEST, seal(manifest))
         for name, data in members.items():
             z.writestr(name, data)
-    temporary = path.with_name(f".{path.name}.tmp")
-    temporary.write_bytes(buffer.getvalue())
-    temporary.replace(path)
-    return path
+    return buffer.getvalue()
 
 
 def _minor(version: str) -> tuple[str, ...]:

@@ -68,6 +68,31 @@ def job_parallelism(ctx: RuntimeContext) -> int:
     return value
 
 
+class Placement:
+    """Where a job's subtasks run when it is spread over several processes (a cluster's workers):
+    subtask ``i`` of every node runs in worker ``i % workers``, so that a node's subtask and the
+    subtask of the node above that feeds it forward share a worker, and one-subtask nodes (sinks,
+    a global aggregate) run in worker 0. The cluster package supplies the three callbacks:
+
+    - ``send(target, sender, element)``: deliver an element to a subtask in another worker, in order
+      per channel (sender, target);
+    - ``snapshot_done(checkpoint_id, pieces)``: every subtask of this worker has taken its part of
+      checkpoint ``checkpoint_id`` (``Job.inject_barriers``); ``pieces`` are plain values;
+    - the worker reads ``Job.finished`` (every subtask here has ended) and then commits or closes.
+    """
+
+    def __init__(self, worker: int, workers: int, send, snapshot_done) -> None:
+        if not 0 <= worker < workers:
+            raise ValueError(f"worker {worker} of {workers}")
+        self.worker = worker
+        self.workers = workers
+        self.send = send
+        self.snapshot_done = snapshot_done
+
+    def runs_here(self, index: int) -> bool:
+        return index % self.workers == self.worker
+
+
 @dataclass(slots=True)
 class Metrics:
     """Counters of a run: rows read per source, written per sink, bad records skipped."""
@@ -126,10 +151,13 @@ def format_watermark(ms: int) -> str:
 class Job:
     """One run of a plan. ``step()`` does a bounded amount of work; ``run()`` runs to the end."""
 
-    def __init__(self, plan: Plan, ctx: RuntimeContext) -> None:
+    def __init__(self, plan: Plan, ctx: RuntimeContext, *, placement: Placement | None = None) -> None:
         allocator.tune()
         self.plan = plan
         self.ctx = ctx.with_config({**plan.config, **ctx.config})
+        if placement is None and (self.ctx.get("execution.target") or "local").strip().lower() == "ray":
+            raise UsageError("'execution.target' = 'ray' runs the job on Ray's workers, not in this process: use "
+                             "clink run --target ray (docs/cluster.md)")
         self.metrics = Metrics()
         #: Subtasks per node, and what each subtask (by its id, ``subtask_id``) runs.
         self.parallelism = job_parallelism(self.ctx)
@@ -161,6 +189,15 @@ class Job:
         self._exchanges: list[int] = []
         #: Per subtask: the checkpoint barrier being aligned, and the channels it came on so far.
         self._barriers: dict[int, tuple[int, set[int]]] = {}
+        #: Per subtask aligning a barrier: what came after it on channels that delivered it, in order.
+        self._parked: dict[int, list[tuple[int, Element]]] = {}
+        #: Spread over several processes (``Placement``): the subtasks that run here, those that
+        #: run elsewhere (elements for them go to ``placement.send``), and the checkpoint being taken.
+        self._placement = placement
+        self._local: set[int] = set()
+        self._remote: set[int] = set()
+        self._snapshot: _SubtaskSnapshots | None = None
+        self._snapshots_done = 0
         self._readers: dict[int, SourceReader] = {}
         self._writers: dict[int, SinkWriter] = {}
         self._operators: dict[int, object] = {}
@@ -223,6 +260,10 @@ class Job:
             for j, sid in enumerate(self._subtasks[node.id]):
                 self._node_of[sid] = node
                 self._index_of[sid] = j
+                if self._placement is None or self._placement.runs_here(j):
+                    self._local.add(sid)
+                else:
+                    self._remote.add(sid)
         consumers: dict[int, list[int]] = defaultdict(list)
         for node in self.plan.nodes:
             for index, upstream in enumerate(node.inputs):
@@ -240,7 +281,10 @@ class Job:
                 (below,) = consumers[node.id]
                 for sid in self._subtasks[node.id]:
                     self._routes[sid] = self._subtasks[below]
-                if len(self._subtasks[below]) > 1:
+                if len(self._subtasks[below]) > 1 and self._placement is None:
+                    # In one process, rows wait for the end of the round (_hold). Spread over
+                    # processes, each goes at once on its own channel: merged, rows of several
+                    # senders would pass one sender's barrier.
                     self._exchanges.append(node.id)  # in plan order: upstream ones first
                     self._buffering.update(self._subtasks[node.id])
                     self._buffers[node.id] = [[] for _ in self._subtasks[below]]
@@ -272,12 +316,13 @@ class Job:
                                                parallelism=len(subtasks),
                                                key_groups=key_group_range(j, len(subtasks), self.max_parallelism))
                 self._open_inputs[sid] = len(self._channels[sid])
-                if not self._channels[sid] and not isinstance(node, Source):
+                if not self._channels[sid] and not isinstance(node, Source) and sid in self._local:
                     self._without_input.append(sid)
         for node in self.plan.nodes:
             subtasks = self._subtasks[node.id]
             for j, sid in enumerate(subtasks):
-                self._open_subtask(node, sid, j, len(subtasks))
+                if sid in self._local:
+                    self._open_subtask(node, sid, j, len(subtasks))
 
     def _open_subtask(self, node: Node, sid: int, index: int, count: int) -> None:
         if isinstance(node, Source):
@@ -372,7 +417,7 @@ class Job:
             if (self._checkpointing is not None and self._checkpointing.due()
                     and not self._source_subtasks <= self._ended):
                 self.checkpoint()
-            if len(self._ended) == len(self._node_of):
+            if len(self._ended) == len(self._local):
                 self._finish()
         except BaseException as exc:
             self._fail(exc)
@@ -427,6 +472,55 @@ class Job:
             self._abort()
             self.finished = True
 
+    # -- spread over processes (``Placement``)
+
+    def inject_barriers(self, checkpoint_id: int) -> None:
+        """Start checkpoint ``checkpoint_id`` in this worker: each source subtask here records its
+        position and sends the barrier; every other subtask takes its part once the barrier has
+        come on all its open channels, or at once if it has ended. ``placement.snapshot_done``
+        gets the parts when all are taken."""
+        if checkpoint_id <= self._snapshots_done:
+            return
+        snapshot = self._snapshot_of(checkpoint_id)
+        snapshot.triggered = True
+        for sid in self._readers:
+            ended = sid in self._ended
+            snapshot.take(sid)
+            if not ended:
+                self._emit(sid, Barrier(checkpoint_id))
+        snapshot.done_if_complete()
+
+    def deliver(self, target: int, sender: int, element: Element) -> None:
+        """An element that subtask ``sender`` in another process sent to subtask ``target`` here."""
+        if self.finished:
+            return
+        try:
+            self._receive(target, sender, element)
+            if len(self._ended) == len(self._local):
+                self._finish()
+        except BaseException as exc:
+            self._fail(exc)
+
+    def commit_checkpoint(self, checkpoint_id: int, handles: dict) -> None:
+        """Checkpoint ``checkpoint_id`` is complete: the sinks here make its output visible."""
+        for sid, writer in self._writers.items():
+            writer.commit(checkpoint_id, handles.get(self.uids[self._node_of[sid].id]))
+
+    def close(self) -> None:
+        """Every subtask here has ended and the last checkpoint (if any) has committed: close the
+        sinks (making their last output visible), the sources and the operators."""
+        if self._checkpointing is not None:
+            for writer in self._writers.values():
+                writer.close()
+        self._close_readers()
+        self.refresh_metrics()
+
+    def _snapshot_of(self, checkpoint_id: int) -> _SubtaskSnapshots:
+        if self._snapshot is None or self._snapshot.id != checkpoint_id:
+            self._snapshot = _SubtaskSnapshots(self, checkpoint_id)
+            self._snapshot.take_ended()
+        return self._snapshot
+
     def _advance_source_watermark(self, node_id: int, batch: pa.RecordBatch) -> None:
         """Emit the source's watermark after a batch, if the batch moved it forward."""
         node = self._node_of[node_id]
@@ -454,6 +548,15 @@ class Job:
             self._receive(target_id, node_id, element)
 
     def _receive(self, target_id: int, from_id: int, element: Element) -> None:
+        if target_id in self._remote:
+            self._placement.send(target_id, from_id, element)
+            return
+        if self._barriers:
+            aligning = self._barriers.get(target_id)
+            if aligning is not None and from_id in aligning[1]:
+                # This channel has passed the barrier: what follows waits until every channel has.
+                self._parked.setdefault(target_id, []).append((from_id, element))
+                return
         node = self._node_of[target_id]
         match element:
             case Batch(data=batch):
@@ -486,9 +589,7 @@ class Job:
                 seen.add(from_id)
                 self._barriers[target_id] = (current, seen)
                 if len(seen) >= self._open_inputs[target_id]:
-                    del self._barriers[target_id]
-                    if not isinstance(node, Sink):
-                        self._emit(target_id, element)
+                    self._aligned(target_id)
             case EndOfInput():
                 if target_id in self._buffering:
                     self._flush(node.id)
@@ -499,8 +600,22 @@ class Job:
                     # Input ``index`` has ended once it has ended on every channel.
                     self._emit_all(target_id, operator.end_of_input(index))
                 self._open_inputs[target_id] -= 1
+                aligning = self._barriers.get(target_id)
+                if aligning is not None and len(aligning[1]) >= self._open_inputs[target_id]:
+                    self._aligned(target_id)  # the channels still open had all passed the barrier
                 if self._open_inputs[target_id] == 0:
                     self._end(target_id)
+
+    def _aligned(self, target_id: int) -> None:
+        """Every open channel of ``target_id`` has delivered the barrier: the subtask takes its part
+        of the checkpoint (spread over processes), passes the barrier on, then takes what waited."""
+        checkpoint_id, _ = self._barriers.pop(target_id)
+        if self._placement is not None:
+            self._snapshot_of(checkpoint_id).take(target_id)
+        if not isinstance(self._node_of[target_id], Sink):
+            self._emit(target_id, Barrier(checkpoint_id))
+        for from_id, element in self._parked.pop(target_id, ()):
+            self._receive(target_id, from_id, element)
 
     def _route(self, sid: int, node: Exchange, batch: pa.RecordBatch) -> None:
         """Send each row of ``batch`` to the subtask of the node below that the exchange's
@@ -558,6 +673,9 @@ class Job:
         return table
 
     def _hold(self, sid: int, target: int, batch: pa.RecordBatch) -> None:
+        if sid not in self._buffering:
+            self._receive(self._routes[sid][target], sid, Batch(batch))
+            return
         exchange = self._node_of[sid].id
         self._buffers[exchange][target].append(batch)
         self._buffered_rows[exchange][target] += batch.num_rows
@@ -682,6 +800,8 @@ class Job:
         if node_id in self._ended:
             return
         self._ended.add(node_id)
+        if self._snapshot is not None:
+            self._snapshot.take(node_id)  # its state is final: its part of the checkpoint is taken now
         node = self._node_of[node_id]
         if isinstance(node, Sink):
             if self._checkpointing is None:
@@ -696,6 +816,9 @@ class Job:
         self._emit(node_id, EndOfInput())
 
     def _finish(self) -> None:
+        if self._placement is not None:
+            self.finished = True  # the worker takes the last checkpoint with the others, then close()
+            return
         if self._checkpointing is not None:
             self._checkpointing.take()
             for writer in self._writers.values():
@@ -892,6 +1015,9 @@ class _Checkpointing:
         from clink.runtime.checkpoint import CheckpointStore
 
         store = CheckpointStore(ctx.state_dir, retained=int(ctx.get("state.checkpoints.num-retained", "3")))
+        if job._placement is not None:
+            # Spread over processes, the job master triggers checkpoints and completes them.
+            every_rows = every_ms = None
         checkpointing = cls(job, store, every_rows, every_ms)
         checkpointing.restore()
         return checkpointing
@@ -977,6 +1103,8 @@ class _Checkpointing:
 
             info, _ = self.store.open(local_directory(chosen))
             warnings = []
+        elif job._placement is not None:
+            info, warnings = None, []  # the job master chose: nothing to resume from
         else:
             info, warnings = self.store.latest()
         job.warnings.extend(warnings)
@@ -988,7 +1116,8 @@ class _Checkpointing:
             return
         _, manifest = self.store.open(info.path)
         state = json.loads((info.path / "job.json").read_text())
-        self.check_compatible(info.path.name, state)
+        if job._placement is None or job._placement.worker == 0:
+            self.check_compatible(info.path.name, state)  # worker 0 runs subtask 0 of every node
         uids = job.uids
         for node in job.plan.nodes:
             subtasks = job._subtasks[node.id]
@@ -996,6 +1125,8 @@ class _Checkpointing:
                 saved = state["sources"][uids[node.id]]
                 shares = saved["subtasks"] if "subtasks" in saved else [saved]
                 for j, sid in enumerate(subtasks):
+                    if sid not in job._local:
+                        continue
                     reader = job._readers[sid]
                     if len(shares) == len(subtasks):
                         reader.seek(shares[j])
@@ -1024,6 +1155,8 @@ class _Checkpointing:
         saved = entry["subtasks"] if "subtasks" in entry else [
             {"files": entry["files"], "meta": entry["meta"], "key_groups": [0, job.max_parallelism]}]
         for j, sid in enumerate(subtasks):
+            if sid not in job._local:
+                continue
             mine = key_group_range(j, len(subtasks), job.max_parallelism)
             parts = [e for e in saved if e["key_groups"][0] < mine.stop and mine.start < e["key_groups"][1]]
             whole = len(parts) == 1 and parts[0]["key_groups"] == [mine.start, mine.stop]
@@ -1043,6 +1176,8 @@ class _Checkpointing:
             note = w.recover(checkpoint_id, handles.get(job.uids[job._node_of[sid].id]), lineage=lineage)
             if note:
                 job.warnings.append(note)
+        if job._placement is not None:
+            return  # the job master sets later checkpoints aside, once, for every worker
         from clink.runtime.checkpoint.store import ROLLED_BACK
 
         moved = self.store.set_aside_after(checkpoint_id)
@@ -1082,6 +1217,63 @@ class _Checkpointing:
             if uids[node.id] not in state.get("sources", {}):
                 raise IncompatibleCheckpoint(f"checkpoint {name} holds no position for {uids[node.id]}"
                                              f"{_where(node)}: a source was added. {hint}")
+
+
+class _SubtaskSnapshots:
+    """The parts of one checkpoint that the subtasks of a worker take (``Placement``): each
+    source's position when the checkpoint is injected, each stateful operator's state (files in
+    the checkpoint's directory, which the job master made) and each sink's pre-commit handle once
+    the barrier is aligned. The job master puts the parts of every worker together."""
+
+    def __init__(self, job: Job, checkpoint_id: int) -> None:
+        from clink.runtime.checkpoint import CheckpointStore
+
+        self.job = job
+        self.id = checkpoint_id
+        self.triggered = False
+        self.path = CheckpointStore(job.ctx.state_dir).root / f"chk-{checkpoint_id}"
+        self.waiting = {sid for sid in job._local if sid in job._readers or sid in job._writers
+                        or sid in job._operators}
+        self.pieces: dict[str, dict] = {"sources": {}, "operators": {}, "sinks": {}, "signatures": {}}
+
+    def take_ended(self) -> None:
+        for sid in sorted(self.waiting & self.job._ended):
+            self.take(sid)
+
+    def take(self, sid: int) -> None:
+        if sid not in self.waiting or (sid in self.job._readers and not self.triggered
+                                       and sid not in self.job._ended):
+            return  # a source's position is taken when the checkpoint reaches this worker
+        self.waiting.discard(sid)
+        job = self.job
+        node, index = job._node_of[sid], job._index_of[sid]
+        uid = job.uids[node.id]
+        if sid in job._readers:
+            position = job._readers[sid].position()
+            if position is None:
+                raise UsageError(f"table {node.table!r} cannot be checkpointed: its source cannot resume "
+                                 "from a position")
+            self.pieces["sources"].setdefault(uid, {})[str(index)] = position
+        elif sid in job._writers:
+            self.pieces["sinks"][uid] = job._writers[sid].pre_commit(self.id)
+        else:
+            files, meta = job._operators[sid].snapshot(self.id, self.path)
+            count = len(job._subtasks[node.id])
+            groups = key_group_range(index, count, job.max_parallelism)
+            self.pieces["operators"].setdefault(uid, []).append(
+                {"index": index, "files": [p.name for p in files], "meta": meta,
+                 "key_groups": [groups.start, groups.stop]})
+            if index == 0:
+                self.pieces["signatures"][uid] = state_signature(job, node.id)
+        self.done_if_complete()
+
+    def done_if_complete(self) -> None:
+        job = self.job
+        if self.waiting or not self.triggered or job._snapshot is not self:
+            return
+        job._snapshot = None
+        job._snapshots_done = self.id
+        job._placement.snapshot_done(self.id, self.pieces)
 
 
 def _merge_meta(metas: list[dict]) -> dict:

@@ -154,6 +154,16 @@ SETTINGS: dict[str, Setting] = {s.key: s for s in (
     Setting("table.exec.late-events.table", "the table late rows go to with 'side-output'"),
     Setting("table.local-time-zone", "the session time zone: how TIMESTAMP_LTZ values read as wall-clock "
             "times, and where windows over them start (UTC)", _time_zone),
+    Setting("execution.target", "where the job runs: 'local' (this process) or 'ray' (worker processes on a "
+            "Ray cluster, docs/cluster.md)", _choice("local", "ray")),
+    Setting("ray.address", "the Ray cluster to run on ('auto', or HOST:PORT); without it, a Ray runtime "
+            "is started for the job and stopped after it"),
+    Setting("cluster.heartbeat.timeout", "a worker that does not answer for this long has failed (10 s)",
+            _duration),
+    Setting("restart-strategy.type", "what a failed cluster job does: 'fixed-delay' (restart from the "
+            "last checkpoint) or 'none'", _choice("none", "fixed-delay", "fixeddelay", "off", "disable")),
+    Setting("restart-strategy.fixed-delay.attempts", "restarts before the job fails (3)", _positive_int),
+    Setting("restart-strategy.fixed-delay.delay", "time between a failure and the restart (1 s)", _duration),
     Setting("test.fault-point", "crash at a named point (for crash tests)"),
 )}
 

@@ -26,7 +26,8 @@ from clink.errors import ConnectorError
 from clink.runtime.connectors.base import TableSpec
 from clink.runtime.connectors.sqlite import SqliteSinkWriter
 from clink.runtime.context import RuntimeContext
-from test_crash_harness_operators import CSV, QUERIES, SQLITE, _output, _start
+from nexmark_cases import CSV, QUERIES, SQLITE, output as _output
+from test_crash_harness_operators import _start
 
 BENCH = Path(__file__).resolve().parents[2] / "bench" / "nexmark"
 EVENTS = 15_000

@@ -1,0 +1,88 @@
+"""Workers as threads of this process, joined by in-memory channels.
+
+The same job master and workers as on Ray, without Ray or a network: what tests use to check the
+protocol (barriers aligned across workers, checkpoints put together by the job master, restarts)
+quickly and deterministically enough, and a way to see a plan's subtasks spread over workers.
+Python runs one thread at a time, so this is not faster than one worker.
+"""
+
+from __future__ import annotations
+
+import io
+
+from clink.cluster.master import JobMaster
+from clink.cluster.worker import Worker
+from clink.runtime.context import RuntimeContext
+from clink.runtime.elements import Element
+from clink.runtime.plan import Plan
+
+__all__ = ["InMemoryTransport", "run_in_threads"]
+
+
+class InMemoryTransport:
+    """Elements go straight into the receiving worker's inbox (one queue: in order per channel)."""
+
+    def __init__(self, workers: list[Worker | None]) -> None:
+        self.workers = workers
+
+    def send(self, worker: int, target: int, sender: int, element: Element) -> None:
+        self.workers[worker].deliver(target, sender, element)
+
+    def has_credit(self) -> bool:
+        return True
+
+    def flush(self) -> None:
+        pass
+
+
+class _ThreadHandle:
+    def __init__(self, worker: Worker) -> None:
+        self.worker = worker
+
+    def trigger(self, checkpoint_id: int) -> None:
+        self.worker.trigger(checkpoint_id)
+
+    def commit(self, checkpoint_id: int, handles: dict) -> None:
+        self.worker.commit(checkpoint_id, handles)
+
+    def close(self) -> None:
+        self.worker.close()
+
+    def stop(self) -> None:
+        self.worker.stop()
+
+    def alive(self) -> bool:
+        return self.worker.thread is not None and self.worker.thread.is_alive()
+
+
+def run_in_threads(plan: Plan, ctx: RuntimeContext, *, workers: int, on_attempt=None) -> JobMaster:
+    """Run ``plan`` on ``workers`` worker threads (parallelism from ``ctx``, at least ``workers``);
+    return the job master once the job has ended. ``on_attempt(attempt, workers)`` sees each
+    attempt's workers as they start (tests use it to fail one)."""
+    config = {**plan.config, **ctx.config}
+    parallelism = int(config.get("parallelism.default") or workers)
+
+    def launch(attempt: int, restore: str | None, report) -> list[_ThreadHandle]:
+        run_config = {**ctx.config, "parallelism.default": str(parallelism)}
+        run_config.pop("execution.savepoint.path", None)
+        if restore is not None:
+            run_config["execution.savepoint.path"] = restore
+        pool: list[Worker | None] = [None] * workers
+        transport = InMemoryTransport(pool)
+        for w in range(workers):
+            worker_ctx = RuntimeContext(config=run_config, connectors=ctx.connectors, functions=ctx.functions,
+                                        clock=ctx.clock, stdout=ctx.stdout if w == 0 else io.StringIO(),
+                                        state_dir=ctx.state_dir, filesystems=ctx.filesystems,
+                                        on_result=ctx.on_result)
+            pool[w] = Worker(plan, worker_ctx, worker=w, workers=workers, transport=transport,
+                             report=lambda kind, value, w=w: report(w, kind, value))
+        if on_attempt is not None:
+            on_attempt(attempt, pool)
+        for worker in pool:
+            worker.start()
+        return [_ThreadHandle(worker) for worker in pool]
+
+    master = JobMaster(launch, workers=workers, parallelism=parallelism, fingerprint=plan.fingerprint,
+                       config=config, state_dir=str(ctx.state_dir) if ctx.state_dir is not None else None)
+    master.run()
+    return master

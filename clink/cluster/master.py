@@ -1,0 +1,209 @@
+"""The job master's loop, apart from where its workers run.
+
+``JobMaster.run`` starts an attempt (every worker, restored from the newest complete checkpoint),
+then reacts to what the workers report: a worker's parts of a checkpoint (once every worker's are
+in, the checkpoint completes and the sinks commit), a worker that has finished (once every one has,
+a last checkpoint commits the end of the output and the workers close), a failure. It triggers a
+checkpoint every ``'execution.checkpointing.interval'``. A failed attempt — a worker that raised
+something other than an error in the pipeline, or that stopped answering — is stopped whole, and
+the next attempt starts from the last complete checkpoint, up to the restart strategy's attempts.
+
+Reports carry the attempt they belong to: what a worker of an earlier attempt says is ignored, and
+only workers of the current attempt are told to commit (fencing).
+
+The launcher, given an attempt number, the checkpoint to restore and a ``report`` callback, starts
+the workers and returns handles with ``trigger(n)``, ``commit(n, handles)``, ``close()``,
+``stop()`` and ``alive()`` (``cluster.ray`` for Ray actors, ``cluster.local`` for threads).
+"""
+
+from __future__ import annotations
+
+import queue
+import time
+from collections.abc import Callable
+
+from clink.cluster.coordinator import Coordinator
+from clink.errors import ClinkError, UsageError
+from clink.runtime.settings import parse_duration
+
+__all__ = ["JobFailed", "JobMaster", "RestartStrategy"]
+
+
+class JobFailed(ClinkError):
+    """A cluster job that failed for good: a pipeline error, or more failures than the restart
+    strategy allows."""
+
+    exit_code = 1
+
+
+class RestartStrategy:
+    """Flink's ``restart-strategy.type`` ('none' or 'fixed-delay') with its attempts and delay."""
+
+    def __init__(self, config: dict) -> None:
+        kind = (config.get("restart-strategy.type") or config.get("restart-strategy") or "fixed-delay").lower()
+        if kind in ("none", "off", "disable"):
+            self.attempts = 0
+        elif kind in ("fixed-delay", "fixeddelay"):
+            self.attempts = int(config.get("restart-strategy.fixed-delay.attempts") or 3)
+        else:
+            raise UsageError(f"restart strategy {kind!r} is not implemented; use 'fixed-delay' or 'none'")
+        self.delay_s = parse_duration(config.get("restart-strategy.fixed-delay.delay") or "1 s") / 1000
+
+
+class JobMaster:
+    def __init__(self, launch: Callable, *, workers: int, parallelism: int, fingerprint: str,
+                 config: dict, state_dir: str | None, log: Callable[[str], None] = lambda line: None) -> None:
+        self.launch = launch
+        self.workers = workers
+        self.config = dict(config)
+        self.state_dir = state_dir
+        self.log = log
+        self.restarts = RestartStrategy(self.config)
+        interval = self.config.get("execution.checkpointing.interval")
+        self.interval_s = parse_duration(interval) / 1000 if interval else None
+        if self.config.get("execution.checkpointing.interval-rows"):
+            raise UsageError("'execution.checkpointing.interval-rows' counts one process's source rows; a "
+                             "cluster job takes checkpoints by time: set 'execution.checkpointing.interval'")
+        self.heartbeat_s = parse_duration(self.config.get("cluster.heartbeat.timeout") or "10 s") / 1000
+        if state_dir is None and self.interval_s:
+            raise UsageError("'execution.checkpointing.interval' needs a state directory (--state-dir) that "
+                             "every worker can reach")
+        self.coordinator = (Coordinator(state_dir, fingerprint=fingerprint, parallelism=parallelism,
+                                        workers=workers,
+                                        retained=int(self.config.get("state.checkpoints.num-retained") or 3))
+                            if state_dir is not None else None)
+        self.events: queue.Queue = queue.Queue()
+        self.attempt = 0
+        self.failures: list[str] = []
+        self.warnings: list[str] = []
+        self.metrics: dict[int, dict] = {}
+        self.restored_from: int | None = None
+        self.recovery_s: list[float] = []
+
+    def report(self, attempt: int, worker: int, kind: str, value) -> None:
+        """What a worker says (from any thread)."""
+        self.events.put((attempt, worker, kind, value))
+
+    def run(self) -> dict:
+        """Run the job to its end; return the workers' metrics. Raises ``JobFailed``."""
+        chosen = self.config.get("execution.savepoint.path")
+        while True:
+            outcome = self._attempt(chosen)
+            if outcome is None:
+                return self.metrics
+            self.failures.append(outcome)
+            chosen = None  # a restart resumes from the newest complete checkpoint
+            if self.attempt > self.restarts.attempts:
+                raise JobFailed(f"the job failed {len(self.failures)} time(s), more than the restart strategy "
+                                f"allows ({self.restarts.attempts} restart(s)); the last failure:\n{outcome}")
+            self.log(f"attempt {self.attempt} failed: {outcome.splitlines()[0]}; restarting in "
+                     f"{self.restarts.delay_s:g} s from the last complete checkpoint")
+            time.sleep(self.restarts.delay_s)
+
+    def _attempt(self, chosen: str | None) -> str | None:
+        """One attempt; None when the job ended, else why the attempt failed."""
+        self.attempt += 1
+        attempt = self.attempt
+        restore = None
+        if self.coordinator is not None:
+            self.coordinator.abandon()
+            restore, warnings = self.coordinator.resume_point(chosen)
+            self.warnings.extend(warnings)
+            if restore is not None:
+                self.restored_from = self.coordinator.next_id - 1
+        started = time.perf_counter()
+        handles = self.launch(attempt, restore, lambda worker, kind, value: self.report(attempt, worker, kind, value))
+        up: set[int] = set()
+        finished: set[int] = set()
+        closed: set[int] = set()
+        final_checkpoint: int | None = None
+        last_checkpoint = time.perf_counter()
+        last_seen = {w: time.perf_counter() for w in range(self.workers)}
+        first_answer = attempt > 1
+        try:
+            while True:
+                try:
+                    event = self.events.get(timeout=0.01)
+                except queue.Empty:
+                    event = None
+                now = time.perf_counter()
+                if event is not None:
+                    event_attempt, worker, kind, value = event
+                    if event_attempt != attempt:
+                        continue  # an earlier attempt's worker: fenced
+                    last_seen[worker] = now
+                    if first_answer:
+                        first_answer = False
+                        self.recovery_s.append(now - started)
+                    if kind == "failed":
+                        if _is_pipeline_error(value):
+                            self.failures.append(value)
+                            raise JobFailed(f"worker {worker}: {value}")
+                        return f"worker {worker}: {value}"
+                    if kind == "alive":
+                        continue
+                    if kind == "started":
+                        up.add(worker)
+                        if worker == 0:
+                            self.warnings.extend(value["warnings"])
+                        continue
+                    if kind == "checkpoint":
+                        checkpoint_id, parts = value
+                        if self.coordinator.add(worker, checkpoint_id, parts):
+                            done, sinks = self.coordinator.complete()
+                            for handle in handles:
+                                handle.commit(done, sinks)
+                            self.coordinator.prune()
+                            last_checkpoint = now
+                            if done == final_checkpoint:
+                                for handle in handles:
+                                    handle.close()
+                    elif kind == "finished":
+                        finished.add(worker)
+                        self.metrics[worker] = value
+                        if len(finished) == self.workers:
+                            if self.coordinator is None:
+                                for handle in handles:
+                                    handle.close()
+                            else:
+                                if self.coordinator.pending is None:
+                                    final_checkpoint = self._trigger(handles)
+                                else:
+                                    final_checkpoint = -1  # after the one being taken
+                    elif kind == "closed":
+                        closed.add(worker)
+                        self.metrics[worker] = value
+                        if len(closed) == self.workers:
+                            return None
+                if final_checkpoint == -1 and self.coordinator.pending is None:
+                    final_checkpoint = self._trigger(handles)
+                if (self.interval_s and final_checkpoint is None and self.coordinator.pending is None
+                        and len(up) == self.workers and now - last_checkpoint >= self.interval_s):
+                    self._trigger(handles)
+                    last_checkpoint = now
+                dead = [w for w, handle in enumerate(handles) if w not in closed and not handle.alive()]
+                if dead and self.events.empty():  # a worker that failed said why first
+                    return f"worker {dead[0]} died"
+                silent = [w for w, seen in last_seen.items() if w not in closed and now - seen > self.heartbeat_s]
+                if silent:
+                    return f"worker {silent[0]} did not answer for {self.heartbeat_s:g} s"
+        except BaseException:
+            for handle in handles:
+                handle.stop()
+            raise
+        finally:
+            if len(closed) != self.workers:
+                for handle in handles:
+                    handle.stop()
+
+    def _trigger(self, handles: list) -> int:
+        checkpoint_id = self.coordinator.begin()
+        for handle in handles:
+            handle.trigger(checkpoint_id)
+        return checkpoint_id
+
+
+def _is_pipeline_error(text: str) -> bool:
+    """A failure in the pipeline itself (bad data, a wrong setting): restarting would fail again."""
+    return text.split(":", 1)[0] in ("PipelineError", "UsageError", "RecordError", "ConnectorError",
+                                      "IncompatibleCheckpoint", "CompilerBug", "SqlError")

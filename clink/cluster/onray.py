@@ -1,0 +1,262 @@
+"""The job master and workers as Ray actors (``pip install 'clink[ray]'``).
+
+Ray places the actors and reports their death; clink does the rest as in ``cluster.master`` and
+``cluster.worker``. What crosses Ray's own calls are plain values (strings, numbers, dicts, lists)
+and the artefact's bytes, which every worker checks against their sha256 before it loads the plan
+from them; rows cross the Flight data plane (``cluster.dataplane``). Only this module imports Ray.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import secrets
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import ray
+
+from clink.cluster.dataplane import FlightInbox, FlightTransport
+from clink.cluster.master import JobFailed, JobMaster
+from clink.cluster.worker import Worker
+from clink.runtime.artefact import read_artefact
+from clink.runtime.context import RuntimeContext
+
+__all__ = ["RayJob", "run_on_ray"]
+
+#: Elements a worker takes ahead of its own thread before its senders wait.
+_INBOX = 64
+
+
+def _load(artefact: bytes, digest: str):
+    if hashlib.sha256(artefact).hexdigest() != digest:
+        raise ValueError("the artefact's bytes do not match their sha256: refused")
+    folder = Path(tempfile.mkdtemp(prefix="clink-artefact-"))
+    path = folder / "plan.clk"
+    path.write_bytes(artefact)
+    try:
+        return read_artefact(path).plan()
+    finally:
+        path.unlink()
+        folder.rmdir()
+
+
+@ray.remote
+class _WorkerActor:
+    def __init__(self, artefact: bytes, digest: str, job: str, attempt: int, secret: str, index: int,
+                 workers: int, config: dict, state_dir: str | None, cwd: str | None, host: str | None) -> None:
+        if cwd and os.path.isdir(cwd):
+            os.chdir(cwd)  # where relative paths in the pipeline point, as for `clink run`
+        self.plan = _load(artefact, digest)
+        self.job, self.attempt, self.secret, self.index, self.workers = job, attempt, secret, index, workers
+        self.config, self.state_dir = config, state_dir
+        self._ready = threading.Event()
+        self.worker: Worker | None = None
+        self.inbox = FlightInbox(host or ray.util.get_node_ip_address(), job=job, attempt=attempt, secret=secret,
+                                 deliver=self._deliver)
+
+    def location(self) -> str:
+        return self.inbox.location
+
+    def pid(self) -> int:
+        return os.getpid()
+
+    def _deliver(self, target: int, sender: int, element) -> None:
+        self._ready.wait()
+        self.worker.deliver(target, sender, element)
+
+    def start(self, locations: list[str], master) -> None:
+        ctx = RuntimeContext(config=self.config, state_dir=Path(self.state_dir) if self.state_dir else None)
+        transport = FlightTransport(locations, job=self.job, attempt=self.attempt, secret=self.secret,
+                                    schema_of=lambda sid: self.worker.job._node_of[sid].schema)
+        attempt, index = self.attempt, self.index
+
+        def report(kind: str, value) -> None:
+            master.report.remote(attempt, index, kind, value)
+
+        self.worker = Worker(self.plan, ctx, worker=index, workers=self.workers, transport=transport,
+                             report=report, inbox_size=_INBOX)
+        self.worker.start()
+        self._ready.set()
+
+    def trigger(self, checkpoint_id: int) -> None:
+        self.worker.trigger(checkpoint_id)
+
+    def commit(self, checkpoint_id: int, handles: dict) -> None:
+        self.worker.commit(checkpoint_id, handles)
+
+    def close(self) -> None:
+        self.worker.close()
+
+    def wait_closed(self) -> None:
+        """Returns when the worker's thread has ended; fails if the actor dies first."""
+        self._ready.wait()
+        self.worker.thread.join()
+
+    def bytes_out(self) -> int:
+        return self.worker.transport.bytes_out if self.worker is not None else 0
+
+
+class _ActorHandle:
+    def __init__(self, actor) -> None:
+        self.actor = actor
+        self.closed = actor.wait_closed.remote()
+
+    def trigger(self, checkpoint_id: int) -> None:
+        self.actor.trigger.remote(checkpoint_id)
+
+    def commit(self, checkpoint_id: int, handles: dict) -> None:
+        self.actor.commit.remote(checkpoint_id, handles)
+
+    def close(self) -> None:
+        self.actor.close.remote()
+
+    def stop(self) -> None:
+        ray.kill(self.actor, no_restart=True)
+
+    def alive(self) -> bool:
+        ready, _ = ray.wait([self.closed], timeout=0)
+        if not ready:
+            return True
+        try:
+            ray.get(self.closed)
+        except ray.exceptions.RayError:
+            return False
+        return True
+
+
+@ray.remote
+class _MasterActor:
+    """One job: starts each attempt's workers and runs ``JobMaster``."""
+
+    def __init__(self, artefact: bytes, digest: str, job: str, config: dict, state_dir: str | None,
+                 cwd: str | None, workers: int, parallelism: int, fingerprint: str, host: str | None) -> None:
+        self.artefact, self.digest, self.job = artefact, digest, job
+        self.config, self.state_dir, self.cwd, self.workers, self.host = config, state_dir, cwd, workers, host
+        self.secret = secrets.token_hex(16)
+        self.handles: list[_ActorHandle] = []
+        self.log: list[str] = []
+        self.master = JobMaster(self._launch, workers=workers, parallelism=parallelism, fingerprint=fingerprint,
+                                config=config, state_dir=state_dir, log=self.log.append)
+        self.status = "created"
+        self.pids: list[int] = []
+
+    def report(self, attempt: int, worker: int, kind: str, value) -> None:
+        self.master.report(attempt, worker, kind, value)
+
+    def _launch(self, attempt: int, restore: str | None, report) -> list[_ActorHandle]:
+        for handle in self.handles:
+            handle.stop()
+        config = {k: v for k, v in self.config.items() if k != "execution.savepoint.path"}
+        if restore is not None:
+            config["execution.savepoint.path"] = restore
+        actors = [_WorkerActor.options(num_cpus=1, max_concurrency=8).remote(
+            self.artefact, self.digest, self.job, attempt, self.secret, w, self.workers, config, self.state_dir,
+            self.cwd, self.host) for w in range(self.workers)]
+        locations = ray.get([a.location.remote() for a in actors])
+        self.pids = ray.get([a.pid.remote() for a in actors])
+        me = ray.get_runtime_context().current_actor
+        ray.get([a.start.remote(locations, me) for a in actors])
+        self.handles = [_ActorHandle(a) for a in actors]
+        self.status = f"running (attempt {attempt})"
+        return self.handles
+
+    def worker_pids(self) -> list[int]:
+        return list(self.pids)
+
+    def run(self) -> dict:
+        started = time.perf_counter()
+        try:
+            metrics = self.master.run()
+        except JobFailed as exc:
+            self.status = "failed"
+            return {"ok": False, "error": str(exc), "log": self.log}
+        except BaseException as exc:  # noqa: BLE001 - the driver shows it
+            self.status = "failed"
+            return {"ok": False, "error": f"{type(exc).__name__}: {exc}", "log": self.log}
+        finally:
+            for handle in self.handles:
+                try:
+                    handle.stop()
+                except Exception:  # noqa: BLE001 - already gone
+                    pass
+        self.status = "finished"
+        records_in: dict[str, int] = {}
+        records_out: dict[str, int] = {}
+        for m in metrics.values():
+            for table, n in m["records_in"].items():
+                records_in[table] = records_in.get(table, 0) + n
+            for table, n in m["records_out"].items():
+                records_out[table] = records_out.get(table, 0) + n
+        return {"ok": True, "records_in": records_in, "records_out": records_out, "attempts": self.master.attempt,
+                "failures": self.master.failures, "warnings": self.master.warnings,
+                "restored_from": self.master.restored_from, "checkpoints": len(self.master.coordinator.completed)
+                if self.master.coordinator else 0, "seconds": time.perf_counter() - started, "log": self.log}
+
+
+class RayJob:
+    """A job submitted to Ray: ``result()`` waits for its end."""
+
+    def __init__(self, master, job_id: str) -> None:
+        self.master = master
+        self.id = job_id
+        self._run = master.run.remote()
+
+    def worker_pids(self) -> list[int]:
+        return ray.get(self.master.worker_pids.remote())
+
+    def result(self) -> dict:
+        outcome = ray.get(self._run)
+        if not outcome["ok"]:
+            raise JobFailed(outcome["error"])
+        return outcome
+
+
+def _data_plane_host(started_here: bool) -> str | None:
+    """Where workers' data streams listen: the loopback address when Ray runs on this machine
+    alone (started here, or reached at a loopback address), else the address Ray gives each node."""
+    if started_here:
+        return "127.0.0.1"
+    gcs = ray.get_runtime_context().gcs_address or ""
+    return "127.0.0.1" if gcs.startswith(("127.", "localhost")) else None
+
+
+def ensure_ray(address: str | None, *, workers: int) -> bool:
+    """Connect to the Ray cluster at ``address`` (or ``RAY_ADDRESS``), or start one for this
+    process; True when it was started here (and should be stopped after the job)."""
+    if ray.is_initialized():
+        return False
+    address = address or os.environ.get("RAY_ADDRESS")
+    quiet = {"log_to_driver": False, "logging_level": "error", "configure_logging": True}
+    if address:
+        ray.init(address=address, namespace="clink", **quiet)
+        return False
+    ray.init(num_cpus=max(workers, os.cpu_count() or 1), include_dashboard=False, namespace="clink",
+             _node_ip_address="127.0.0.1", **quiet)
+    return True
+
+
+def submit(artefact: bytes, *, config: dict, state_dir: str | None, workers: int, parallelism: int,
+           fingerprint: str, cwd: str | None = None, host: str | None = None) -> RayJob:
+    """Start a job master for the artefact on the connected Ray cluster."""
+    digest = hashlib.sha256(artefact).hexdigest()
+    job_id = f"clink-{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(3)}"
+    master = _MasterActor.options(num_cpus=0, max_concurrency=16, name=job_id).remote(
+        artefact, digest, job_id, config, state_dir, cwd, workers, parallelism, fingerprint, host)
+    return RayJob(master, job_id)
+
+
+def run_on_ray(artefact: bytes, *, config: dict, state_dir: str | None, fingerprint: str,
+               cwd: str | None = None) -> dict:
+    """Run the artefact's job on Ray to its end (``'parallelism.default'`` workers, one subtask of
+    each operator per worker); start a Ray runtime for it if none is reachable."""
+    parallelism = int(config.get("parallelism.default") or 1)
+    started = ensure_ray(config.get("ray.address"), workers=parallelism)
+    try:
+        return submit(artefact, config=config, state_dir=state_dir, workers=parallelism, parallelism=parallelism,
+                      fingerprint=fingerprint, cwd=cwd, host=_data_plane_host(started)).result()
+    finally:
+        if started:
+            ray.shutdown()

@@ -1,0 +1,183 @@
+"""A worker: runs its share of a plan's subtasks, apart from how it is placed or reached.
+
+Every worker builds the same ``Job`` over the same plan, restricted by a ``Placement`` to the
+subtasks whose index it owns; elements for a subtask elsewhere go to ``transport.send`` and arrive
+at the other worker's ``deliver``. One thread (``run``) does all of a worker's work, in turn:
+control messages from the job master (take a checkpoint, commit one, close), elements that other
+workers sent, then one round of its own sources. A worker stops reading its sources while any of
+its outgoing channels is full (``transport.has_credit``), but always takes what arrives, so that
+two workers sending to each other never wait on each other.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+import time
+import traceback
+
+from clink.runtime.context import RuntimeContext
+from clink.runtime.elements import Element
+from clink.runtime.executor import Job, Placement
+from clink.runtime.plan import Plan
+
+__all__ = ["HEARTBEAT_S", "Worker"]
+
+#: How often a worker tells the job master it is alive (between rounds).
+HEARTBEAT_S = 0.5
+
+
+class Worker:
+    """``worker`` of ``workers``; ``report(kind, value)`` tells the job master what happens:
+    ``("checkpoint", (id, parts))``, ``("finished", metrics)``, ``("failed", text)``."""
+
+    def __init__(self, plan: Plan, ctx: RuntimeContext, *, worker: int, workers: int, transport,
+                 report, inbox_size: int = 0) -> None:
+        self.index = worker
+        self.transport = transport
+        self.report = report
+        #: Elements from other workers; with ``inbox_size``, a sender waits while it is full.
+        self.inbox: queue.Queue = queue.Queue(inbox_size)
+        self.control: queue.Queue = queue.Queue()
+        self.plan = plan
+        self.ctx = ctx
+        self.placement = Placement(worker, workers, send=self._send,
+                                   snapshot_done=lambda n, parts: report("checkpoint", (n, parts)))
+        #: Made in the worker's own thread (``run``): connections such as SQLite's stay in the
+        #: thread that opened them. ``on_job(job)``, if set, sees it first.
+        self.job: Job | None = None
+        self.on_job = None
+        self._owner: dict[int, int] = {}
+        self._stopped = threading.Event()
+        self.thread: threading.Thread | None = None
+
+    # -- called from other threads
+
+    def deliver(self, target: int, sender: int, element: Element) -> None:
+        """An element from another worker, for subtask ``target`` of this one."""
+        self.inbox.put((target, sender, element))
+
+    def trigger(self, checkpoint_id: int) -> None:
+        self.control.put(("trigger", checkpoint_id))
+
+    def commit(self, checkpoint_id: int, handles: dict) -> None:
+        self.control.put(("commit", checkpoint_id, handles))
+
+    def close(self) -> None:
+        self.control.put(("close",))
+
+    def stop(self) -> None:
+        """Stop at once (the job failed or is cancelled elsewhere): sinks abort."""
+        self._stopped.set()
+        try:
+            self.inbox.put_nowait(None)  # wakes the worker if it waits for elements
+        except queue.Full:
+            pass
+
+    def start(self) -> threading.Thread:
+        self.thread = threading.Thread(target=self.run, name=f"clink-worker-{self.index}", daemon=True)
+        self.thread.start()
+        return self.thread
+
+    # -- the worker's own thread
+
+    def _send(self, target: int, sender: int, element: Element) -> None:
+        self.transport.send(self._owner[target], target, sender, element)
+
+    def run(self) -> None:
+        try:
+            job = self.job = Job(self.plan, self.ctx, placement=self.placement)
+            workers = self.placement.workers
+            self._owner = {sid: job._index_of[sid] % workers for sid in job._node_of}
+            if self.on_job is not None:
+                self.on_job(job)
+        except BaseException as exc:  # noqa: BLE001 - reported to the job master
+            self.report("failed", _describe(exc))
+            return
+        self.report("started", {"warnings": list(job.warnings), "restored_from": job.metrics.restored_from})
+        finished_reported = False
+        beat = time.perf_counter()
+        try:
+            while not self._stopped.is_set():
+                if time.perf_counter() - beat >= HEARTBEAT_S:
+                    beat = time.perf_counter()
+                    self.report("alive", None)
+                closed = self._control()
+                if closed:
+                    return
+                took = self._take_inbox()
+                stepped = False
+                if not job.finished and self.transport.has_credit():
+                    stepped = job.step()
+                if job.finished and not finished_reported:
+                    finished_reported = True
+                    self.transport.flush()
+                    job.refresh_metrics()
+                    self.report("finished", self._metrics())
+                if not took and not stepped:
+                    self._wait()
+        except BaseException as exc:  # noqa: BLE001 - reported to the job master, which decides
+            self.report("failed", _describe(exc))
+            try:
+                job.cancel()
+            except BaseException:  # noqa: BLE001 - the first failure is the one reported
+                pass
+        finally:
+            if self._stopped.is_set():
+                try:
+                    job.cancel()
+                except BaseException:  # noqa: BLE001 - stopping anyway
+                    pass
+
+    def _control(self) -> bool:
+        while True:
+            try:
+                message = self.control.get_nowait()
+            except queue.Empty:
+                return False
+            if message[0] == "trigger":
+                self.job.inject_barriers(message[1])
+            elif message[0] == "commit":
+                self.job.commit_checkpoint(message[1], message[2])
+            elif message[0] == "close":
+                self.job.close()
+                self.transport.flush()
+                self.report("closed", self._metrics())
+                return True
+
+    def _take_inbox(self, limit: int = 64) -> bool:
+        took = False
+        for _ in range(limit):
+            try:
+                item = self.inbox.get_nowait()
+            except queue.Empty:
+                break
+            if item is None:
+                continue
+            took = True
+            self.job.deliver(*item)
+        return took
+
+    def _wait(self) -> None:
+        """Nothing to do: wait a little for elements (or a control message)."""
+        try:
+            item = self.inbox.get(timeout=0.002)
+        except queue.Empty:
+            return
+        if item is not None:
+            self.job.deliver(*item)
+
+    def _metrics(self) -> dict:
+        m = self.job.metrics
+        return {"records_in": dict(m.records_in), "records_out": dict(m.records_out),
+                "late_records": {str(k): v for k, v in m.late_records.items()},
+                "skipped_records": dict(m.skipped_records), "warnings": list(self.job.warnings),
+                "seconds": time.perf_counter() - self.job._started}
+
+
+def _describe(exc: BaseException) -> str:
+    from clink.errors import ClinkError
+
+    if isinstance(exc, ClinkError):
+        return f"{type(exc).__name__}: {exc}"
+    return "".join(traceback.format_exception(exc)).rstrip()

@@ -1,0 +1,191 @@
+"""The same plans on Ray: worker actors joined by the Flight data plane give the rows of one local
+process; a worker process killed (SIGKILL) or stalled (SIGSTOP) mid-run is replaced, the job goes on
+from the last complete checkpoint, and the committed output is exactly an uninterrupted run's.
+
+One Ray runtime serves the whole module (started here, on this machine's loopback address)."""
+
+from __future__ import annotations
+
+import io
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import ray
+from nexmark_cases import BENCH, CSV, QUERIES, SQLITE, output
+
+import clink
+from clink.cluster.master import JobFailed
+from clink.cluster.onray import submit
+from clink.runtime.artefact import artefact_bytes
+from clink.runtime.context import RuntimeContext
+from clink.runtime.executor import Job
+
+EVENTS = 40_000
+
+
+@pytest.fixture(scope="module", autouse=True)
+def ray_runtime():
+    ray.init(num_cpus=4, include_dashboard=False, log_to_driver=False, logging_level="error",
+             namespace="clink-tests", _node_ip_address="127.0.0.1")
+    yield
+    ray.shutdown()
+
+
+def _compiled(query: str, folder: Path, *, events: int = EVENTS, extra: str = "") -> clink.Plan:
+    ddl = (BENCH / "ddl.sql").read_text().replace("'events.num' = '10000000'",
+                                                  f"'events.num' = '{events}', 'batch-size' = '1000'")
+    text = ddl + extra + QUERIES[query].format(csv=CSV.replace("'out/'", f"'{folder / 'out'}/'"),
+                                               sqlite=SQLITE.replace("'out.db'", f"'{folder / 'out.db'}'"))
+    return clink.compile(text, name=f"{query}.sql")
+
+
+def _reference(plan: clink.Plan, folder: Path) -> list[tuple]:
+    Job(plan.runtime_plan, RuntimeContext(stdout=io.StringIO(), state_dir=folder / "ref-state")).run()
+    rows = output(folder / "out")
+    assert rows, "the reference run wrote nothing"
+    return rows
+
+
+def _submit(plan: clink.Plan, *, workers: int, state_dir: Path | None = None, config: dict | None = None):
+    artefact = artefact_bytes(module_source=plan.source, plan=plan.runtime_plan)
+    return submit(artefact, config={**plan.runtime_plan.config, "parallelism.default": str(workers),
+                                    **(config or {})},
+                  state_dir=str(state_dir) if state_dir else None, workers=workers, parallelism=workers,
+                  fingerprint=plan.fingerprint, host="127.0.0.1")
+
+
+def _move_aside(folder: Path) -> None:
+    for path in (folder / "out", folder / "out.db"):
+        if path.exists():
+            path.rename(path.with_name(path.name + ".ref"))
+
+
+@pytest.mark.parametrize("query", ["q4", "q5", "q7", "q20"])
+def test_two_ray_workers_give_the_rows_of_one_process(query: str, tmp_path: Path) -> None:
+    plan = _compiled(query, tmp_path)
+    expected = _reference(plan, tmp_path)
+    _move_aside(tmp_path)
+    outcome = _submit(plan, workers=2, state_dir=tmp_path / "state",
+                      config={"execution.checkpointing.interval": "200 ms"}).result()
+    assert outcome["attempts"] == 1 and outcome["checkpoints"] >= 1
+    assert output(tmp_path / "out") == expected
+
+
+def _kill_workers(job, kills: int, seed: str, sig: int = signal.SIGKILL, pause: tuple[float, float] = (0.4, 1.2)):
+    """Kill a worker of the job's current attempt ``kills`` times, each after a seeded random pause
+    once that attempt's workers are up; return how many kills landed."""
+    rng = random.Random(seed)
+    landed = 0
+    seen: set[int] = set()
+    while landed < kills:
+        pids = job.worker_pids()
+        if not pids or set(pids) & seen:
+            if _done(job):
+                break
+            time.sleep(0.05)
+            continue
+        time.sleep(rng.uniform(*pause))
+        if _done(job):
+            break
+        victim = rng.choice(pids)
+        try:
+            os.kill(victim, sig)
+        except ProcessLookupError:
+            continue
+        seen.update(pids)
+        landed += 1
+    return landed
+
+
+def _done(job) -> bool:
+    ready, _ = ray.wait([job._run], timeout=0)
+    return bool(ready)
+
+
+def _killed(query: str, tmp_path: Path, *, events: int, kills: int, pause: tuple[float, float]) -> None:
+    """Run ``query`` on two workers, kill one of the current attempt's ``kills`` times; the output
+    must be exactly the uninterrupted run's, after exactly one restart per kill."""
+    plan = _compiled(query, tmp_path, events=events,
+                     extra=f"SET 'restart-strategy.fixed-delay.attempts' = '{kills + 10}';\n"
+                           "SET 'restart-strategy.fixed-delay.delay' = '50 ms';\n")
+    expected = _reference(plan, tmp_path)
+    _move_aside(tmp_path)
+    job = _submit(plan, workers=2, state_dir=tmp_path / "state",
+                  config={"execution.checkpointing.interval": "300 ms"})
+    landed = _kill_workers(job, kills, seed=f"{query}-{kills}", pause=pause)
+    outcome = job.result()
+    assert landed == kills, f"only {landed} kills landed before the job ended: make the job longer"
+    assert outcome["attempts"] == kills + 1
+    assert output(tmp_path / "out") == expected
+
+
+@pytest.mark.parametrize("query", ["q7", "q20"])
+def test_killed_workers_are_replaced_and_the_output_is_exactly_once(query: str, tmp_path: Path) -> None:
+    _killed(query, tmp_path, events=400_000, kills=3, pause=(0.4, 1.2))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("query", ["q7", "q20", "q5"])
+def test_ten_killed_workers_at_random_moments(query: str, tmp_path: Path) -> None:
+    _killed(query, tmp_path, events=1_500_000, kills=10, pause=(0.2, 2.0))
+
+
+def test_a_stalled_worker_is_found_by_its_missing_heartbeat(tmp_path: Path) -> None:
+    plan = _compiled("q7", tmp_path, events=400_000,
+                     extra="SET 'restart-strategy.fixed-delay.delay' = '50 ms';\n"
+                           "SET 'cluster.heartbeat.timeout' = '2 s';\n")
+    expected = _reference(plan, tmp_path)
+    _move_aside(tmp_path)
+    job = _submit(plan, workers=2, state_dir=tmp_path / "state",
+                  config={"execution.checkpointing.interval": "300 ms"})
+    while not job.worker_pids():
+        time.sleep(0.05)
+    time.sleep(0.5)
+    stalled = job.worker_pids()[1]
+    os.kill(stalled, signal.SIGSTOP)
+    stopped_at = time.monotonic()
+    try:
+        outcome = job.result()
+    finally:
+        try:
+            os.kill(stalled, signal.SIGCONT)
+        except ProcessLookupError:
+            pass
+    assert outcome["attempts"] == 2
+    assert "did not answer for 2 s" in outcome["failures"][0]
+    assert time.monotonic() - stopped_at > 2
+    assert output(tmp_path / "out") == expected
+
+
+def test_a_pipeline_error_on_a_worker_fails_the_job_with_its_sql_position(tmp_path: Path) -> None:
+    text = ("CREATE TABLE t (a INT) WITH ('connector' = 'datagen', 'number-of-rows' = '5000');\n"
+            f"CREATE TABLE out (a INT) WITH ('connector' = 'filesystem', 'path' = '{tmp_path}/out/', "
+            "'format' = 'csv');\nINSERT INTO out SELECT CAST(CONCAT('x', CAST(a AS STRING)) AS INT) FROM t;")
+    plan = clink.compile(text, name="cast.sql")
+    with pytest.raises(JobFailed, match=r"cannot CAST[\s\S]*cast.sql:3:"):
+        _submit(plan, workers=2).result()
+
+
+def test_clink_run_submits_to_a_running_ray_cluster(tmp_path: Path) -> None:
+    ddl = tmp_path / "ddl.sql"
+    ddl.write_text((BENCH / "ddl.sql").read_text().replace("'events.num' = '10000000'", "'events.num' = '50000'"))
+    query = tmp_path / "q7.sql"
+    query.write_text(QUERIES["q7"].format(csv=CSV, sqlite=SQLITE) + "\n")
+    address = ray.get_runtime_context().gcs_address
+    run = subprocess.run([sys.executable, "-m", "clink", "run", "-i", "ddl.sql", "q7.sql", "--target", "ray",
+                          "--ray-address", address, "-p", "2"], cwd=tmp_path, capture_output=True, text=True,
+                         timeout=300)
+    assert run.returncode == 0, run.stderr
+    assert "on 2 worker(s)" in run.stderr
+    cluster_rows = output(tmp_path / "out")
+    (tmp_path / "out").rename(tmp_path / "out.ray")
+    local = subprocess.run([sys.executable, "-m", "clink", "run", "-i", "ddl.sql", "q7.sql"], cwd=tmp_path,
+                           capture_output=True, text=True, timeout=300)
+    assert local.returncode == 0, local.stderr
+    assert cluster_rows == output(tmp_path / "out") and cluster_rows

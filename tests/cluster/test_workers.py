@@ -1,0 +1,125 @@
+"""The cluster's job master and workers, with workers as threads joined in memory (``cluster.local``):
+a plan's subtasks spread over workers give the rows of one process; checkpoints put together by the
+job master from every worker's parts restore, locally and at another parallelism; a worker that
+fails mid-run is restarted with the others from the last complete checkpoint, and the committed
+output is exactly an uninterrupted run's."""
+
+from __future__ import annotations
+
+import io
+import random
+from pathlib import Path
+
+import pytest
+from nexmark_cases import BENCH, CSV, QUERIES, SQLITE, output
+
+import clink
+from clink.cluster.local import run_in_threads
+from clink.cluster.master import JobFailed
+from clink.runtime.context import RuntimeContext
+from clink.runtime.executor import Job
+
+EVENTS = 20_000
+CASES = ["q4", "q5", "q7", "q9", "q11", "q20", "over"]
+
+
+def _plan(query: str, folder: Path, extra: str = ""):
+    """The query's plan, its sink writing under ``folder``."""
+    ddl = (BENCH / "ddl.sql").read_text().replace("'events.num' = '10000000'",
+                                                  f"'events.num' = '{EVENTS}', 'batch-size' = '500'")
+    text = ddl + extra + QUERIES[query].format(csv=CSV.replace("'out/'", f"'{folder / 'out'}/'"),
+                                               sqlite=SQLITE.replace("'out.db'", f"'{folder / 'out.db'}'"))
+    return clink.compile(text, name=f"{query}.sql").runtime_plan
+
+
+_REFERENCES: dict[str, list[tuple]] = {}
+
+
+def _reference(query: str, tmp_path_factory: pytest.TempPathFactory) -> list[tuple]:
+    if query not in _REFERENCES:
+        folder = tmp_path_factory.mktemp(f"ref-{query}")
+        Job(_plan(query, folder), RuntimeContext(stdout=io.StringIO())).run()
+        _REFERENCES[query] = output(folder / "out")
+        assert _REFERENCES[query], f"{query}: the reference run wrote nothing"
+    return _REFERENCES[query]
+
+
+@pytest.mark.parametrize("query", CASES)
+def test_two_workers_give_the_rows_of_one_process(query: str, tmp_path: Path,
+                                                  tmp_path_factory: pytest.TempPathFactory) -> None:
+    expected = _reference(query, tmp_path_factory)
+    run_in_threads(_plan(query, tmp_path), RuntimeContext(stdout=io.StringIO(),
+                                                          config={"parallelism.default": "2"}), workers=2)
+    assert output(tmp_path / "out") == expected
+
+
+def _fail_after(steps: int):
+    """An ``on_attempt`` that makes worker 1 of the first attempt fail ``steps`` rounds after its
+    first checkpoint has committed."""
+    def on_attempt(attempt: int, workers) -> None:
+        if attempt == 1:
+            workers[1].on_job = fail
+
+    def fail(job) -> None:
+        step, commit = job.step, job.commit_checkpoint
+        left = [steps]
+
+        def failing_step() -> bool:
+            if job.metrics.checkpoints:
+                left[0] -= 1
+                if left[0] < 0:
+                    raise ConnectionError("worker 1 lost its network")
+            return step()
+
+        def counting_commit(checkpoint_id: int, handles: dict) -> None:
+            commit(checkpoint_id, handles)
+            job.metrics.checkpoints += 1
+
+        job.step, job.commit_checkpoint = failing_step, counting_commit
+    return on_attempt
+
+
+@pytest.mark.parametrize("query", CASES)
+def test_a_failed_worker_restarts_the_job_from_the_last_checkpoint(
+        query: str, tmp_path: Path, tmp_path_factory: pytest.TempPathFactory) -> None:
+    expected = _reference(query, tmp_path_factory)
+    steps = random.Random(query).randrange(0, 5)
+    plan = _plan(query, tmp_path, "SET 'execution.checkpointing.interval' = '20 ms';\n"
+                                  "SET 'restart-strategy.fixed-delay.delay' = '10 ms';\n")
+    master = run_in_threads(plan, RuntimeContext(stdout=io.StringIO(), state_dir=tmp_path / "state",
+                                                 config={"parallelism.default": "2"}),
+                            workers=2, on_attempt=_fail_after(steps))
+    assert master.attempt == 2 and "lost its network" in master.failures[0]
+    assert output(tmp_path / "out") == expected
+
+
+@pytest.mark.parametrize("query", ["q5", "q7", "q20"])
+def test_a_cluster_checkpoint_resumes_in_one_process_at_another_parallelism(
+        query: str, tmp_path: Path, tmp_path_factory: pytest.TempPathFactory) -> None:
+    """Stopped for good after a checkpoint (no restarts left), the job goes on in one process at
+    parallelism 3 from what the two workers wrote, to exactly the uninterrupted output."""
+    expected = _reference(query, tmp_path_factory)
+    plan = _plan(query, tmp_path, "SET 'execution.checkpointing.interval' = '20 ms';\n"
+                                  "SET 'restart-strategy.type' = 'none';\n")
+    state = tmp_path / "state"
+    with pytest.raises(JobFailed, match="lost its network"):
+        run_in_threads(plan, RuntimeContext(stdout=io.StringIO(), state_dir=state,
+                                            config={"parallelism.default": "2"}),
+                       workers=2, on_attempt=_fail_after(3))
+    assert any(state.glob("checkpoints/chk-*/_manifest.json")), "no checkpoint completed before the failure"
+    job = Job(plan, RuntimeContext(stdout=io.StringIO(), state_dir=state, config={"parallelism.default": "3"}))
+    assert job.metrics.restored_from is not None
+    job.run()
+    assert output(tmp_path / "out") == expected
+
+
+def test_a_pipeline_error_fails_the_job_without_restarts(tmp_path: Path) -> None:
+    text = ("CREATE TABLE t (a INT) WITH ('connector' = 'datagen', 'number-of-rows' = '5000');\n"
+            f"CREATE TABLE out (a INT) WITH ('connector' = 'filesystem', 'path' = '{tmp_path}/out/', "
+            "'format' = 'csv');\nINSERT INTO out SELECT CAST(CONCAT('x', CAST(a AS STRING)) AS INT) FROM t;")
+    plan = clink.compile(text, name="cast.sql").runtime_plan
+    with pytest.raises(JobFailed) as raised:
+        run_in_threads(plan, RuntimeContext(stdout=io.StringIO(), config={"parallelism.default": "2"}),
+                       workers=2)
+    assert "cannot CAST" in str(raised.value) and "cast.sql:3:" in str(raised.value)
+    assert "restart" not in str(raised.value)
