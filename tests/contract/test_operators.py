@@ -4,8 +4,9 @@ the output of a run that never stopped.
 
 Each kind in ``clink.runtime.operators.KINDS`` (and each operator class a kind opens) has a case
 here; a new kind without one fails ``test_every_registered_operator_has_a_case``. The default run
-cuts each case before its first checkpoint, right after one and between two; ``-m slow`` cuts it
-at every third step.
+cuts each case before its first checkpoint, right after one, between two, and right after the
+last before the end of its input (a restored job that goes straight to its final watermark);
+``-m slow`` cuts it at every third step.
 """
 
 from __future__ import annotations
@@ -180,11 +181,13 @@ def test_a_cut_before_at_and_between_checkpoints_then_a_restore_gives_the_uninte
         case: str, tmp_path: Path, data: Path) -> None:
     expected, checkpoints = _uninterrupted(case, tmp_path, data)
     steps = len(checkpoints)
-    # The step after which the n-th checkpoint has been taken (the first step is step 1).
+    # The step after which the n-th checkpoint has been taken (the first step is step 1); the
+    # last one, at the end of the input, is not followed by a step to cut after.
     taken = {n: checkpoints.index(n) + 1 for n in range(1, checkpoints[-1] + 1) if n in checkpoints}
+    last = max(n for n, step in taken.items() if step < steps)
     assert 1 < taken[1] and taken[2] + 1 < taken[3], f"{case}: no step before the first checkpoint or between two"
-    # Before the first checkpoint, right after one, and between two.
-    for cut in (taken[1] - 1, taken[2], taken[2] + 1):
+    # Before the first checkpoint, right after one, between two, and after the last before the end.
+    for cut in sorted({taken[1] - 1, taken[2], taken[2] + 1, taken[last]}):
         _cut_then_restore(case, cut, steps, expected, tmp_path, data)
 
 
