@@ -66,6 +66,38 @@ def _parser() -> argparse.ArgumentParser:
                    help="the Ray cluster to run on ('ray.address'); without it, a Ray runtime is started "
                         "for the job and stopped after it")
 
+    p = sub.add_parser("submit", parents=[common],
+                       help="start a pipeline on a running Ray cluster and leave it running (docs/cluster.md)")
+    p.add_argument("file", help="the pipeline (.sql, .clk or .py)")
+    p.add_argument("-i", "--init", action="append", default=[], metavar="FILE",
+                   help="a SQL file of declarations (tables, views, functions, SET) to read first; repeatable")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                   help="a configuration setting, as SET 'KEY' = 'VALUE' would (repeatable)")
+    p.add_argument("-p", "--parallelism", type=int, metavar="N", help="workers, one subtask of each operator each")
+    p.add_argument("--state-dir", metavar="DIR",
+                   help="checkpoints, on a path every worker reaches; the job resumes from the newest valid one")
+    p.add_argument("--from-checkpoint", metavar="PATH", help="resume from this checkpoint directory")
+    p.add_argument("--ray-address", metavar="HOST:PORT", help="the Ray cluster (default: RAY_ADDRESS)")
+    p.add_argument("--recompile", action="store_true",
+                   help="compile the SQL even if the plan cache holds this text's plan")
+
+    p = sub.add_parser("jobs", parents=[common], help="list the jobs on a Ray cluster, or show one")
+    p.add_argument("job", nargs="?", help="a job id (from clink submit or clink jobs)")
+    p.add_argument("--ray-address", metavar="HOST:PORT", help="the Ray cluster (default: RAY_ADDRESS)")
+
+    p = sub.add_parser("stop", parents=[common], help="stop a job on a Ray cluster")
+    p.add_argument("job", help="the job id")
+    p.add_argument("--with-checkpoint", action="store_true",
+                   help="take a checkpoint first and commit its output; clink run or submit with the same "
+                        "--state-dir continues from it")
+    p.add_argument("--ray-address", metavar="HOST:PORT", help="the Ray cluster (default: RAY_ADDRESS)")
+
+    p = sub.add_parser("rescale", parents=[common],
+                       help="change a running Ray job's parallelism: stop with a checkpoint, go on with M workers")
+    p.add_argument("job", help="the job id")
+    p.add_argument("-p", "--parallelism", type=int, metavar="M", required=True, help="the new parallelism")
+    p.add_argument("--ray-address", metavar="HOST:PORT", help="the Ray cluster (default: RAY_ADDRESS)")
+
     p = sub.add_parser("inspect", parents=[common], help="print an artefact's manifest and plan")
     p.add_argument("file", help="the artefact (.clk)")
 
@@ -91,8 +123,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.command == "compile":
             return _compile(args, sources)
-        if args.command == "run":
+        if args.command in ("run", "submit"):
             return _run(args, sources)
+        if args.command in ("jobs", "stop", "rescale"):
+            return _cluster_command(args)
         if args.command == "explain":
             return _explain(args, sources)
         if args.command == "checkpoints":
@@ -319,7 +353,9 @@ def _run(args: argparse.Namespace, sources: dict[str, str]) -> int:
         config["parallelism.default"] = str(args.parallelism)
     if os.environ.get("CLINK_FAULT"):
         config["test.fault-point"] = os.environ["CLINK_FAULT"]
-    if args.target:
+    if args.command == "submit":
+        config["execution.target"] = "ray"
+    elif args.target:
         config["execution.target"] = args.target
     if args.ray_address:
         config["ray.address"] = args.ray_address
@@ -391,20 +427,31 @@ def _run_on_ray(args: argparse.Namespace, plan: Plan, source: str, sql: str, con
     if collected:
         raise UsageError(f"a query's rows ({', '.join(collected)}) come back to this process only in a local run; "
                          "on Ray, write them to a table (INSERT INTO)")
-    if args.stop_with_checkpoint_after is not None or args.progress:
-        raise UsageError("--stop-with-checkpoint-after and --progress apply to local runs")
-    try:
-        from clink.cluster.onray import run_on_ray
-    except ImportError as exc:
-        raise UsageError(f"running on Ray needs Ray: pip install 'clink[ray]' ({exc})") from None
+    if getattr(args, "stop_with_checkpoint_after", None) is not None or getattr(args, "progress", False):
+        raise UsageError("--stop-with-checkpoint-after and --progress apply to local runs; on Ray: clink stop "
+                         "JOB --with-checkpoint")
+    if args.command != "submit" and not (config.get("ray.address") or os.environ.get("RAY_ADDRESS")):
+        # The Ray runtime started for this run listens on the loopback address only (read by Ray
+        # when it is imported): it serves this machine's job, not a network.
+        os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
+    onray = _onray()
     from clink.runtime.artefact import artefact_bytes
 
     artefact = artefact_bytes(module_source=source, plan=plan, sql=sql, clink_version=__version__)
     parallelism = int(config.get("parallelism.default") or 1)
+    config = {k: str(v) for k, v in config.items()}
+    state = str(state_dir.resolve()) if state_dir is not None else None
+    if args.command == "submit":
+        _connect(onray, config.get("ray.address"))
+        job = onray.submit(artefact, config=config, state_dir=state, workers=parallelism, parallelism=parallelism,
+                           fingerprint=plan.fingerprint, cwd=os.getcwd(), host=onray.data_plane_host(False),
+                           detached=True)
+        print(job.id)
+        print(f"submitted {plan.name} to Ray: {parallelism} worker(s); clink jobs {job.id} shows it", file=sys.stderr)
+        return 0
     print(f"running {plan.name} on Ray: {parallelism} worker(s)", file=sys.stderr)
-    outcome = run_on_ray(artefact, config={k: str(v) for k, v in config.items()},
-                         state_dir=str(state_dir.resolve()) if state_dir is not None else None,
-                         fingerprint=plan.fingerprint, cwd=os.getcwd())
+    outcome = onray.run_on_ray(artefact, config=config, state_dir=state, fingerprint=plan.fingerprint,
+                               cwd=os.getcwd())
     for warning in outcome["warnings"]:
         print(f"warning: {warning}", file=sys.stderr)
     for line in outcome["log"]:
@@ -414,6 +461,80 @@ def _run_on_ray(args: argparse.Namespace, plan: Plan, source: str, sql: str, con
     print(f"{rows_in:,} rows in, {rows_out:,} rows out in {outcome['seconds']:.2f} s on {parallelism} worker(s); "
           f"{outcome['checkpoints']} checkpoint(s), {outcome['attempts'] - 1} restart(s)", file=sys.stderr)
     return 0
+
+
+def _onray():
+    try:
+        from clink.cluster import onray
+    except ImportError as exc:
+        raise UsageError(f"running on Ray needs Ray: pip install 'clink[ray]' ({exc})") from None
+    return onray
+
+
+def _connect(onray, address: str | None) -> None:
+    """Connect to a running Ray cluster (``--ray-address``, else ``RAY_ADDRESS``)."""
+    import os
+
+    address = address or os.environ.get("RAY_ADDRESS")
+    if not address:
+        raise UsageError("which Ray cluster? pass --ray-address HOST:PORT (or set RAY_ADDRESS); `ray start --head` "
+                         "prints the address")
+    try:
+        onray.ensure_ray(address, workers=1)
+    except (ConnectionError, RuntimeError) as exc:
+        raise UsageError(f"cannot reach the Ray cluster at {address}: {exc}") from None
+
+
+def _cluster_command(args: argparse.Namespace) -> int:
+    """``clink jobs [JOB]``, ``clink stop JOB``, ``clink rescale JOB -p M``."""
+    onray = _onray()
+    _connect(onray, args.ray_address)
+    if args.command == "jobs" and args.job is None:
+        jobs = onray.list_jobs()
+        if not jobs:
+            print("no clink jobs on this Ray cluster", file=sys.stderr)
+            return 0
+        print(f"{'job':<32} {'name':<20} {'state':<12} {'parallelism':>11} {'restarts':>8} {'checkpoint':>10}")
+        for j in jobs:
+            print(f"{j['id']:<32} {j['name'][:20]:<20} {j['state']:<12} {j['parallelism']:>11} {j['restarts']:>8} "
+                  f"{j['last_checkpoint'] if j['last_checkpoint'] is not None else '-':>10}")
+        return 0
+    job = onray.RayJob.find(args.job)
+    if args.command == "jobs":
+        _print_job(job.status())
+    elif args.command == "stop":
+        outcome = job.stop(with_checkpoint=args.with_checkpoint)
+        if outcome.get("stopped_at") is not None:
+            print(f"stopped {job.id} with checkpoint {outcome['stopped_at']}; clink run or submit with --state-dir "
+                  "DIR goes on from it", file=sys.stderr)
+        else:
+            print(f"stopped {job.id} ({outcome.get('state')})", file=sys.stderr)
+    else:
+        if args.parallelism < 1:
+            raise UsageError(f"--parallelism must be at least 1, got {args.parallelism}")
+        job.rescale(args.parallelism)
+        print(f"{job.id}: rescaling to {args.parallelism} (stop with a checkpoint, then go on from it)",
+              file=sys.stderr)
+    return 0
+
+
+def _print_job(status: dict) -> None:
+    from clink.runtime.executor import format_watermark
+
+    print(f"job {status['id']} ({status['name']}): {status['state']}, parallelism {status['parallelism']}, "
+          f"attempt {status['attempt']}, {status['restarts']} restart(s)")
+    last = status["last_checkpoint"]
+    durations = status["checkpoint_ms"]
+    print(f"last checkpoint: {last if last is not None else '-'}"
+          + (f" (last {len(durations)} took {min(durations):.0f}-{max(durations):.0f} ms)" if durations else ""))
+    for worker, m in sorted(status["workers"].items()):
+        rate = sum(m["records_in"].values()) / m["seconds"] if m["seconds"] else 0.0
+        watermark = format_watermark(m["watermark"]) if m["watermark"] is not None else "-"
+        print(f"  worker {worker} (subtasks {worker} of each operator): {sum(m['records_in'].values()):,} rows in "
+              f"({rate:,.0f}/s), {sum(m['records_out'].values()):,} out, {m['bytes_out']:,} bytes sent, "
+              f"watermark {watermark}")
+    for failure in status["failures"]:
+        print(f"  failure: {failure}")
 
 
 def _run_with_progress(job) -> None:

@@ -55,15 +55,15 @@ class _ThreadHandle:
         return self.worker.thread is not None and self.worker.thread.is_alive()
 
 
-def run_in_threads(plan: Plan, ctx: RuntimeContext, *, workers: int, on_attempt=None) -> JobMaster:
-    """Run ``plan`` on ``workers`` worker threads (parallelism from ``ctx``, at least ``workers``);
+def run_in_threads(plan: Plan, ctx: RuntimeContext, *, workers: int, on_attempt=None, on_master=None) -> JobMaster:
+    """Run ``plan`` on ``workers`` worker threads, one per subtask index (the job's parallelism);
     return the job master once the job has ended. ``on_attempt(attempt, workers)`` sees each
-    attempt's workers as they start (tests use it to fail one)."""
-    config = {**plan.config, **ctx.config}
-    parallelism = int(config.get("parallelism.default") or workers)
+    attempt's workers as they start (tests use it to fail one); ``on_master(master)`` the job
+    master before it starts (to send it commands)."""
+    config = {**plan.config, **ctx.config, "parallelism.default": str(workers)}
 
-    def launch(attempt: int, restore: str | None, report) -> list[_ThreadHandle]:
-        run_config = {**ctx.config, "parallelism.default": str(parallelism)}
+    def launch(attempt: int, restore: str | None, report, workers: int) -> list[_ThreadHandle]:
+        run_config = {**ctx.config, "parallelism.default": str(workers)}
         run_config.pop("execution.savepoint.path", None)
         if restore is not None:
             run_config["execution.savepoint.path"] = restore
@@ -82,7 +82,9 @@ def run_in_threads(plan: Plan, ctx: RuntimeContext, *, workers: int, on_attempt=
             worker.start()
         return [_ThreadHandle(worker) for worker in pool]
 
-    master = JobMaster(launch, workers=workers, parallelism=parallelism, fingerprint=plan.fingerprint,
+    master = JobMaster(launch, workers=workers, parallelism=workers, fingerprint=plan.fingerprint,
                        config=config, state_dir=str(ctx.state_dir) if ctx.state_dir is not None else None)
+    if on_master is not None:
+        on_master(master)
     master.run()
     return master

@@ -11,8 +11,8 @@ the next attempt starts from the last complete checkpoint, up to the restart str
 Reports carry the attempt they belong to: what a worker of an earlier attempt says is ignored, and
 only workers of the current attempt are told to commit (fencing).
 
-The launcher, given an attempt number, the checkpoint to restore and a ``report`` callback, starts
-the workers and returns handles with ``trigger(n)``, ``commit(n, handles)``, ``close()``,
+The launcher, given an attempt number, the checkpoint to restore, a ``report`` callback and the
+number of workers (one per subtask index: the job's parallelism), starts them and returns handles with ``trigger(n)``, ``commit(n, handles)``, ``close()``,
 ``stop()`` and ``alive()`` (``cluster.ray`` for Ray actors, ``cluster.local`` for threads).
 """
 
@@ -79,29 +79,55 @@ class JobMaster:
         self.metrics: dict[int, dict] = {}
         self.restored_from: int | None = None
         self.recovery_s: list[float] = []
+        self.parallelism = parallelism
+        self.state = "created"
+        self.stopped_at: int | None = None
+        self.checkpoint_ms: list[float] = []
+        #: What each worker of the current attempt said last about itself (its heartbeat).
+        self.live: dict[int, dict] = {}
 
     def report(self, attempt: int, worker: int, kind: str, value) -> None:
         """What a worker says (from any thread)."""
         self.events.put((attempt, worker, kind, value))
 
+    def command(self, name: str, *args) -> None:
+        """From any thread: ``("stop", with_checkpoint)`` or ``("rescale", parallelism)``."""
+        self.events.put((None, None, "command", (name, *args)))
+
     def run(self) -> dict:
-        """Run the job to its end; return the workers' metrics. Raises ``JobFailed``."""
+        """Run the job to its end (or until stopped); return the workers' metrics. Raises ``JobFailed``."""
         chosen = self.config.get("execution.savepoint.path")
         while True:
+            self.state = "running"
             outcome = self._attempt(chosen)
-            if outcome is None:
-                return self.metrics
-            self.failures.append(outcome)
             chosen = None  # a restart resumes from the newest complete checkpoint
-            if self.attempt > self.restarts.attempts:
+            if outcome is None:
+                self.state = "finished"
+                return self.metrics
+            if outcome[0] == "stopped":
+                self.state = "stopped"
+                self.stopped_at = outcome[1]
+                return self.metrics
+            if outcome[0] == "rescale":
+                self.log(f"rescaled from {self.workers} to {outcome[1]} worker(s) at checkpoint {outcome[2]}")
+                self.workers = self.parallelism = outcome[1]
+                if self.coordinator is not None:
+                    self.coordinator.workers = self.coordinator.parallelism = outcome[1]
+                continue
+            reason = outcome[1]
+            self.failures.append(reason)
+            if len(self.failures) > self.restarts.attempts:
+                self.state = "failed"
                 raise JobFailed(f"the job failed {len(self.failures)} time(s), more than the restart strategy "
-                                f"allows ({self.restarts.attempts} restart(s)); the last failure:\n{outcome}")
-            self.log(f"attempt {self.attempt} failed: {outcome.splitlines()[0]}; restarting in "
+                                f"allows ({self.restarts.attempts} restart(s)); the last failure:\n{reason}")
+            self.log(f"attempt {self.attempt} failed: {reason.splitlines()[0]}; restarting in "
                      f"{self.restarts.delay_s:g} s from the last complete checkpoint")
+            self.state = "restarting"
             time.sleep(self.restarts.delay_s)
 
-    def _attempt(self, chosen: str | None) -> str | None:
-        """One attempt; None when the job ended, else why the attempt failed."""
+    def _attempt(self, chosen: str | None) -> tuple | None:
+        """One attempt; None when the job ended, else ``("failed", why)``, ``("stopped",
+        checkpoint)`` or ``("rescale", parallelism, checkpoint)``."""
         self.attempt += 1
         attempt = self.attempt
         restore = None
@@ -111,8 +137,10 @@ class JobMaster:
             self.warnings.extend(warnings)
             if restore is not None:
                 self.restored_from = self.coordinator.next_id - 1
-        started = time.perf_counter()
-        handles = self.launch(attempt, restore, lambda worker, kind, value: self.report(attempt, worker, kind, value))
+        started = checkpoint_started = time.perf_counter()
+        handles = self.launch(attempt, restore, lambda worker, kind, value: self.report(attempt, worker, kind, value),
+                              self.workers)
+        self.live = {}
         up: set[int] = set()
         finished: set[int] = set()
         closed: set[int] = set()
@@ -120,6 +148,9 @@ class JobMaster:
         last_checkpoint = time.perf_counter()
         last_seen = {w: time.perf_counter() for w in range(self.workers)}
         first_answer = attempt > 1
+        #: A stop asked for: ("stop" | "rescale", argument, checkpoint id once triggered).
+        stopping: list | None = None
+        committed: set[int] = set()
         try:
             while True:
                 try:
@@ -127,6 +158,12 @@ class JobMaster:
                 except queue.Empty:
                     event = None
                 now = time.perf_counter()
+                if event is not None and event[2] == "command":
+                    name, argument = event[3]
+                    if self.coordinator is None or (name == "stop" and not argument):
+                        return ("stopped", None)  # no checkpoint asked for (or possible): stop now
+                    stopping = [name, argument, None]
+                    event = None
                 if event is not None:
                     event_attempt, worker, kind, value = event
                     if event_attempt != attempt:
@@ -139,8 +176,16 @@ class JobMaster:
                         if _is_pipeline_error(value):
                             self.failures.append(value)
                             raise JobFailed(f"worker {worker}: {value}")
-                        return f"worker {worker}: {value}"
+                        return ("failed", f"worker {worker}: {value}")
                     if kind == "alive":
+                        self.live[worker] = value
+                        continue
+                    if kind == "committed":
+                        committed.add(worker)
+                        if stopping is not None and stopping[2] == value and len(committed) == self.workers:
+                            if stopping[0] == "stop":
+                                return ("stopped", value)
+                            return ("rescale", stopping[1], value)
                         continue
                     if kind == "started":
                         up.add(worker)
@@ -151,6 +196,8 @@ class JobMaster:
                         checkpoint_id, parts = value
                         if self.coordinator.add(worker, checkpoint_id, parts):
                             done, sinks = self.coordinator.complete()
+                            self.checkpoint_ms.append((now - checkpoint_started) * 1000)
+                            committed = set()
                             for handle in handles:
                                 handle.commit(done, sinks)
                             self.coordinator.prune()
@@ -168,6 +215,7 @@ class JobMaster:
                             else:
                                 if self.coordinator.pending is None:
                                     final_checkpoint = self._trigger(handles)
+                                    checkpoint_started = now
                                 else:
                                     final_checkpoint = -1  # after the one being taken
                     elif kind == "closed":
@@ -177,16 +225,22 @@ class JobMaster:
                             return None
                 if final_checkpoint == -1 and self.coordinator.pending is None:
                     final_checkpoint = self._trigger(handles)
-                if (self.interval_s and final_checkpoint is None and self.coordinator.pending is None
-                        and len(up) == self.workers and now - last_checkpoint >= self.interval_s):
+                    checkpoint_started = now
+                if (stopping is not None and stopping[2] is None and final_checkpoint is None
+                        and self.coordinator.pending is None and len(up) == self.workers):
+                    stopping[2] = self._trigger(handles)
+                    checkpoint_started = now
+                if (self.interval_s and final_checkpoint is None and stopping is None
+                        and self.coordinator.pending is None and len(up) == self.workers
+                        and now - last_checkpoint >= self.interval_s):
                     self._trigger(handles)
-                    last_checkpoint = now
+                    last_checkpoint = checkpoint_started = now
                 dead = [w for w, handle in enumerate(handles) if w not in closed and not handle.alive()]
                 if dead and self.events.empty():  # a worker that failed said why first
-                    return f"worker {dead[0]} died"
+                    return ("failed", f"worker {dead[0]} died")
                 silent = [w for w, seen in last_seen.items() if w not in closed and now - seen > self.heartbeat_s]
                 if silent:
-                    return f"worker {silent[0]} did not answer for {self.heartbeat_s:g} s"
+                    return ("failed", f"worker {silent[0]} did not answer for {self.heartbeat_s:g} s")
         except BaseException:
             for handle in handles:
                 handle.stop()

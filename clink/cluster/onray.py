@@ -21,13 +21,16 @@ import ray
 from clink.cluster.dataplane import FlightInbox, FlightTransport
 from clink.cluster.master import JobFailed, JobMaster
 from clink.cluster.worker import Worker
+from clink.errors import UsageError
 from clink.runtime.artefact import read_artefact
 from clink.runtime.context import RuntimeContext
 
-__all__ = ["RayJob", "run_on_ray"]
+__all__ = ["NAMESPACE", "RayJob", "list_jobs", "run_on_ray", "submit"]
 
 #: Elements a worker takes ahead of its own thread before its senders wait.
 _INBOX = 64
+#: The Ray namespace clink's job masters are named in.
+NAMESPACE = "clink"
 
 
 def _load(artefact: bytes, digest: str):
@@ -129,60 +132,82 @@ class _ActorHandle:
 
 @ray.remote
 class _MasterActor:
-    """One job: starts each attempt's workers and runs ``JobMaster``."""
+    """One job: starts each attempt's workers and runs ``JobMaster`` in a thread of its own, so that
+    the job goes on after the client that submitted it has gone (``clink submit``)."""
 
     def __init__(self, artefact: bytes, digest: str, job: str, config: dict, state_dir: str | None,
                  cwd: str | None, workers: int, parallelism: int, fingerprint: str, host: str | None) -> None:
         self.artefact, self.digest, self.job = artefact, digest, job
         self.config, self.state_dir, self.cwd, self.workers, self.host = config, state_dir, cwd, workers, host
+        self.name = _load(artefact, digest).name
         self.secret = secrets.token_hex(16)
         self.handles: list[_ActorHandle] = []
         self.log: list[str] = []
         self.master = JobMaster(self._launch, workers=workers, parallelism=parallelism, fingerprint=fingerprint,
                                 config=config, state_dir=state_dir, log=self.log.append)
-        self.status = "created"
         self.pids: list[int] = []
+        self.submitted = time.time()
+        self.outcome: dict | None = None
+        self._thread = threading.Thread(target=self._run, name=f"clink-master-{job}", daemon=True)
+        self._thread.start()
 
     def report(self, attempt: int, worker: int, kind: str, value) -> None:
         self.master.report(attempt, worker, kind, value)
 
-    def _launch(self, attempt: int, restore: str | None, report) -> list[_ActorHandle]:
+    def _launch(self, attempt: int, restore: str | None, report, workers: int) -> list[_ActorHandle]:
         for handle in self.handles:
             handle.stop()
+        self.workers = workers
         config = {k: v for k, v in self.config.items() if k != "execution.savepoint.path"}
+        config["parallelism.default"] = str(workers)
         if restore is not None:
             config["execution.savepoint.path"] = restore
         actors = [_WorkerActor.options(num_cpus=1, max_concurrency=8).remote(
-            self.artefact, self.digest, self.job, attempt, self.secret, w, self.workers, config, self.state_dir,
-            self.cwd, self.host) for w in range(self.workers)]
+            self.artefact, self.digest, self.job, attempt, self.secret, w, workers, config, self.state_dir,
+            self.cwd, self.host) for w in range(workers)]
         locations = ray.get([a.location.remote() for a in actors])
         self.pids = ray.get([a.pid.remote() for a in actors])
         me = ray.get_runtime_context().current_actor
         ray.get([a.start.remote(locations, me) for a in actors])
         self.handles = [_ActorHandle(a) for a in actors]
-        self.status = f"running (attempt {attempt})"
         return self.handles
 
     def worker_pids(self) -> list[int]:
         return list(self.pids)
 
-    def run(self) -> dict:
+    def stop(self, with_checkpoint: bool) -> None:
+        self.master.command("stop", with_checkpoint)
+
+    def rescale(self, parallelism: int) -> None:
+        self.master.command("rescale", parallelism)
+
+    def status(self) -> dict:
+        """Plain values for ``clink jobs``."""
+        m = self.master
+        completed = m.coordinator.completed if m.coordinator is not None else []
+        return {"id": self.job, "name": self.name, "state": m.state, "parallelism": m.workers,
+                "attempt": m.attempt, "restarts": len(m.failures), "submitted": self.submitted,
+                "last_checkpoint": completed[-1] if completed else None, "checkpoint_ms": m.checkpoint_ms[-20:],
+                "stopped_at": m.stopped_at, "state_dir": self.state_dir, "workers": dict(m.live),
+                "failures": [f.splitlines()[0] for f in m.failures], "log": list(self.log)}
+
+    def _run(self) -> None:
         started = time.perf_counter()
         try:
             metrics = self.master.run()
         except JobFailed as exc:
-            self.status = "failed"
-            return {"ok": False, "error": str(exc), "log": self.log}
-        except BaseException as exc:  # noqa: BLE001 - the driver shows it
-            self.status = "failed"
-            return {"ok": False, "error": f"{type(exc).__name__}: {exc}", "log": self.log}
+            self.outcome = {"ok": False, "error": str(exc), "log": self.log}
+            return
+        except BaseException as exc:  # noqa: BLE001 - the client shows it
+            self.master.state = "failed"
+            self.outcome = {"ok": False, "error": f"{type(exc).__name__}: {exc}", "log": self.log}
+            return
         finally:
             for handle in self.handles:
                 try:
                     handle.stop()
                 except Exception:  # noqa: BLE001 - already gone
                     pass
-        self.status = "finished"
         records_in: dict[str, int] = {}
         records_out: dict[str, int] = {}
         for m in metrics.values():
@@ -190,31 +215,79 @@ class _MasterActor:
                 records_in[table] = records_in.get(table, 0) + n
             for table, n in m["records_out"].items():
                 records_out[table] = records_out.get(table, 0) + n
-        return {"ok": True, "records_in": records_in, "records_out": records_out, "attempts": self.master.attempt,
-                "failures": self.master.failures, "warnings": self.master.warnings,
-                "restored_from": self.master.restored_from, "checkpoints": len(self.master.coordinator.completed)
-                if self.master.coordinator else 0, "seconds": time.perf_counter() - started, "log": self.log}
+        master = self.master
+        self.outcome = {
+            "ok": True, "state": master.state, "stopped_at": master.stopped_at, "records_in": records_in,
+            "records_out": records_out, "attempts": master.attempt, "failures": master.failures,
+            "warnings": master.warnings, "restored_from": master.restored_from,
+            "checkpoints": len(master.coordinator.completed) if master.coordinator else 0,
+            "recovery_s": master.recovery_s, "seconds": time.perf_counter() - started, "log": self.log}
+
+    def result(self) -> dict:
+        """Waits for the job's end."""
+        self._thread.join()
+        return self.outcome
 
 
 class RayJob:
-    """A job submitted to Ray: ``result()`` waits for its end."""
+    """A job on Ray: its job master actor, found by id (``clink jobs``, ``clink stop``)."""
 
     def __init__(self, master, job_id: str) -> None:
         self.master = master
         self.id = job_id
-        self._run = master.run.remote()
+        self._result = None
+
+    @classmethod
+    def find(cls, job_id: str) -> RayJob:
+        try:
+            return cls(ray.get_actor(job_id, namespace=NAMESPACE), job_id)
+        except ValueError:
+            raise UsageError(f"no job {job_id!r} on this Ray cluster (clink jobs lists them)") from None
 
     def worker_pids(self) -> list[int]:
         return ray.get(self.master.worker_pids.remote())
 
+    def status(self) -> dict:
+        return ray.get(self.master.status.remote())
+
+    def stop(self, *, with_checkpoint: bool) -> dict:
+        ray.get(self.master.stop.remote(with_checkpoint))
+        return self.result()
+
+    def rescale(self, parallelism: int) -> None:
+        ray.get(self.master.rescale.remote(parallelism))
+
+    def done(self) -> bool:
+        """Whether the job has ended (finished, failed or stopped)."""
+        if self._result is None:
+            self._result = self.master.result.remote()
+        ready, _ = ray.wait([self._result], timeout=0)
+        return bool(ready)
+
     def result(self) -> dict:
-        outcome = ray.get(self._run)
+        """Wait for the job's end; raises ``JobFailed`` if it failed."""
+        if self._result is None:
+            self._result = self.master.result.remote()
+        outcome = ray.get(self._result)
         if not outcome["ok"]:
             raise JobFailed(outcome["error"])
         return outcome
 
 
-def _data_plane_host(started_here: bool) -> str | None:
+def list_jobs() -> list[dict]:
+    """The status of every clink job on the connected Ray cluster, newest first."""
+    names = [a["name"] for a in ray.util.list_named_actors(all_namespaces=True)
+             if a.get("namespace") == NAMESPACE and a["name"].startswith("clink-")]
+    jobs = []
+    for name in names:
+        try:
+            jobs.append(RayJob.find(name).status())
+        except (UsageError, ray.exceptions.RayError):
+            continue
+    return sorted(jobs, key=lambda j: j["submitted"], reverse=True)
+
+
+def data_plane_host(started_here: bool) -> str | None:
     """Where workers' data streams listen: the loopback address when Ray runs on this machine
     alone (started here, or reached at a loopback address), else the address Ray gives each node."""
     if started_here:
@@ -231,19 +304,23 @@ def ensure_ray(address: str | None, *, workers: int) -> bool:
     address = address or os.environ.get("RAY_ADDRESS")
     quiet = {"log_to_driver": False, "logging_level": "error", "configure_logging": True}
     if address:
-        ray.init(address=address, namespace="clink", **quiet)
+        ray.init(address=address, namespace=NAMESPACE, **quiet)
         return False
-    ray.init(num_cpus=max(workers, os.cpu_count() or 1), include_dashboard=False, namespace="clink",
+    ray.init(num_cpus=max(workers, os.cpu_count() or 1), include_dashboard=False, namespace=NAMESPACE,
              _node_ip_address="127.0.0.1", **quiet)
     return True
 
 
 def submit(artefact: bytes, *, config: dict, state_dir: str | None, workers: int, parallelism: int,
-           fingerprint: str, cwd: str | None = None, host: str | None = None) -> RayJob:
-    """Start a job master for the artefact on the connected Ray cluster."""
+           fingerprint: str, cwd: str | None = None, host: str | None = None, detached: bool = False) -> RayJob:
+    """Start a job master for the artefact on the connected Ray cluster; ``detached``: it outlives
+    this process (``clink submit``)."""
     digest = hashlib.sha256(artefact).hexdigest()
     job_id = f"clink-{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(3)}"
-    master = _MasterActor.options(num_cpus=0, max_concurrency=16, name=job_id).remote(
+    options = {"num_cpus": 0, "max_concurrency": 16, "name": job_id, "namespace": NAMESPACE}
+    if detached:
+        options["lifetime"] = "detached"
+    master = _MasterActor.options(**options).remote(
         artefact, digest, job_id, config, state_dir, cwd, workers, parallelism, fingerprint, host)
     return RayJob(master, job_id)
 
@@ -256,7 +333,7 @@ def run_on_ray(artefact: bytes, *, config: dict, state_dir: str | None, fingerpr
     started = ensure_ray(config.get("ray.address"), workers=parallelism)
     try:
         return submit(artefact, config=config, state_dir=state_dir, workers=parallelism, parallelism=parallelism,
-                      fingerprint=fingerprint, cwd=cwd, host=_data_plane_host(started)).result()
+                      fingerprint=fingerprint, cwd=cwd, host=data_plane_host(started)).result()
     finally:
         if started:
             ray.shutdown()

@@ -101,7 +101,8 @@ class Worker:
             while not self._stopped.is_set():
                 if time.perf_counter() - beat >= HEARTBEAT_S:
                     beat = time.perf_counter()
-                    self.report("alive", None)
+                    job.refresh_metrics()
+                    self.report("alive", self._metrics())
                 closed = self._control()
                 if closed:
                     return
@@ -139,6 +140,7 @@ class Worker:
                 self.job.inject_barriers(message[1])
             elif message[0] == "commit":
                 self.job.commit_checkpoint(message[1], message[2])
+                self.report("committed", message[1])
             elif message[0] == "close":
                 self.job.close()
                 self.transport.flush()
@@ -170,6 +172,7 @@ class Worker:
     def _metrics(self) -> dict:
         m = self.job.metrics
         return {"records_in": dict(m.records_in), "records_out": dict(m.records_out),
+                "watermark": m.watermark, "bytes_out": getattr(self.transport, "bytes_out", 0),
                 "late_records": {str(k): v for k, v in m.late_records.items()},
                 "skipped_records": dict(m.skipped_records), "warnings": list(self.job.warnings),
                 "seconds": time.perf_counter() - self.job._started}

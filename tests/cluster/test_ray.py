@@ -21,6 +21,7 @@ from nexmark_cases import BENCH, CSV, QUERIES, SQLITE, output
 
 import clink
 from clink.cluster.master import JobFailed
+from clink.cluster import onray
 from clink.cluster.onray import submit
 from clink.runtime.artefact import artefact_bytes
 from clink.runtime.context import RuntimeContext
@@ -32,7 +33,8 @@ EVENTS = 40_000
 @pytest.fixture(scope="module", autouse=True)
 def ray_runtime():
     ray.init(num_cpus=4, include_dashboard=False, log_to_driver=False, logging_level="error",
-             namespace="clink-tests", _node_ip_address="127.0.0.1")
+             namespace="clink-tests")
+    assert ray.get_runtime_context().gcs_address.startswith("127.0.0.1:")
     yield
     ray.shutdown()
 
@@ -86,12 +88,12 @@ def _kill_workers(job, kills: int, seed: str, sig: int = signal.SIGKILL, pause: 
     while landed < kills:
         pids = job.worker_pids()
         if not pids or set(pids) & seen:
-            if _done(job):
+            if job.done():
                 break
             time.sleep(0.05)
             continue
         time.sleep(rng.uniform(*pause))
-        if _done(job):
+        if job.done():
             break
         victim = rng.choice(pids)
         try:
@@ -101,11 +103,6 @@ def _kill_workers(job, kills: int, seed: str, sig: int = signal.SIGKILL, pause: 
         seen.update(pids)
         landed += 1
     return landed
-
-
-def _done(job) -> bool:
-    ready, _ = ray.wait([job._run], timeout=0)
-    return bool(ready)
 
 
 def _killed(query: str, tmp_path: Path, *, events: int, kills: int, pause: tuple[float, float]) -> None:
@@ -189,3 +186,71 @@ def test_clink_run_submits_to_a_running_ray_cluster(tmp_path: Path) -> None:
                            capture_output=True, text=True, timeout=300)
     assert local.returncode == 0, local.stderr
     assert cluster_rows == output(tmp_path / "out") and cluster_rows
+
+
+def _wait_for_workers(job, count: int, other_than: set[int] = frozenset()) -> list[int]:
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        pids = job.worker_pids()
+        if len(pids) == count and not set(pids) & other_than and job.status()["workers"]:
+            return pids
+        time.sleep(0.05)
+    raise AssertionError(f"the job never ran on {count} workers")
+
+
+def test_rescale_from_one_to_four_to_two_gives_the_rows_of_parallelism_one(tmp_path: Path) -> None:
+    plan = _compiled("q20", tmp_path, events=600_000)
+    expected = _reference(plan, tmp_path)
+    _move_aside(tmp_path)
+    job = _submit(plan, workers=1, state_dir=tmp_path / "state")
+    first = _wait_for_workers(job, 1)
+    time.sleep(0.5)
+    job.rescale(4)
+    second = _wait_for_workers(job, 4, set(first))
+    time.sleep(0.5)
+    job.rescale(2)
+    _wait_for_workers(job, 2, set(second))
+    outcome = job.result()
+    assert not outcome["failures"] and outcome["attempts"] == 3
+    assert any("rescaled from 1 to 4" in line for line in outcome["log"])
+    assert any("rescaled from 4 to 2" in line for line in outcome["log"])
+    assert output(tmp_path / "out") == expected
+
+
+def test_submit_jobs_and_stop_with_checkpoint_then_go_on_locally(tmp_path: Path) -> None:
+    """``clink submit`` leaves the job running on the cluster; ``clink jobs`` lists it; ``clink stop
+    --with-checkpoint`` stops it with its output committed up to a checkpoint, from which a local
+    ``clink run`` with the same state directory ends with exactly the uninterrupted rows."""
+    ddl = tmp_path / "ddl.sql"
+    # 400,000 events at 50,000 a second: the job runs for about 8 s, long enough to be stopped.
+    ddl.write_text((BENCH / "ddl.sql").read_text()
+                   .replace("'events.num' = '10000000'", "'events.num' = '400000', 'rate.limited' = 'true'")
+                   .replace("'10000'", "'50000'"))
+    query = tmp_path / "q7.sql"
+    query.write_text(QUERIES["q7"].format(csv=CSV, sqlite=SQLITE) + "\n")
+    address = ray.get_runtime_context().gcs_address
+
+    def clink_cli(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "clink", *args], cwd=tmp_path, capture_output=True, text=True,
+                              timeout=300)
+
+    submitted = clink_cli("submit", "-i", "ddl.sql", "q7.sql", "--ray-address", address, "-p", "2",
+                          "--state-dir", "state")
+    assert submitted.returncode == 0, submitted.stderr
+    job_id = submitted.stdout.strip()
+    job = onray.RayJob.find(job_id)
+    _wait_for_workers(job, 2)
+    listed = clink_cli("jobs", "--ray-address", address)
+    assert job_id in listed.stdout and "running" in listed.stdout
+    shown = clink_cli("jobs", job_id, "--ray-address", address)
+    assert "worker 1 (subtasks 1 of each operator)" in shown.stdout, shown.stdout + shown.stderr
+    stopped = clink_cli("stop", job_id, "--with-checkpoint", "--ray-address", address)
+    assert stopped.returncode == 0 and "stopped" in stopped.stderr and "with checkpoint" in stopped.stderr, stopped.stderr
+    assert job.status()["state"] == "stopped"
+    resumed = clink_cli("run", "-i", "ddl.sql", "q7.sql", "--state-dir", "state")
+    assert resumed.returncode == 0 and "resuming from checkpoint" in resumed.stderr, resumed.stderr
+    rows = output(tmp_path / "out")
+    (tmp_path / "out").rename(tmp_path / "out.cluster")
+    uninterrupted = clink_cli("run", "-i", "ddl.sql", "q7.sql")
+    assert uninterrupted.returncode == 0, uninterrupted.stderr
+    assert rows == output(tmp_path / "out") and rows

@@ -123,3 +123,54 @@ def test_a_pipeline_error_fails_the_job_without_restarts(tmp_path: Path) -> None
                        workers=2)
     assert "cannot CAST" in str(raised.value) and "cast.sql:3:" in str(raised.value)
     assert "restart" not in str(raised.value)
+
+
+def test_what_a_worker_of_an_earlier_attempt_says_is_refused(tmp_path: Path,
+                                                            tmp_path_factory: pytest.TempPathFactory) -> None:
+    """A worker of the failed first attempt that comes back during the second: its failure, its
+    parts of a checkpoint and its end are ignored (were they taken, the job would restart again,
+    or complete a checkpoint without the current workers' state, or end early)."""
+    expected = _reference("q7", tmp_path_factory)
+    plan = _plan("q7", tmp_path, "SET 'execution.checkpointing.interval' = '20 ms';\n"
+                                 "SET 'restart-strategy.fixed-delay.delay' = '10 ms';\n")
+    masters = []
+    fail = _fail_after(1)
+
+    def on_attempt(attempt: int, workers) -> None:
+        fail(attempt, workers)
+        if attempt == 2:
+            master = masters[0]
+            master.report(1, 1, "failed", "ConnectionError: back from the dead")
+            master.report(1, 0, "checkpoint", (master.coordinator.next_id,
+                                               {"sources": {}, "operators": {}, "sinks": {}, "signatures": {}}))
+            master.report(1, 0, "finished", {})
+            master.report(1, 1, "closed", {})
+
+    master = run_in_threads(plan, RuntimeContext(stdout=io.StringIO(), state_dir=tmp_path / "state"), workers=2,
+                            on_attempt=on_attempt, on_master=masters.append)
+    assert master.attempt == 2 and len(master.failures) == 1
+    assert output(tmp_path / "out") == expected
+
+
+def test_a_stop_with_checkpoint_then_a_rescale_in_threads(tmp_path: Path,
+                                                         tmp_path_factory: pytest.TempPathFactory) -> None:
+    """Rescale 2 → 3 while running, then stop with a checkpoint; a local run at parallelism 1 goes
+    on from it to exactly the uninterrupted rows."""
+    expected = _reference("q20", tmp_path_factory)
+    plan = _plan("q20", tmp_path)
+    commands = []
+
+    def on_attempt(attempt: int, workers) -> None:
+        if attempt == 1:
+            workers[0].on_job = lambda job: commands[0].command("rescale", 3)
+        elif attempt == 2:
+            workers[0].on_job = lambda job: commands[0].command("stop", True)
+
+    master = run_in_threads(plan, RuntimeContext(stdout=io.StringIO(), state_dir=tmp_path / "state"), workers=2,
+                            on_attempt=on_attempt, on_master=commands.append)
+    assert master.state == "stopped" and master.stopped_at is not None and master.workers == 3
+    assert not master.failures
+    job = Job(plan, RuntimeContext(stdout=io.StringIO(), state_dir=tmp_path / "state"))
+    assert job.metrics.restored_from == master.stopped_at
+    job.run()
+    assert output(tmp_path / "out") == expected
