@@ -41,45 +41,38 @@ def _parser() -> argparse.ArgumentParser:
                         "(default: the module on standard output)")
     p.add_argument("--emit-python", metavar="DIR", help="also write the module as DIR/<name>.py, for reading")
 
-    p = sub.add_parser("run", parents=[common],
+    # What run and submit both take: the pipeline, its declarations, settings, state.
+    pipeline = argparse.ArgumentParser(add_help=False)
+    pipeline.add_argument("file", help="the pipeline (.sql, .clk or .py)")
+    pipeline.add_argument("-i", "--init", action="append", default=[], metavar="FILE",
+                          help="a SQL file of declarations (tables, views, functions, SET) to read first; "
+                               "repeatable")
+    pipeline.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                          help="a configuration setting, as SET 'KEY' = 'VALUE' would (repeatable)")
+    pipeline.add_argument("-p", "--parallelism", type=int, metavar="N",
+                          help="run N subtasks of every operator ('parallelism.default'; sinks run as one); "
+                               "on Ray, N workers")
+    pipeline.add_argument("--state-dir", metavar="DIR",
+                          help="keep checkpoints here (a local path or file:// URI; on Ray, one that every worker "
+                               "reaches), and resume from the newest valid one at start")
+    pipeline.add_argument("--from-checkpoint", metavar="PATH", help="resume from this checkpoint directory")
+    pipeline.add_argument("--recompile", action="store_true",
+                          help="compile the SQL even if the plan cache holds this text's plan")
+    pipeline.add_argument("--ray-address", metavar="HOST:PORT",
+                          help="the Ray cluster to run on ('ray.address', else RAY_ADDRESS); for run without "
+                               "it, a Ray runtime is started for the job and stopped after it")
+
+    p = sub.add_parser("run", parents=[common, pipeline],
                        help="run a pipeline (.sql, or an artefact or module from `clink compile`)")
-    p.add_argument("file", help="the pipeline (.sql, .clk or .py)")
-    p.add_argument("-i", "--init", action="append", default=[], metavar="FILE",
-                   help="a SQL file of declarations (tables, views, functions, SET) to read first; repeatable")
-    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                   help="a configuration setting, as SET 'KEY' = 'VALUE' would (repeatable)")
     p.add_argument("--progress", action="store_true", help="show rows in and out while running")
-    p.add_argument("-p", "--parallelism", type=int, metavar="N",
-                   help="run N subtasks of every operator ('parallelism.default'; sinks run as one)")
-    p.add_argument("--state-dir", metavar="DIR",
-                   help="keep checkpoints here (a local path or file:// URI), and resume from the newest "
-                        "valid one at start")
-    p.add_argument("--from-checkpoint", metavar="PATH", help="resume from this checkpoint directory")
     p.add_argument("--stop-with-checkpoint-after", type=int, metavar="N",
                    help="stop, with a final checkpoint, once N checkpoints have been taken")
-    p.add_argument("--recompile", action="store_true",
-                   help="compile the SQL even if the plan cache holds this text's plan")
     p.add_argument("--target", choices=("local", "ray"),
                    help="where the job runs ('execution.target'): this process (default), or worker "
                         "processes on Ray, one per subtask index (docs/cluster.md)")
-    p.add_argument("--ray-address", metavar="HOST:PORT",
-                   help="the Ray cluster to run on ('ray.address'); without it, a Ray runtime is started "
-                        "for the job and stopped after it")
 
-    p = sub.add_parser("submit", parents=[common],
+    p = sub.add_parser("submit", parents=[common, pipeline],
                        help="start a pipeline on a running Ray cluster and leave it running (docs/cluster.md)")
-    p.add_argument("file", help="the pipeline (.sql, .clk or .py)")
-    p.add_argument("-i", "--init", action="append", default=[], metavar="FILE",
-                   help="a SQL file of declarations (tables, views, functions, SET) to read first; repeatable")
-    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                   help="a configuration setting, as SET 'KEY' = 'VALUE' would (repeatable)")
-    p.add_argument("-p", "--parallelism", type=int, metavar="N", help="workers, one subtask of each operator each")
-    p.add_argument("--state-dir", metavar="DIR",
-                   help="checkpoints, on a path every worker reaches; the job resumes from the newest valid one")
-    p.add_argument("--from-checkpoint", metavar="PATH", help="resume from this checkpoint directory")
-    p.add_argument("--ray-address", metavar="HOST:PORT", help="the Ray cluster (default: RAY_ADDRESS)")
-    p.add_argument("--recompile", action="store_true",
-                   help="compile the SQL even if the plan cache holds this text's plan")
 
     p = sub.add_parser("jobs", parents=[common], help="list the jobs on a Ray cluster, or show one")
     p.add_argument("job", nargs="?", help="a job id (from clink submit or clink jobs)")

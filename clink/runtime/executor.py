@@ -158,6 +158,9 @@ class Job:
         if placement is None and (self.ctx.get("execution.target") or "local").strip().lower() == "ray":
             raise UsageError("'execution.target' = 'ray' runs the job on Ray's workers, not in this process: use "
                              "clink run --target ray (docs/cluster.md)")
+        if placement is None and self.ctx.get("ray.address"):
+            raise UsageError("'ray.address' is set, and the job runs in this process: set 'execution.target' = "
+                             "'ray' (clink run --target ray) to run it on that cluster")
         self.metrics = Metrics()
         #: Subtasks per node, and what each subtask (by its id, ``subtask_id``) runs.
         self.parallelism = job_parallelism(self.ctx)
