@@ -41,3 +41,18 @@ def test_running_a_compiled_module_never_imports_the_compiler(tmp_path: Path) ->
     )
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+def test_only_the_cluster_s_ray_module_imports_ray() -> None:
+    """Ray is an optional extra: no module but ``clink/cluster/onray.py`` names it, and the runtime,
+    the cluster's master and workers and the data plane load without it."""
+    root = Path(__file__).resolve().parents[1] / "clink"
+    importers = sorted(str(p.relative_to(root)) for p in root.rglob("*.py")
+                       if any(line.strip().startswith(("import ray", "from ray"))
+                              for line in p.read_text(encoding="utf-8").splitlines()))
+    assert importers == ["cluster/onray.py"]
+    check = ("import sys, clink.cluster.master, clink.cluster.worker, clink.cluster.local, "
+             "clink.cluster.dataplane, clink.runtime.executor; print([m for m in sys.modules if m == 'ray' "
+             "or m.startswith('ray.')])")
+    out = subprocess.run([sys.executable, "-c", check], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
