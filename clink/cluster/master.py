@@ -78,13 +78,16 @@ class JobMaster:
         self.warnings: list[str] = []
         self.metrics: dict[int, dict] = {}
         self.restored_from: int | None = None
-        self.recovery_s: list[float] = []
         self.parallelism = parallelism
         self.state = "created"
         self.stopped_at: int | None = None
         self.checkpoint_ms: list[float] = []
         #: What each worker of the current attempt said last about itself (its heartbeat).
         self.live: dict[int, dict] = {}
+        #: Wall-clock times: when each attempt had every worker running (restored), and when the
+        #: first row reached a sink.
+        self.up_at: dict[int, float] = {}
+        self.first_output_at: float | None = None
 
     def report(self, attempt: int, worker: int, kind: str, value) -> None:
         """What a worker says (from any thread)."""
@@ -137,7 +140,7 @@ class JobMaster:
             self.warnings.extend(warnings)
             if restore is not None:
                 self.restored_from = self.coordinator.next_id - 1
-        started = checkpoint_started = time.perf_counter()
+        checkpoint_started = time.perf_counter()
         handles = self.launch(attempt, restore, lambda worker, kind, value: self.report(attempt, worker, kind, value),
                               self.workers)
         self.live = {}
@@ -147,7 +150,6 @@ class JobMaster:
         final_checkpoint: int | None = None
         last_checkpoint = time.perf_counter()
         last_seen = {w: time.perf_counter() for w in range(self.workers)}
-        first_answer = attempt > 1
         #: A stop asked for: ("stop" | "rescale", argument, checkpoint id once triggered).
         stopping: list | None = None
         committed: set[int] = set()
@@ -169,9 +171,6 @@ class JobMaster:
                     if event_attempt != attempt:
                         continue  # an earlier attempt's worker: fenced
                     last_seen[worker] = now
-                    if first_answer:
-                        first_answer = False
-                        self.recovery_s.append(now - started)
                     if kind == "failed":
                         if _is_pipeline_error(value):
                             self.failures.append(value)
@@ -187,8 +186,14 @@ class JobMaster:
                                 return ("stopped", value)
                             return ("rescale", stopping[1], value)
                         continue
+                    if kind == "output":
+                        if self.first_output_at is None:
+                            self.first_output_at = value
+                        continue
                     if kind == "started":
                         up.add(worker)
+                        if len(up) == self.workers:
+                            self.up_at[attempt] = time.time()
                         if worker == 0:
                             self.warnings.extend(value["warnings"])
                         continue

@@ -175,6 +175,9 @@ class _MasterActor:
     def worker_pids(self) -> list[int]:
         return list(self.pids)
 
+    def pid(self) -> int:
+        return os.getpid()
+
     def stop(self, with_checkpoint: bool) -> None:
         self.master.command("stop", with_checkpoint)
 
@@ -221,7 +224,9 @@ class _MasterActor:
             "records_out": records_out, "attempts": master.attempt, "failures": master.failures,
             "warnings": master.warnings, "restored_from": master.restored_from,
             "checkpoints": len(master.coordinator.completed) if master.coordinator else 0,
-            "recovery_s": master.recovery_s, "seconds": time.perf_counter() - started, "log": self.log}
+            "up_at": master.up_at, "first_output_at": master.first_output_at,
+            "bytes_out": sum(m.get("bytes_out", 0) for m in metrics.values()),
+            "seconds": time.perf_counter() - started, "log": self.log}
 
     def result(self) -> dict:
         """Waits for the job's end."""

@@ -96,6 +96,8 @@ class Worker:
             return
         self.report("started", {"warnings": list(job.warnings), "restored_from": job.metrics.restored_from})
         finished_reported = False
+        writers = list(job._writers.values())
+        first_output = not writers  # this worker writes nothing: nothing to say
         beat = time.perf_counter()
         try:
             while not self._stopped.is_set():
@@ -110,6 +112,9 @@ class Worker:
                 stepped = False
                 if not job.finished and self.transport.has_credit():
                     stepped = job.step()
+                if not first_output and any(w.metrics.get("rows_out") for w in writers):
+                    first_output = True
+                    self.report("output", time.time())  # when the first row reached a sink
                 if job.finished and not finished_reported:
                     finished_reported = True
                     self.transport.flush()

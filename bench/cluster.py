@@ -1,0 +1,211 @@
+"""Nexmark queries on Ray against the same queries in one local process, measured in the same run.
+
+    python bench/cluster.py                                   # q1, q5, q7, q20 at 10M events; 10 kills
+    python bench/cluster.py --events 2000000 --queries q7 --kills 3
+
+For each query: ``local p=1`` (``clink run`` in a fresh process, as ``bench/nexmark.py`` runs it),
+``ray p=1`` and ``ray p=2`` (submitted to one Ray runtime started here, on 127.0.0.1, before the
+first job: its start-up is reported apart). A Ray run's time is from submitting the job to its end,
+so it includes starting the job master and the worker processes. Peak RSS of a Ray run is the
+largest sum of the resident sets of its job master and workers, sampled every 50 ms.
+
+Then, on a running cluster: the time from submitting q1 to its first row at the sink (the fastest
+of 5), and the recovery after a worker is killed (SIGKILL) at a random moment of q7 at p=2 with a
+checkpoint every second: from the kill until every worker of the next attempt runs again,
+restored from the last checkpoint (p50 and p95 over ``--kills`` kills).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import signal
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")  # Ray on 127.0.0.1 only
+
+import nexmark  # noqa: E402 - bench/ is on the path now
+
+QUERIES = nexmark.QUERIES
+TARGETS = {"ray p=2 / local p=1 (q5, q7)": 1.5, "submit to first row (s)": 1.5, "recovery p95 (s)": 5.0,
+           "ray p=1 / local p=1": 0.85}
+
+
+def _rss_mib(pid: int) -> float:
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return 0.0
+
+
+class _RssSampler:
+    """The largest sum of the resident sets of a job's processes, while it runs."""
+
+    def __init__(self, job) -> None:
+        self.job = job
+        self.peak = 0.0
+        self._stop = threading.Event()
+        self._master = None
+        self.thread = threading.Thread(target=self._sample, daemon=True)
+        self.thread.start()
+
+    def _sample(self) -> None:
+        import ray
+
+        master = ray.get(self.job.master.pid.remote())
+        while not self._stop.wait(0.05):
+            pids = [master, *self.job.worker_pids()]
+            self.peak = max(self.peak, sum(_rss_mib(p) for p in pids))
+
+    def stop(self) -> float:
+        self._stop.set()
+        self.thread.join()
+        return self.peak
+
+
+def _plan(query: str, events: int, folder: Path, extra: str = ""):
+    import clink
+
+    text = (QUERIES / f"{query}.sql").read_text().replace("'path' = 'bench/out/", f"'path' = '{folder}/out/")
+    return clink.compile(extra + text, name=f"{query}.sql", init=[nexmark.ddl(events, folder)])
+
+
+def _submit(plan, parallelism: int, state_dir: str | None = None, config: dict | None = None):
+    from clink.cluster import onray
+    from clink.runtime.artefact import artefact_bytes
+
+    artefact = artefact_bytes(module_source=plan.source, plan=plan.runtime_plan)
+    settings = {**plan.runtime_plan.config, "parallelism.default": str(parallelism), **(config or {})}
+    return onray.submit(artefact, config=settings, state_dir=state_dir, workers=parallelism,
+                        parallelism=parallelism, fingerprint=plan.fingerprint, host="127.0.0.1")
+
+
+def run_ray(query: str, events: int, parallelism: int, folder: Path) -> dict:
+    plan = _plan(query, events, folder)
+    started = time.perf_counter()
+    job = _submit(plan, parallelism)
+    sampler = _RssSampler(job)
+    outcome = job.result()
+    wall = time.perf_counter() - started
+    return {"wall_s": wall, "events_per_s": events / wall, "peak_rss_mib": sampler.stop(),
+            "shuffled_mb_per_s": outcome["bytes_out"] / wall / 1e6, "rows_out": sum(outcome["records_out"].values())}
+
+
+def first_row(events: int, folder: Path, reps: int) -> list[float]:
+    plan = _plan("q1", events, folder)
+    times = []
+    for _ in range(reps):
+        submitted = time.time()
+        job = _submit(plan, 2)
+        outcome = job.result()
+        times.append(outcome["first_output_at"] - submitted)
+    return times
+
+
+def recovery(events: int, folder: Path, kills: int, seed: int = 7) -> tuple[list[float], dict]:
+    """Kill a worker ``kills`` times during q7 at p=2; the seconds from each kill until the next
+    attempt had all its workers running again."""
+    plan = _plan("q7", events, folder, "SET 'restart-strategy.fixed-delay.attempts' = '100';\n"
+                                       "SET 'restart-strategy.fixed-delay.delay' = '10 ms';\n")
+    rng = random.Random(seed)
+    state = tempfile.mkdtemp(prefix="clink-bench-state-", dir=folder)
+    job = _submit(plan, 2, state, {"execution.checkpointing.interval": "1 s"})
+    killed_at: list[float] = []
+    seen: set[int] = set()
+    while len(killed_at) < kills and not job.done():
+        pids = job.worker_pids()
+        if not pids or set(pids) & seen:
+            time.sleep(0.02)
+            continue
+        time.sleep(rng.uniform(0.5, 2.0))
+        seen.update(pids)
+        killed_at.append(time.time())
+        os.kill(rng.choice(pids), signal.SIGKILL)
+    outcome = job.result()
+    up = outcome["up_at"]
+    seconds = [up[attempt + 2] - at for attempt, at in enumerate(killed_at) if attempt + 2 in up]
+    return seconds, outcome
+
+
+def _percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--events", type=int, default=10_000_000, help="events per query (default 10M)")
+    parser.add_argument("--queries", default="q1,q5,q7,q20", help="comma-separated (default q1,q5,q7,q20)")
+    parser.add_argument("--kills", type=int, default=10, help="worker kills for the recovery time (default 10)")
+    parser.add_argument("--recovery-events", type=int, default=30_000_000,
+                        help="events of the q7 job whose workers are killed (default 30M: it must outlast them)")
+    parser.add_argument("--json", action="store_true", help="print the results as JSON")
+    args = parser.parse_args(argv)
+    import ray
+
+    folder = Path(tempfile.mkdtemp(prefix="clink-bench-cluster-"))
+    results: dict = {"events": args.events, "cpus": os.cpu_count(), "queries": {}}
+    started = time.perf_counter()
+    ray.init(num_cpus=max(4, os.cpu_count() or 1), include_dashboard=False, log_to_driver=False,
+             logging_level="error", namespace="clink")
+    results["ray_init_s"] = time.perf_counter() - started
+    print(f"Ray started in {results['ray_init_s']:.2f} s", file=sys.stderr)
+    try:
+        for query in args.queries.split(","):
+            row = {"local p=1": nexmark.run_clink(query, args.events, folder)}
+            print(f"  {query} local p=1: {args.events / row['local p=1']['wall_s'] / 1e6:.2f}M ev/s", file=sys.stderr)
+            for p in (1, 2):
+                row[f"ray p={p}"] = run_ray(query, args.events, p, folder)
+                print(f"  {query} ray p={p}: {row[f'ray p={p}']['events_per_s'] / 1e6:.2f}M ev/s", file=sys.stderr)
+            results["queries"][query] = row
+        results["first_row_s"] = first_row(min(args.events, 1_000_000), folder, 5)
+        print(f"  submit to first row: {min(results['first_row_s']):.2f} s", file=sys.stderr)
+        seconds, outcome = recovery(args.recovery_events, folder, args.kills)
+        results["recovery_s"] = seconds
+        results["recovery_attempts"] = outcome["attempts"]
+    finally:
+        ray.shutdown()
+    if args.json:
+        print(json.dumps(results, indent=2))
+        return
+    print(f"\ncluster: Nexmark at {args.events:,} events, {results['cpus']} CPUs; Ray's own start: "
+          f"{results['ray_init_s']:.2f} s (not in any time below)")
+    print(f"{'query':<6} {'run':<10} {'ev/s':>8} {'vs local':>9} {'peak RSS MiB':>13} {'shuffled MB/s':>14}")
+    for query, row in results["queries"].items():
+        local = row["local p=1"]["wall_s"]
+        for run, r in row.items():
+            shuffled = f"{r['shuffled_mb_per_s']:.0f}" if "shuffled_mb_per_s" in r else "-"
+            print(f"{query:<6} {run:<10} {args.events / r['wall_s'] / 1e6:>7.2f}M {local / r['wall_s']:>8.2f}x "
+                  f"{r['peak_rss_mib']:>13.0f} {shuffled:>14}")
+    first = min(results["first_row_s"])
+    rec = results["recovery_s"]
+    print(f"submit to first row (q1, ray p=2, fastest of 5): {first:.2f} s "
+          f"(target <= {TARGETS['submit to first row (s)']} s: {'met' if first <= 1.5 else 'NOT met'})")
+    if rec:
+        p50, p95 = _percentile(rec, 0.5), _percentile(rec, 0.95)
+        print(f"recovery after SIGKILL of a worker (q7, ray p=2, {len(rec)} kills): p50 {p50:.2f} s, p95 {p95:.2f} s "
+              f"(target p95 <= 5 s: {'met' if p95 <= 5 else 'NOT met'})")
+    for query in ("q5", "q7"):
+        if query in results["queries"]:
+            row = results["queries"][query]
+            ratio = row["local p=1"]["wall_s"] / row["ray p=2"]["wall_s"]
+            print(f"{query}: ray p=2 is {ratio:.2f}x local p=1 (target >= 1.5x: {'met' if ratio >= 1.5 else 'NOT met'})")
+    for query, row in results["queries"].items():
+        ratio = row["local p=1"]["wall_s"] / row["ray p=1"]["wall_s"]
+        print(f"{query}: ray p=1 is {ratio:.2f}x local p=1 (target >= 0.85x: {'met' if ratio >= 0.85 else 'NOT met'})")
+
+
+if __name__ == "__main__":
+    main()
