@@ -112,7 +112,12 @@ class Result:
         ctx = context or RuntimeContext()
         ctx = ctx.with_config(dict(config or {}))
         ctx.on_result = self._deliver
-        self._job = Job(plan.runtime_plan, ctx)
+        settings = {**plan.runtime_plan.config, **ctx.config}
+        if (settings.get("execution.target") or "local").strip().lower() == "ray":
+            # The same plan on Ray's workers; the rows come back over the data plane.
+            self._job = _RayRun(plan, settings, ctx, self._deliver)
+        else:
+            self._job = Job(plan.runtime_plan, ctx)
 
     @property
     def explain(self) -> tuple[str, ...]:
@@ -196,6 +201,77 @@ class Result:
 
     def cancel(self) -> None:
         self._job.cancel()
+
+
+class _RayRun:
+    """A ``Result``'s job on Ray (``'execution.target' = 'ray'``): run to the end, or in a thread
+    of this process while its rows are iterated. The parts of ``Job`` that ``Result`` uses."""
+
+    def __init__(self, plan: Plan, settings: dict, ctx: RuntimeContext, deliver) -> None:
+        if plan.source is None:
+            raise UsageError("running on Ray needs the plan's generated module (clink.compile or clink.load of "
+                             "an artefact)")
+        self.plan = plan
+        self.settings = {k: str(v) for k, v in settings.items()}
+        self.state_dir = str(Path(ctx.state_dir).resolve()) if ctx.state_dir is not None else None
+        self.deliver = deliver
+        self.metrics = Metrics()
+        self._done = False
+        self.unbounded_sources: list[str] = []
+        self._thread = None
+        self._error: BaseException | None = None
+
+    @property
+    def finished(self) -> bool:
+        """Whether the job has ended; raises what it failed with."""
+        if self._done and self._error is not None:
+            raise self._error
+        return self._done
+
+    def run(self) -> Metrics:
+        if self._thread is not None:
+            self._thread.join()
+        elif not self._done:
+            self._run()
+        if self._error is not None:
+            raise self._error
+        return self.metrics
+
+    def _run(self) -> None:
+        try:
+            from clink.cluster.onray import run_on_ray
+        except ImportError as exc:
+            self._error = UsageError(f"running on Ray needs Ray: pip install 'clink[ray]' ({exc})")
+            self._done = True
+            return
+        from clink.runtime.artefact import artefact_bytes
+
+        artefact = artefact_bytes(module_source=self.plan.source, plan=self.plan.runtime_plan)
+        try:
+            outcome = run_on_ray(artefact, config=self.settings, state_dir=self.state_dir,
+                                 fingerprint=self.plan.fingerprint, on_result=self.deliver)
+            self.metrics.records_in = dict(outcome["records_in"])
+            self.metrics.records_out = dict(outcome["records_out"])
+            self.metrics.seconds = outcome["seconds"]
+        except BaseException as exc:  # noqa: BLE001 - raised in the caller's thread
+            self._error = exc
+        finally:
+            self._done = True
+
+    def step(self) -> bool:
+        """Rows arrive from the workers on their own: start the job once, then wait a little."""
+        if self._thread is None:
+            import threading
+
+            self._thread = threading.Thread(target=self._run, name="clink-ray-result", daemon=True)
+            self._thread.start()
+        if self.finished:
+            return False
+        time.sleep(0.01)
+        return False
+
+    def cancel(self) -> None:
+        raise UsageError("a job on Ray stops with clink stop JOB")
 
 
 def compile(text: str | Iterable[str], *, name: str = "<sql>",  # noqa: A001 - the public verb

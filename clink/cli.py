@@ -416,10 +416,22 @@ def _run_on_ray(args: argparse.Namespace, plan: Plan, source: str, sql: str, con
     """``clink run --target ray``: the job's artefact on Ray workers, to its end."""
     import os
 
-    collected = [s.table for s in plan.sinks if s.connector == "collect"]
-    if collected:
-        raise UsageError(f"a query's rows ({', '.join(collected)}) come back to this process only in a local run; "
-                         "on Ray, write them to a table (INSERT INTO)")
+    queries = [s for s in plan.sinks if s.connector == "collect"]
+    if queries and args.command == "submit":
+        raise UsageError(f"a submitted job leaves this process: its queries ({', '.join(q.table for q in queries)}) "
+                         "have nowhere to return their rows; write them to a table (INSERT INTO)")
+    printers = {}
+    if queries:
+        # The rows of each query come back from the workers and are printed as they come.
+        from clink.runtime.connectors.base import TableSpec
+        from clink.runtime.context import RuntimeContext
+
+        print_connector = RuntimeContext().connectors.get("print")
+        for q in queries:
+            options = {"print-identifier": q.table} if len(queries) > 1 else {}
+            spec = TableSpec(name=q.table, schema=q.schema, table_schema=q.schema, options=options,
+                             changelog=q.changelog)
+            printers[q.table] = print_connector.create_sink(spec, RuntimeContext())
     if getattr(args, "stop_with_checkpoint_after", None) is not None or getattr(args, "progress", False):
         raise UsageError("--stop-with-checkpoint-after and --progress apply to local runs; on Ray: clink stop "
                          "JOB --with-checkpoint")
@@ -444,7 +456,10 @@ def _run_on_ray(args: argparse.Namespace, plan: Plan, source: str, sql: str, con
         return 0
     print(f"running {plan.name} on Ray: {parallelism} worker(s)", file=sys.stderr)
     outcome = onray.run_on_ray(artefact, config=config, state_dir=state, fingerprint=plan.fingerprint,
-                               cwd=os.getcwd())
+                               cwd=os.getcwd(), on_result=(lambda name, batch: printers[name].write(batch))
+                               if printers else None)
+    for printer in printers.values():
+        printer.close()
     for warning in outcome["warnings"]:
         print(f"warning: {warning}", file=sys.stderr)
     for line in outcome["log"]:

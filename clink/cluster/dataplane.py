@@ -27,7 +27,7 @@ import pyarrow.flight as flight
 
 from clink.runtime.elements import Barrier, Batch, Element, EndOfInput, Watermark
 
-__all__ = ["FlightInbox", "FlightTransport", "SECRET_HEADER"]
+__all__ = ["FlightInbox", "FlightTransport", "ResultInbox", "ResultSender", "SECRET_HEADER"]
 
 SECRET_HEADER = "clink-job-secret"
 
@@ -107,6 +107,57 @@ class FlightInbox(flight.FlightServerBase):
             if chunk.data is not None:
                 self.bytes_in += chunk.data.nbytes
             self.deliver(target, sender, element)
+
+
+class ResultInbox(flight.FlightServerBase):
+    """Where the rows of a job's bare ``SELECT`` queries come back to the process that started
+    it: ``deliver(query, batch)`` for every batch, in order per query."""
+
+    def __init__(self, host: str, *, job: str, secret: str, deliver) -> None:
+        super().__init__(f"grpc+tcp://{host}:0", middleware={"secret": _SecretCheck(secret)})
+        self.host = host
+        self.job = job
+        self.deliver = deliver
+
+    @property
+    def location(self) -> str:
+        return f"grpc+tcp://{self.host}:{self.port}"
+
+    def do_put(self, context, descriptor, reader, writer):
+        path = [p.decode() for p in descriptor.path]
+        if len(path) != 3 or path[0] != self.job or path[1] != "result":
+            raise flight.FlightUnauthenticatedError("not a stream of this job's results: refused")
+        for chunk in reader:
+            self.deliver(path[2], chunk.data)
+
+
+class ResultSender:
+    """A worker's side of ``ResultInbox``: one stream per query, written in the worker's thread."""
+
+    def __init__(self, location: str, *, job: str, secret: str) -> None:
+        self.location = location
+        self.job = job
+        self._client = flight.connect(location, middleware=[_SecretHeader(secret)])
+        self._writers: dict[str, tuple] = {}
+
+    def send(self, query: str, batch: pa.RecordBatch) -> None:
+        writer, schema = self._writers.get(query, (None, None))
+        if writer is not None and not batch.schema.equals(schema):
+            writer.done_writing()
+            writer.close()
+            writer = None
+        if writer is None:
+            descriptor = flight.FlightDescriptor.for_path(self.job, "result", query)
+            writer, _ = self._client.do_put(descriptor, batch.schema)
+            self._writers[query] = (writer, batch.schema)
+        writer.write_batch(batch)
+
+    def close(self) -> None:
+        for writer, _ in self._writers.values():
+            writer.done_writing()
+            writer.close()
+        self._writers.clear()
+        self._client.close()
 
 
 class _Channel:

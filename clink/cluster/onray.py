@@ -18,9 +18,9 @@ from pathlib import Path
 
 import ray
 
-from clink.cluster.dataplane import FlightInbox, FlightTransport
+from clink.cluster.dataplane import FlightInbox, FlightTransport, ResultInbox, ResultSender
 from clink.cluster.master import JobFailed, JobMaster
-from clink.cluster.worker import Worker
+from clink.cluster.worker import Worker, describe
 from clink.errors import UsageError
 from clink.runtime.artefact import read_artefact
 from clink.runtime.context import RuntimeContext
@@ -31,6 +31,16 @@ __all__ = ["NAMESPACE", "RayJob", "list_jobs", "run_on_ray", "submit"]
 _INBOX = 64
 #: The Ray namespace clink's job masters are named in.
 NAMESPACE = "clink"
+
+
+def _extend_path(python_path: list[str]) -> None:
+    """The submitting process's import path, where it exists here too (a UDF's module, found
+    there through PYTHONPATH or the working directory, is found here the same way)."""
+    import sys
+
+    for entry in python_path:
+        if entry and entry not in sys.path and os.path.isdir(entry):
+            sys.path.append(entry)
 
 
 def _load(artefact: bytes, digest: str):
@@ -49,9 +59,11 @@ def _load(artefact: bytes, digest: str):
 @ray.remote
 class _WorkerActor:
     def __init__(self, artefact: bytes, digest: str, job: str, attempt: int, secret: str, index: int,
-                 workers: int, config: dict, state_dir: str | None, cwd: str | None, host: str | None) -> None:
+                 workers: int, config: dict, state_dir: str | None, cwd: str | None, host: str | None,
+                 python_path: list[str]) -> None:
         if cwd and os.path.isdir(cwd):
             os.chdir(cwd)  # where relative paths in the pipeline point, as for `clink run`
+        _extend_path(python_path)
         self.plan = _load(artefact, digest)
         self.job, self.attempt, self.secret, self.index, self.workers = job, attempt, secret, index, workers
         self.config, self.state_dir = config, state_dir
@@ -70,8 +82,10 @@ class _WorkerActor:
         self._ready.wait()
         self.worker.deliver(target, sender, element)
 
-    def start(self, locations: list[str], master) -> None:
-        ctx = RuntimeContext(config=self.config, state_dir=Path(self.state_dir) if self.state_dir else None)
+    def start(self, locations: list[str], master, results: str | None = None) -> None:
+        sender = ResultSender(results, job=self.job, secret=self.secret) if results else None
+        ctx = RuntimeContext(config=self.config, state_dir=Path(self.state_dir) if self.state_dir else None,
+                             on_result=sender.send if sender is not None else None)
         transport = FlightTransport(locations, job=self.job, attempt=self.attempt, secret=self.secret,
                                     schema_of=lambda sid: self.worker.job._node_of[sid].schema)
         attempt, index = self.attempt, self.index
@@ -81,6 +95,8 @@ class _WorkerActor:
 
         self.worker = Worker(self.plan, ctx, worker=index, workers=self.workers, transport=transport,
                              report=report, inbox_size=_INBOX)
+        if sender is not None:
+            self.worker.on_close = sender.close
         self.worker.start()
         self._ready.set()
 
@@ -136,11 +152,21 @@ class _MasterActor:
     the job goes on after the client that submitted it has gone (``clink submit``)."""
 
     def __init__(self, artefact: bytes, digest: str, job: str, config: dict, state_dir: str | None,
-                 cwd: str | None, workers: int, parallelism: int, fingerprint: str, host: str | None) -> None:
-        self.artefact, self.digest, self.job = artefact, digest, job
+                 cwd: str | None, workers: int, parallelism: int, fingerprint: str, host: str | None,
+                 secret: str, results: str | None, python_path: list[str]) -> None:
+        self.artefact, self.digest, self.job, self.results = artefact, digest, job, results
+        self.python_path = python_path
+        _extend_path(python_path)
+        if results:
+            # Rows already handed back cannot be taken back: a failure fails the job.
+            config = {**config, "restart-strategy.type": "none"}
         self.config, self.state_dir, self.cwd, self.workers, self.host = config, state_dir, cwd, workers, host
-        self.name = _load(artefact, digest).name
-        self.secret = secrets.token_hex(16)
+        try:
+            self.name = _load(artefact, digest).name
+            self.load_error = None
+        except Exception as exc:  # noqa: BLE001 - the job fails with it, as a worker's would
+            self.name, self.load_error = job, describe(exc)
+        self.secret = secret
         self.handles: list[_ActorHandle] = []
         self.log: list[str] = []
         self.master = JobMaster(self._launch, workers=workers, parallelism=parallelism, fingerprint=fingerprint,
@@ -164,11 +190,11 @@ class _MasterActor:
             config["execution.savepoint.path"] = restore
         actors = [_WorkerActor.options(num_cpus=1, max_concurrency=8).remote(
             self.artefact, self.digest, self.job, attempt, self.secret, w, workers, config, self.state_dir,
-            self.cwd, self.host) for w in range(workers)]
+            self.cwd, self.host, self.python_path) for w in range(workers)]
         locations = ray.get([a.location.remote() for a in actors])
         self.pids = ray.get([a.pid.remote() for a in actors])
         me = ray.get_runtime_context().current_actor
-        ray.get([a.start.remote(locations, me) for a in actors])
+        ray.get([a.start.remote(locations, me, self.results) for a in actors])
         self.handles = [_ActorHandle(a) for a in actors]
         return self.handles
 
@@ -196,6 +222,10 @@ class _MasterActor:
 
     def _run(self) -> None:
         started = time.perf_counter()
+        if self.load_error is not None:
+            self.master.state = "failed"
+            self.outcome = {"ok": False, "error": self.load_error, "log": self.log}
+            return
         try:
             metrics = self.master.run()
         except JobFailed as exc:
@@ -241,6 +271,7 @@ class RayJob:
         self.master = master
         self.id = job_id
         self._result = None
+        self.results_inbox = None
 
     @classmethod
     def find(cls, job_id: str) -> RayJob:
@@ -274,6 +305,9 @@ class RayJob:
         if self._result is None:
             self._result = self.master.result.remote()
         outcome = ray.get(self._result)
+        if self.results_inbox is not None:
+            self.results_inbox.shutdown()
+            self.results_inbox = None
         if not outcome["ok"]:
             raise JobFailed(outcome["error"])
         return outcome
@@ -317,28 +351,41 @@ def ensure_ray(address: str | None, *, workers: int) -> bool:
 
 
 def submit(artefact: bytes, *, config: dict, state_dir: str | None, workers: int, parallelism: int,
-           fingerprint: str, cwd: str | None = None, host: str | None = None, detached: bool = False) -> RayJob:
+           fingerprint: str, cwd: str | None = None, host: str | None = None, detached: bool = False,
+           on_result=None) -> RayJob:
     """Start a job master for the artefact on the connected Ray cluster; ``detached``: it outlives
-    this process (``clink submit``)."""
+    this process (``clink submit``). ``on_result(query, batch)`` gets the rows of the plan's bare
+    ``SELECT`` queries, sent back from the worker that runs their sink."""
     digest = hashlib.sha256(artefact).hexdigest()
     job_id = f"clink-{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(3)}"
+    secret = secrets.token_hex(16)
+    results = None
+    if on_result is not None:
+        inbox = ResultInbox(host or ray.util.get_node_ip_address(), job=job_id, secret=secret, deliver=on_result)
+        results = inbox.location
     options = {"num_cpus": 0, "max_concurrency": 16, "name": job_id, "namespace": NAMESPACE}
     if detached:
         options["lifetime"] = "detached"
+    import sys
+
     master = _MasterActor.options(**options).remote(
-        artefact, digest, job_id, config, state_dir, cwd, workers, parallelism, fingerprint, host)
-    return RayJob(master, job_id)
+        artefact, digest, job_id, config, state_dir, cwd, workers, parallelism, fingerprint, host, secret, results,
+        list(sys.path))
+    job = RayJob(master, job_id)
+    if on_result is not None:
+        job.results_inbox = inbox  # served while the job runs
+    return job
 
 
 def run_on_ray(artefact: bytes, *, config: dict, state_dir: str | None, fingerprint: str,
-               cwd: str | None = None) -> dict:
+               cwd: str | None = None, on_result=None) -> dict:
     """Run the artefact's job on Ray to its end (``'parallelism.default'`` workers, one subtask of
     each operator per worker); start a Ray runtime for it if none is reachable."""
     parallelism = int(config.get("parallelism.default") or 1)
     started = ensure_ray(config.get("ray.address"), workers=parallelism)
     try:
         return submit(artefact, config=config, state_dir=state_dir, workers=parallelism, parallelism=parallelism,
-                      fingerprint=fingerprint, cwd=cwd, host=data_plane_host(started)).result()
+                      fingerprint=fingerprint, cwd=cwd, host=data_plane_host(started), on_result=on_result).result()
     finally:
         if started:
             ray.shutdown()

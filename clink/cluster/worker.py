@@ -21,7 +21,7 @@ from clink.runtime.elements import Element
 from clink.runtime.executor import Job, Placement
 from clink.runtime.plan import Plan
 
-__all__ = ["HEARTBEAT_S", "Worker"]
+__all__ = ["HEARTBEAT_S", "Worker", "describe"]
 
 #: How often a worker tells the job master it is alive (between rounds).
 HEARTBEAT_S = 0.5
@@ -47,6 +47,8 @@ class Worker:
         #: thread that opened them. ``on_job(job)``, if set, sees it first.
         self.job: Job | None = None
         self.on_job = None
+        #: Called in the worker's thread once it has closed, before it says so (flush results).
+        self.on_close = None
         self._owner: dict[int, int] = {}
         self._stopped = threading.Event()
         self.thread: threading.Thread | None = None
@@ -92,7 +94,7 @@ class Worker:
             if self.on_job is not None:
                 self.on_job(job)
         except BaseException as exc:  # noqa: BLE001 - reported to the job master
-            self.report("failed", _describe(exc))
+            self.report("failed", describe(exc))
             return
         self.report("started", {"warnings": list(job.warnings), "restored_from": job.metrics.restored_from})
         finished_reported = False
@@ -123,7 +125,7 @@ class Worker:
                 if not took and not stepped:
                     self._wait()
         except BaseException as exc:  # noqa: BLE001 - reported to the job master, which decides
-            self.report("failed", _describe(exc))
+            self.report("failed", describe(exc))
             try:
                 job.cancel()
             except BaseException:  # noqa: BLE001 - the first failure is the one reported
@@ -149,6 +151,8 @@ class Worker:
             elif message[0] == "close":
                 self.job.close()
                 self.transport.flush()
+                if self.on_close is not None:
+                    self.on_close()
                 self.report("closed", self._metrics())
                 return True
 
@@ -183,7 +187,7 @@ class Worker:
                 "seconds": time.perf_counter() - self.job._started}
 
 
-def _describe(exc: BaseException) -> str:
+def describe(exc: BaseException) -> str:
     from clink.errors import ClinkError
 
     if isinstance(exc, ClinkError):

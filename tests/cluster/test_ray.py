@@ -30,13 +30,9 @@ from clink.runtime.executor import Job
 EVENTS = 40_000
 
 
-@pytest.fixture(scope="module", autouse=True)
-def ray_runtime():
-    ray.init(num_cpus=4, include_dashboard=False, log_to_driver=False, logging_level="error",
-             namespace="clink-tests")
-    assert ray.get_runtime_context().gcs_address.startswith("127.0.0.1:")
-    yield
-    ray.shutdown()
+@pytest.fixture(autouse=True)
+def _ray(ray_cluster):
+    return ray_cluster
 
 
 def _compiled(query: str, folder: Path, *, events: int = EVENTS, extra: str = "") -> clink.Plan:
@@ -130,7 +126,7 @@ def test_killed_workers_are_replaced_and_the_output_is_exactly_once(query: str, 
 @pytest.mark.slow
 @pytest.mark.parametrize("query", ["q7", "q20", "q5"])
 def test_ten_killed_workers_at_random_moments(query: str, tmp_path: Path) -> None:
-    _killed(query, tmp_path, events=1_500_000, kills=10, pause=(0.2, 2.0))
+    _killed(query, tmp_path, events=4_000_000, kills=10, pause=(0.2, 1.5))
 
 
 def test_a_stalled_worker_is_found_by_its_missing_heartbeat(tmp_path: Path) -> None:

@@ -297,10 +297,11 @@ def reference_db(kinds_parquet: Path) -> duckdb.DuckDBPyConnection:
     return con
 
 
-@pytest.mark.parametrize("parallelism", [1, pytest.param(4, marks=pytest.mark.parallel)])
+@pytest.mark.parametrize("parallelism", [1, pytest.param(4, marks=pytest.mark.parallel),
+                                         pytest.param("ray:2", marks=pytest.mark.parallel)])
 @pytest.mark.parametrize("query", sorted(QUERIES))
-def test_query_matches_duckdb(query: str, parallelism: int, reference_db: duckdb.DuckDBPyConnection,
-                              monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+def test_query_matches_duckdb(query: str, parallelism: int | str, reference_db: duckdb.DuckDBPyConnection,
+                              monkeypatch: pytest.MonkeyPatch, tmp_path: Path, request: pytest.FixtureRequest) -> None:
     monkeypatch.syspath_prepend(str(BENCH))  # q14's Python function
     script = (BENCH / f"{query}.sql").read_text()
     assert "'events.num' = '10000000'" in DDL and re.search(r"^INSERT INTO \w+\n", script, re.M)
@@ -308,7 +309,12 @@ def test_query_matches_duckdb(query: str, parallelism: int, reference_db: duckdb
     ddl = tmp_path / "ddl.sql"
     ddl.write_text(DDL.replace("'events.num' = '10000000'", f"'events.num' = '{EVENTS}'"))
     script = re.sub(r"^INSERT INTO \w+\n", "", script, flags=re.M).replace("'bench/nexmark/", f"'{BENCH}/")
-    context = RuntimeContext(stdout=io.StringIO(), config={"parallelism.default": str(parallelism)})
+    config = {"parallelism.default": str(parallelism)}
+    if parallelism == "ray:2":  # the same plan on two Ray workers
+        request.getfixturevalue("ray_cluster")
+        config = {"execution.target": "ray", "parallelism.default": "2"}
+        parallelism = 2
+    context = RuntimeContext(stdout=io.StringIO(), config=config)
     ours = clink.sql(script, context=context, init=[ddl]).to_arrow()
     con = reference_db.cursor()
     theirs = con.execute(QUERIES[query]).fetchall()
