@@ -466,7 +466,9 @@ def _run_on_ray(args: argparse.Namespace, plan: Plan, source: str, sql: str, con
         print(line, file=sys.stderr)
     rows_in = sum(outcome["records_in"].values())
     rows_out = sum(outcome["records_out"].values())
-    print(f"{rows_in:,} rows in, {rows_out:,} rows out in {outcome['seconds']:.2f} s on {parallelism} worker(s); "
+    hosts = ", ".join(sorted(set(outcome["hosts"].values())))
+    print(f"{rows_in:,} rows in, {rows_out:,} rows out in {outcome['seconds']:.2f} s on {parallelism} worker(s) "
+          f"at {hosts}; "
           f"{outcome['checkpoints']} checkpoint(s), {outcome['attempts'] - 1} restart(s)", file=sys.stderr)
     return 0
 

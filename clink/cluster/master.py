@@ -88,6 +88,8 @@ class JobMaster:
         #: first row reached a sink.
         self.up_at: dict[int, float] = {}
         self.first_output_at: float | None = None
+        #: Per worker of the current attempt: the address its data streams listen on.
+        self.hosts: dict[int, str] = {}
 
     def report(self, attempt: int, worker: int, kind: str, value) -> None:
         """What a worker says (from any thread)."""

@@ -78,6 +78,9 @@ class _WorkerActor:
     def pid(self) -> int:
         return os.getpid()
 
+    def host(self) -> str:
+        return self.inbox.host
+
     def _deliver(self, target: int, sender: int, element) -> None:
         self._ready.wait()
         self.worker.deliver(target, sender, element)
@@ -188,11 +191,13 @@ class _MasterActor:
         config["parallelism.default"] = str(workers)
         if restore is not None:
             config["execution.savepoint.path"] = restore
-        actors = [_WorkerActor.options(num_cpus=1, max_concurrency=8).remote(
+        # Spread over the cluster's nodes: a job on several hosts uses them all.
+        actors = [_WorkerActor.options(num_cpus=1, max_concurrency=8, scheduling_strategy="SPREAD").remote(
             self.artefact, self.digest, self.job, attempt, self.secret, w, workers, config, self.state_dir,
             self.cwd, self.host, self.python_path) for w in range(workers)]
         locations = ray.get([a.location.remote() for a in actors])
         self.pids = ray.get([a.pid.remote() for a in actors])
+        self.master.hosts = dict(enumerate(ray.get([a.host.remote() for a in actors])))
         me = ray.get_runtime_context().current_actor
         ray.get([a.start.remote(locations, me, self.results) for a in actors])
         self.handles = [_ActorHandle(a) for a in actors]
@@ -218,6 +223,7 @@ class _MasterActor:
                 "attempt": m.attempt, "restarts": len(m.failures), "submitted": self.submitted,
                 "last_checkpoint": completed[-1] if completed else None, "checkpoint_ms": m.checkpoint_ms[-20:],
                 "stopped_at": m.stopped_at, "state_dir": self.state_dir, "workers": dict(m.live),
+                "hosts": dict(m.hosts),
                 "failures": [f.splitlines()[0] for f in m.failures], "log": list(self.log)}
 
     def _run(self) -> None:
@@ -254,7 +260,7 @@ class _MasterActor:
             "records_out": records_out, "attempts": master.attempt, "failures": master.failures,
             "warnings": master.warnings, "restored_from": master.restored_from,
             "checkpoints": len(master.coordinator.completed) if master.coordinator else 0,
-            "up_at": master.up_at, "first_output_at": master.first_output_at,
+            "up_at": master.up_at, "first_output_at": master.first_output_at, "hosts": master.hosts,
             "bytes_out": sum(m.get("bytes_out", 0) for m in metrics.values()),
             "seconds": time.perf_counter() - started, "log": self.log}
 
@@ -327,12 +333,9 @@ def list_jobs() -> list[dict]:
 
 
 def data_plane_host(started_here: bool) -> str | None:
-    """Where workers' data streams listen: the loopback address when Ray runs on this machine
-    alone (started here, or reached at a loopback address), else the address Ray gives each node."""
-    if started_here:
-        return "127.0.0.1"
-    gcs = ray.get_runtime_context().gcs_address or ""
-    return "127.0.0.1" if gcs.startswith(("127.", "localhost")) else None
+    """Where workers' data streams listen: the loopback address when Ray was started here for
+    one job, else (None) the address Ray gives each worker's node."""
+    return "127.0.0.1" if started_here else None
 
 
 def ensure_ray(address: str | None, *, workers: int) -> bool:
