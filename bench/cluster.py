@@ -158,7 +158,7 @@ def main(argv: list[str] | None = None) -> None:
     folder = Path(tempfile.mkdtemp(prefix="clink-bench-cluster-"))
     results: dict = {"events": args.events, "cpus": os.cpu_count(), "queries": {}}
     started = time.perf_counter()
-    ray.init(num_cpus=max(4, os.cpu_count() or 1), include_dashboard=False, log_to_driver=False,
+    ray.init(address="local", num_cpus=max(4, os.cpu_count() or 1), include_dashboard=False, log_to_driver=False,
              logging_level="error", namespace="clink")
     results["ray_init_s"] = time.perf_counter() - started
     print(f"Ray started in {results['ray_init_s']:.2f} s", file=sys.stderr)

@@ -34,7 +34,7 @@ def ray_cluster():
         return printed(data, *args, **kwargs)
 
     ray_worker.print_to_stdstream = quieter
-    ray.init(num_cpus=4, include_dashboard=False, log_to_driver=False, logging_level="error",
+    ray.init(address="local", num_cpus=4, include_dashboard=False, log_to_driver=False, logging_level="error",
              namespace="clink-tests")
     assert ray.get_runtime_context().gcs_address.startswith("127.0.0.1:")
     yield ray

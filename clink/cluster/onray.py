@@ -348,7 +348,8 @@ def ensure_ray(address: str | None, *, workers: int) -> bool:
     if address:
         ray.init(address=address, namespace=NAMESPACE, **quiet)
         return False
-    ray.init(num_cpus=max(workers, os.cpu_count() or 1), include_dashboard=False, namespace=NAMESPACE,
+    # address="local": a new runtime, even when another Ray runs on this machine.
+    ray.init(address="local", num_cpus=max(workers, os.cpu_count() or 1), include_dashboard=False, namespace=NAMESPACE,
              _node_ip_address="127.0.0.1", **quiet)
     return True
 

@@ -28,6 +28,7 @@ from clink.runtime.context import RuntimeContext
 from clink.runtime.executor import Job
 
 EVENTS = 40_000
+pytestmark = pytest.mark.cluster
 
 
 @pytest.fixture(autouse=True)

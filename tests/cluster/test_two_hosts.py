@@ -13,6 +13,7 @@ import secrets
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -20,6 +21,7 @@ import pytest
 from nexmark_cases import BENCH, CSV, QUERIES, SQLITE, output
 
 RAY = str(Path(sys.executable).with_name("ray"))
+pytestmark = pytest.mark.cluster
 
 
 def _ip(*args: str) -> subprocess.CompletedProcess:
@@ -80,6 +82,10 @@ def two_hosts(tmp_path_factory: pytest.TempPathFactory):
                     pass
             time.sleep(0.2)
             _ip("netns", "del", ns)
+        # `ray start` left its address for clients that look for a cluster on this machine.
+        current = Path(tempfile.gettempdir()) / "ray" / "ray_current_cluster"
+        if current.exists() and head in current.read_text():
+            current.unlink()
 
 
 def test_one_job_spans_two_hosts(two_hosts, tmp_path: Path) -> None:

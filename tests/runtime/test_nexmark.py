@@ -298,7 +298,7 @@ def reference_db(kinds_parquet: Path) -> duckdb.DuckDBPyConnection:
 
 
 @pytest.mark.parametrize("parallelism", [1, pytest.param(4, marks=pytest.mark.parallel),
-                                         pytest.param("ray:2", marks=pytest.mark.parallel)])
+                                         pytest.param("ray:2", marks=pytest.mark.cluster)])
 @pytest.mark.parametrize("query", sorted(QUERIES))
 def test_query_matches_duckdb(query: str, parallelism: int | str, reference_db: duckdb.DuckDBPyConnection,
                               monkeypatch: pytest.MonkeyPatch, tmp_path: Path, request: pytest.FixtureRequest) -> None:
