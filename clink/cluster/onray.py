@@ -28,7 +28,7 @@ from clink.runtime.context import RuntimeContext
 __all__ = ["NAMESPACE", "RayJob", "list_jobs", "run_on_ray", "submit"]
 
 #: Elements a worker takes ahead of its own thread before its senders wait.
-_INBOX = 64
+_INBOX = 16
 #: The Ray namespace clink's job masters are named in.
 NAMESPACE = "clink"
 
