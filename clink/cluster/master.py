@@ -150,7 +150,7 @@ class JobMaster:
         finished: set[int] = set()
         closed: set[int] = set()
         final_checkpoint: int | None = None
-        last_checkpoint = time.perf_counter()
+        last_checkpoint = last_alive_check = time.perf_counter()
         last_seen = {w: time.perf_counter() for w in range(self.workers)}
         #: A stop asked for: ("stop" | "rescale", argument, checkpoint id once triggered).
         stopping: list | None = None
@@ -242,9 +242,11 @@ class JobMaster:
                         and now - last_checkpoint >= self.interval_s):
                     self._trigger(handles)
                     last_checkpoint = checkpoint_started = now
-                dead = [w for w, handle in enumerate(handles) if w not in closed and not handle.alive()]
-                if dead and self.events.empty():  # a worker that failed said why first
-                    return ("failed", f"worker {dead[0]} died")
+                if now - last_alive_check >= 0.1:  # asking Ray costs; a death is found within 0.1 s
+                    last_alive_check = now
+                    dead = [w for w, handle in enumerate(handles) if w not in closed and not handle.alive()]
+                    if dead and self.events.empty():  # a worker that failed said why first
+                        return ("failed", f"worker {dead[0]} died")
                 silent = [w for w, seen in last_seen.items() if w not in closed and now - seen > self.heartbeat_s]
                 if silent:
                     return ("failed", f"worker {silent[0]} did not answer for {self.heartbeat_s:g} s")
