@@ -36,9 +36,16 @@ def _ray(ray_cluster):
     return ray_cluster
 
 
-def _compiled(query: str, folder: Path, *, events: int = EVENTS, extra: str = "") -> clink.Plan:
+def _compiled(query: str, folder: Path, *, events: int = EVENTS, extra: str = "", rate: int | None = None,
+              limited: bool = False) -> clink.Plan:
+    """The query over ``events`` Nexmark events; ``rate``: events per second of event time, and with
+    ``limited`` of wall-clock time too, so that the job lasts ``events / rate`` seconds at least
+    (the rows depend on the rate, not on the limit)."""
     ddl = (BENCH / "ddl.sql").read_text().replace("'events.num' = '10000000'",
-                                                  f"'events.num' = '{events}', 'batch-size' = '1000'")
+                                                  f"'events.num' = '{events}', 'batch-size' = '1000'"
+                                                  + (", 'rate.limited' = 'true'" if limited else ""))
+    if rate is not None:
+        ddl = ddl.replace("'10000'", f"'{rate}'")
     text = ddl + extra + QUERIES[query].format(csv=CSV.replace("'out/'", f"'{folder / 'out'}/'"),
                                                sqlite=SQLITE.replace("'out.db'", f"'{folder / 'out.db'}'"))
     return clink.compile(text, name=f"{query}.sql")
@@ -102,13 +109,14 @@ def _kill_workers(job, kills: int, seed: str, sig: int = signal.SIGKILL, pause: 
     return landed
 
 
-def _killed(query: str, tmp_path: Path, *, events: int, kills: int, pause: tuple[float, float]) -> None:
-    """Run ``query`` on two workers, kill one of the current attempt's ``kills`` times; the output
-    must be exactly the uninterrupted run's, after exactly one restart per kill."""
-    plan = _compiled(query, tmp_path, events=events,
-                     extra=f"SET 'restart-strategy.fixed-delay.attempts' = '{kills + 10}';\n"
-                           "SET 'restart-strategy.fixed-delay.delay' = '50 ms';\n")
-    expected = _reference(plan, tmp_path)
+def _killed(query: str, tmp_path: Path, *, seconds: int, kills: int, pause: tuple[float, float]) -> None:
+    """Run ``query`` on two workers for ``seconds`` at least (its sources limited to 100,000 events
+    a second), kill one of the current attempt's workers ``kills`` times; the output must be
+    exactly the uninterrupted run's, after exactly one restart per kill."""
+    settings = (f"SET 'restart-strategy.fixed-delay.attempts' = '{kills + 10}';\n"
+                "SET 'restart-strategy.fixed-delay.delay' = '50 ms';\n")
+    expected = _reference(_compiled(query, tmp_path, events=seconds * 100_000, rate=100_000), tmp_path)
+    plan = _compiled(query, tmp_path, events=seconds * 100_000, extra=settings, rate=100_000, limited=True)
     _move_aside(tmp_path)
     job = _submit(plan, workers=2, state_dir=tmp_path / "state",
                   config={"execution.checkpointing.interval": "300 ms"})
@@ -121,13 +129,13 @@ def _killed(query: str, tmp_path: Path, *, events: int, kills: int, pause: tuple
 
 @pytest.mark.parametrize("query", ["q7", "q20"])
 def test_killed_workers_are_replaced_and_the_output_is_exactly_once(query: str, tmp_path: Path) -> None:
-    _killed(query, tmp_path, events=400_000, kills=3, pause=(0.4, 1.2))
+    _killed(query, tmp_path, seconds=10, kills=3, pause=(0.4, 1.2))
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("query", ["q7", "q20", "q5"])
 def test_ten_killed_workers_at_random_moments(query: str, tmp_path: Path) -> None:
-    _killed(query, tmp_path, events=4_000_000, kills=10, pause=(0.2, 1.5))
+    _killed(query, tmp_path, seconds=40, kills=10, pause=(0.2, 1.5))
 
 
 def test_a_stalled_worker_is_found_by_its_missing_heartbeat(tmp_path: Path) -> None:
@@ -196,8 +204,8 @@ def _wait_for_workers(job, count: int, other_than: set[int] = frozenset()) -> li
 
 
 def test_rescale_from_one_to_four_to_two_gives_the_rows_of_parallelism_one(tmp_path: Path) -> None:
-    plan = _compiled("q20", tmp_path, events=600_000)
-    expected = _reference(plan, tmp_path)
+    expected = _reference(_compiled("q20", tmp_path, events=800_000, rate=100_000), tmp_path)
+    plan = _compiled("q20", tmp_path, events=800_000, rate=100_000, limited=True)  # 8 s at least
     _move_aside(tmp_path)
     job = _submit(plan, workers=1, state_dir=tmp_path / "state")
     first = _wait_for_workers(job, 1)
