@@ -43,14 +43,17 @@ def _extend_path(python_path: list[str]) -> None:
             sys.path.append(entry)
 
 
-def _load(artefact: bytes, digest: str):
+def _load(artefact: bytes, digest: str, *, plan: bool = True):
+    """The plan in the artefact's bytes, once they match ``digest`` and the artefact verifies
+    (``plan=False``: the verified artefact, its module not run)."""
     if hashlib.sha256(artefact).hexdigest() != digest:
         raise ValueError("the artefact's bytes do not match their sha256: refused")
     folder = Path(tempfile.mkdtemp(prefix="clink-artefact-"))
     path = folder / "plan.clk"
     path.write_bytes(artefact)
     try:
-        return read_artefact(path).plan()
+        verified = read_artefact(path)
+        return verified.plan() if plan else verified
     finally:
         path.unlink()
         folder.rmdir()
@@ -72,14 +75,9 @@ class _WorkerActor:
         self.inbox = FlightInbox(host or ray.util.get_node_ip_address(), job=job, attempt=attempt, secret=secret,
                                  deliver=self._deliver)
 
-    def location(self) -> str:
-        return self.inbox.location
-
-    def pid(self) -> int:
-        return os.getpid()
-
-    def host(self) -> str:
-        return self.inbox.host
+    def where(self) -> tuple[str, int, str]:
+        """Its data plane's location, its process id, its host."""
+        return self.inbox.location, os.getpid(), self.inbox.host
 
     def _deliver(self, target: int, sender: int, element) -> None:
         self._ready.wait()
@@ -165,7 +163,7 @@ class _MasterActor:
             config = {**config, "restart-strategy.type": "none"}
         self.config, self.state_dir, self.cwd, self.workers, self.host = config, state_dir, cwd, workers, host
         try:
-            self.name = _load(artefact, digest).name
+            self.name = _load(artefact, digest, plan=False).name  # the workers run the module
             self.load_error = None
         except Exception as exc:  # noqa: BLE001 - the job fails with it, as a worker's would
             self.name, self.load_error = job, describe(exc)
@@ -195,9 +193,9 @@ class _MasterActor:
         actors = [_WorkerActor.options(num_cpus=1, max_concurrency=8, scheduling_strategy="SPREAD").remote(
             self.artefact, self.digest, self.job, attempt, self.secret, w, workers, config, self.state_dir,
             self.cwd, self.host, self.python_path) for w in range(workers)]
-        locations = ray.get([a.location.remote() for a in actors])
-        self.pids = ray.get([a.pid.remote() for a in actors])
-        self.master.hosts = dict(enumerate(ray.get([a.host.remote() for a in actors])))
+        locations, self.pids, hosts = (list(column) for column in zip(*ray.get([a.where.remote() for a in actors]),
+                                                                        strict=True))
+        self.master.hosts = dict(enumerate(hosts))
         me = ray.get_runtime_context().current_actor
         ray.get([a.start.remote(locations, me, self.results) for a in actors])
         self.handles = [_ActorHandle(a) for a in actors]
