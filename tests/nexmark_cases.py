@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import csv
 import sqlite3
+import subprocess
+import sys
 from pathlib import Path
 
 BENCH = Path(__file__).resolve().parents[1] / "bench" / "nexmark"
@@ -106,3 +108,13 @@ def output(out: Path) -> list[tuple]:
         if not path.name.startswith((".", "_")):  # hidden, and rolled back
             rows.extend(tuple(r) for r in csv.reader(path.open()))
     return sorted(rows)
+
+
+def assert_local_run_gives(rows: list[tuple], folder: Path, *files: str) -> None:
+    """``clink run -i ddl.sql QUERY`` in ``folder``, uninterrupted and in one process, writes
+    exactly ``rows`` (what another run there wrote to ``out``, which is moved aside first)."""
+    (folder / "out").rename(folder / "out.before")
+    local = subprocess.run([sys.executable, "-m", "clink", "run", "-i", "ddl.sql", *files], cwd=folder,
+                           capture_output=True, text=True, timeout=300)
+    assert local.returncode == 0, local.stderr
+    assert rows and output(folder / "out") == rows

@@ -78,7 +78,6 @@ class JobMaster:
         self.warnings: list[str] = []
         self.metrics: dict[int, dict] = {}
         self.restored_from: int | None = None
-        self.parallelism = parallelism
         self.state = "created"
         self.stopped_at: int | None = None
         self.checkpoint_ms: list[float] = []
@@ -115,7 +114,7 @@ class JobMaster:
                 return self.metrics
             if outcome[0] == "rescale":
                 self.log(f"rescaled from {self.workers} to {outcome[1]} worker(s) at checkpoint {outcome[2]}")
-                self.workers = self.parallelism = outcome[1]
+                self.workers = outcome[1]
                 if self.coordinator is not None:
                     self.coordinator.workers = self.coordinator.parallelism = outcome[1]
                 continue

@@ -89,8 +89,7 @@ class Worker:
     def run(self) -> None:
         try:
             job = self.job = Job(self.plan, self.ctx, placement=self.placement)
-            workers = self.placement.workers
-            self._owner = {sid: job._index_of[sid] % workers for sid in job._node_of}
+            self._owner = {sid: self.placement.worker_of(job._index_of[sid]) for sid in job._node_of}
             if self.on_job is not None:
                 self.on_job(job)
         except BaseException as exc:  # noqa: BLE001 - reported to the job master

@@ -89,8 +89,12 @@ class Placement:
         self.send = send
         self.snapshot_done = snapshot_done
 
+    def worker_of(self, index: int) -> int:
+        """The worker that runs subtask ``index`` of any node."""
+        return index % self.workers
+
     def runs_here(self, index: int) -> bool:
-        return index % self.workers == self.worker
+        return self.worker_of(index) == self.worker
 
 
 @dataclass(slots=True)

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 import ray
-from nexmark_cases import BENCH, CSV, QUERIES, SQLITE, output
+from nexmark_cases import BENCH, CSV, QUERIES, SQLITE, assert_local_run_gives, output
 
 import clink
 from clink.cluster.master import JobFailed
@@ -185,12 +185,7 @@ def test_clink_run_submits_to_a_running_ray_cluster(tmp_path: Path) -> None:
                          timeout=300)
     assert run.returncode == 0, run.stderr
     assert "on 2 worker(s)" in run.stderr
-    cluster_rows = output(tmp_path / "out")
-    (tmp_path / "out").rename(tmp_path / "out.ray")
-    local = subprocess.run([sys.executable, "-m", "clink", "run", "-i", "ddl.sql", "q7.sql"], cwd=tmp_path,
-                           capture_output=True, text=True, timeout=300)
-    assert local.returncode == 0, local.stderr
-    assert cluster_rows == output(tmp_path / "out") and cluster_rows
+    assert_local_run_gives(output(tmp_path / "out"), tmp_path, "q7.sql")
 
 
 def _wait_for_workers(job, count: int, other_than: set[int] = frozenset()) -> list[int]:
@@ -254,8 +249,4 @@ def test_submit_jobs_and_stop_with_checkpoint_then_go_on_locally(tmp_path: Path)
     assert job.status()["state"] == "stopped"
     resumed = clink_cli("run", "-i", "ddl.sql", "q7.sql", "--state-dir", "state")
     assert resumed.returncode == 0 and "resuming from checkpoint" in resumed.stderr, resumed.stderr
-    rows = output(tmp_path / "out")
-    (tmp_path / "out").rename(tmp_path / "out.cluster")
-    uninterrupted = clink_cli("run", "-i", "ddl.sql", "q7.sql")
-    assert uninterrupted.returncode == 0, uninterrupted.stderr
-    assert rows == output(tmp_path / "out") and rows
+    assert_local_run_gives(output(tmp_path / "out"), tmp_path, "q7.sql")

@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 
 import pytest
-from nexmark_cases import BENCH, CSV, QUERIES, SQLITE, output
+from nexmark_cases import BENCH, CSV, QUERIES, SQLITE, assert_local_run_gives, output
 
 RAY = str(Path(sys.executable).with_name("ray"))
 pytestmark = pytest.mark.cluster
@@ -100,12 +100,7 @@ def test_one_job_spans_two_hosts(two_hosts, tmp_path: Path) -> None:
     assert run.returncode == 0, run.stderr[-3000:]
     hosts = re.search(r"on 2 worker\(s\) at (.*?);", run.stderr)
     assert hosts and set(hosts[1].split(", ")) == {head, node}, run.stderr
-    rows = output(tmp_path / "out")
-    (tmp_path / "out").rename(tmp_path / "out.cluster")
-    local = subprocess.run([sys.executable, "-m", "clink", "run", "-i", "ddl.sql", "q7.sql"], cwd=tmp_path,
-                           capture_output=True, text=True, timeout=300)
-    assert local.returncode == 0, local.stderr
-    assert rows == output(tmp_path / "out") and rows
+    assert_local_run_gives(output(tmp_path / "out"), tmp_path, "q7.sql")
 
 
 def test_a_client_without_the_clusters_token_is_refused(two_hosts, tmp_path: Path) -> None:
