@@ -174,3 +174,23 @@ def test_a_stop_with_checkpoint_then_a_rescale_in_threads(tmp_path: Path,
     assert job.metrics.restored_from == master.stopped_at
     job.run()
     assert output(tmp_path / "out") == expected
+
+
+def test_cluster_settings_that_cannot_apply_are_refused(tmp_path: Path) -> None:
+    """A target clink does not have is a positioned SQL error; a Ray address, or the Ray target,
+    for a job that runs in this process, and a row-counted checkpoint interval on a cluster, are
+    refused with what to do instead: none is accepted and ignored."""
+    from clink.errors import SqlError, UsageError
+
+    table = "CREATE TABLE t (a INT) WITH ('connector' = 'datagen', 'number-of-rows' = '5');\nSELECT a FROM t;"
+    with pytest.raises(SqlError) as bad:
+        clink.compile("SET 'execution.target' = 'yarn';\n" + table, name="target.sql")
+    assert "target.sql:1:" in bad.value.render({}) and "'local', 'ray'" in str(bad.value)
+    with pytest.raises(UsageError, match="'ray.address' is set, and the job runs in this process"):
+        clink.sql(table, config={"ray.address": "127.0.0.1:6379"}).to_arrow()
+    with pytest.raises(UsageError, match="clink run --target ray"):
+        clink.compile(table).start(config={"execution.target": "ray"})
+    plan = _plan("q7", tmp_path, "SET 'execution.checkpointing.interval-rows' = '1000';\n")
+    with pytest.raises(UsageError, match="set 'execution.checkpointing.interval'"):
+        run_in_threads(plan, RuntimeContext(stdout=io.StringIO(), state_dir=tmp_path / "state"), workers=2)
+    assert not (tmp_path / "out").exists() or not output(tmp_path / "out")
