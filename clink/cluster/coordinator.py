@@ -12,6 +12,7 @@ resumes from it like from any other.
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 from clink.runtime.checkpoint import CheckpointStore
@@ -56,6 +57,11 @@ class Coordinator:
             warnings.append(f"checkpoint(s) {', '.join(map(str, moved))} newer than {resumed} moved to "
                             f"{self.store.root / ROLLED_BACK}; the job goes on from {resumed}")
         self.next_id = checkpoint_id + 1
+        # Each attempt's workers rebuild their working state from the checkpoint: what earlier
+        # attempts' workers left (more of them, before a rescale down) goes.
+        working = Path(self.store.root).parent / "state"
+        for folder in working.glob("worker-*") if working.is_dir() else ():
+            shutil.rmtree(folder, ignore_errors=True)
         return (str(info.path) if info is not None else None), warnings
 
     @property

@@ -201,6 +201,7 @@ class Job:
         #: Spread over several processes (``Placement``): the subtasks that run here, those that
         #: run elsewhere (elements for them go to ``placement.send``), and the checkpoint being taken.
         self._placement = placement
+        self._sources_stopped = False
         self._local: set[int] = set()
         self._remote: set[int] = set()
         self._snapshot: _SubtaskSnapshots | None = None
@@ -399,7 +400,7 @@ class Job:
                 self._end(sid)  # a subtask that nothing reaches (its inputs run fewer) is done
             self._without_input = []
             for node_id, reader in self._readers.items():
-                if node_id in self._ended:
+                if node_id in self._ended or self._sources_stopped:
                     continue
                 batch = reader.poll()
                 has_rows = batch is not None and batch.num_rows > 0
@@ -416,7 +417,7 @@ class Job:
             self._flush_exchanges()
             # Windows over processing time fire as the clock passes their end.
             for node_id in self._proctime_windows:
-                if node_id not in self._ended:
+                if node_id not in self._ended and not self._sources_stopped:
                     self._emit_all(node_id, self._operators[node_id].on_watermark(self.ctx.clock()))
             # Between rounds nothing is in flight: every node has handled every element sent so
             # far, which is the point a checkpoint's barriers would align on. Once every source
@@ -496,6 +497,12 @@ class Job:
             if not ended:
                 self._emit(sid, Barrier(checkpoint_id))
         snapshot.done_if_complete()
+
+    def stop_sources(self) -> None:
+        """Read nothing more (after the barrier of a stop's checkpoint): what is in flight is
+        still handled, so every subtask takes its part of that checkpoint, and nothing comes after
+        it. Windows over processing time stop firing too."""
+        self._sources_stopped = True
 
     def deliver(self, target: int, sender: int, element: Element) -> None:
         """An element that subtask ``sender`` in another process sent to subtask ``target`` here."""
@@ -954,6 +961,10 @@ def make_state_backend(ctx: RuntimeContext, job: Job):
 
         if ctx.state_dir is not None:
             directory = Path(ctx.state_dir) / "state"
+            if job._placement is not None:
+                # Workers of a cluster share the state directory: each has a folder of its own
+                # (the job master empties the whole working folder before each attempt).
+                directory = directory / f"worker-{job._placement.worker}"
             # The working databases are a copy of the newest checkpoint's state plus changes
             # since; a new run starts from the checkpoint again, so what a crash left goes.
             if directory.exists():
