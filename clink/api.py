@@ -214,7 +214,10 @@ class _RayRun:
         self.plan = plan
         self.settings = {k: str(v) for k, v in settings.items()}
         self.state_dir = str(Path(ctx.state_dir).resolve()) if ctx.state_dir is not None else None
-        self.deliver = deliver
+        # Rows handed back cannot be taken back, so a job that returns rows is not restarted:
+        # only a script with a bare SELECT asks for them.
+        self.deliver = deliver if any(s.connector == "collect" for s in plan.runtime_plan.sinks) else None
+        self.stdout, self.stderr = ctx.stdout, ctx.stderr
         self.metrics = Metrics()
         self._done = False
         self.unbounded_sources: list[str] = []
@@ -249,7 +252,8 @@ class _RayRun:
         artefact = artefact_bytes(module_source=self.plan.source, plan=self.plan.runtime_plan)
         try:
             outcome = run_on_ray(artefact, config=self.settings, state_dir=self.state_dir,
-                                 fingerprint=self.plan.fingerprint, on_result=self.deliver)
+                                 fingerprint=self.plan.fingerprint, on_result=self.deliver,
+                                 on_print=self._printed)
             self.metrics.records_in = dict(outcome["records_in"])
             self.metrics.records_out = dict(outcome["records_out"])
             self.metrics.seconds = outcome["seconds"]
@@ -257,6 +261,10 @@ class _RayRun:
             self._error = exc
         finally:
             self._done = True
+
+    def _printed(self, stream: str, text: str) -> None:
+        """What the job's print sinks write, in this process's context."""
+        (self.stdout if stream == "stdout" else self.stderr).write(text)
 
     def step(self) -> bool:
         """Rows arrive from the workers on their own: start the job once, then wait a little."""

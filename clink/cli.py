@@ -457,7 +457,8 @@ def _run_on_ray(args: argparse.Namespace, plan: Plan, source: str, sql: str, con
     print(f"running {plan.name} on Ray: {parallelism} worker(s)", file=sys.stderr)
     outcome = onray.run_on_ray(artefact, config=config, state_dir=state, fingerprint=plan.fingerprint,
                                cwd=os.getcwd(), on_result=(lambda name, batch: printers[name].write(batch))
-                               if printers else None)
+                               if printers else None,
+                               on_print=lambda stream, text: (sys.stdout if stream == "stdout" else sys.stderr).write(text))
     for printer in printers.values():
         printer.close()
     for warning in outcome["warnings"]:

@@ -19,11 +19,13 @@ other never wait on each other.
 from __future__ import annotations
 
 import hmac
+import io
 import queue
 import threading
 
 import pyarrow as pa
 import pyarrow.flight as flight
+import pyarrow.ipc
 
 from clink.runtime.elements import Barrier, Batch, Element, EndOfInput, Watermark
 
@@ -59,9 +61,19 @@ class _SecretHeader(flight.ClientMiddlewareFactory):
         return Header()
 
 
+def aligned(batch: pa.RecordBatch) -> pa.RecordBatch:
+    """``batch`` with every buffer aligned to its values. Batches read off a Flight stream point
+    into gRPC's messages at any offset; Arrow's compute kernels (group-by, join) want aligned
+    values and warn on each unaligned input, so such a batch is copied once, as it arrives."""
+    for column in batch.columns:
+        if any(buffer is not None and buffer.address % 8 for buffer in column.buffers()):
+            return pa.ipc.read_record_batch(batch.serialize(), batch.schema)
+    return batch
+
+
 def _decode(chunk) -> Element:
     if chunk.data is not None:
-        return Batch(chunk.data)
+        return Batch(aligned(chunk.data))
     meta = chunk.app_metadata.to_pybytes()
     kind, value = meta[:1], meta[1:]
     if kind == b"W":
@@ -111,13 +123,15 @@ class FlightInbox(flight.FlightServerBase):
 
 class ResultInbox(flight.FlightServerBase):
     """Where the rows of a job's bare ``SELECT`` queries come back to the process that started
-    it: ``deliver(query, batch)`` for every batch, in order per query."""
+    it: ``deliver(query, batch)`` for every batch, in order per query; and the text its print
+    sinks write: ``printed(stream, text)``, ``stream`` being ``"stdout"`` or ``"stderr"``."""
 
-    def __init__(self, host: str, *, job: str, secret: str, deliver) -> None:
+    def __init__(self, host: str, *, job: str, secret: str, deliver=None, printed=None) -> None:
         super().__init__(f"grpc+tcp://{host}:0", middleware={"secret": _SecretCheck(secret)})
         self.host = host
         self.job = job
         self.deliver = deliver
+        self.printed = printed
 
     @property
     def location(self) -> str:
@@ -125,10 +139,15 @@ class ResultInbox(flight.FlightServerBase):
 
     def do_put(self, context, descriptor, reader, writer):
         path = [p.decode() for p in descriptor.path]
-        if len(path) != 3 or path[0] != self.job or path[1] != "result":
+        if len(path) != 3 or path[0] != self.job or path[1] not in ("result", "text"):
             raise flight.FlightUnauthenticatedError("not a stream of this job's results: refused")
         for chunk in reader:
-            self.deliver(path[2], chunk.data)
+            if path[1] == "text":
+                if self.printed is not None:
+                    for text in chunk.data.column(0).to_pylist():
+                        self.printed(path[2], text)
+            elif self.deliver is not None:
+                self.deliver(path[2], aligned(chunk.data))
 
 
 class ResultSender:
@@ -152,12 +171,43 @@ class ResultSender:
             self._writers[query] = (writer, batch.schema)
         writer.write_batch(batch)
 
+    def text(self, stream: str) -> _SentText:
+        """A text stream (for a print sink) whose writes go to ``ResultInbox.printed``."""
+        return _SentText(self, stream)
+
+    def _send_text(self, stream: str, text: str) -> None:
+        key = f"text/{stream}"
+        if key not in self._writers:
+            descriptor = flight.FlightDescriptor.for_path(self.job, "text", stream)
+            self._writers[key] = (self._client.do_put(descriptor, _TEXT)[0], _TEXT)
+        self._writers[key][0].write_batch(pa.record_batch([pa.array([text], pa.string())], schema=_TEXT))
+
     def close(self) -> None:
         for writer, _ in self._writers.values():
             writer.done_writing()
             writer.close()
         self._writers.clear()
         self._client.close()
+
+
+_TEXT = pa.schema([("text", pa.string())])
+
+
+class _SentText(io.TextIOBase):
+    """What a worker's print sink writes to: each write is sent back to the submitter whole."""
+
+    def __init__(self, sender: ResultSender, stream: str) -> None:
+        super().__init__()
+        self._sender = sender
+        self._stream = stream
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, text: str) -> int:
+        if text:
+            self._sender._send_text(self._stream, text)
+        return len(text)
 
 
 class _Channel:

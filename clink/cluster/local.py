@@ -8,7 +8,6 @@ Python runs one thread at a time, so this is not faster than one worker.
 
 from __future__ import annotations
 
-import io
 
 from clink.cluster.master import JobMaster
 from clink.cluster.worker import Worker
@@ -39,14 +38,14 @@ class _ThreadHandle:
     def __init__(self, worker: Worker) -> None:
         self.worker = worker
 
-    def trigger(self, checkpoint_id: int) -> None:
-        self.worker.trigger(checkpoint_id)
+    def trigger(self, checkpoint_id: int, stop: bool = False) -> None:
+        self.worker.trigger(checkpoint_id, stop)
 
     def commit(self, checkpoint_id: int, handles: dict) -> None:
         self.worker.commit(checkpoint_id, handles)
 
-    def close(self) -> None:
-        self.worker.close()
+    def close(self, discard: bool = False) -> None:
+        self.worker.close(discard)
 
     def stop(self) -> None:
         self.worker.stop()
@@ -71,7 +70,7 @@ def run_in_threads(plan: Plan, ctx: RuntimeContext, *, workers: int, on_attempt=
         transport = InMemoryTransport(pool)
         for w in range(workers):
             worker_ctx = RuntimeContext(config=run_config, connectors=ctx.connectors, functions=ctx.functions,
-                                        clock=ctx.clock, stdout=ctx.stdout if w == 0 else io.StringIO(),
+                                        clock=ctx.clock, stdout=ctx.stdout, stderr=ctx.stderr,
                                         state_dir=ctx.state_dir, filesystems=ctx.filesystems,
                                         on_result=ctx.on_result)
             pool[w] = Worker(plan, worker_ctx, worker=w, workers=workers, transport=transport,

@@ -183,9 +183,10 @@ class JobMaster:
                     if kind == "committed":
                         committed.add(worker)
                         if stopping is not None and stopping[2] == value and len(committed) == self.workers:
-                            if stopping[0] == "stop":
-                                return ("stopped", value)
-                            return ("rescale", stopping[1], value)
+                            # The stop's checkpoint is in: the workers end, each dropping what
+                            # it wrote after (nothing, as the sources read no further).
+                            for handle in handles:
+                                handle.close(discard=True)
                         continue
                     if kind == "output":
                         if self.first_output_at is None:
@@ -228,13 +229,17 @@ class JobMaster:
                         closed.add(worker)
                         self.metrics[worker] = value
                         if len(closed) == self.workers:
+                            if stopping is not None and stopping[2] is not None:
+                                if stopping[0] == "stop":
+                                    return ("stopped", stopping[2])
+                                return ("rescale", stopping[1], stopping[2])
                             return None
                 if final_checkpoint == -1 and self.coordinator.pending is None:
                     final_checkpoint = self._trigger(handles)
                     checkpoint_started = now
                 if (stopping is not None and stopping[2] is None and final_checkpoint is None
                         and self.coordinator.pending is None and len(up) == self.workers):
-                    stopping[2] = self._trigger(handles)
+                    stopping[2] = self._trigger(handles, stop=True)
                     checkpoint_started = now
                 if (self.interval_s and final_checkpoint is None and stopping is None
                         and self.coordinator.pending is None and len(up) == self.workers
@@ -258,10 +263,10 @@ class JobMaster:
                 for handle in handles:
                     handle.stop()
 
-    def _trigger(self, handles: list) -> int:
+    def _trigger(self, handles: list, stop: bool = False) -> int:
         checkpoint_id = self.coordinator.begin()
         for handle in handles:
-            handle.trigger(checkpoint_id)
+            handle.trigger(checkpoint_id, stop)
         return checkpoint_id
 
 

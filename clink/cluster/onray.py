@@ -62,14 +62,14 @@ def _load(artefact: bytes, digest: str, *, plan: bool = True):
 @ray.remote
 class _WorkerActor:
     def __init__(self, artefact: bytes, digest: str, job: str, attempt: int, secret: str, index: int,
-                 workers: int, config: dict, state_dir: str | None, cwd: str | None, host: str | None,
+                 workers: int, state_dir: str | None, cwd: str | None, host: str | None,
                  python_path: list[str]) -> None:
         if cwd and os.path.isdir(cwd):
             os.chdir(cwd)  # where relative paths in the pipeline point, as for `clink run`
         _extend_path(python_path)
         self.plan = _load(artefact, digest)
         self.job, self.attempt, self.secret, self.index, self.workers = job, attempt, secret, index, workers
-        self.config, self.state_dir = config, state_dir
+        self.state_dir = state_dir
         self._ready = threading.Event()
         self.worker: Worker | None = None
         self.inbox = FlightInbox(host or ray.util.get_node_ip_address(), job=job, attempt=attempt, secret=secret,
@@ -83,10 +83,15 @@ class _WorkerActor:
         self._ready.wait()
         self.worker.deliver(target, sender, element)
 
-    def start(self, locations: list[str], master, results: str | None = None) -> None:
+    def start(self, locations: list[str], master, config: dict, results: str | None = None) -> None:
+        """Run the worker's subtasks with ``config`` (the job's settings, with the checkpoint the
+        attempt restores from, which only the job master knows). ``results``: where the rows of
+        bare ``SELECT`` queries and the text of print sinks go back to the submitter."""
         sender = ResultSender(results, job=self.job, secret=self.secret) if results else None
-        ctx = RuntimeContext(config=self.config, state_dir=Path(self.state_dir) if self.state_dir else None,
+        ctx = RuntimeContext(config=config, state_dir=Path(self.state_dir) if self.state_dir else None,
                              on_result=sender.send if sender is not None else None)
+        if sender is not None:
+            ctx.stdout, ctx.stderr = sender.text("stdout"), sender.text("stderr")
         transport = FlightTransport(locations, job=self.job, attempt=self.attempt, secret=self.secret,
                                     schema_of=lambda sid: self.worker.job._node_of[sid].schema)
         attempt, index = self.attempt, self.index
@@ -101,14 +106,14 @@ class _WorkerActor:
         self.worker.start()
         self._ready.set()
 
-    def trigger(self, checkpoint_id: int) -> None:
-        self.worker.trigger(checkpoint_id)
+    def trigger(self, checkpoint_id: int, stop: bool = False) -> None:
+        self.worker.trigger(checkpoint_id, stop)
 
     def commit(self, checkpoint_id: int, handles: dict) -> None:
         self.worker.commit(checkpoint_id, handles)
 
-    def close(self) -> None:
-        self.worker.close()
+    def close(self, discard: bool = False) -> None:
+        self.worker.close(discard)
 
     def wait_closed(self) -> None:
         """Returns when the worker's thread has ended; fails if the actor dies first."""
@@ -119,19 +124,30 @@ class _WorkerActor:
         return self.worker.transport.bytes_out if self.worker is not None else 0
 
 
+def _workers(artefact: bytes, digest: str, job: str, attempt: int, secret: str, workers: int, state_dir: str | None,
+             cwd: str | None, host: str | None, python_path: list[str], detached: bool = False) -> list:
+    """New worker actors for one attempt, spread over the cluster's nodes (a job on several hosts
+    uses them all); ``detached``: they outlive the process that made them, as a submitted job does."""
+    options = {"num_cpus": 1, "max_concurrency": 8, "scheduling_strategy": "SPREAD"}
+    if detached:
+        options.update(lifetime="detached", namespace=NAMESPACE)
+    return [_WorkerActor.options(**options).remote(artefact, digest, job, attempt, secret, w, workers, state_dir, cwd,
+                                                   host, python_path) for w in range(workers)]
+
+
 class _ActorHandle:
     def __init__(self, actor) -> None:
         self.actor = actor
         self.closed = actor.wait_closed.remote()
 
-    def trigger(self, checkpoint_id: int) -> None:
-        self.actor.trigger.remote(checkpoint_id)
+    def trigger(self, checkpoint_id: int, stop: bool = False) -> None:
+        self.actor.trigger.remote(checkpoint_id, stop)
 
     def commit(self, checkpoint_id: int, handles: dict) -> None:
         self.actor.commit.remote(checkpoint_id, handles)
 
-    def close(self) -> None:
-        self.actor.close.remote()
+    def close(self, discard: bool = False) -> None:
+        self.actor.close.remote(discard)
 
     def stop(self) -> None:
         ray.kill(self.actor, no_restart=True)
@@ -154,11 +170,12 @@ class _MasterActor:
 
     def __init__(self, artefact: bytes, digest: str, job: str, config: dict, state_dir: str | None,
                  cwd: str | None, workers: int, parallelism: int, fingerprint: str, host: str | None,
-                 secret: str, results: str | None, python_path: list[str]) -> None:
+                 secret: str, results: str | None, rows: bool, python_path: list[str],
+                 first: list | None = None) -> None:
         self.artefact, self.digest, self.job, self.results = artefact, digest, job, results
         self.python_path = python_path
         _extend_path(python_path)
-        if results:
+        if rows:
             # Rows already handed back cannot be taken back: a failure fails the job.
             config = {**config, "restart-strategy.type": "none"}
         self.config, self.state_dir, self.cwd, self.workers, self.host = config, state_dir, cwd, workers, host
@@ -168,6 +185,8 @@ class _MasterActor:
         except Exception as exc:  # noqa: BLE001 - the job fails with it, as a worker's would
             self.name, self.load_error = job, describe(exc)
         self.secret = secret
+        #: The first attempt's workers, started by the submitter while this actor was starting.
+        self.first = first
         self.handles: list[_ActorHandle] = []
         self.log: list[str] = []
         self.master = JobMaster(self._launch, workers=workers, parallelism=parallelism, fingerprint=fingerprint,
@@ -189,15 +208,17 @@ class _MasterActor:
         config["parallelism.default"] = str(workers)
         if restore is not None:
             config["execution.savepoint.path"] = restore
-        # Spread over the cluster's nodes: a job on several hosts uses them all.
-        actors = [_WorkerActor.options(num_cpus=1, max_concurrency=8, scheduling_strategy="SPREAD").remote(
-            self.artefact, self.digest, self.job, attempt, self.secret, w, workers, config, self.state_dir,
-            self.cwd, self.host, self.python_path) for w in range(workers)]
+        actors, self.first = self.first, None
+        if actors is None or attempt != 1 or len(actors) != workers:
+            for actor in actors or ():
+                ray.kill(actor, no_restart=True)
+            actors = _workers(self.artefact, self.digest, self.job, attempt, self.secret, workers, self.state_dir,
+                              self.cwd, self.host, self.python_path)
         locations, self.pids, hosts = (list(column) for column in zip(*ray.get([a.where.remote() for a in actors]),
                                                                         strict=True))
         self.master.hosts = dict(enumerate(hosts))
         me = ray.get_runtime_context().current_actor
-        ray.get([a.start.remote(locations, me, self.results) for a in actors])
+        ray.get([a.start.remote(locations, me, config, self.results) for a in actors])
         self.handles = [_ActorHandle(a) for a in actors]
         return self.handles
 
@@ -227,6 +248,8 @@ class _MasterActor:
     def _run(self) -> None:
         started = time.perf_counter()
         if self.load_error is not None:
+            for actor in self.first or ():
+                ray.kill(actor, no_restart=True)
             self.master.state = "failed"
             self.outcome = {"ok": False, "error": self.load_error, "log": self.log}
             return
@@ -240,6 +263,8 @@ class _MasterActor:
             self.outcome = {"ok": False, "error": f"{type(exc).__name__}: {exc}", "log": self.log}
             return
         finally:
+            for actor in self.first or ():  # a job stopped before it started
+                ray.kill(actor, no_restart=True)
             for handle in self.handles:
                 try:
                     handle.stop()
@@ -354,40 +379,48 @@ def ensure_ray(address: str | None, *, workers: int) -> bool:
 
 def submit(artefact: bytes, *, config: dict, state_dir: str | None, workers: int, parallelism: int,
            fingerprint: str, cwd: str | None = None, host: str | None = None, detached: bool = False,
-           on_result=None) -> RayJob:
+           on_result=None, on_print=None) -> RayJob:
     """Start a job master for the artefact on the connected Ray cluster; ``detached``: it outlives
     this process (``clink submit``). ``on_result(query, batch)`` gets the rows of the plan's bare
-    ``SELECT`` queries, sent back from the worker that runs their sink."""
+    ``SELECT`` queries, sent back from the worker that runs their sink; ``on_print(stream, text)``
+    the text of its print sinks (``stream`` is ``"stdout"`` or ``"stderr"``), which otherwise
+    goes to the workers' own logs."""
     digest = hashlib.sha256(artefact).hexdigest()
     job_id = f"clink-{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(3)}"
     secret = secrets.token_hex(16)
     results = None
-    if on_result is not None:
-        inbox = ResultInbox(host or ray.util.get_node_ip_address(), job=job_id, secret=secret, deliver=on_result)
+    if on_result is not None or on_print is not None:
+        inbox = ResultInbox(host or ray.util.get_node_ip_address(), job=job_id, secret=secret, deliver=on_result,
+                            printed=on_print)
         results = inbox.location
     options = {"num_cpus": 0, "max_concurrency": 16, "name": job_id, "namespace": NAMESPACE}
     if detached:
         options["lifetime"] = "detached"
     import sys
 
+    # The first attempt's workers start alongside the job master, not after it: starting a Ray
+    # actor's process is most of the time to a job's first row.
+    first = _workers(artefact, digest, job_id, 1, secret, workers, state_dir, cwd, host, list(sys.path),
+                     detached=detached)
     master = _MasterActor.options(**options).remote(
         artefact, digest, job_id, config, state_dir, cwd, workers, parallelism, fingerprint, host, secret, results,
-        list(sys.path))
+        on_result is not None, list(sys.path), first)
     job = RayJob(master, job_id)
-    if on_result is not None:
+    if results is not None:
         job.results_inbox = inbox  # served while the job runs
     return job
 
 
 def run_on_ray(artefact: bytes, *, config: dict, state_dir: str | None, fingerprint: str,
-               cwd: str | None = None, on_result=None) -> dict:
+               cwd: str | None = None, on_result=None, on_print=None) -> dict:
     """Run the artefact's job on Ray to its end (``'parallelism.default'`` workers, one subtask of
     each operator per worker); start a Ray runtime for it if none is reachable."""
     parallelism = int(config.get("parallelism.default") or 1)
     started = ensure_ray(config.get("ray.address"), workers=parallelism)
     try:
         return submit(artefact, config=config, state_dir=state_dir, workers=parallelism, parallelism=parallelism,
-                      fingerprint=fingerprint, cwd=cwd, host=data_plane_host(started), on_result=on_result).result()
+                      fingerprint=fingerprint, cwd=cwd, host=data_plane_host(started), on_result=on_result,
+                      on_print=on_print).result()
     finally:
         if started:
             ray.shutdown()

@@ -59,14 +59,18 @@ class Worker:
         """An element from another worker, for subtask ``target`` of this one."""
         self.inbox.put((target, sender, element))
 
-    def trigger(self, checkpoint_id: int) -> None:
-        self.control.put(("trigger", checkpoint_id))
+    def trigger(self, checkpoint_id: int, stop: bool = False) -> None:
+        """Take checkpoint ``checkpoint_id``; ``stop``: it is the last one (a stop with a
+        checkpoint, or a rescale), so the sources here read nothing after its barrier."""
+        self.control.put(("trigger", checkpoint_id, stop))
 
     def commit(self, checkpoint_id: int, handles: dict) -> None:
         self.control.put(("commit", checkpoint_id, handles))
 
-    def close(self) -> None:
-        self.control.put(("close",))
+    def close(self, discard: bool = False) -> None:
+        """End the worker: close its sinks (their last output becomes visible), or with
+        ``discard`` (after a stop with a checkpoint) drop whatever no checkpoint has committed."""
+        self.control.put(("close", discard))
 
     def stop(self) -> None:
         """Stop at once (the job failed or is cancelled elsewhere): sinks abort."""
@@ -144,11 +148,16 @@ class Worker:
                 return False
             if message[0] == "trigger":
                 self.job.inject_barriers(message[1])
+                if message[2]:
+                    self.job.stop_sources()
             elif message[0] == "commit":
                 self.job.commit_checkpoint(message[1], message[2])
                 self.report("committed", message[1])
             elif message[0] == "close":
-                self.job.close()
+                if message[1]:
+                    self.job.cancel()
+                else:
+                    self.job.close()
                 self.transport.flush()
                 if self.on_close is not None:
                     self.on_close()

@@ -67,6 +67,8 @@ class RuntimeContext:
     functions: FunctionRegistry = field(default_factory=_empty_functions)
     clock: Callable[[], int] = system_clock_ms
     stdout: TextIO = field(default_factory=lambda: sys.stdout)
+    #: Where a print sink with ``'standard-error' = 'true'`` writes.
+    stderr: TextIO = field(default_factory=lambda: sys.stderr)
     state_dir: Path | None = None
     filesystems: Mapping[str, pafs.FileSystem] = field(default_factory=dict)
     #: Receives the rows of bare ``SELECT`` queries (the ``collect`` sink): (query name, batch).

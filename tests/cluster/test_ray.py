@@ -188,6 +188,32 @@ def test_clink_run_submits_to_a_running_ray_cluster(tmp_path: Path) -> None:
     assert_local_run_gives(output(tmp_path / "out"), tmp_path, "q7.sql")
 
 
+def test_what_print_sinks_write_on_the_workers_comes_back_to_clink_run(tmp_path: Path) -> None:
+    """A print sink on Ray writes in the worker's process; its lines come back to the terminal of
+    ``clink run``, on standard output or (``'standard-error' = 'true'``) standard error."""
+    (tmp_path / "p.sql").write_text(
+        "CREATE TABLE t (id BIGINT, v INT) WITH ('connector' = 'datagen', 'number-of-rows' = '3000', "
+        "'batch-size' = '100', 'fields.id.kind' = 'sequence', 'fields.id.start' = '1', 'fields.id.end' = '3000', "
+        "'fields.v.min' = '0', 'fields.v.max' = '9');\n"
+        "CREATE TABLE shown (id BIGINT, v INT) WITH ('connector' = 'print', 'print-identifier' = 'out');\n"
+        "CREATE TABLE noted (id BIGINT) WITH ('connector' = 'print', 'standard-error' = 'true');\n"
+        "INSERT INTO shown SELECT id, v FROM t WHERE v < 5;\n"
+        "INSERT INTO noted SELECT id FROM t WHERE id % 1000 = 0;\n")
+
+    def run(*extra: str) -> subprocess.CompletedProcess:
+        done = subprocess.run([sys.executable, "-m", "clink", "run", "p.sql", *extra], cwd=tmp_path,
+                              capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, done.stderr
+        return done
+
+    local = run()
+    on_ray = run("--target", "ray", "--ray-address", ray.get_runtime_context().gcs_address, "-p", "2")
+    printed = sorted(line for line in on_ray.stdout.splitlines() if line.startswith("out> "))
+    assert len(printed) > 1000 and printed == sorted(local.stdout.splitlines())
+    noted = sorted(line for line in on_ray.stderr.splitlines() if line.startswith("+I["))
+    assert noted == ["+I[1000]", "+I[2000]", "+I[3000]"]
+
+
 def _wait_for_workers(job, count: int, other_than: set[int] = frozenset()) -> list[int]:
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:

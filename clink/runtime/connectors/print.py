@@ -14,7 +14,6 @@ prints again the rows that came after that checkpoint.
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
@@ -107,7 +106,7 @@ class PrintWriter(SinkWriter):
         if problems := validate(spec.options, spec.table_schema, "sink"):
             raise ConnectorError(f"table {spec.name!r}: {'; '.join(problems.values())}")
         to_stderr = spec.options.get("standard-error", "false").strip().lower() == "true"
-        self._stream = sys.stderr if to_stderr else ctx.stdout
+        self._stream = ctx.stderr if to_stderr else ctx.stdout
         identifier = spec.options.get("print-identifier")
         self._prefix = f"{identifier}> " if identifier else ""
         self.metrics["rows_out"] = 0
