@@ -236,3 +236,54 @@ def test_state_split_into_key_group_halves_and_merged_back_gives_the_uninterrupt
     assert merged.metrics.restored_from is not None and merged.metrics.restored_from > restored
     merged.run()
     assert _output(out) == expected, f"{case}: split and merged back"
+
+
+def _on_ray_text(case: str, data: Path, out: Path, *, limited: bool) -> str:
+    """The case's statements for a cluster run: checkpoints by time (a cluster takes them on the
+    job master's clock), Nexmark events at 3,000 a second of event time, and with ``limited`` of
+    wall-clock time too, so that the job runs for two seconds (its rows depend on the rate only)."""
+    text = CASES[case][1].format(out=out, data=data)
+    if case == "temporal":
+        return text
+    ddl = DDL.replace("'10000'", "'3000'")
+    if limited:
+        ddl = ddl.replace("'batch-size' = '250'", "'batch-size' = '250', 'rate.limited' = 'true'")
+    return ddl + text
+
+
+@pytest.mark.cluster
+@pytest.mark.parametrize("backend", ["memory", "sqlite"])
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_on_ray_a_killed_worker_restarts_from_the_last_checkpoint_with_the_uninterrupted_output(
+        case: str, backend: str, tmp_path: Path, data: Path, ray_cluster) -> None:
+    """The same contract on two Ray workers: one worker's process is killed (SIGKILL) once a
+    checkpoint is complete; the job restarts from it and its output is a local uninterrupted run's.
+    The temporal case reads its files in well under a second, faster than a kill can be aimed:
+    for it, two workers give the rows of one process."""
+    import os
+    import signal
+    import time
+
+    from clink.cluster import onray
+    from clink.runtime.artefact import artefact_bytes
+
+    reference = clink.compile(_on_ray_text(case, data, tmp_path / "ref", limited=False), name=f"{case}.sql")
+    Job(reference.runtime_plan, RuntimeContext(stdout=io.StringIO(), config={"state.backend": backend})).run()
+    expected = _output(tmp_path / "ref")
+    assert expected, f"{case}: the reference run wrote nothing"
+    settings = ("SET 'execution.checkpointing.interval' = '200 ms';\n"
+                "SET 'restart-strategy.fixed-delay.delay' = '50 ms';\n")
+    plan = clink.compile(settings + _on_ray_text(case, data, tmp_path / "out", limited=True), name=f"{case}.sql")
+    artefact = artefact_bytes(module_source=plan.source, plan=plan.runtime_plan)
+    job = onray.submit(artefact, config={**plan.runtime_plan.config, "parallelism.default": "2",
+                                         "state.backend": backend},
+                       state_dir=str(tmp_path / "state"), workers=2, parallelism=2, fingerprint=plan.fingerprint,
+                       host="127.0.0.1")
+    if case != "temporal":
+        while job.status()["last_checkpoint"] is None:
+            assert not job.done(), f"{case}: the job ended before its first checkpoint"
+            time.sleep(0.05)
+        os.kill(job.worker_pids()[{"memory": 0, "sqlite": 1}[backend]], signal.SIGKILL)
+    outcome = job.result()
+    assert outcome["attempts"] == (1 if case == "temporal" else 2), outcome["log"]
+    assert _output(tmp_path / "out") == expected, f"{case} on Ray ({backend})"

@@ -1,5 +1,6 @@
-"""Every differential test runs at parallelism 1 and at 4: the same rows must come out, since
-partitioning changes where rows are computed, never what is computed."""
+"""Every differential test runs at parallelism 1 and 4 in this process, and at parallelism 2 on
+Ray's workers: the same rows must come out, since partitioning and placement change where rows
+are computed, never what is computed."""
 
 from __future__ import annotations
 
@@ -7,15 +8,24 @@ import pytest
 
 from clink.runtime.context import RuntimeContext
 
+PATHS = [pytest.param("local:1", id="p1"), pytest.param("local:4", id="p4", marks=pytest.mark.parallel),
+         pytest.param("ray:2", id="ray2", marks=pytest.mark.cluster)]
 
-@pytest.fixture(autouse=True, params=[1, pytest.param(4, marks=pytest.mark.parallel)], ids=["p1", "p4"])
-def parallelism(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> int:
-    """Runs made in the test default to ``request.param`` subtasks per operator."""
+
+@pytest.fixture(autouse=True, params=PATHS)
+def path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Runs made in the test default to the path's target and subtasks per operator; the path
+    (``"local:4"``, ``"ray:2"``) for a test that drives a job by hand."""
+    target, _, parallelism = request.param.partition(":")
+    if target == "ray":
+        request.getfixturevalue("ray_cluster")
     made = RuntimeContext.__post_init__
 
     def post_init(self: RuntimeContext) -> None:
         made(self)
-        self.config.setdefault("parallelism.default", str(request.param))
+        self.config.setdefault("parallelism.default", parallelism)
+        if target == "ray":
+            self.config.setdefault("execution.target", "ray")
 
     monkeypatch.setattr(RuntimeContext, "__post_init__", post_init)
     return request.param

@@ -7,6 +7,7 @@ import io
 import math
 import subprocess
 import sys
+import time
 from collections import Counter
 from pathlib import Path
 
@@ -150,10 +151,12 @@ SELECT n, COUNT(*) AS keys, SUM(s) AS total FROM (SELECT k, COUNT(*) AS n, SUM(v
 
 
 @pytest.mark.parametrize("backend", ["memory", "sqlite"])
-def test_a_stopped_and_resumed_job_adds_up_to_the_same_table(tmp_path: Path, backend: str) -> None:
+def test_a_stopped_and_resumed_job_adds_up_to_the_same_table(tmp_path: Path, backend: str, path: str) -> None:
     from clink.runtime.changelog import materialize
     from clink.runtime.executor import Job
 
+    if path.startswith("ray:"):
+        return _stopped_and_resumed_on_ray(tmp_path, backend)
     plan = clink.compile(RESTART_SQL, name="restart.sql").runtime_plan
     [query] = [s for s in plan.sinks if s.connector == "collect"]
     changes: list[pa.RecordBatch] = []
@@ -176,6 +179,48 @@ def test_a_stopped_and_resumed_job_adds_up_to_the_same_table(tmp_path: Path, bac
     resumed = materialize(pa.Table.from_batches(changes, schema=query.schema), query.changelog)
     assert sorted(resumed.to_pylist(), key=str) == sorted(expected.to_pylist(), key=str)
     assert expected.num_rows > 3
+
+
+def _stopped_and_resumed_on_ray(tmp_path: Path, backend: str) -> None:
+    """On Ray: stopped with a checkpoint (``clink stop --with-checkpoint``) while it runs, then
+    submitted again over the same state directory, the job's changes add up to the table of a
+    run that never stopped."""
+    from clink.cluster import onray
+    from clink.runtime.artefact import artefact_bytes
+    from clink.runtime.changelog import materialize
+
+    # 20,000 rows at 8,000 a second: the job runs for 2.5 s, long enough to be stopped.
+    compiled = clink.compile(RESTART_SQL.replace("'batch-size' = '500'", "'batch-size' = '500', "
+                                                 "'rows-per-second' = '8000'"), name="restart.sql")
+    plan = compiled.runtime_plan
+    [query] = [s for s in plan.sinks if s.connector == "collect"]
+    artefact = artefact_bytes(module_source=compiled.source, plan=plan)
+    changes: list[pa.RecordBatch] = []
+
+    def submit(state: Path | None) -> onray.RayJob:
+        config = {"state.backend": backend, "parallelism.default": "2"}
+        if state is not None:
+            config["execution.checkpointing.interval"] = "200 ms"
+        return onray.submit(artefact, config=config, state_dir=str(state) if state else None, workers=2,
+                            parallelism=2, fingerprint=compiled.fingerprint, host="127.0.0.1",
+                            on_result=lambda _, batch: changes.append(batch))
+
+    def table() -> list[dict]:
+        rows = materialize(pa.Table.from_batches(changes, schema=query.schema), query.changelog).to_pylist()
+        changes.clear()
+        return sorted(rows, key=str)
+
+    submit(None).result()
+    expected = table()
+    first = submit(tmp_path)
+    while first.status()["last_checkpoint"] is None:
+        time.sleep(0.05)
+    stopped = first.stop(with_checkpoint=True)
+    assert stopped["state"] == "stopped" and stopped["stopped_at"] is not None
+    assert sum(b.num_rows for b in changes) > 0, "stopped before any change came back"
+    second = submit(tmp_path).result()
+    assert second["restored_from"] == stopped["stopped_at"]
+    assert table() == expected and len(expected) > 3
 
 
 def test_state_ttl_is_read_from_set_and_applies_to_count_distinct() -> None:
