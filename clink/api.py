@@ -17,7 +17,7 @@ import pyarrow as pa
 
 from clink.errors import UsageError
 from clink.runtime.connectors.base import ConnectorRegistry
-from clink.runtime.context import RuntimeContext
+from clink.runtime.context import RuntimeContext, system_clock_ms
 from clink.runtime.executor import Job, Metrics
 from clink.runtime.loader import load_generated, load_plan_file
 from clink.runtime.plan import Plan as _RuntimePlan
@@ -211,6 +211,13 @@ class _RayRun:
         if plan.source is None:
             raise UsageError("running on Ray needs the plan's generated module (clink.compile or clink.load of "
                              "an artefact)")
+        # What lives only in this process cannot reach Ray's workers: refused, not dropped.
+        if ctx.clock is not system_clock_ms:
+            raise UsageError("a job on Ray reads the workers' own clocks: a RuntimeContext clock cannot reach "
+                             "them (run it locally, 'execution.target' = 'local')")
+        if ctx.filesystems:
+            raise UsageError("a job on Ray opens its paths on the workers: RuntimeContext.filesystems cannot reach "
+                             "them; give the filesystem in the path's URI")
         self.plan = plan
         self.settings = {k: str(v) for k, v in settings.items()}
         self.state_dir = str(Path(ctx.state_dir).resolve()) if ctx.state_dir is not None else None

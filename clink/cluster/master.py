@@ -26,7 +26,7 @@ from clink.cluster.coordinator import Coordinator
 from clink.errors import ClinkError, UsageError
 from clink.runtime.settings import parse_duration
 
-__all__ = ["JobFailed", "JobMaster", "RestartStrategy"]
+__all__ = ["JobFailed", "JobMaster", "RestartStrategy", "job_error"]
 
 
 class JobFailed(ClinkError):
@@ -268,6 +268,22 @@ class JobMaster:
         for handle in handles:
             handle.trigger(checkpoint_id, stop)
         return checkpoint_id
+
+
+def job_error(text: str) -> ClinkError:
+    """The error a failed cluster job raises in the client: a pipeline error a worker raised
+    (``"worker 0: UsageError: ..."``) as the same class the job raises when it runs in one
+    process, so a caller (and ``clink run``'s exit code) tells no difference; else ``JobFailed``."""
+    from clink import errors
+
+    kinds = {cls.__name__: cls for cls in (errors.UsageError, errors.ConnectorError, errors.PipelineError,
+                                           errors.IncompatibleCheckpoint)}
+    head, _, rest = text.partition(": ")
+    if head.startswith("worker ") and rest:
+        kind, _, message = rest.partition(": ")
+        if kind in kinds and message:
+            return kinds[kind](message)
+    return JobFailed(text)
 
 
 def _is_pipeline_error(text: str) -> bool:

@@ -19,7 +19,7 @@ from pathlib import Path
 import ray
 
 from clink.cluster.dataplane import FlightInbox, FlightTransport, ResultInbox, ResultSender
-from clink.cluster.master import JobFailed, JobMaster
+from clink.cluster.master import JobFailed, JobMaster, job_error
 from clink.cluster.worker import Worker, describe
 from clink.errors import UsageError
 from clink.runtime.artefact import read_artefact
@@ -330,7 +330,7 @@ class RayJob:
         return bool(ready)
 
     def result(self) -> dict:
-        """Wait for the job's end; raises ``JobFailed`` if it failed."""
+        """Wait for the job's end; raises ``JobFailed`` (or the pipeline's own error) if it failed."""
         if self._result is None:
             self._result = self.master.result.remote()
         outcome = ray.get(self._result)
@@ -338,7 +338,7 @@ class RayJob:
             self.results_inbox.shutdown()
             self.results_inbox = None
         if not outcome["ok"]:
-            raise JobFailed(outcome["error"])
+            raise job_error(outcome["error"])
         return outcome
 
 

@@ -12,6 +12,19 @@ PATHS = [pytest.param("local:1", id="p1"), pytest.param("local:4", id="p4", mark
          pytest.param("ray:2", id="ray2", marks=pytest.mark.cluster)]
 
 
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """A test marked ``in_process`` watches the job from inside this process (its state's size,
+    a clock it sets): it has no run on Ray, whose workers are other processes."""
+    kept, dropped = [], []
+    for item in items:
+        callspec = getattr(item, "callspec", None)
+        on_ray = callspec is not None and str(callspec.params.get("path", "")).startswith("ray")
+        (dropped if on_ray and item.get_closest_marker("in_process") else kept).append(item)
+    if dropped:
+        config.hook.pytest_deselected(items=dropped)
+        items[:] = kept
+
+
 @pytest.fixture(autouse=True, params=PATHS)
 def path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
     """Runs made in the test default to the path's target and subtasks per operator; the path

@@ -310,6 +310,7 @@ def _peak_state(query: str, tables: dict[str, pa.Table], watermark: str) -> int:
         return clink.sql(";\n".join([*ddl, query])).run().peak_state_bytes
 
 
+@pytest.mark.in_process("reads the size of the join's state")
 def test_window_join_equals_duckdb_and_frees_closed_windows(monkeypatch: pytest.MonkeyPatch) -> None:
     """Two TUMBLE aggregations joined on their windows: rows of a window the watermark has
     closed can meet no more rows, so the join's state stays that of the open windows."""
@@ -404,6 +405,7 @@ def test_join_bounded_by_another_column_equals_duckdb(query: str, bounds: str) -
     assert bounds in explained and " (interval) state=[both sides by key]" in explained
 
 
+@pytest.mark.in_process("reads the size of the join's state")
 def test_join_bounded_by_another_column_keeps_the_state_of_open_rows(monkeypatch: pytest.MonkeyPatch) -> None:
     """Ten times the auctions and bids, about the same state: the join holds the open auctions
     and the bids the watermark has not passed, not every row it has seen. (As many bids as

@@ -94,6 +94,7 @@ def test_casts_between_timestamp_and_ltz_use_the_session_zone(tmp_path: Path, zo
     assert row["instant"] == dt.datetime(1970, 1, 1, 0, 0, 1, 1000, tzinfo=dt.UTC) - dt.timedelta(hours=hours)
 
 
+@pytest.mark.in_process("sets the clock")
 @pytest.mark.parametrize(("zone", "wall"), [("UTC", "15:18:36"), ("Asia/Shanghai", "23:18:36")])
 def test_time_functions_follow_the_session_zone(tmp_path: Path, zone: str, wall: str) -> None:
     # Flink's MyView1 with its clock fixed at 2021-04-15 15:18:36.384 UTC.
@@ -113,6 +114,7 @@ def test_time_functions_follow_the_session_zone(tmp_path: Path, zone: str, wall:
     assert row["f"] == f"2021-04-15 {wall}"
 
 
+@pytest.mark.in_process("sets the clock")
 def test_current_date_changes_day_with_the_zone(tmp_path: Path) -> None:
     # 2021-04-15 15:18 UTC is already the 16th in Tokyo and still the 15th in Los Angeles.
     days = {}

@@ -113,6 +113,7 @@ def test_window_top_n_over_a_window_aggregation() -> None:
     assert ours.num_rows == 36
 
 
+@pytest.mark.in_process("sets the clock")
 def test_state_ttl_reaches_the_top_n() -> None:
     """A deduplication keeping each key's first row, with a TTL shorter than the clock's step
     between batches: every batch finds its keys forgotten and emits their first row again."""
