@@ -247,6 +247,11 @@ class _Channel:
         try:
             while True:
                 element, size = self.queue.get()
+                if element is None:  # the transport closes: the stream ends here
+                    if writer is not None:
+                        writer.done_writing()
+                        writer.close()
+                    return
                 if isinstance(element, Batch):
                     batch = element.data
                     if writer is not None and not batch.schema.equals(schema):
@@ -324,6 +329,12 @@ class FlightTransport:
             raise ConnectionError(f"a data stream to another worker failed: {self.error}")
 
     def close(self) -> None:
+        """End every channel's thread (after its job: nothing more is sent) and the connections."""
+        for channel in self._channels.values():
+            channel.queue.put((None, 0))
+        for channel in self._channels.values():
+            channel.thread.join(timeout=5)
+        self._channels.clear()
         for client in self._clients.values():
             client.close()
         self._clients.clear()

@@ -279,10 +279,9 @@ def job_error(text: str) -> ClinkError:
     kinds = {cls.__name__: cls for cls in (errors.UsageError, errors.ConnectorError, errors.PipelineError,
                                            errors.IncompatibleCheckpoint)}
     head, _, rest = text.partition(": ")
-    if head.startswith("worker ") and rest:
-        kind, _, message = rest.partition(": ")
-        if kind in kinds and message:
-            return kinds[kind](message)
+    kind, _, message = rest.partition(": ") if head.startswith("worker ") else (head, "", rest)
+    if kind in kinds and message:
+        return kinds[kind](message)
     return JobFailed(text)
 
 

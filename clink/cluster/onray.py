@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import os
 import secrets
+import sys
 import tempfile
 import threading
 import time
@@ -36,8 +37,6 @@ NAMESPACE = "clink"
 def _extend_path(python_path: list[str]) -> None:
     """The submitting process's import path, where it exists here too (a UDF's module, found
     there through PYTHONPATH or the working directory, is found here the same way)."""
-    import sys
-
     for entry in python_path:
         if entry and entry not in sys.path and os.path.isdir(entry):
             sys.path.append(entry)
@@ -61,22 +60,39 @@ def _load(artefact: bytes, digest: str, *, plan: bool = True):
 
 @ray.remote
 class _WorkerActor:
-    def __init__(self, artefact: bytes, digest: str, job: str, attempt: int, secret: str, index: int,
-                 workers: int, state_dir: str | None, cwd: str | None, host: str | None,
-                 python_path: list[str]) -> None:
-        if cwd and os.path.isdir(cwd):
-            os.chdir(cwd)  # where relative paths in the pipeline point, as for `clink run`
-        _extend_path(python_path)
-        self.plan = _load(artefact, digest)
-        self.job, self.attempt, self.secret, self.index, self.workers = job, attempt, secret, index, workers
-        self.state_dir = state_dir
+    """A worker's process. It runs one job's share at a time: ``prepare`` loads the job's plan and
+    opens its data plane, ``start`` runs it; after a job that ended cleanly, ``release`` readies it
+    for the next job of the same client (``_Pool``), which so starts without a new process."""
+
+    def __init__(self) -> None:
+        self._prepared = threading.Event()
         self._ready = threading.Event()
+        self._error: BaseException | None = None
         self.worker: Worker | None = None
-        self.inbox = FlightInbox(host or ray.util.get_node_ip_address(), job=job, attempt=attempt, secret=secret,
-                                 deliver=self._deliver)
+        self.inbox: FlightInbox | None = None
+
+    def prepare(self, artefact: bytes, digest: str, job: str, attempt: int, secret: str, index: int,
+                workers: int, state_dir: str | None, cwd: str | None, host: str | None,
+                python_path: list[str]) -> None:
+        try:
+            if cwd and os.path.isdir(cwd):
+                os.chdir(cwd)  # where relative paths in the pipeline point, as for `clink run`
+            _extend_path(python_path)
+            self.plan = _load(artefact, digest)
+            self.job, self.attempt, self.secret, self.index, self.workers = job, attempt, secret, index, workers
+            self.state_dir = state_dir
+            self.inbox = FlightInbox(host or ray.util.get_node_ip_address(), job=job, attempt=attempt,
+                                     secret=secret, deliver=self._deliver)
+        except BaseException as exc:  # noqa: BLE001 - ``where`` raises it to the job master
+            self._error = exc
+        finally:
+            self._prepared.set()
 
     def where(self) -> tuple[str, int, str]:
-        """Its data plane's location, its process id, its host."""
+        """Its data plane's location, its process id, its host (once prepared)."""
+        self._prepared.wait()
+        if self._error is not None:
+            raise self._error
         return self.inbox.location, os.getpid(), self.inbox.host
 
     def _deliver(self, target: int, sender: int, element) -> None:
@@ -123,16 +139,36 @@ class _WorkerActor:
     def bytes_out(self) -> int:
         return self.worker.transport.bytes_out if self.worker is not None else 0
 
+    def release(self) -> bool:
+        """After its job has closed: end its streams and its data plane, and forget the job.
+        False (and nothing changes) while the job still runs here."""
+        if not self._prepared.is_set() or self._error is not None:
+            return False
+        if self.worker is not None:
+            if self.worker.thread is not None and self.worker.thread.is_alive():
+                return False
+            self.worker.transport.close()
+        self.inbox.shutdown()
+        self.worker = self.inbox = self.plan = None
+        self._prepared.clear()
+        self._ready.clear()
+        return True
 
-def _workers(artefact: bytes, digest: str, job: str, attempt: int, secret: str, workers: int, state_dir: str | None,
-             cwd: str | None, host: str | None, python_path: list[str], detached: bool = False) -> list:
-    """New worker actors for one attempt, spread over the cluster's nodes (a job on several hosts
-    uses them all); ``detached``: they outlive the process that made them, as a submitted job does."""
+
+def _workers(count: int, detached: bool = False) -> list:
+    """New worker actors, spread over the cluster's nodes (a job on several hosts uses them all);
+    ``detached``: they outlive the process that made them, as a submitted job does."""
     options = {"num_cpus": 1, "max_concurrency": 8, "scheduling_strategy": "SPREAD"}
     if detached:
         options.update(lifetime="detached", namespace=NAMESPACE)
-    return [_WorkerActor.options(**options).remote(artefact, digest, job, attempt, secret, w, workers, state_dir, cwd,
-                                                   host, python_path) for w in range(workers)]
+    return [_WorkerActor.options(**options).remote() for _ in range(count)]
+
+
+def _prepare(actors: list, artefact: bytes, digest: str, job: str, attempt: int, secret: str,
+             state_dir: str | None, cwd: str | None, host: str | None, python_path: list[str]) -> list:
+    """Have worker actors load the job's plan (worker ``w`` is ``actors[w]``); ``where`` waits for it."""
+    return [actor.prepare.remote(artefact, digest, job, attempt, secret, w, len(actors), state_dir, cwd, host,
+                                 python_path) for w, actor in enumerate(actors)]
 
 
 class _ActorHandle:
@@ -165,13 +201,24 @@ class _ActorHandle:
 
 @ray.remote
 class _MasterActor:
-    """One job: starts each attempt's workers and runs ``JobMaster`` in a thread of its own, so that
-    the job goes on after the client that submitted it has gone (``clink submit``)."""
+    """Runs a job (``begin``): starts each attempt's workers and runs ``JobMaster`` in a thread of
+    its own, so that the job goes on after the client that submitted it has gone (``clink
+    submit``). An attached job's master is used again for its client's next job (``_Pool``)."""
 
-    def __init__(self, artefact: bytes, digest: str, job: str, config: dict, state_dir: str | None,
-                 cwd: str | None, workers: int, parallelism: int, fingerprint: str, host: str | None,
-                 secret: str, results: str | None, rows: bool, python_path: list[str],
-                 first: list | None = None) -> None:
+    def __init__(self) -> None:
+        self.job: str | None = None
+        self.master: JobMaster | None = None
+        self._thread: threading.Thread | None = None
+        self.outcome: dict | None = None
+        #: Set once ``begin`` has run: calls to an actor with threads of its own may overtake it.
+        self._begun = threading.Event()
+
+    def begin(self, artefact: bytes, digest: str, job: str, config: dict, state_dir: str | None,
+              cwd: str | None, workers: int, parallelism: int, fingerprint: str, host: str | None,
+              secret: str, results: str | None, rows: bool, python_path: list[str],
+              first: list | None = None, keep: bool = False) -> None:
+        """Run a job. ``first``: the first attempt's workers, which the submitter started while this
+        actor started; ``keep``: they go back to the submitter when the job ends cleanly."""
         self.artefact, self.digest, self.job, self.results = artefact, digest, job, results
         self.python_path = python_path
         _extend_path(python_path)
@@ -185,17 +232,29 @@ class _MasterActor:
         except Exception as exc:  # noqa: BLE001 - the job fails with it, as a worker's would
             self.name, self.load_error = job, describe(exc)
         self.secret = secret
-        #: The first attempt's workers, started by the submitter while this actor was starting.
-        self.first = first
+        self.first, self.keep = first, keep
         self.handles: list[_ActorHandle] = []
         self.log: list[str] = []
-        self.master = JobMaster(self._launch, workers=workers, parallelism=parallelism, fingerprint=fingerprint,
-                                config=config, state_dir=state_dir, log=self.log.append)
         self.pids: list[int] = []
         self.submitted = time.time()
-        self.outcome: dict | None = None
+        self.outcome = None
+        try:
+            self.master = JobMaster(self._launch, workers=workers, parallelism=parallelism, fingerprint=fingerprint,
+                                    config=config, state_dir=state_dir, log=self.log.append)
+        except Exception as exc:  # noqa: BLE001 - a wrong setting: the job fails with it
+            self.master = None
+            self.load_error = describe(exc)
         self._thread = threading.Thread(target=self._run, name=f"clink-master-{job}", daemon=True)
         self._thread.start()
+        self._begun.set()
+
+    def reset(self) -> None:
+        """Forget the ended job (its client has its result): ready for the next."""
+        if self._thread is not None:
+            self._thread.join()
+        self._begun.clear()
+        self.job = self.master = self._thread = self.outcome = None
+        self.handles, self.first, self.pids = [], None, []
 
     def report(self, attempt: int, worker: int, kind: str, value) -> None:
         self.master.report(attempt, worker, kind, value)
@@ -212,8 +271,9 @@ class _MasterActor:
         if actors is None or attempt != 1 or len(actors) != workers:
             for actor in actors or ():
                 ray.kill(actor, no_restart=True)
-            actors = _workers(self.artefact, self.digest, self.job, attempt, self.secret, workers, self.state_dir,
-                              self.cwd, self.host, self.python_path)
+            actors = _workers(workers)
+            _prepare(actors, self.artefact, self.digest, self.job, attempt, self.secret, self.state_dir, self.cwd,
+                      self.host, self.python_path)
         locations, self.pids, hosts = (list(column) for column in zip(*ray.get([a.where.remote() for a in actors]),
                                                                         strict=True))
         self.master.hosts = dict(enumerate(hosts))
@@ -223,20 +283,32 @@ class _MasterActor:
         return self.handles
 
     def worker_pids(self) -> list[int]:
+        self._begun.wait()
         return list(self.pids)
 
     def pid(self) -> int:
         return os.getpid()
 
     def stop(self, with_checkpoint: bool) -> None:
-        self.master.command("stop", with_checkpoint)
+        self._begun.wait()
+        if self.master is not None:
+            self.master.command("stop", with_checkpoint)
 
     def rescale(self, parallelism: int) -> None:
-        self.master.command("rescale", parallelism)
+        self._begun.wait()
+        if self.master is not None:
+            self.master.command("rescale", parallelism)
 
-    def status(self) -> dict:
-        """Plain values for ``clink jobs``."""
+    def status(self) -> dict | None:
+        """Plain values for ``clink jobs`` (None between jobs)."""
         m = self.master
+        if not self._begun.is_set():
+            return None
+        if m is None:  # its settings were refused
+            return {"id": self.job, "name": self.name, "state": "failed", "parallelism": self.workers, "attempt": 0,
+                    "restarts": 0, "submitted": self.submitted, "last_checkpoint": None, "checkpoint_ms": [],
+                    "stopped_at": None, "state_dir": self.state_dir, "workers": {}, "hosts": {},
+                    "failures": [self.load_error.splitlines()[0]], "log": list(self.log)}
         completed = m.coordinator.completed if m.coordinator is not None else []
         return {"id": self.job, "name": self.name, "state": m.state, "parallelism": m.workers,
                 "attempt": m.attempt, "restarts": len(m.failures), "submitted": self.submitted,
@@ -250,11 +322,15 @@ class _MasterActor:
         if self.load_error is not None:
             for actor in self.first or ():
                 ray.kill(actor, no_restart=True)
-            self.master.state = "failed"
+            if self.master is not None:
+                self.master.state = "failed"
             self.outcome = {"ok": False, "error": self.load_error, "log": self.log}
             return
+        clean = False
         try:
             metrics = self.master.run()
+            # The workers of a first attempt that ended cleanly go back to the client for its next job.
+            clean = self.keep and self.master.attempt == 1
         except JobFailed as exc:
             self.outcome = {"ok": False, "error": str(exc), "log": self.log}
             return
@@ -265,7 +341,7 @@ class _MasterActor:
         finally:
             for actor in self.first or ():  # a job stopped before it started
                 ray.kill(actor, no_restart=True)
-            for handle in self.handles:
+            for handle in () if clean else self.handles:
                 try:
                     handle.stop()
                 except Exception:  # noqa: BLE001 - already gone
@@ -288,39 +364,67 @@ class _MasterActor:
             "seconds": time.perf_counter() - started, "log": self.log}
 
     def result(self) -> dict:
-        """Waits for the job's end."""
+        """Waits for the job's end: its outcome, with the last status and worker processes (the
+        client keeps them, as this actor may go on to another job)."""
+        self._begun.wait()
         self._thread.join()
-        return self.outcome
+        return {**self.outcome, "status": self.status(), "pids": list(self.pids)}
 
 
 class RayJob:
-    """A job on Ray: its job master actor, found by id (``clink jobs``, ``clink stop``)."""
+    """A job on Ray: its job master actor, found by id (``clink jobs``, ``clink stop``).
+    ``pooled``: the first attempt's workers, which go back to this process's pool with the job
+    master when the job ends cleanly."""
 
-    def __init__(self, master, job_id: str) -> None:
+    def __init__(self, master, job_id: str, pooled: list | None = None, begun=None) -> None:
         self.master = master
         self.id = job_id
         self._result = None
+        #: Once the job has ended: what its job master said last.
+        self._outcome: dict | None = None
         self.results_inbox = None
+        self._pooled = pooled
+        #: The call that gives the job master its job: what this client asks after it waits for it.
+        self._begun = begun
+
+    def _master(self):
+        if self._begun is not None:
+            ray.get(self._begun)
+            self._begun = None
+        return self.master
 
     @classmethod
     def find(cls, job_id: str) -> RayJob:
         try:
             return cls(ray.get_actor(job_id, namespace=NAMESPACE), job_id)
         except ValueError:
-            raise UsageError(f"no job {job_id!r} on this Ray cluster (clink jobs lists them)") from None
+            pass
+        for name in _master_names():  # the job may run on a master kept for its client's jobs
+            try:
+                master = ray.get_actor(name, namespace=NAMESPACE)
+                status = ray.get(master.status.remote())
+            except (ValueError, ray.exceptions.RayError):
+                continue
+            if status is not None and status["id"] == job_id:
+                return cls(master, job_id)
+        raise UsageError(f"no job {job_id!r} on this Ray cluster (clink jobs lists them)")
 
     def worker_pids(self) -> list[int]:
-        return ray.get(self.master.worker_pids.remote())
+        if self._outcome is not None:
+            return list(self._outcome["pids"])
+        return ray.get(self._master().worker_pids.remote())
 
     def status(self) -> dict:
-        return ray.get(self.master.status.remote())
+        if self._outcome is not None:
+            return self._outcome["status"]
+        return ray.get(self._master().status.remote())
 
     def stop(self, *, with_checkpoint: bool) -> dict:
-        ray.get(self.master.stop.remote(with_checkpoint))
+        ray.get(self._master().stop.remote(with_checkpoint))
         return self.result()
 
     def rescale(self, parallelism: int) -> None:
-        ray.get(self.master.rescale.remote(parallelism))
+        ray.get(self._master().rescale.remote(parallelism))
 
     def done(self) -> bool:
         """Whether the job has ended (finished, failed or stopped)."""
@@ -333,25 +437,97 @@ class RayJob:
         """Wait for the job's end; raises ``JobFailed`` (or the pipeline's own error) if it failed."""
         if self._result is None:
             self._result = self.master.result.remote()
-        outcome = ray.get(self._result)
+        outcome = self._outcome = ray.get(self._result)
         if self.results_inbox is not None:
             self.results_inbox.shutdown()
             self.results_inbox = None
+        if self._pooled is not None:
+            pooled, self._pooled = self._pooled, None
+            _POOL.give_back(self.master, pooled if outcome["ok"] and outcome["attempts"] == 1 else [])
         if not outcome["ok"]:
             raise job_error(outcome["error"])
         return outcome
 
 
+class _Pool:
+    """The job masters and workers of this process's ended jobs, kept for its next jobs on the
+    same Ray runtime: a job that finds them starts without starting processes, most of a short
+    job's time. Kept for ``IDLE_S`` at most, since an idle worker still holds its CPU in Ray."""
+
+    IDLE_S = 30.0
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._runtime = None
+        self._masters: list[tuple[float, object]] = []
+        self._workers: list[tuple[float, object]] = []
+
+    def _here(self) -> None:
+        """Forget actors of an earlier Ray runtime (shut down since); drop those idle too long."""
+        runtime = ray.get_runtime_context().get_job_id()
+        if runtime != self._runtime:
+            self._runtime, self._masters, self._workers = runtime, [], []
+        now = time.monotonic()
+        for kept in (self._masters, self._workers):
+            stale = [actor for since, actor in kept if now - since > self.IDLE_S]
+            kept[:] = [(since, actor) for since, actor in kept if now - since <= self.IDLE_S]
+            for actor in stale:
+                ray.kill(actor, no_restart=True)
+
+    def take(self, workers: int) -> tuple[object | None, list]:
+        """A kept job master (or None) and up to ``workers`` kept workers."""
+        with self._lock:
+            self._here()
+            master = self._masters.pop()[1] if self._masters else None
+            taken = [actor for _, actor in self._workers[:workers]]
+            del self._workers[:workers]
+            return master, taken
+
+    def give_back(self, master, workers: list) -> None:
+        """Keep a job master and those of its workers that are ready for another job."""
+        try:
+            ray.get(master.reset.remote(), timeout=10)
+            ready = ray.get([actor.release.remote() for actor in workers], timeout=10)
+        except ray.exceptions.RayError:
+            return  # gone or stuck: not kept
+        now = time.monotonic()
+        with self._lock:
+            self._here()
+            self._masters.append((now, master))
+            self._workers.extend((now, actor) for actor, ok in zip(workers, ready, strict=True) if ok)
+        timer = threading.Timer(self.IDLE_S + 1, self._prune)
+        timer.daemon = True
+        timer.start()
+
+    def _prune(self) -> None:
+        with self._lock:
+            if ray.is_initialized():
+                self._here()
+
+    def clear(self) -> None:
+        """Before Ray shuts down here: its actors go with it."""
+        with self._lock:
+            self._masters, self._workers = [], []
+
+
+_POOL = _Pool()
+
+
+def _master_names() -> list[str]:
+    return [a["name"] for a in ray.util.list_named_actors(all_namespaces=True)
+            if a.get("namespace") == NAMESPACE and a["name"].startswith("clink-")]
+
+
 def list_jobs() -> list[dict]:
     """The status of every clink job on the connected Ray cluster, newest first."""
-    names = [a["name"] for a in ray.util.list_named_actors(all_namespaces=True)
-             if a.get("namespace") == NAMESPACE and a["name"].startswith("clink-")]
     jobs = []
-    for name in names:
+    for name in _master_names():
         try:
-            jobs.append(RayJob.find(name).status())
-        except (UsageError, ray.exceptions.RayError):
+            status = ray.get(ray.get_actor(name, namespace=NAMESPACE).status.remote())
+        except (ValueError, ray.exceptions.RayError):
             continue
+        if status is not None:
+            jobs.append(status)
     return sorted(jobs, key=lambda j: j["submitted"], reverse=True)
 
 
@@ -393,19 +569,28 @@ def submit(artefact: bytes, *, config: dict, state_dir: str | None, workers: int
         inbox = ResultInbox(host or ray.util.get_node_ip_address(), job=job_id, secret=secret, deliver=on_result,
                             printed=on_print)
         results = inbox.location
-    options = {"num_cpus": 0, "max_concurrency": 16, "name": job_id, "namespace": NAMESPACE}
-    if detached:
-        options["lifetime"] = "detached"
-    import sys
-
+    python_path = list(sys.path)
+    master, actors = _POOL.take(workers) if not detached else (None, [])
+    if master is None:
+        options = {"num_cpus": 0, "max_concurrency": 16, "namespace": NAMESPACE,
+                   # an attached job's master may run this client's later jobs too, so its name
+                   # is the session's; RayJob.find looks it up by the job it runs
+                   "name": job_id if detached else f"clink-session-{secrets.token_hex(4)}"}
+        if detached:
+            options["lifetime"] = "detached"
+        master = _MasterActor.options(**options).remote()
     # The first attempt's workers start alongside the job master, not after it: starting a Ray
     # actor's process is most of the time to a job's first row.
-    first = _workers(artefact, digest, job_id, 1, secret, workers, state_dir, cwd, host, list(sys.path),
-                     detached=detached)
-    master = _MasterActor.options(**options).remote(
-        artefact, digest, job_id, config, state_dir, cwd, workers, parallelism, fingerprint, host, secret, results,
-        on_result is not None, list(sys.path), first)
-    job = RayJob(master, job_id)
+    actors += _workers(workers - len(actors), detached=detached)
+    calls = _prepare(actors, artefact, digest, job_id, 1, secret, state_dir, cwd, host, python_path)
+    calls.append(master.begin.remote(artefact, digest, job_id, config, state_dir, cwd, workers, parallelism,
+                                     fingerprint, host, secret, results, on_result is not None, python_path, actors,
+                                     not detached))
+    if detached:
+        # Calls still on their way when this process exits are lost with it: a submitted job has
+        # them delivered before its client goes.
+        ray.get(calls)
+    job = RayJob(master, job_id, pooled=None if detached else actors, begun=calls[-1])
     if results is not None:
         job.results_inbox = inbox  # served while the job runs
     return job
@@ -423,4 +608,5 @@ def run_on_ray(artefact: bytes, *, config: dict, state_dir: str | None, fingerpr
                       on_print=on_print).result()
     finally:
         if started:
+            _POOL.clear()
             ray.shutdown()

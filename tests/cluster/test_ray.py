@@ -20,9 +20,9 @@ import ray
 from nexmark_cases import BENCH, CSV, QUERIES, SQLITE, assert_local_run_gives, output
 
 import clink
-from clink.cluster.master import JobFailed
 from clink.cluster import onray
 from clink.cluster.onray import submit
+from clink.errors import PipelineError
 from clink.runtime.artefact import artefact_bytes
 from clink.runtime.context import RuntimeContext
 from clink.runtime.executor import Job
@@ -79,7 +79,7 @@ def test_two_ray_workers_give_the_rows_of_one_process(query: str, tmp_path: Path
     _move_aside(tmp_path)
     outcome = _submit(plan, workers=2, state_dir=tmp_path / "state",
                       config={"execution.checkpointing.interval": "200 ms"}).result()
-    assert outcome["attempts"] == 1 and outcome["checkpoints"] >= 1
+    assert outcome["attempts"] == 1 and outcome["checkpoints"] >= 1, outcome["failures"]
     assert output(tmp_path / "out") == expected
 
 
@@ -170,8 +170,34 @@ def test_a_pipeline_error_on_a_worker_fails_the_job_with_its_sql_position(tmp_pa
             f"CREATE TABLE out (a INT) WITH ('connector' = 'filesystem', 'path' = '{tmp_path}/out/', "
             "'format' = 'csv');\nINSERT INTO out SELECT CAST(CONCAT('x', CAST(a AS STRING)) AS INT) FROM t;")
     plan = clink.compile(text, name="cast.sql")
-    with pytest.raises(JobFailed, match=r"cannot CAST[\s\S]*cast.sql:3:"):
+    with pytest.raises(PipelineError, match=r"cannot CAST[\s\S]*cast.sql:3:"):
         _submit(plan, workers=2).result()
+
+
+def test_a_clients_next_job_runs_on_the_actors_of_its_last_clean_one(tmp_path: Path) -> None:
+    """Workers of a job that ended cleanly run the same client's next job (no new processes), with
+    the next job's own rows; those of a failed job are not kept."""
+    counted = clink.compile("CREATE TABLE t (a INT) WITH ('connector' = 'datagen', 'number-of-rows' = '3000', "
+                            "'fields.a.kind' = 'sequence', 'fields.a.start' = '1', 'fields.a.end' = '3000');\n"
+                            f"CREATE TABLE out (a INT) WITH ('connector' = 'filesystem', 'path' = "
+                            f"'{tmp_path}/out/', 'format' = 'csv');\nINSERT INTO out SELECT a FROM t WHERE a % 1000 = 0;")
+    first = _submit(counted, workers=2)
+    first.result()
+    kept = set(first.worker_pids())
+    second = _submit(counted, workers=2)
+    assert second.result()["attempts"] == 1 and set(second.worker_pids()) == kept
+    assert sorted(output(tmp_path / "out")) == [(v,) for v in ("1000", "1000", "2000", "2000", "3000", "3000")]
+    failing = clink.compile("CREATE TABLE t (a INT) WITH ('connector' = 'datagen', 'number-of-rows' = '50');\n"
+                            f"CREATE TABLE out (a INT) WITH ('connector' = 'filesystem', 'path' = '{tmp_path}/bad/', "
+                            "'format' = 'csv');\nINSERT INTO out SELECT CAST(CONCAT('x', CAST(a AS STRING)) AS INT) "
+                            "FROM t;")
+    failed = _submit(failing, workers=2)
+    with pytest.raises(PipelineError):
+        failed.result()
+    assert set(failed.worker_pids()) == kept
+    after = _submit(counted, workers=2)
+    after.result()
+    assert not set(after.worker_pids()) & kept
 
 
 def test_clink_run_submits_to_a_running_ray_cluster(tmp_path: Path) -> None:
