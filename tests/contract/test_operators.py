@@ -48,6 +48,13 @@ CASES = {
              f"CREATE TABLE o (auction BIGINT, price BIGINT, seller BIGINT) {CSV};\n"
              "INSERT INTO o SELECT B.auction, B.price, A.seller FROM bid B JOIN auction A ON B.auction = A.id "
              "AND B.dateTime BETWEEN A.dateTime AND A.expires;"),
+    # An outer interval join: padded auctions, retracted at their first bid, remembered after it expires.
+    "join-outer": ("JoinOperator",
+                   "CREATE TABLE o (id BIGINT, n BIGINT, bids BIGINT, total BIGINT, PRIMARY KEY (id) NOT ENFORCED) "
+                   "WITH ('connector' = 'sqlite', 'path' = '{out}.db');\n"
+                   "INSERT INTO o SELECT id, COUNT(*), COUNT(price), SUM(price) FROM (SELECT A.id, B.price FROM "
+                   "auction A LEFT JOIN bid B ON A.id = B.auction AND B.dateTime BETWEEN A.dateTime AND A.expires) "
+                   "GROUP BY id;"),
     "rank": ("RankOperator",
              "CREATE TABLE o (auction BIGINT, price BIGINT, r BIGINT, PRIMARY KEY (auction, r) NOT ENFORCED) "
              "WITH ('connector' = 'sqlite', 'path' = '{out}.db');\n"

@@ -405,6 +405,18 @@ def test_join_bounded_by_another_column_equals_duckdb(query: str, bounds: str) -
     assert bounds in explained and " (interval) state=[both sides by key]" in explained
 
 
+@pytest.mark.parametrize("query", [q for q, _ in BOUNDED_BY_A_COLUMN if " LEFT JOIN " in q or " FULL JOIN " in q])
+def test_an_outer_interval_join_retracts_a_padded_row_once_after_its_first_match_expired(query: str) -> None:
+    """Seven rows at a time, so that the watermark moves often: an auction's first bid may expire
+    from the join's state while the auction stays open. A later bid must not retract the auction's
+    padded row a second time (a changelog that retracts a row it never inserted)."""
+    for seed in (11, 12):
+        tables = _auctions_and_bids(1500, seed)
+        watermark = "ts AS ts - INTERVAL '4' SECOND"
+        ours = run_select(query, row_group_size=7, watermarks={"a": watermark, "b": watermark}, **tables)
+        _same(ours, _duck(query, tables))
+
+
 @pytest.mark.in_process("reads the size of the join's state")
 def test_join_bounded_by_another_column_keeps_the_state_of_open_rows(monkeypatch: pytest.MonkeyPatch) -> None:
     """Ten times the auctions and bids, about the same state: the join holds the open auctions

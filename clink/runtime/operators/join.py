@@ -112,12 +112,25 @@ class JoinOperator(OperatorBase):
             waiting = [pa.field(f"c{i}", t) for i, t in enumerate(left_schema.types)]
             self.descriptors.append(TableStateDescriptor("waiting", pa.schema([*waiting,
                                                                                  pa.field(KEY_GROUP, pa.int32())])))
+        #: Outer interval joins: per preserved side, the stored rows that have met a match (by
+        #: row hash; with their time, to expire with them, and key group, to rescale). Whether a
+        #: match is a row's first cannot be read from the other side's rows alone, since those
+        #: it met may have expired while it stays. Inputs of interval joins are append-only.
+        self._met: list[_Met | None] = [None, None]
+        if node.interval is not None and not any(side.updating for side in self.sides):
+            for s, side in enumerate(self.sides):
+                if self.preserves[s]:
+                    self._met[s] = _Met()
+                    self.descriptors.append(TableStateDescriptor(f"{side.name}_met", _Met.SCHEMA))
         self.operator_state: OperatorState = open_state(backend, self._max_parallelism, self.operator_id,
                                                         self.descriptors, self._where)
         for side in self.sides:
             side.table = self.operator_state.table_state(side.name)
         self._left_schema = left_schema
         self._waiting = self.operator_state.table_state("waiting") if node.lookup else None
+        for side, met in zip(self.sides, self._met, strict=True):
+            if met is not None:
+                met.state = self.operator_state.table_state(f"{side.name}_met")
 
     # -- public interface ----------------------------------------------------------------------
 
@@ -195,14 +208,19 @@ class JoinOperator(OperatorBase):
 
     def on_watermark(self, watermark: int) -> list[pa.RecordBatch]:
         """Drop the rows of an interval join that no later row can match; emit nothing."""
-        for side in self.sides:
+        for side, met in zip(self.sides, self._met, strict=True):
             if side.time_column is not None and side.runs:
                 side.expire(time_before=watermark + side.expire_offset)
+            if met is not None:
+                met.expire(watermark + side.expire_offset)
         self._update_state_metrics()
         return []
 
     def snapshot(self, checkpoint_id: int, directory: Path) -> tuple[list[Path], dict[str, int]]:
         """Commit both sides' runs as of checkpoint ``checkpoint_id`` and write them to files."""
+        for met in self._met:
+            if met is not None:
+                met.save(self._max_parallelism)
         self.operator_state.commit(checkpoint_id)
         files = self.operator_state.snapshot(directory)
         return files, {"left_rows": self.sides[0].rows(), "right_rows": self.sides[1].rows(),
@@ -214,6 +232,9 @@ class JoinOperator(OperatorBase):
         self.operator_state.restore(files, key_groups=key_groups)
         for side in self.sides:
             side.reload()
+        for met in self._met:
+            if met is not None:
+                met.load()
         self.right_done = bool(meta.get("right_done", 0))
         self._update_state_metrics()
 
@@ -271,6 +292,14 @@ class JoinOperator(OperatorBase):
         khash = rows.column("_khash").to_numpy()
         p, _, m, _ = self._match(1 - side, their_columns, their_keys, khash)
         before = np.bincount(p, weights=m, minlength=rows.num_rows) if len(p) else np.zeros(rows.num_rows)
+        met = self._met[1 - side]
+        if met is not None:
+            # Rows that met a match before, whose matches have expired since, are not alone.
+            rhash = hash_columns([their_columns[i] for i in other.hashable], rows.num_rows)
+            seen = met.has(rhash)
+            before = np.where(seen, np.maximum(before, 1), before)
+            first = ~seen & (before + delta > 0)
+            met.add(rhash[first], rows.column("_time").to_numpy()[first], khash[first])
         after = before + delta
         gone: list = []
         back: list = []
@@ -333,3 +362,45 @@ class JoinOperator(OperatorBase):
 
 def _as(values: pa.Array, type_: pa.DataType) -> pa.Array:
     return values if values.type == type_ else pc.cast(values, type_)
+
+
+class _Met:
+    """The row hashes of an outer interval join's preserved rows that have met a match, in
+    memory (a few bytes a row), written to the operator's state at each checkpoint."""
+
+    SCHEMA = pa.schema([pa.field("rhash", pa.uint64()), pa.field("time", pa.int64()),
+                        pa.field("khash", pa.uint64()), pa.field(KEY_GROUP, pa.int32())])
+
+    def __init__(self) -> None:
+        self.state = None
+        self.rhash = np.zeros(0, dtype=np.uint64)
+        self.time = np.zeros(0, dtype=np.int64)
+        self.khash = np.zeros(0, dtype=np.uint64)
+
+    def has(self, rhash: np.ndarray) -> np.ndarray:
+        return np.isin(rhash, self.rhash) if len(self.rhash) else np.zeros(len(rhash), dtype=bool)
+
+    def add(self, rhash: np.ndarray, time: np.ndarray, khash: np.ndarray) -> None:
+        if len(rhash):
+            self.rhash = np.concatenate([self.rhash, rhash.astype(np.uint64)])
+            self.time = np.concatenate([self.time, time.astype(np.int64)])
+            self.khash = np.concatenate([self.khash, khash.astype(np.uint64)])
+
+    def expire(self, time_before: int) -> None:
+        """Forget rows the watermark has passed, as their side's store does."""
+        keep = self.time >= time_before
+        if not keep.all():
+            self.rhash, self.time, self.khash = self.rhash[keep], self.time[keep], self.khash[keep]
+
+    def save(self, max_parallelism: int) -> None:
+        groups = group_of_hash(self.khash, max_parallelism) if len(self.khash) else np.zeros(0, dtype=np.int32)
+        self.state.replace(0, pa.table([pa.array(self.rhash), pa.array(self.time), pa.array(self.khash),
+                                        pa.array(groups, pa.int32())], schema=self.SCHEMA))
+
+    def load(self) -> None:
+        table = self.state.get(0)
+        if table is None:
+            table = self.SCHEMA.empty_table()
+        self.rhash = table.column("rhash").to_numpy()
+        self.time = table.column("time").to_numpy()
+        self.khash = table.column("khash").to_numpy()
