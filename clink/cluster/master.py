@@ -26,7 +26,7 @@ from clink.cluster.coordinator import Coordinator
 from clink.errors import ClinkError, UsageError
 from clink.runtime.settings import parse_duration
 
-__all__ = ["JobFailed", "JobMaster", "RestartStrategy", "job_error"]
+__all__ = ["JobFailed", "JobMaster", "RestartStrategy", "headline", "job_error"]
 
 
 class JobFailed(ClinkError):
@@ -124,7 +124,7 @@ class JobMaster:
                 self.state = "failed"
                 raise JobFailed(f"the job failed {len(self.failures)} time(s), more than the restart strategy "
                                 f"allows ({self.restarts.attempts} restart(s)); the last failure:\n{reason}")
-            self.log(f"attempt {self.attempt} failed: {reason.splitlines()[0]}; restarting in "
+            self.log(f"attempt {self.attempt} failed: {headline(reason)}; restarting in "
                      f"{self.restarts.delay_s:g} s from the last complete checkpoint")
             self.state = "restarting"
             time.sleep(self.restarts.delay_s)
@@ -268,6 +268,15 @@ class JobMaster:
         for handle in handles:
             handle.trigger(checkpoint_id, stop)
         return checkpoint_id
+
+
+def headline(reason: str) -> str:
+    """A failure in one line: a Python traceback's last line (the exception), after whose it is."""
+    lines = [line for line in reason.splitlines() if line.strip()]
+    if len(lines) > 1 and "Traceback (most recent call last)" in lines[0]:
+        who = lines[0].split("Traceback", 1)[0]
+        return f"{who}{lines[-1].strip()}"
+    return lines[0] if lines else reason
 
 
 def job_error(text: str) -> ClinkError:

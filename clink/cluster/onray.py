@@ -20,7 +20,7 @@ from pathlib import Path
 import ray
 
 from clink.cluster.dataplane import FlightInbox, FlightTransport, ResultInbox, ResultSender
-from clink.cluster.master import JobFailed, JobMaster, job_error
+from clink.cluster.master import JobFailed, JobMaster, headline, job_error
 from clink.cluster.worker import Worker, describe
 from clink.errors import UsageError
 from clink.runtime.artefact import read_artefact
@@ -308,14 +308,14 @@ class _MasterActor:
             return {"id": self.job, "name": self.name, "state": "failed", "parallelism": self.workers, "attempt": 0,
                     "restarts": 0, "submitted": self.submitted, "last_checkpoint": None, "checkpoint_ms": [],
                     "stopped_at": None, "state_dir": self.state_dir, "workers": {}, "hosts": {},
-                    "failures": [self.load_error.splitlines()[0]], "log": list(self.log)}
+                    "failures": [headline(self.load_error)], "log": list(self.log)}
         completed = m.coordinator.completed if m.coordinator is not None else []
         return {"id": self.job, "name": self.name, "state": m.state, "parallelism": m.workers,
                 "attempt": m.attempt, "restarts": len(m.failures), "submitted": self.submitted,
                 "last_checkpoint": completed[-1] if completed else None, "checkpoint_ms": m.checkpoint_ms[-20:],
                 "stopped_at": m.stopped_at, "state_dir": self.state_dir, "workers": dict(m.live),
                 "hosts": dict(m.hosts),
-                "failures": [f.splitlines()[0] for f in m.failures], "log": list(self.log)}
+                "failures": [headline(f) for f in m.failures], "log": list(self.log)}
 
     def _run(self) -> None:
         started = time.perf_counter()

@@ -194,3 +194,12 @@ def test_cluster_settings_that_cannot_apply_are_refused(tmp_path: Path) -> None:
     with pytest.raises(UsageError, match="set 'execution.checkpointing.interval'"):
         run_in_threads(plan, RuntimeContext(stdout=io.StringIO(), state_dir=tmp_path / "state"), workers=2)
     assert not (tmp_path / "out").exists() or not output(tmp_path / "out")
+
+
+def test_a_failure_is_told_in_one_line_by_its_exception_not_its_traceback() -> None:
+    from clink.cluster.master import headline
+
+    reason = ("worker 1: Traceback (most recent call last):\n  File \"op.py\", line 3, in step\n    x()\n"
+              "OSError: disk I/O error")
+    assert headline(reason) == "worker 1: OSError: disk I/O error"
+    assert headline("worker 0: UsageError: a wrong zone\nhint") == "worker 0: UsageError: a wrong zone"

@@ -292,5 +292,5 @@ def test_on_ray_a_killed_worker_restarts_from_the_last_checkpoint_with_the_unint
             time.sleep(0.05)
         os.kill(job.worker_pids()[{"memory": 0, "sqlite": 1}[backend]], signal.SIGKILL)
     outcome = job.result()
-    assert outcome["attempts"] == (1 if case == "temporal" else 2), outcome["log"]
+    assert outcome["attempts"] == (1 if case == "temporal" else 2), outcome["failures"]
     assert _output(tmp_path / "out") == expected, f"{case} on Ray ({backend})"

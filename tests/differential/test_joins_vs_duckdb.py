@@ -405,6 +405,8 @@ def test_join_bounded_by_another_column_equals_duckdb(query: str, bounds: str) -
     assert bounds in explained and " (interval) state=[both sides by key]" in explained
 
 
+@pytest.mark.in_process("reproduces in one process what the outer joins above found on Ray; seven-row batches "
+                        "take a Ray job most of a minute")
 @pytest.mark.parametrize("query", [q for q, _ in BOUNDED_BY_A_COLUMN if " LEFT JOIN " in q or " FULL JOIN " in q])
 def test_an_outer_interval_join_retracts_a_padded_row_once_after_its_first_match_expired(query: str) -> None:
     """Seven rows at a time, so that the watermark moves often: an auction's first bid may expire
