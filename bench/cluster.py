@@ -10,7 +10,7 @@ so it includes starting the job master and the worker processes. Peak RSS of a R
 largest sum of the resident sets of its job master and workers, sampled every 50 ms.
 
 Then, on a running cluster: the time from submitting q1 to its first row at the sink (the fastest
-of 5), and the recovery after a worker is killed (SIGKILL) at a random moment of q7 at p=2 with a
+of 5), on new actors and on those the client kept from its last job, and the recovery after a worker is killed (SIGKILL) at a random moment of q7 at p=2 with a
 checkpoint every second: from the kill until every worker of the next attempt runs again,
 restored from the last checkpoint (p50 and p95 over ``--kills`` kills).
 """
@@ -93,7 +93,10 @@ def _submit(plan, parallelism: int, state_dir: str | None = None, config: dict |
 
 
 def run_ray(query: str, events: int, parallelism: int, folder: Path) -> dict:
+    from clink.cluster import onray
+
     plan = _plan(query, events, folder)
+    onray.forget_kept_actors()  # the run starts its processes, as the first job of a client does
     started = time.perf_counter()
     job = _submit(plan, parallelism)
     sampler = _RssSampler(job)
@@ -103,10 +106,18 @@ def run_ray(query: str, events: int, parallelism: int, folder: Path) -> dict:
             "shuffled_mb_per_s": outcome["bytes_out"] / wall / 1e6, "rows_out": sum(outcome["records_out"].values())}
 
 
-def first_row(events: int, folder: Path, reps: int) -> list[float]:
+def first_row(events: int, folder: Path, reps: int, *, kept: bool) -> list[float]:
+    """Seconds from submit to the first row at the sink; ``kept``: on the actors the client kept
+    from its last job, else on new ones (the kept ones are killed first)."""
+    from clink.cluster import onray
+
     plan = _plan("q1", events, folder)
     times = []
     for _ in range(reps):
+        if kept:
+            _submit(plan, 2).result()  # leaves its actors to the next job
+        else:
+            onray.forget_kept_actors()
         submitted = time.time()
         job = _submit(plan, 2)
         outcome = job.result()
@@ -170,8 +181,10 @@ def main(argv: list[str] | None = None) -> None:
                 row[f"ray p={p}"] = run_ray(query, args.events, p, folder)
                 print(f"  {query} ray p={p}: {row[f'ray p={p}']['events_per_s'] / 1e6:.2f}M ev/s", file=sys.stderr)
             results["queries"][query] = row
-        results["first_row_s"] = first_row(min(args.events, 1_000_000), folder, 5)
-        print(f"  submit to first row: {min(results['first_row_s']):.2f} s", file=sys.stderr)
+        results["first_row_s"] = first_row(min(args.events, 1_000_000), folder, 5, kept=False)
+        results["first_row_kept_s"] = first_row(min(args.events, 1_000_000), folder, 5, kept=True)
+        print(f"  submit to first row: {min(results['first_row_s']):.2f} s, on kept actors "
+              f"{min(results['first_row_kept_s']):.2f} s", file=sys.stderr)
         seconds, outcome = recovery(args.recovery_events, folder, args.kills)
         results["recovery_s"] = seconds
         results["recovery_attempts"] = outcome["attempts"]
@@ -191,8 +204,9 @@ def main(argv: list[str] | None = None) -> None:
                   f"{r['peak_rss_mib']:>13.0f} {shuffled:>14}")
     first = min(results["first_row_s"])
     rec = results["recovery_s"]
-    print(f"submit to first row (q1, ray p=2, fastest of 5): {first:.2f} s "
-          f"(target <= {TARGETS['submit to first row (s)']} s: {'met' if first <= 1.5 else 'NOT met'})")
+    print(f"submit to first row (q1, ray p=2, fastest of 5): {first:.2f} s on new actors, "
+          f"{min(results['first_row_kept_s']):.2f} s on the actors of the client's last job "
+          f"(target <= {TARGETS['submit to first row (s)']} s: {'met' if first <= 1.5 else 'NOT met'} on new actors)")
     if rec:
         p50, p95 = _percentile(rec, 0.5), _percentile(rec, 0.95)
         print(f"recovery after SIGKILL of a worker (q7, ray p=2, {len(rec)} kills): p50 {p50:.2f} s, p95 {p95:.2f} s "

@@ -147,6 +147,10 @@ class _WorkerActor:
         if self.worker is not None:
             if self.worker.thread is not None and self.worker.thread.is_alive():
                 return False
+            if self.worker.job is not None:
+                # Its state's connections close now, not when collected: closing a SQLite
+                # database removes its -wal file by name, which the next job may have made anew.
+                self.worker.job.cancel()
             self.worker.transport.close()
         self.inbox.shutdown()
         self.worker = self.inbox = self.plan = None
@@ -186,7 +190,10 @@ class _ActorHandle:
         self.actor.close.remote(discard)
 
     def stop(self) -> None:
+        """Kill the worker and wait (5 s at most) until its process is gone, so that nothing of it
+        runs on while the next attempt clears the working state and starts."""
         ray.kill(self.actor, no_restart=True)
+        ray.wait([self.closed], timeout=5)
 
     def alive(self) -> bool:
         ready, _ = ray.wait([self.closed], timeout=0)

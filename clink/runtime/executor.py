@@ -202,6 +202,7 @@ class Job:
         #: run elsewhere (elements for them go to ``placement.send``), and the checkpoint being taken.
         self._placement = placement
         self._sources_stopped = False
+        self._readers_closed = False
         self._local: set[int] = set()
         self._remote: set[int] = set()
         self._snapshot: _SubtaskSnapshots | None = None
@@ -475,10 +476,14 @@ class Job:
         return checkpoint_id
 
     def cancel(self) -> None:
-        """Stop now: sinks are aborted, so nothing half-written stays behind."""
+        """Stop now: sinks are aborted, so nothing half-written stays behind. A job that has
+        finished has its sources and operators closed (their files and connections), if they
+        are not already."""
         if not self.finished:
             self._abort()
             self.finished = True
+        else:
+            self._close_readers()
 
     # -- spread over processes (``Placement``)
 
@@ -893,6 +898,10 @@ class Job:
         self._close_readers()
 
     def _close_readers(self) -> None:
+        # Once only: a SQLite state closed twice is harmless, but a file source may not be.
+        if self._readers_closed:
+            return
+        self._readers_closed = True
         for reader in self._readers.values():
             try:
                 reader.close()
