@@ -110,10 +110,10 @@ class _WorkerActor:
             ctx.stdout, ctx.stderr = sender.text("stdout"), sender.text("stderr")
         transport = FlightTransport(locations, job=self.job, attempt=self.attempt, secret=self.secret,
                                     schema_of=lambda sid: self.worker.job._node_of[sid].schema)
-        attempt, index = self.attempt, self.index
+        job, attempt, index = self.job, self.attempt, self.index
 
         def report(kind: str, value) -> None:
-            master.report.remote(attempt, index, kind, value)
+            master.report.remote(job, attempt, index, kind, value)
 
         self.worker = Worker(self.plan, ctx, worker=index, workers=self.workers, transport=transport,
                              report=report, inbox_size=_INBOX)
@@ -263,8 +263,12 @@ class _MasterActor:
         self.job = self.master = self._thread = self.outcome = None
         self.handles, self.first, self.pids = [], None, []
 
-    def report(self, attempt: int, worker: int, kind: str, value) -> None:
-        self.master.report(attempt, worker, kind, value)
+    def report(self, job: str, attempt: int, worker: int, kind: str, value) -> None:
+        """What a worker says. Calls to an actor with threads are not ordered: a report of this
+        actor's previous job (a kept master) may come late, and is dropped by its job's id."""
+        master = self.master
+        if job == self.job and master is not None:
+            master.report(attempt, worker, kind, value)
 
     def _launch(self, attempt: int, restore: str | None, report, workers: int) -> list[_ActorHandle]:
         for handle in self.handles:
