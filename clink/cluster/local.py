@@ -41,8 +41,10 @@ class _ThreadHandle:
     def trigger(self, checkpoint_id: int, stop: bool = False) -> None:
         self.worker.trigger(checkpoint_id, stop)
 
-    def commit(self, checkpoint_id: int, handles: dict) -> None:
+    def commit(self, checkpoint_id: int, handles: dict, close: bool = False) -> None:
         self.worker.commit(checkpoint_id, handles)
+        if close:
+            self.worker.close()
 
     def close(self, discard: bool = False) -> None:
         self.worker.close(discard)

@@ -12,7 +12,7 @@ Reports carry the attempt they belong to: what a worker of an earlier attempt sa
 only workers of the current attempt are told to commit (fencing).
 
 The launcher, given an attempt number, the checkpoint to restore, a ``report`` callback and the
-number of workers (one per subtask index: the job's parallelism), starts them and returns handles with ``trigger(n)``, ``commit(n, handles)``, ``close()``,
+number of workers (one per subtask index: the job's parallelism), starts them and returns handles with ``trigger(n)``, ``commit(n, handles, close)``, ``close()``,
 ``stop()`` and ``alive()`` (``cluster.ray`` for Ray actors, ``cluster.local`` for threads).
 """
 
@@ -206,12 +206,10 @@ class JobMaster:
                             self.checkpoint_ms.append((now - checkpoint_started) * 1000)
                             committed = set()
                             for handle in handles:
-                                handle.commit(done, sinks)
+                                # After the last checkpoint the workers close, told with the commit.
+                                handle.commit(done, sinks, close=done == final_checkpoint)
                             self.coordinator.prune()
                             last_checkpoint = now
-                            if done == final_checkpoint:
-                                for handle in handles:
-                                    handle.close()
                     elif kind == "finished":
                         finished.add(worker)
                         self.metrics[worker] = value

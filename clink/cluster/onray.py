@@ -125,8 +125,10 @@ class _WorkerActor:
     def trigger(self, checkpoint_id: int, stop: bool = False) -> None:
         self.worker.trigger(checkpoint_id, stop)
 
-    def commit(self, checkpoint_id: int, handles: dict) -> None:
+    def commit(self, checkpoint_id: int, handles: dict, close: bool = False) -> None:
         self.worker.commit(checkpoint_id, handles)
+        if close:
+            self.worker.close()
 
     def close(self, discard: bool = False) -> None:
         self.worker.close(discard)
@@ -183,8 +185,10 @@ class _ActorHandle:
     def trigger(self, checkpoint_id: int, stop: bool = False) -> None:
         self.actor.trigger.remote(checkpoint_id, stop)
 
-    def commit(self, checkpoint_id: int, handles: dict) -> None:
-        self.actor.commit.remote(checkpoint_id, handles)
+    def commit(self, checkpoint_id: int, handles: dict, close: bool = False) -> None:
+        """Commit; ``close``: then close, in the same call, since calls to an actor with threads
+        are not ordered (a close that overtook the last commit would drop the last output)."""
+        self.actor.commit.remote(checkpoint_id, handles, close)
 
     def close(self, discard: bool = False) -> None:
         self.actor.close.remote(discard)

@@ -576,7 +576,10 @@ class SqliteOperatorState(OperatorState):
             # holds the state of a checkpoint, which the missing id records.
             self._commit(None, set_id=True)
         target = Path(directory) / self.path.name
-        target.unlink(missing_ok=True)
+        # A checkpoint id an earlier run began and never completed is used again: what that run
+        # left goes, its journal too (a fresh file beside a stale journal is a disk I/O error).
+        for stale in (target, *(target.with_name(target.name + s) for s in ("-journal", "-wal", "-shm"))):
+            stale.unlink(missing_ok=True)
         copy = sqlite3.connect(str(target))
         try:
             self.conn.backup(copy)
