@@ -8,6 +8,7 @@ Python runs one thread at a time, so this is not faster than one worker.
 
 from __future__ import annotations
 
+import threading
 
 from clink.cluster.master import JobMaster
 from clink.cluster.worker import Worker
@@ -50,7 +51,12 @@ class _ThreadHandle:
         self.worker.close(discard)
 
     def stop(self) -> None:
+        """Stop the worker and wait (a while) for its thread to end, so a restarted attempt never
+        runs beside the stopped one's last step, cancelling sinks and state it shares a folder with."""
         self.worker.stop()
+        thread = self.worker.thread
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(timeout=5)
 
     def alive(self) -> bool:
         return self.worker.thread is not None and self.worker.thread.is_alive()

@@ -89,7 +89,7 @@ def test_a_failed_worker_restarts_the_job_from_the_last_checkpoint(
     master = run_in_threads(plan, RuntimeContext(stdout=io.StringIO(), state_dir=tmp_path / "state",
                                                  config={"parallelism.default": "2"}),
                             workers=2, on_attempt=_fail_after(steps))
-    assert master.attempt == 2 and "lost its network" in master.failures[0]
+    assert master.attempt == 2 and "lost its network" in master.failures[0], master.failures
     assert output(tmp_path / "out") == expected
 
 
