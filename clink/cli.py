@@ -336,10 +336,20 @@ def _run(args: argparse.Namespace, sources: dict[str, str]) -> int:
     if args.state_dir:
         state_dir = local_directory(args.state_dir)
     if args.from_checkpoint:
-        checkpoint = local_directory(args.from_checkpoint)
-        config["execution.savepoint.path"] = str(checkpoint)
-        if state_dir is None:
-            state_dir = checkpoint.resolve().parent.parent
+        from clink.runtime.fs import check_location, scheme_of
+
+        if scheme_of(args.from_checkpoint) in (None, "file"):
+            checkpoint = local_directory(args.from_checkpoint)
+            config["execution.savepoint.path"] = str(checkpoint)
+            if state_dir is None:
+                state_dir = checkpoint.resolve().parent.parent
+        else:
+            # A checkpoint in a remote store (s3://...): downloaded to restore from; the job's
+            # working files go to --state-dir, or to a temporary folder.
+            problem = check_location(args.from_checkpoint)
+            if problem is not None:
+                raise UsageError(f"--from-checkpoint: {problem}")
+            config["execution.savepoint.path"] = args.from_checkpoint
     if args.parallelism is not None:
         if args.parallelism < 1:
             raise UsageError(f"--parallelism must be at least 1, got {args.parallelism}")

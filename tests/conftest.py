@@ -16,6 +16,38 @@ collect_ignore_glob = ["golden/*/module.py"]  # goldens are data, not tests
 # The Ray runtime the tests start listens on the loopback address only: with this set before Ray
 # is imported, Ray takes 127.0.0.1 as the node's address instead of the network interface's.
 os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
+# The S3 server of the checkpoint tests takes any key; set before Ray starts, so that its workers
+# have them too, and with EC2's metadata lookup off (no such service on a loopback-only machine).
+for _key, _value in (("AWS_ACCESS_KEY_ID", "clink-tests"), ("AWS_SECRET_ACCESS_KEY", "clink-tests"),
+                     ("AWS_EC2_METADATA_DISABLED", "true")):
+    os.environ.setdefault(_key, _value)
+
+
+@pytest.fixture(scope="session")
+def s3_endpoint():
+    """A real S3-protocol server (moto's) on a loopback port, for the session: ``HOST:PORT``."""
+    from moto.server import ThreadedMotoServer
+
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    host, port = server.get_host_and_port()
+    yield f"{host}:{port}"
+    server.stop()
+
+
+@pytest.fixture
+def s3_uri(s3_endpoint: str, request: pytest.FixtureRequest):
+    """``s3_uri(path)``: the URI of ``path`` in a bucket of this test's own on the S3 server."""
+    import hashlib
+    import re
+
+    digest = hashlib.sha256(request.node.nodeid.encode()).hexdigest()[:10]
+    bucket = re.sub(r"[^a-z0-9-]+", "-", request.node.name.lower())[:40].strip("-") + "-" + digest
+
+    def uri(path: str) -> str:
+        return (f"s3://{bucket}/{path}?endpoint_override={s3_endpoint}&scheme=http&region=us-east-1"
+                "&allow_bucket_creation=true")
+    return uri
 
 
 @pytest.fixture(scope="session")

@@ -2,10 +2,11 @@
 from, and how the parts of a checkpoint that each worker takes become one checkpoint.
 
 A checkpoint of a job spread over workers is the same directory a local run writes
-(``<state-dir>/checkpoints/chk-<n>/``, docs/checkpoints.md): the job master makes the directory,
-every worker writes its operators' files into it and sends back plain values (source positions,
-operator entries, sink handles), and the job master writes ``job.json`` and the manifest last,
-only once every worker has answered. So a local run, or a cluster run at another parallelism,
+(``<state-dir>/checkpoints/chk-<n>/``, or under ``'execution.checkpointing.dir'``,
+docs/checkpoints.md): the job master makes the directory, every worker puts its operators' files
+into it and sends back plain values (source positions, operator entries with the size and
+checksum of each file, sink handles), and the job master writes ``job.json`` and the manifest
+last, only once every worker has answered. So a local run, or a cluster run at another parallelism,
 resumes from it like from any other.
 """
 
@@ -27,9 +28,9 @@ class Coordinator:
     ``workers`` is how many parts a checkpoint waits for; ``parallelism`` goes into ``job.json``.
     """
 
-    def __init__(self, state_dir: str | Path, *, fingerprint: str, parallelism: int, workers: int,
-                 retained: int = 3) -> None:
-        self.store = CheckpointStore(state_dir, retained=retained)
+    def __init__(self, state_dir: str | Path | None, *, fingerprint: str, parallelism: int, workers: int,
+                 retained: int = 3, location: str | None = None) -> None:
+        self.store = CheckpointStore(state_dir, retained=retained, location=location)
         self.fingerprint = fingerprint
         self.parallelism = parallelism
         self.workers = workers
@@ -49,20 +50,22 @@ class Coordinator:
             warnings: list[str] = []
         else:
             info, warnings = self.store.latest()
+        if info is not None:
+            self.store.release(info)  # verified; each worker reads (or downloads) it itself
         checkpoint_id = info.id if info is not None else 0
         self.store.lineage()  # made here, once, before the workers read it
         moved = self.store.set_aside_after(checkpoint_id)
         if moved:
             resumed = f"checkpoint {checkpoint_id}" if checkpoint_id else "the start"
             warnings.append(f"checkpoint(s) {', '.join(map(str, moved))} newer than {resumed} moved to "
-                            f"{self.store.root / ROLLED_BACK}; the job goes on from {resumed}")
+                            f"{self.store.where(ROLLED_BACK)}; the job goes on from {resumed}")
         self.next_id = checkpoint_id + 1
         # Each attempt's workers rebuild their working state from the checkpoint: what earlier
         # attempts' workers left (more of them, before a rescale down) goes.
-        working = Path(self.store.root).parent / "state"
-        for folder in working.glob("worker-*") if working.is_dir() else ():
+        working = self.store.state_dir / "state" if self.store.state_dir is not None else None
+        for folder in working.glob("worker-*") if working is not None and working.is_dir() else ():
             shutil.rmtree(folder, ignore_errors=True)
-        return (str(info.path) if info is not None else None), warnings
+        return (info.location if info is not None else None), warnings
 
     @property
     def pending(self) -> int | None:
@@ -115,7 +118,7 @@ class Coordinator:
             entries.sort(key=lambda e: e["index"])
             for entry in entries:
                 for name in entry["files"]:
-                    writer.add(name)
+                    writer.record(name, entry["digests"][name])
             entry = {"signature": signatures[uid]}
             if len(entries) == 1:
                 entry.update(files=entries[0]["files"], meta=entries[0]["meta"])

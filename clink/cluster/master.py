@@ -24,6 +24,7 @@ from collections.abc import Callable
 
 from clink.cluster.coordinator import Coordinator
 from clink.errors import ClinkError, UsageError
+from clink.runtime.checkpoint.store import checkpoint_location
 from clink.runtime.settings import parse_duration
 
 __all__ = ["JobFailed", "JobMaster", "RestartStrategy", "headline", "job_error"]
@@ -65,13 +66,20 @@ class JobMaster:
             raise UsageError("'execution.checkpointing.interval-rows' counts one process's source rows; a "
                              "cluster job takes checkpoints by time: set 'execution.checkpointing.interval'")
         self.heartbeat_s = parse_duration(self.config.get("cluster.heartbeat.timeout") or "10 s") / 1000
-        if state_dir is None and self.interval_s:
+        location = checkpoint_location(self.config)
+        if state_dir is None and location is None and self.interval_s:
             raise UsageError("'execution.checkpointing.interval' needs a state directory (--state-dir) that "
-                             "every worker can reach")
-        self.coordinator = (Coordinator(state_dir, fingerprint=fingerprint, parallelism=parallelism,
-                                        workers=workers,
-                                        retained=int(self.config.get("state.checkpoints.num-retained") or 3))
-                            if state_dir is not None else None)
+                             "every worker can reach, or an 'execution.checkpointing.dir'")
+        self._scratch = None
+        if state_dir is None and location is not None:
+            import tempfile
+
+            self._scratch = tempfile.TemporaryDirectory(prefix="clink-master-")  # staging and downloads
+        self.coordinator = (Coordinator(state_dir or (self._scratch and self._scratch.name),
+                                        fingerprint=fingerprint, parallelism=parallelism, workers=workers,
+                                        retained=int(self.config.get("state.checkpoints.num-retained") or 3),
+                                        location=location)
+                            if state_dir is not None or location is not None else None)
         self.events: queue.Queue = queue.Queue()
         self.attempt = 0
         self.failures: list[str] = []

@@ -1034,14 +1034,28 @@ class _Checkpointing:
         every_ms = _duration_ms(ctx.get("execution.checkpointing.interval"))
         rows_text = ctx.get("execution.checkpointing.interval-rows")
         every_rows = int(rows_text) if rows_text else None
-        if ctx.state_dir is None:
+        from clink.runtime.checkpoint.store import CheckpointStore, checkpoint_location
+
+        location = checkpoint_location(ctx.config)
+        if ctx.state_dir is None and location is None:
             if every_ms or every_rows:
                 raise UsageError("'execution.checkpointing.interval' needs a state directory "
-                                 "(clink run --state-dir DIR, or RuntimeContext(state_dir=...))")
-            return None
-        from clink.runtime.checkpoint import CheckpointStore
+                                 "(clink run --state-dir DIR, or RuntimeContext(state_dir=...)) or "
+                                 "'execution.checkpointing.dir'")
+            if not ctx.get("execution.savepoint.path"):
+                return None
+            # Only resumed from (a checkpoint given by its URI), nothing to write.
+        working = ctx.state_dir
+        if working is None:
+            # Checkpoints elsewhere and no state directory: their working files go to a
+            # folder of the job's own, removed with the job.
+            import tempfile
 
-        store = CheckpointStore(ctx.state_dir, retained=int(ctx.get("state.checkpoints.num-retained", "3")))
+            if job._scratch is None:
+                job._scratch = tempfile.mkdtemp(prefix="clink-state-")
+            working = job._scratch
+        store = CheckpointStore(working, retained=int(ctx.get("state.checkpoints.num-retained") or 3),
+                                location=location, filesystems=ctx.filesystems)
         if job._placement is not None:
             # Spread over processes, the job master triggers checkpoints and completes them.
             every_rows = every_ms = None
@@ -1126,9 +1140,7 @@ class _Checkpointing:
         job = self.job
         chosen = job.ctx.get("execution.savepoint.path")
         if chosen:
-            from clink.runtime.fs import local_directory
-
-            info, _ = self.store.open(local_directory(chosen))
+            info, _ = self.store.open(chosen)
             warnings = []
         elif job._placement is not None:
             info, warnings = None, []  # the job master chose: nothing to resume from
@@ -1141,37 +1153,40 @@ class _Checkpointing:
             # damaged checkpoints of this state directory committed is rolled back.
             self.recover_sinks(0, {}, lineage)
             return
-        _, manifest = self.store.open(info.path)
-        state = json.loads((info.path / "job.json").read_text())
-        if job._placement is None or job._placement.worker == 0:
-            self.check_compatible(info.path.name, state)  # worker 0 runs subtask 0 of every node
-        uids = job.uids
-        for node in job.plan.nodes:
-            subtasks = job._subtasks[node.id]
-            if isinstance(node, Source):
-                saved = state["sources"][uids[node.id]]
-                shares = saved["subtasks"] if "subtasks" in saved else [saved]
-                for j, sid in enumerate(subtasks):
-                    if sid not in job._local:
-                        continue
-                    reader = job._readers[sid]
-                    if len(shares) == len(subtasks):
-                        reader.seek(shares[j])
-                    else:
-                        # Another parallelism: each reader takes its share of what is left.
-                        reader.seek_shares(shares)
-            elif kind_of(node) is not None:
-                self._restore_operator(node, subtasks, state["operators"][uids[node.id]], info)
-        self.recover_sinks(info.id, state["sinks"], lineage)
-        if (manifest.get("plan_fingerprint") == job.plan.fingerprint
-                and state.get("parallelism", 1) == job.parallelism):
-            # The same plan: node ids mean the same nodes, so watermarks carry over as they were.
-            # (A changed plan starts its watermarks afresh; each window operator keeps its own.)
-            job._watermarks.update({int(k): v for k, v in state["watermarks"].items()})
-            for k, v in state["input_watermarks"].items():
-                job._input_watermarks[int(k)].update({int(i): w for i, w in v.items()})
-        self.next_id = info.id + 1
-        job.metrics.restored_from = info.id
+        try:
+            _, manifest = self.store.open(info.path)
+            state = json.loads((info.path / "job.json").read_text())
+            if job._placement is None or job._placement.worker == 0:
+                self.check_compatible(info.path.name, state)  # worker 0 runs subtask 0 of every node
+            uids = job.uids
+            for node in job.plan.nodes:
+                subtasks = job._subtasks[node.id]
+                if isinstance(node, Source):
+                    saved = state["sources"][uids[node.id]]
+                    shares = saved["subtasks"] if "subtasks" in saved else [saved]
+                    for j, sid in enumerate(subtasks):
+                        if sid not in job._local:
+                            continue
+                        reader = job._readers[sid]
+                        if len(shares) == len(subtasks):
+                            reader.seek(shares[j])
+                        else:
+                            # Another parallelism: each reader takes its share of what is left.
+                            reader.seek_shares(shares)
+                elif kind_of(node) is not None:
+                    self._restore_operator(node, subtasks, state["operators"][uids[node.id]], info)
+            self.recover_sinks(info.id, state["sinks"], lineage)
+            if (manifest.get("plan_fingerprint") == job.plan.fingerprint
+                    and state.get("parallelism", 1) == job.parallelism):
+                # The same plan: node ids mean the same nodes, so watermarks carry over as they were.
+                # (A changed plan starts its watermarks afresh; each window operator keeps its own.)
+                job._watermarks.update({int(k): v for k, v in state["watermarks"].items()})
+                for k, v in state["input_watermarks"].items():
+                    job._input_watermarks[int(k)].update({int(i): w for i, w in v.items()})
+            self.next_id = info.id + 1
+            job.metrics.restored_from = info.id
+        finally:
+            self.store.release(info)  # a copy downloaded from a remote store
 
     def _restore_operator(self, node: Node, subtasks: list[int], entry: dict, info) -> None:
         """Give each subtask of ``node`` the state of its key groups, from the snapshots of the
@@ -1211,7 +1226,7 @@ class _Checkpointing:
         if moved:
             resumed = f"checkpoint {checkpoint_id}" if checkpoint_id else "the start"
             job.warnings.append(f"checkpoint(s) {', '.join(map(str, moved))} newer than {resumed} moved to "
-                                f"{self.store.root / ROLLED_BACK}; the job goes on from {resumed}")
+                                f"{self.store.where(ROLLED_BACK)}; the job goes on from {resumed}")
 
     def check_compatible(self, name: str, state: dict) -> None:
         """Refuse a checkpoint whose state this plan cannot take (docs/checkpoints.md, "Changing a
@@ -1253,12 +1268,11 @@ class _SubtaskSnapshots:
     the barrier is aligned. The job master puts the parts of every worker together."""
 
     def __init__(self, job: Job, checkpoint_id: int) -> None:
-        from clink.runtime.checkpoint import CheckpointStore
-
         self.job = job
         self.id = checkpoint_id
         self.triggered = False
-        self.path = CheckpointStore(job.ctx.state_dir).root / f"chk-{checkpoint_id}"
+        self.store = job._checkpointing.store
+        self.path = self.store.staging(checkpoint_id)
         self.waiting = {sid for sid in job._local if sid in job._readers or sid in job._writers
                         or sid in job._operators}
         self.pieces: dict[str, dict] = {"sources": {}, "operators": {}, "sinks": {}, "signatures": {}}
@@ -1289,7 +1303,7 @@ class _SubtaskSnapshots:
             groups = key_group_range(index, count, job.max_parallelism)
             self.pieces["operators"].setdefault(uid, []).append(
                 {"index": index, "files": [p.name for p in files], "meta": meta,
-                 "key_groups": [groups.start, groups.stop]})
+                 "key_groups": [groups.start, groups.stop], "digests": self.store.put(self.id, files)})
             if index == 0:
                 self.pieces["signatures"][uid] = state_signature(job, node.id)
         self.done_if_complete()

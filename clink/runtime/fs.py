@@ -232,8 +232,9 @@ def resolve(text: str, filesystems: Mapping[str, pafs.FileSystem] | None = None)
 def local_directory(text: str | os.PathLike[str]) -> Path:
     """A state directory as a local ``Path``: a plain path, or a ``file://`` URI.
 
-    Checkpoints need a local filesystem: the manifest is made durable by fsync and an atomic
-    rename, and SQLite state lives in files under the directory. Other URIs get a ``UsageError``.
+    The working files need a local filesystem (SQLite state, checkpoints being written); the
+    checkpoints themselves may go elsewhere (``'execution.checkpointing.dir'``). Other URIs get a
+    ``UsageError``.
     """
     if isinstance(text, os.PathLike):
         return Path(text)
@@ -242,9 +243,9 @@ def local_directory(text: str | os.PathLike[str]) -> Path:
         return Path(text)
     problem = check_location(text)
     if problem is None and scheme != "file":
-        problem = (f"the state directory {text!r} is not local: checkpoints need a local filesystem "
-                   "(their manifest is made durable by fsync and an atomic rename, and SQLite state "
-                   "lives there); use a local path or file:///...")
+        problem = (f"the state directory {text!r} is not local: its working files (SQLite state, checkpoints "
+                   "being written) need a local filesystem; use a local path or file:///..., and "
+                   f"SET 'execution.checkpointing.dir' = '{text}' to keep the checkpoints there")
     if problem is not None:
         raise UsageError(problem)
     _, path = pafs.FileSystem.from_uri(text)

@@ -123,6 +123,15 @@ def _any(text: str) -> None:
     return None
 
 
+def _location(text: str) -> None:
+    """A local path or a URI of a filesystem clink reaches (the scheme only: no I/O)."""
+    from clink.runtime.fs import check_location
+
+    problem = check_location(text)
+    if problem is not None:
+        raise ValueError(problem)
+
+
 class Setting(NamedTuple):
     """One setting: its key, what it does (for messages and docs), and a check of its value.
     (A named tuple, not attrs: the run path of a stateless plan does not import attrs.)"""
@@ -140,7 +149,12 @@ SETTINGS: dict[str, Setting] = {s.key: s for s in (
     Setting("execution.runtime-mode", "streaming (clink runs every pipeline as a stream)", _choice("streaming")),
     Setting("execution.checkpointing.interval", "time between checkpoints", _duration),
     Setting("execution.checkpointing.interval-rows", "source rows between checkpoints", _positive_int),
-    Setting("execution.savepoint.path", "the checkpoint to resume from"),
+    Setting("execution.checkpointing.dir", "where checkpoints are written (a local path or a pyarrow.fs "
+            "URI: s3://, gs://, hdfs://, ...); the state directory's checkpoints/ folder by default",
+            _location),
+    Setting("state.checkpoints.dir", "the older name of 'execution.checkpointing.dir'", _location),
+    Setting("execution.savepoint.path", "the checkpoint to resume from (a local path or a pyarrow.fs URI)",
+            _location),
     Setting("execution.recovery.accept-duplicates", "resume from an older checkpoint even where a sink cannot "
             "roll back what later checkpoints committed", _choice("true", "false")),
     Setting("state.backend", "where keyed state lives", _choice("memory", "hashmap", "sqlite")),

@@ -79,7 +79,7 @@ def test_two_ray_workers_give_the_rows_of_one_process(query: str, tmp_path: Path
     _move_aside(tmp_path)
     outcome = _submit(plan, workers=2, state_dir=tmp_path / "state",
                       config={"execution.checkpointing.interval": "200 ms"}).result()
-    assert outcome["attempts"] == 1 and outcome["checkpoints"] >= 1, outcome["failures"]
+    assert outcome["attempts"] == 1 and outcome["checkpoints"] >= 1, "\n".join(outcome["failures"])
     assert output(tmp_path / "out") == expected
 
 
@@ -125,6 +125,28 @@ def _killed(query: str, tmp_path: Path, *, seconds: int, kills: int, pause: tupl
     assert landed == kills, f"only {landed} kills landed before the job ended: make the job longer"
     assert outcome["attempts"] == kills + 1
     assert output(tmp_path / "out") == expected
+
+
+def test_checkpoints_on_s3_carry_a_job_over_killed_workers(tmp_path: Path, s3_uri) -> None:
+    """No shared state directory: the checkpoints are in an S3 bucket every worker reaches by its
+    URI ('execution.checkpointing.dir'); each worker keeps its working files to itself."""
+    import pyarrow.fs as pafs
+
+    settings = ("SET 'restart-strategy.fixed-delay.attempts' = '10';\n"
+                "SET 'restart-strategy.fixed-delay.delay' = '50 ms';\n")
+    expected = _reference(_compiled("q5", tmp_path, events=600_000, rate=100_000), tmp_path)
+    plan = _compiled("q5", tmp_path, events=600_000, extra=settings, rate=100_000, limited=True)
+    _move_aside(tmp_path)
+    uri = s3_uri("q5")
+    job = _submit(plan, workers=2, config={"execution.checkpointing.interval": "300 ms",
+                                           "execution.checkpointing.dir": uri})
+    landed = _kill_workers(job, 2, seed="s3", pause=(1.0, 1.5))
+    outcome = job.result()
+    assert landed == 2 and outcome["attempts"] == 3, outcome["failures"]
+    assert output(tmp_path / "out") == expected
+    fs, path = pafs.FileSystem.from_uri(uri)
+    names = [i.path[len(path):] for i in fs.get_file_info(pafs.FileSelector(path, recursive=True))]
+    assert any(n.endswith("/_manifest.json") for n in names), names
 
 
 @pytest.mark.parametrize("query", ["q7", "q20"])

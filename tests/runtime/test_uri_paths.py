@@ -205,7 +205,7 @@ def test_schemes_are_checked_without_io() -> None:
 def test_the_state_dir_must_be_local() -> None:
     assert RuntimeContext(state_dir="file:///tmp/state").state_dir == Path("/tmp/state")
     assert RuntimeContext(state_dir="rel/state").state_dir == Path("rel/state")
-    with pytest.raises(UsageError, match="checkpoints need a local filesystem"):
+    with pytest.raises(UsageError, match="need a local filesystem.*execution.checkpointing.dir"):
         RuntimeContext(state_dir="s3://bucket/state")
     with pytest.raises(UsageError, match="unknown filesystem"):
         RuntimeContext(state_dir="nope://x")
@@ -232,4 +232,4 @@ def test_cli_state_dir_and_from_checkpoint_take_file_uris(tmp_path: Path) -> Non
     assert "resuming from checkpoint" in done.stderr
     refused = clink_cli("run", str(pipeline), "--state-dir", "s3://bucket/state")
     assert refused.returncode == 2
-    assert "checkpoints need a local filesystem" in refused.stderr and "Traceback" not in refused.stderr
+    assert "SET 'execution.checkpointing.dir' = 's3://bucket/state'" in refused.stderr and "Traceback" not in refused.stderr

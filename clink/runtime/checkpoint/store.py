@@ -7,6 +7,14 @@ last and atomically (temporary file, fsync, rename, fsync of the directory), so 
 without one is an unfinished checkpoint, never a valid one. Reading verifies every file against
 the manifest: a flipped byte, a truncated or missing file is reported, naming the file, and the
 checkpoint is not used.
+
+The checkpoints may live elsewhere than the state directory (``'execution.checkpointing.dir'``):
+another local path (a shared mount every worker sees), or a ``pyarrow.fs`` URI (``s3://``,
+``gs://``, ``hdfs://``, ...). The state directory then keeps the working files: a checkpoint's
+files are written to a staging folder there, hashed and uploaded; restoring downloads a
+checkpoint to a folder there and verifies it like a local one. On such stores the manifest is
+uploaded under a temporary name and moved into place (a whole object; no fsync), and moving a
+checkpoint aside copies its files.
 """
 
 from __future__ import annotations
@@ -15,13 +23,15 @@ import hashlib
 import json
 import os
 import shutil
+import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 import attrs
 
 from clink.errors import CheckpointCorrupted, UsageError
+from clink.runtime.fs import Files, resolve
 from clink.runtime.sealed import seal, unseal
 
 #: 2: the manifest carries its own checksum (``manifest_sha256``).
@@ -31,6 +41,10 @@ _PREFIX = "chk-"
 _LINEAGE = "_lineage"
 #: Where checkpoints (and sink output) newer than the one a job resumed from are moved.
 ROLLED_BACK = "_rolled_back"
+#: Under the state directory, with a checkpoint store elsewhere: checkpoints being written, and
+#: checkpoints downloaded to restore from.
+STAGING = "checkpoint-staging"
+DOWNLOADS = "checkpoint-downloads"
 
 
 def _fsync_dir(path: Path) -> None:
@@ -49,16 +63,27 @@ def _sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
+def _digest(path: Path, *, sync: bool) -> dict:
+    """A written file's size and checksum, as the manifest records them (made durable first)."""
+    if sync:
+        with path.open("rb") as f:
+            os.fsync(f.fileno())
+    return {"size": path.stat().st_size, "sha256": _sha256(path)}
+
+
 @attrs.frozen(kw_only=True)
 class CheckpointInfo:
     """One checkpoint directory as found on disk, valid or not (``problem`` says why not)."""
 
     id: int
+    #: A local folder holding the checkpoint's files (a downloaded copy, from a remote store).
     path: Path
     created_ms: int | None
     size: int
     problem: str | None = None
     fingerprint: str | None = None
+    #: Where the checkpoint is: its local path, or its URI on a remote store.
+    location: str = ""
 
     @property
     def valid(self) -> bool:
@@ -73,11 +98,8 @@ class CheckpointWriter:
         self.id = checkpoint_id
         self.fingerprint = fingerprint
         self.extra = dict(extra or {})
-        self.path = store.root / f"{_PREFIX}{checkpoint_id}"
-        if self.path.exists():
-            # A leftover of a crash before this checkpoint completed: it never counted.
-            shutil.rmtree(self.path)
-        self.path.mkdir(parents=True)
+        self.path = store.staging(checkpoint_id, fresh=True)
+        store.discard(checkpoint_id)  # a leftover of a crash before it completed: it never counted
         self._files: dict[str, dict] = {}
 
     def file(self, name: str) -> Path:
@@ -87,11 +109,14 @@ class CheckpointWriter:
         return self.path / name
 
     def add(self, name: str) -> None:
-        """Record a file written at ``file(name)``: fsync it and note its size and checksum."""
-        path = self.file(name)
-        with path.open("rb") as f:
-            os.fsync(f.fileno())
-        self._files[name] = {"size": path.stat().st_size, "sha256": _sha256(path)}
+        """Record a file written at ``file(name)``: make it durable (fsync, or the upload to a
+        remote store) and note its size and checksum."""
+        self._files.update(self.store.put(self.id, [self.file(name)]))
+
+    def record(self, name: str, digest: dict) -> None:
+        """Record a file another process wrote and put in the store (``CheckpointStore.put``)."""
+        self.file(name)  # checks the name
+        self._files[name] = digest
 
     def write_bytes(self, name: str, data: bytes) -> None:
         self.file(name).write_bytes(data)
@@ -108,6 +133,19 @@ class CheckpointWriter:
             "files": self._files,
             **({"extra": self.extra} if self.extra else {}),
         }
+        store = self.store
+        if store.remote is not None:
+            remote = store.remote
+            folder = remote.join(remote.path, self.path.name)
+            with remote.open_output(remote.join(folder, f"{MANIFEST}.tmp")) as f:
+                f.write(seal(manifest))
+            if before_rename is not None:
+                before_rename()
+            remote.replace(remote.join(folder, f"{MANIFEST}.tmp"), remote.join(folder, MANIFEST))
+            shutil.rmtree(self.path, ignore_errors=True)
+            return CheckpointInfo(id=self.id, path=self.path, created_ms=manifest["created_ms"],
+                                  size=sum(f["size"] for f in self._files.values()),
+                                  fingerprint=self.fingerprint, location=store.location_of(self.id))
         temporary = self.path / f"{MANIFEST}.tmp"
         with temporary.open("wb") as f:
             f.write(seal(manifest))
@@ -117,8 +155,8 @@ class CheckpointWriter:
             before_rename()
         os.replace(temporary, self.path / MANIFEST)
         _fsync_dir(self.path)
-        _fsync_dir(self.store.root)
-        return self.store.info(self.path)
+        _fsync_dir(store.root)
+        return store.info(self.path)
 
 
 def _clink_version() -> str:
@@ -128,33 +166,141 @@ def _clink_version() -> str:
 
 
 class CheckpointStore:
-    """The checkpoints of one job under ``<state_dir>/checkpoints``."""
+    """The checkpoints of one job: under ``<state_dir>/checkpoints``, or at ``location`` (a local
+    path or a ``pyarrow.fs`` URI; ``filesystems`` as ``RuntimeContext.filesystems``)."""
 
-    def __init__(self, state_dir: str | Path, *, retained: int = 3) -> None:
+    def __init__(self, state_dir: str | Path | None, *, retained: int = 3, location: str | None = None,
+                 filesystems: Mapping | None = None) -> None:
         if retained < 1:
             raise UsageError(f"'state.checkpoints.num-retained' must be at least 1, got {retained}")
-        self.root = Path(state_dir) / "checkpoints"
-        self.root.mkdir(parents=True, exist_ok=True)
         self.retained = retained
+        self.state_dir = Path(state_dir) if state_dir is not None else None
+        self.filesystems = filesystems
+        #: The store's files when it is not local (None: ``root`` is a local folder).
+        self.remote: Files | None = None
+        files = resolve(location, filesystems) if location else None
+        if files is not None and not files.local:
+            if self.state_dir is None:
+                raise UsageError(f"checkpoints at {location!r} need a local state directory for their working "
+                                 "files (clink run --state-dir DIR, or RuntimeContext(state_dir=...))")
+            self.remote = files
+            self.root = files.uri.partition("?")[0].rstrip("/")
+            files.makedirs(files.path)
+        else:
+            if files is None and self.state_dir is None:
+                raise UsageError("checkpoints need a state directory or 'execution.checkpointing.dir'")
+            self.root = Path(files.path) if files is not None else self.state_dir / "checkpoints"
+            self.root.mkdir(parents=True, exist_ok=True)
+
+    @classmethod
+    def of(cls, ctx) -> CheckpointStore:
+        """The checkpoint store a job with ``ctx`` (a ``RuntimeContext``) writes to and restores from."""
+        return cls(ctx.state_dir, retained=int(ctx.get("state.checkpoints.num-retained") or 3),
+                   location=checkpoint_location(ctx.config), filesystems=ctx.filesystems)
+
+    def where(self, *parts: str) -> str:
+        """A place in the store, for messages."""
+        return "/".join([str(self.root), *parts])
+
+    def location_of(self, checkpoint_id: int) -> str:
+        """Where checkpoint ``checkpoint_id`` is: a local path, or its URI (with the store's query)."""
+        name = f"{_PREFIX}{checkpoint_id}"
+        if self.remote is None:
+            return str(self.root / name)
+        _, mark, query = self.remote.uri.partition("?")
+        return f"{self.root}/{name}{mark}{query}"
+
+    # -- writing
 
     def begin(self, checkpoint_id: int, fingerprint: str, extra: dict | None = None) -> CheckpointWriter:
         return CheckpointWriter(self, checkpoint_id, fingerprint, extra)
 
-    def _directories(self) -> Iterator[tuple[int, Path]]:
+    def staging(self, checkpoint_id: int, *, fresh: bool = False) -> Path:
+        """The local folder a checkpoint's files are written to: the checkpoint itself in a local
+        store, else a folder under the state directory from which ``put`` uploads them."""
+        name = f"{_PREFIX}{checkpoint_id}"
+        path = self.root / name if self.remote is None else self.state_dir / STAGING / name
+        if fresh and path.exists():
+            shutil.rmtree(path)
+        path.mkdir(parents=True, exist_ok=True)
+        return path
+
+    def put(self, checkpoint_id: int, paths: list[Path]) -> dict[str, dict]:
+        """Make files written to ``staging(checkpoint_id)`` part of the checkpoint (fsync, or
+        upload and remove the local copy); return each one's size and checksum by name."""
+        digests = {}
+        for path in paths:
+            digests[path.name] = _digest(path, sync=self.remote is None)
+            if self.remote is not None:
+                remote = self.remote
+                target = remote.join(remote.path, f"{_PREFIX}{checkpoint_id}", path.name)
+                with path.open("rb") as f, remote.open_output(target) as out:
+                    shutil.copyfileobj(f, out, 1 << 20)
+                path.unlink()
+        return digests
+
+    def discard(self, checkpoint_id: int) -> None:
+        """Remove what an unfinished checkpoint ``checkpoint_id`` left in a remote store."""
+        if self.remote is not None:
+            folder = self.remote.join(self.remote.path, f"{_PREFIX}{checkpoint_id}")
+            if self.remote.exists(folder):
+                self.remote.arrow.delete_dir(folder)
+
+    # -- reading
+
+    def _directories(self) -> Iterator[tuple[int, Path | str]]:
+        if self.remote is not None:
+            for name in self._remote_names(self.remote.path):
+                if name.startswith(_PREFIX) and name[len(_PREFIX):].isdigit():
+                    yield int(name[len(_PREFIX):]), self.remote.join(self.remote.path, name)
+            return
         for path in self.root.iterdir():
             if path.is_dir() and path.name.startswith(_PREFIX) and path.name[len(_PREFIX):].isdigit():
                 yield int(path.name[len(_PREFIX):]), path
 
-    def info(self, path: Path) -> CheckpointInfo:
-        """Verify one checkpoint directory against its manifest."""
+    def _remote_names(self, folder: str) -> list[str]:
+        import pyarrow.fs as pafs
+
+        selector = pafs.FileSelector(folder, allow_not_found=True)
+        return [posix_name(i.path) for i in self.remote.arrow.get_file_info(selector)]
+
+    def info(self, path: Path | str) -> CheckpointInfo:
+        """Verify one checkpoint directory against its manifest (from a remote store: a copy,
+        downloaded to the state directory; ``release`` removes it)."""
+        if self.remote is not None and not isinstance(path, Path):
+            return self._download(self.remote, str(path), self.root)
         checkpoint_id = int(path.name[len(_PREFIX):])
         size = sum(f.stat().st_size for f in path.iterdir() if f.is_file())
+        location = str(path) if self.remote is None else self.location_of(checkpoint_id)
         try:
             manifest = self._verified_manifest(path)
         except CheckpointCorrupted as exc:
-            return CheckpointInfo(id=checkpoint_id, path=path, created_ms=None, size=size, problem=str(exc))
+            return CheckpointInfo(id=checkpoint_id, path=path, created_ms=None, size=size, problem=str(exc),
+                                  location=location)
         return CheckpointInfo(id=checkpoint_id, path=path, created_ms=manifest.get("created_ms"), size=size,
-                              fingerprint=manifest.get("plan_fingerprint"))
+                              fingerprint=manifest.get("plan_fingerprint"), location=location)
+
+    def _download(self, files: Files, folder: str, root_uri: str) -> CheckpointInfo:
+        name = posix_name(folder)
+        downloads = self.state_dir / DOWNLOADS
+        downloads.mkdir(parents=True, exist_ok=True)
+        # A folder of its own: workers sharing the state directory download at the same time.
+        local = Path(tempfile.mkdtemp(dir=downloads)) / name
+        local.mkdir()
+        import pyarrow.fs as pafs
+
+        for i in files.arrow.get_file_info(pafs.FileSelector(folder, allow_not_found=True)):
+            if i.type == pafs.FileType.File:
+                with files.arrow.open_input_stream(i.path) as f, (local / posix_name(i.path)).open("wb") as out:
+                    shutil.copyfileobj(f, out, 1 << 20)
+        info = self.info(local)
+        _, mark, query = files.uri.partition("?")
+        return attrs.evolve(info, location=f"{root_uri}/{name}{mark}{query}")
+
+    def release(self, info: CheckpointInfo) -> None:
+        """Remove the downloaded copy of a checkpoint from a remote store, once restored from."""
+        if info.path.parent.parent.name == DOWNLOADS:
+            shutil.rmtree(info.path.parent, ignore_errors=True)
 
     def _verified_manifest(self, path: Path) -> dict:
         manifest_path = path / MANIFEST
@@ -186,12 +332,26 @@ class CheckpointStore:
         return manifest
 
     def list(self) -> list[CheckpointInfo]:
-        """Every checkpoint directory, newest first, each verified."""
+        """Every checkpoint directory, newest first, each verified (downloaded, from a remote
+        store: the copies stay until ``release``)."""
         return [self.info(path) for _, path in sorted(self._directories(), reverse=True)]
 
     def open(self, path: str | Path) -> tuple[CheckpointInfo, dict]:
-        """Verify a checkpoint; return it and its manifest. Whether its state fits the pipeline
-        is the job's to decide (by operator, see ``executor._Checkpointing.check_compatible``)."""
+        """Verify a checkpoint (a local path, or a URI); return it and its manifest. Whether its
+        state fits the pipeline is the job's to decide (by operator, see
+        ``executor._Checkpointing.check_compatible``). A remote checkpoint is downloaded first."""
+        if isinstance(path, str):
+            files = resolve(path, self.filesystems)
+            if not files.local:
+                base = files.uri.partition("?")[0].rstrip("/")
+                if not files.is_dir(files.path):
+                    raise UsageError(f"no checkpoint at {base}")
+                info = self._download(files, files.path, base.rsplit("/", 1)[0])
+                if not info.valid:
+                    self.release(info)
+                    raise CheckpointCorrupted(info.problem)
+                return info, unseal((info.path / MANIFEST).read_bytes())
+            path = files.path
         path = Path(path)
         if not path.is_dir():
             raise UsageError(f"no checkpoint at {path}")
@@ -205,6 +365,19 @@ class CheckpointStore:
         Made (atomically) when the store holds no checkpoint yet; a state directory written before
         there were tokens has checkpoints and no token, and its lineage is ``""``.
         """
+        if self.remote is not None:
+            remote = self.remote
+            path = remote.join(remote.path, _LINEAGE)
+            if not remote.exists(path):
+                if any(True for _ in self._directories()):
+                    return ""
+                import uuid
+
+                with remote.open_output(path + ".tmp") as f:
+                    f.write(uuid.uuid4().hex[:16].encode("ascii"))
+                remote.replace(path + ".tmp", path)
+            with remote.arrow.open_input_stream(path) as f:
+                return f.read().decode("ascii").strip()
         path = self.root / _LINEAGE
         if path.exists():
             return path.read_text(encoding="ascii").strip()
@@ -228,34 +401,74 @@ class CheckpointStore:
         for other, path in sorted(self._directories()):
             if other <= checkpoint_id:
                 continue
+            if self.remote is not None:
+                self._move_remote(path, self.remote.join(self.remote.path, ROLLED_BACK, posix_name(path)))
+                moved.append(other)
+                continue
             target = self.root / ROLLED_BACK / path.name
             target.parent.mkdir(exist_ok=True)
             if target.exists():
                 shutil.rmtree(target)
             os.replace(path, target)
             moved.append(other)
-        if moved:
+        if moved and self.remote is None:
             _fsync_dir(self.root)
         return moved
+
+    def _move_remote(self, folder: str, target: str) -> None:
+        """Move a checkpoint's files one by one (a store may not move folders), manifest first:
+        the folder left behind, should this stop halfway, is no checkpoint."""
+        remote = self.remote
+        if remote.exists(target):
+            remote.arrow.delete_dir(target)
+        remote.makedirs(target)
+        names = sorted(self._remote_names(folder), key=lambda n: n != MANIFEST)
+        for name in names:
+            remote.replace(remote.join(folder, name), remote.join(target, name))
+        remote.arrow.delete_dir(folder)
 
     def latest(self) -> tuple[CheckpointInfo | None, list[str]]:
         """The newest valid checkpoint, and a warning for each newer one skipped."""
         warnings = []
-        for info in self.list():
+        for _, path in sorted(self._directories(), reverse=True):
+            info = self.info(path)
             if not info.valid:
+                self.release(info)
                 warnings.append(f"skipping {info.problem}")
                 continue
             return info, warnings
         return None, warnings
 
+    def _complete(self) -> list[int]:
+        """The ids of the checkpoints with a manifest, newest first (a remote store's are not
+        downloaded to be verified: only restoring reads them)."""
+        if self.remote is None:
+            return [i.id for i in self.list() if i.valid]
+        return sorted((n for n, path in self._directories()
+                       if self.remote.exists(self.remote.join(path, MANIFEST))), reverse=True)
+
     def prune(self) -> None:
         """Keep the newest ``retained`` complete checkpoints; remove older ones and stale leftovers."""
-        complete = [i for i in self.list() if i.valid]
-        keep = {i.id for i in complete[: self.retained]}
+        keep = set(self._complete()[: self.retained])
         newest = max(keep, default=-1)
         for checkpoint_id, path in self._directories():
             if checkpoint_id in keep:
                 continue
+            if self.remote is not None:
+                if checkpoint_id > newest and not self.remote.exists(self.remote.join(path, MANIFEST)):
+                    continue  # possibly being written right now
+                self.remote.arrow.delete_dir(path)
+                continue
             if checkpoint_id > newest and not (path / MANIFEST).exists():
                 continue  # possibly being written right now
             shutil.rmtree(path, ignore_errors=True)
+
+
+def posix_name(path: str) -> str:
+    return path.rstrip("/").rsplit("/", 1)[-1]
+
+
+def checkpoint_location(config: Mapping[str, str]) -> str | None:
+    """Where checkpoints go when not under the state directory: Flink's
+    ``'execution.checkpointing.dir'``, or its older name ``'state.checkpoints.dir'``."""
+    return config.get("execution.checkpointing.dir") or config.get("state.checkpoints.dir") or None
