@@ -53,9 +53,9 @@ def test_two_workers_give_the_rows_of_one_process(query: str, tmp_path: Path,
     assert output(tmp_path / "out") == expected
 
 
-def _fail_after(steps: int):
+def _fail_after(steps: int, checkpoints: int = 1):
     """An ``on_attempt`` that makes worker 1 of the first attempt fail ``steps`` rounds after its
-    first checkpoint has committed."""
+    ``checkpoints``-th checkpoint has committed."""
     def on_attempt(attempt: int, workers) -> None:
         if attempt == 1:
             workers[1].on_job = fail
@@ -65,7 +65,7 @@ def _fail_after(steps: int):
         left = [steps]
 
         def failing_step() -> bool:
-            if job.metrics.checkpoints:
+            if job.metrics.checkpoints >= checkpoints:
                 left[0] -= 1
                 if left[0] < 0:
                     raise ConnectionError("worker 1 lost its network")
@@ -110,6 +110,35 @@ def test_a_cluster_checkpoint_resumes_in_one_process_at_another_parallelism(
     job = Job(plan, RuntimeContext(stdout=io.StringIO(), state_dir=state, config={"parallelism.default": "3"}))
     assert job.metrics.restored_from is not None
     job.run()
+    assert output(tmp_path / "out") == expected
+
+
+@pytest.mark.parametrize("query", ["q7", "q20"])
+def test_a_damaged_newest_checkpoint_is_passed_over_without_duplicates(
+        query: str, tmp_path: Path, tmp_path_factory: pytest.TempPathFactory) -> None:
+    """A job on two workers stops for good after a few checkpoints; a byte of the newest one's
+    state is flipped. The next run resumes from the checkpoint before (saying why), takes back
+    what the damaged one committed, and writes exactly the uninterrupted rows."""
+    expected = _reference(query, tmp_path_factory)
+    plan = _plan(query, tmp_path, "SET 'execution.checkpointing.interval' = '5 ms';\n"
+                                  "SET 'restart-strategy.type' = 'none';\n")
+    state = tmp_path / "state"
+    ctx = RuntimeContext(stdout=io.StringIO(), state_dir=state, config={"parallelism.default": "2"})
+    with pytest.raises(JobFailed, match="lost its network"):
+        run_in_threads(plan, ctx, workers=2, on_attempt=_fail_after(2, checkpoints=3))
+    complete = sorted(int(p.parent.name.removeprefix("chk-")) for p in state.glob("checkpoints/chk-*/_manifest.json"))
+    assert len(complete) >= 2, f"only checkpoints {complete} completed before the failure"
+    newest = state / "checkpoints" / f"chk-{complete[-1]}"
+    victim = max((p for p in newest.iterdir() if p.name not in ("job.json", "_manifest.json")),
+                 key=lambda p: p.stat().st_size)
+    data = bytearray(victim.read_bytes())
+    data[len(data) // 2] ^= 0x01
+    victim.write_bytes(bytes(data))
+    master = run_in_threads(plan, ctx, workers=2)
+    assert master.restored_from == complete[-2]
+    assert any(f"checkpoint {newest.name}: file {victim.name!r} does not match its checksum" in w
+               for w in master.warnings), master.warnings
+    assert (state / "checkpoints" / "_rolled_back" / newest.name).is_dir()
     assert output(tmp_path / "out") == expected
 
 
