@@ -24,8 +24,7 @@ from collections.abc import Callable
 
 from clink.cluster.coordinator import Coordinator
 from clink.errors import ClinkError, UsageError
-from clink.runtime.checkpoint.store import checkpoint_location
-from clink.runtime.settings import parse_duration
+from clink.runtime.settings import checkpoint_location, parse_duration
 
 __all__ = ["JobFailed", "JobMaster", "RestartStrategy", "headline", "job_error"]
 
@@ -186,7 +185,8 @@ class JobMaster:
                             raise JobFailed(f"worker {worker}: {value}")
                         return ("failed", f"worker {worker}: {value}")
                     if kind == "alive":
-                        self.live[worker] = value
+                        if value is not None:  # None: alive, no metrics yet (still starting)
+                            self.live[worker] = value
                         continue
                     if kind == "committed":
                         committed.add(worker)

@@ -23,7 +23,8 @@ from clink.runtime.plan import Plan
 
 __all__ = ["HEARTBEAT_S", "Worker", "describe"]
 
-#: How often a worker tells the job master it is alive (between rounds).
+#: How often a worker tells the job master it is alive: from a thread of its own, so a long
+#: step (restoring a large checkpoint, a slow snapshot) on a busy machine is no silence.
 HEARTBEAT_S = 0.5
 
 
@@ -51,6 +52,10 @@ class Worker:
         self.on_close = None
         self._owner: dict[int, int] = {}
         self._stopped = threading.Event()
+        #: Set once ``run`` has returned: the heartbeat ends with it.
+        self._ended = threading.Event()
+        #: The metrics the heartbeat carries: the worker's thread renews them between rounds.
+        self._alive: dict | None = None
         self.thread: threading.Thread | None = None
 
     # -- called from other threads
@@ -83,7 +88,17 @@ class Worker:
     def start(self) -> threading.Thread:
         self.thread = threading.Thread(target=self.run, name=f"clink-worker-{self.index}", daemon=True)
         self.thread.start()
+        threading.Thread(target=self._beat, name=f"clink-heartbeat-{self.index}", daemon=True).start()
         return self.thread
+
+    def _beat(self) -> None:
+        """Tell the job master every ``HEARTBEAT_S`` that this process lives (the last metrics
+        the worker's thread took), until the worker has ended."""
+        while not self._ended.wait(HEARTBEAT_S):
+            try:
+                self.report("alive", self._alive)
+            except Exception:  # noqa: BLE001 - the job master is gone: nobody to tell
+                return
 
     # -- the worker's own thread
 
@@ -91,6 +106,12 @@ class Worker:
         self.transport.send(self._owner[target], target, sender, element)
 
     def run(self) -> None:
+        try:
+            self._run()
+        finally:
+            self._ended.set()
+
+    def _run(self) -> None:
         try:
             job = self.job = Job(self.plan, self.ctx, placement=self.placement)
             self._owner = {sid: self.placement.worker_of(job._index_of[sid]) for sid in job._node_of}
@@ -109,7 +130,7 @@ class Worker:
                 if time.perf_counter() - beat >= HEARTBEAT_S:
                     beat = time.perf_counter()
                     job.refresh_metrics()
-                    self.report("alive", self._metrics())
+                    self._alive = self._metrics()  # the heartbeat carries them
                 closed = self._control()
                 if closed:
                     return

@@ -25,7 +25,7 @@ from clink.runtime.kernels import max_epoch_ms
 from clink.runtime.loader import sql_position_of
 from clink.runtime.operators import OperatorEnv, kind_of
 from clink.runtime.plan import Chain, Exchange, Node, Plan, Sink, Source, Union
-from clink.runtime.settings import parse_duration, parse_size
+from clink.runtime.settings import checkpoint_location, parse_duration, parse_size
 
 #: A subtask's id is its node's id plus ``subtask * SUBTASK_STRIDE``: subtask 0 keeps the node's id.
 SUBTASK_STRIDE = 1 << 16
@@ -495,6 +495,7 @@ class Job:
         if checkpoint_id <= self._snapshots_done:
             return
         snapshot = self._snapshot_of(checkpoint_id)
+        assert snapshot is not None
         snapshot.triggered = True
         for sid in self._readers:
             ended = sid in self._ended
@@ -534,7 +535,13 @@ class Job:
         self._close_readers()
         self.refresh_metrics()
 
-    def _snapshot_of(self, checkpoint_id: int) -> _SubtaskSnapshots:
+    def _snapshot_of(self, checkpoint_id: int) -> _SubtaskSnapshots | None:
+        """The parts of checkpoint ``checkpoint_id`` this worker is taking; None once it has
+        taken them all (its barrier still passes stateless subtasks here after that: were a
+        new set of parts begun, it would write the state of subtasks that end later over the
+        files of a checkpoint that may have completed)."""
+        if checkpoint_id <= self._snapshots_done:
+            return None
         if self._snapshot is None or self._snapshot.id != checkpoint_id:
             self._snapshot = _SubtaskSnapshots(self, checkpoint_id)
             self._snapshot.take_ended()
@@ -629,8 +636,8 @@ class Job:
         """Every open channel of ``target_id`` has delivered the barrier: the subtask takes its part
         of the checkpoint (spread over processes), passes the barrier on, then takes what waited."""
         checkpoint_id, _ = self._barriers.pop(target_id)
-        if self._placement is not None:
-            self._snapshot_of(checkpoint_id).take(target_id)
+        if self._placement is not None and (snapshot := self._snapshot_of(checkpoint_id)) is not None:
+            snapshot.take(target_id)
         if not isinstance(self._node_of[target_id], Sink):
             self._emit(target_id, Barrier(checkpoint_id))
         for from_id, element in self._parked.pop(target_id, ()):
@@ -1034,8 +1041,6 @@ class _Checkpointing:
         every_ms = _duration_ms(ctx.get("execution.checkpointing.interval"))
         rows_text = ctx.get("execution.checkpointing.interval-rows")
         every_rows = int(rows_text) if rows_text else None
-        from clink.runtime.checkpoint.store import CheckpointStore, checkpoint_location
-
         location = checkpoint_location(ctx.config)
         if ctx.state_dir is None and location is None:
             if every_ms or every_rows:
@@ -1045,6 +1050,8 @@ class _Checkpointing:
             if not ctx.get("execution.savepoint.path"):
                 return None
             # Only resumed from (a checkpoint given by its URI), nothing to write.
+        from clink.runtime.checkpoint.store import CheckpointStore
+
         working = ctx.state_dir
         if working is None:
             # Checkpoints elsewhere and no state directory: their working files go to a

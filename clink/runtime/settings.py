@@ -14,8 +14,8 @@ import re
 from collections.abc import Callable
 from typing import NamedTuple
 
-__all__ = ["SETTINGS", "Setting", "check_setting", "close_settings", "parse_duration", "parse_size",
-           "parse_time_zone"]
+__all__ = ["SETTINGS", "Setting", "check_setting", "checkpoint_location", "close_settings", "parse_duration",
+           "parse_size", "parse_time_zone"]
 
 # Flink's TimeUtils labels, per unit (plural and singular, long and short).
 _UNITS: dict[str, int] = {}
@@ -180,6 +180,12 @@ SETTINGS: dict[str, Setting] = {s.key: s for s in (
     Setting("restart-strategy.fixed-delay.delay", "time between a failure and the restart (1 s)", _duration),
     Setting("test.fault-point", "crash at a named point (for crash tests)"),
 )}
+
+
+def checkpoint_location(config) -> str | None:
+    """Where checkpoints go when not under the state directory: Flink's
+    ``'execution.checkpointing.dir'``, or its older name ``'state.checkpoints.dir'``."""
+    return config.get("execution.checkpointing.dir") or config.get("state.checkpoints.dir") or None
 
 
 def check_setting(key: str, value: str) -> str | None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import io
 import random
+import time
 from pathlib import Path
 
 import pytest
@@ -53,9 +54,10 @@ def test_two_workers_give_the_rows_of_one_process(query: str, tmp_path: Path,
     assert output(tmp_path / "out") == expected
 
 
-def _fail_after(steps: int, checkpoints: int = 1):
+def _fail_after(steps: int, checkpoints: int = 1, pause: float = 0.01):
     """An ``on_attempt`` that makes worker 1 of the first attempt fail ``steps`` rounds after its
-    ``checkpoints``-th checkpoint has committed."""
+    ``checkpoints``-th checkpoint has committed; ``pause``: seconds each of its rounds lasts at
+    least (so that checkpoints come before the job ends, on a busy machine too)."""
     def on_attempt(attempt: int, workers) -> None:
         if attempt == 1:
             workers[1].on_job = fail
@@ -65,6 +67,8 @@ def _fail_after(steps: int, checkpoints: int = 1):
         left = [steps]
 
         def failing_step() -> bool:
+            if pause:
+                time.sleep(pause)
             if job.metrics.checkpoints >= checkpoints:
                 left[0] -= 1
                 if left[0] < 0:
@@ -89,8 +93,19 @@ def test_a_failed_worker_restarts_the_job_from_the_last_checkpoint(
     master = run_in_threads(plan, RuntimeContext(stdout=io.StringIO(), state_dir=tmp_path / "state",
                                                  config={"parallelism.default": "2"}),
                             workers=2, on_attempt=_fail_after(steps))
-    assert master.attempt == 2 and "lost its network" in master.failures[0], master.failures
+    assert master.attempt == 2 and "lost its network" in master.failures[0], "\n".join(master.failures)
     assert output(tmp_path / "out") == expected
+    _assert_checkpoints_intact(tmp_path / "state")
+
+
+def _assert_checkpoints_intact(state: Path) -> None:
+    """Every checkpoint the job completed still matches its manifest: no worker wrote into one
+    after it had sent its parts (a barrier passing a stateless subtask later once began a second
+    set of parts, which wrote the state of subtasks that ended afterwards over the files)."""
+    from clink.runtime.checkpoint import CheckpointStore
+
+    infos = [i for i in CheckpointStore(state).list() if (i.path / "_manifest.json").exists()]
+    assert infos and all(i.valid for i in infos), [i.problem for i in infos if not i.valid]
 
 
 @pytest.mark.parametrize("query", ["q5", "q7", "q20"])
@@ -120,12 +135,12 @@ def test_a_damaged_newest_checkpoint_is_passed_over_without_duplicates(
     state is flipped. The next run resumes from the checkpoint before (saying why), takes back
     what the damaged one committed, and writes exactly the uninterrupted rows."""
     expected = _reference(query, tmp_path_factory)
-    plan = _plan(query, tmp_path, "SET 'execution.checkpointing.interval' = '5 ms';\n"
+    plan = _plan(query, tmp_path, "SET 'execution.checkpointing.interval' = '20 ms';\n"
                                   "SET 'restart-strategy.type' = 'none';\n")
     state = tmp_path / "state"
     ctx = RuntimeContext(stdout=io.StringIO(), state_dir=state, config={"parallelism.default": "2"})
     with pytest.raises(JobFailed, match="lost its network"):
-        run_in_threads(plan, ctx, workers=2, on_attempt=_fail_after(2, checkpoints=3))
+        run_in_threads(plan, ctx, workers=2, on_attempt=_fail_after(2, checkpoints=3, pause=0.02))
     complete = sorted(int(p.parent.name.removeprefix("chk-")) for p in state.glob("checkpoints/chk-*/_manifest.json"))
     assert len(complete) >= 2, f"only checkpoints {complete} completed before the failure"
     newest = state / "checkpoints" / f"chk-{complete[-1]}"
@@ -177,7 +192,7 @@ def test_what_a_worker_of_an_earlier_attempt_says_is_refused(tmp_path: Path,
 
     master = run_in_threads(plan, RuntimeContext(stdout=io.StringIO(), state_dir=tmp_path / "state"), workers=2,
                             on_attempt=on_attempt, on_master=masters.append)
-    assert master.attempt == 2 and len(master.failures) == 1
+    assert master.attempt == 2 and len(master.failures) == 1, master.failures
     assert output(tmp_path / "out") == expected
 
 
@@ -223,6 +238,22 @@ def test_cluster_settings_that_cannot_apply_are_refused(tmp_path: Path) -> None:
     with pytest.raises(UsageError, match="set 'execution.checkpointing.interval'"):
         run_in_threads(plan, RuntimeContext(stdout=io.StringIO(), state_dir=tmp_path / "state"), workers=2)
     assert not (tmp_path / "out").exists() or not output(tmp_path / "out")
+
+
+def test_what_lives_only_in_this_process_is_refused_for_a_job_on_ray() -> None:
+    """A clock or a filesystem given in the RuntimeContext cannot reach Ray's workers: refused
+    before anything starts, not dropped (the job would run with another clock, or fail to reach
+    its paths on the workers)."""
+    import pyarrow.fs as pafs
+
+    from clink.errors import UsageError
+
+    table = "CREATE TABLE t (a INT) WITH ('connector' = 'datagen', 'number-of-rows' = '5');\nSELECT a FROM t;"
+    ray = {"execution.target": "ray"}
+    with pytest.raises(UsageError, match="reads the workers' own clocks"):
+        clink.sql(table, config=ray, context=RuntimeContext(clock=lambda: 0)).to_arrow()
+    with pytest.raises(UsageError, match="RuntimeContext.filesystems cannot reach them"):
+        clink.sql(table, config=ray, context=RuntimeContext(filesystems={"s3": pafs.LocalFileSystem()})).to_arrow()
 
 
 def test_a_failure_is_told_in_one_line_by_its_exception_not_its_traceback() -> None:

@@ -33,6 +33,7 @@ import attrs
 from clink.errors import CheckpointCorrupted, UsageError
 from clink.runtime.fs import Files, resolve
 from clink.runtime.sealed import seal, unseal
+from clink.runtime.settings import checkpoint_location
 
 #: 2: the manifest carries its own checksum (``manifest_sha256``).
 FORMAT_VERSION = 2
@@ -467,8 +468,3 @@ class CheckpointStore:
 def posix_name(path: str) -> str:
     return path.rstrip("/").rsplit("/", 1)[-1]
 
-
-def checkpoint_location(config: Mapping[str, str]) -> str | None:
-    """Where checkpoints go when not under the state directory: Flink's
-    ``'execution.checkpointing.dir'``, or its older name ``'state.checkpoints.dir'``."""
-    return config.get("execution.checkpointing.dir") or config.get("state.checkpoints.dir") or None
