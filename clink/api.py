@@ -85,10 +85,26 @@ class Plan:
         >>> job.poll().column("b").to_pylist()
         [2, 3]
         """
+        context = self._context(context)
+        settings = {**self.runtime_plan.config, **(context.config if context else {}), **(config or {})}
+        if (settings.get("execution.target") or "local").strip().lower() == "ray":
+            # On Ray's workers: the same handle where it means the same (docs/cluster.md).
+            from clink.cluster.embedded import RayEmbeddedJob
+
+            ctx = context or RuntimeContext()
+            _refuse_what_cannot_reach_ray(self, ctx)
+            if state_dir is not None:
+                from clink.runtime.fs import local_directory
+
+                state_dir = local_directory(state_dir if isinstance(state_dir, Path) else str(state_dir))
+            return RayEmbeddedJob(self.runtime_plan, source=self.source,
+                                  settings={k: str(v) for k, v in settings.items()},
+                                  state_dir=str(Path(state_dir).resolve()) if state_dir is not None else None,
+                                  stdout=ctx.stdout, stderr=ctx.stderr)
         from clink.embedded import EmbeddedJob  # threads and push tables: only for embedded jobs
 
         return EmbeddedJob(self.runtime_plan, state_dir=state_dir, config=config, background=background,
-                           context=self._context(context))
+                           context=context)
 
     def __repr__(self) -> str:
         return f"<clink.Plan {self.name} sha256:{self.fingerprint}>"
@@ -203,21 +219,25 @@ class Result:
         self._job.cancel()
 
 
+def _refuse_what_cannot_reach_ray(plan: Plan, ctx: RuntimeContext) -> None:
+    """What lives only in this process cannot reach Ray's workers: refused, not dropped."""
+    if plan.source is None:
+        raise UsageError("running on Ray needs the plan's generated module (clink.compile or clink.load of "
+                         "an artefact)")
+    if ctx.clock is not system_clock_ms:
+        raise UsageError("a job on Ray reads the workers' own clocks: a RuntimeContext clock cannot reach "
+                         "them (run it locally, 'execution.target' = 'local')")
+    if ctx.filesystems:
+        raise UsageError("a job on Ray opens its paths on the workers: RuntimeContext.filesystems cannot reach "
+                         "them; give the filesystem in the path's URI")
+
+
 class _RayRun:
     """A ``Result``'s job on Ray (``'execution.target' = 'ray'``): run to the end, or in a thread
     of this process while its rows are iterated. The parts of ``Job`` that ``Result`` uses."""
 
     def __init__(self, plan: Plan, settings: dict, ctx: RuntimeContext, deliver) -> None:
-        if plan.source is None:
-            raise UsageError("running on Ray needs the plan's generated module (clink.compile or clink.load of "
-                             "an artefact)")
-        # What lives only in this process cannot reach Ray's workers: refused, not dropped.
-        if ctx.clock is not system_clock_ms:
-            raise UsageError("a job on Ray reads the workers' own clocks: a RuntimeContext clock cannot reach "
-                             "them (run it locally, 'execution.target' = 'local')")
-        if ctx.filesystems:
-            raise UsageError("a job on Ray opens its paths on the workers: RuntimeContext.filesystems cannot reach "
-                             "them; give the filesystem in the path's URI")
+        _refuse_what_cannot_reach_ray(plan, ctx)
         self.plan = plan
         self.settings = {k: str(v) for k, v in settings.items()}
         self.state_dir = str(Path(ctx.state_dir).resolve()) if ctx.state_dir is not None else None

@@ -435,8 +435,12 @@ class RayJob:
         return ray.get(self._master().status.remote())
 
     def stop(self, *, with_checkpoint: bool) -> dict:
-        ray.get(self._master().stop.remote(with_checkpoint))
+        self.ask_stop(with_checkpoint=with_checkpoint)
         return self.result()
+
+    def ask_stop(self, *, with_checkpoint: bool) -> None:
+        """Tell the job to stop, without waiting for it to end (``result`` waits)."""
+        ray.get(self._master().stop.remote(with_checkpoint))
 
     def rescale(self, parallelism: int) -> None:
         ray.get(self._master().rescale.remote(parallelism))
@@ -623,5 +627,10 @@ def run_on_ray(artefact: bytes, *, config: dict, state_dir: str | None, fingerpr
                       on_print=on_print).result()
     finally:
         if started:
-            _POOL.clear()
-            ray.shutdown()
+            end_runtime()
+
+
+def end_runtime() -> None:
+    """Stop the Ray runtime this process started for a job, and forget the actors kept on it."""
+    _POOL.clear()
+    ray.shutdown()

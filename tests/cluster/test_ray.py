@@ -15,6 +15,7 @@ import sys
 import time
 from pathlib import Path
 
+import pyarrow as pa
 import pytest
 import ray
 from nexmark_cases import BENCH, CSV, QUERIES, SQLITE, assert_local_run_gives, output
@@ -324,3 +325,41 @@ def test_submit_jobs_and_stop_with_checkpoint_then_go_on_locally(tmp_path: Path)
     resumed = clink_cli("run", "-i", "ddl.sql", "q7.sql", "--state-dir", "state")
     assert resumed.returncode == 0 and "resuming from checkpoint" in resumed.stderr, resumed.stderr
     assert_local_run_gives(output(tmp_path / "out"), tmp_path, "q7.sql")
+
+
+def test_plan_start_on_ray_polls_rows_and_stops_with_a_checkpoint_a_local_start_goes_on_from(
+        tmp_path: Path) -> None:
+    """``plan.start(config={'execution.target': 'ray'})``: the rows of a bare SELECT come back from
+    the workers to ``poll``; ``stop()`` ends the job with a checkpoint; ``plan.start`` in this
+    process from the same state directory gives the rest: together exactly the rows of one
+    uninterrupted run, none twice."""
+    ddl = ((BENCH / "ddl.sql").read_text()
+           .replace("'events.num' = '10000000'", "'events.num' = '400000', 'batch-size' = '1000'"))
+    select = ("SELECT auction, window_start, COUNT(*) AS bids, MAX(price) AS top FROM TABLE(TUMBLE(TABLE bid, "
+              "DESCRIPTOR(dateTime), INTERVAL '1' SECOND)) GROUP BY auction, window_start, window_end;")
+    expected = clink.sql(ddl.replace("'10000'", "'50000'") + select).to_arrow()
+    limited = ddl.replace("'events.num' = '400000'", "'events.num' = '400000', 'rate.limited' = 'true'")
+    plan = clink.compile(limited.replace("'10000'", "'50000'") + select, name="bids.sql")  # 8 s at least
+    state = tmp_path / "state"
+    polled = []
+    job = plan.start(state_dir=state, config={"execution.target": "ray", "parallelism.default": "2",
+                                              "execution.checkpointing.interval": "300 ms"})
+    assert job.queries == ["query_1"]
+    with pytest.raises(clink.UsageError, match="nothing to step"):
+        job.step()
+    first = job.poll(timeout=60)
+    assert first is not None and first.num_rows > 0, "no rows came back from the workers"
+    polled.append(first)
+    stopped_at = job.stop()
+    assert stopped_at is not None and job.finished
+    polled.extend(iter(lambda: job.poll(), None))
+    metrics = job.metrics()
+    assert metrics.stopped_at == stopped_at and 0 < sum(metrics.records_in.values()) < 400_000, metrics
+    assert job.stop() is None  # stopped already
+    rest = plan.start(state_dir=state, background=True)
+    assert rest.metrics().restored_from == stopped_at
+    rest.wait()
+    polled.extend(iter(lambda: rest.poll(), None))
+    got = pa.Table.from_batches(polled, schema=expected.schema)
+    assert got.num_rows == expected.num_rows
+    assert sorted(got.to_pylist(), key=repr) == sorted(expected.to_pylist(), key=repr)

@@ -233,7 +233,7 @@ def test_cluster_settings_that_cannot_apply_are_refused(tmp_path: Path) -> None:
     with pytest.raises(UsageError, match="'ray.address' is set, and the job runs in this process"):
         clink.sql(table, config={"ray.address": "127.0.0.1:6379"}).to_arrow()
     with pytest.raises(UsageError, match="clink run --target ray"):
-        clink.compile(table).start(config={"execution.target": "ray"})
+        Job(clink.compile(table).runtime_plan, RuntimeContext(config={"execution.target": "ray"}))
     plan = _plan("q7", tmp_path, "SET 'execution.checkpointing.interval-rows' = '1000';\n")
     with pytest.raises(UsageError, match="set 'execution.checkpointing.interval'"):
         run_in_threads(plan, RuntimeContext(stdout=io.StringIO(), state_dir=tmp_path / "state"), workers=2)
@@ -254,6 +254,11 @@ def test_what_lives_only_in_this_process_is_refused_for_a_job_on_ray() -> None:
         clink.sql(table, config=ray, context=RuntimeContext(clock=lambda: 0)).to_arrow()
     with pytest.raises(UsageError, match="RuntimeContext.filesystems cannot reach them"):
         clink.sql(table, config=ray, context=RuntimeContext(filesystems={"s3": pafs.LocalFileSystem()})).to_arrow()
+    with pytest.raises(UsageError, match="reads the workers' own clocks"):
+        clink.compile(table).start(config=ray, context=RuntimeContext(clock=lambda: 0))
+    pushed = "CREATE TABLE t (a INT) WITH ('connector' = 'push');\nSELECT a FROM t;"
+    with pytest.raises(UsageError, match="push table.* t take their rows from this process"):
+        clink.compile(pushed).start(config=ray)
 
 
 def test_a_failure_is_told_in_one_line_by_its_exception_not_its_traceback() -> None:
