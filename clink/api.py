@@ -152,15 +152,9 @@ class Result:
         self._pending[name].append(batch)
 
     def _query_name(self, query: str | None) -> str:
-        if query is not None:
-            if query not in self._schemas:
-                raise UsageError(f"no query named {query!r}; queries: {', '.join(self._schemas) or 'none'}")
-            return query
-        if len(self._schemas) == 1:
-            return next(iter(self._schemas))
-        if not self._schemas:
-            raise UsageError("the script has no SELECT query whose rows could be returned")
-        raise UsageError(f"the script has {len(self._schemas)} queries; name one: {', '.join(self._schemas)}")
+        from clink.embedded import query_name
+
+        return query_name(self._schemas, query, "returned")
 
     def run(self) -> Metrics:
         """Run to the end; results of queries are kept for ``to_arrow``."""

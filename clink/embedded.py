@@ -14,7 +14,7 @@ import copy
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any, Self
 
@@ -353,15 +353,7 @@ class EmbeddedJob:
         self._changed.notify_all()
 
     def _query_name(self, query: str | None) -> str:
-        if query is not None:
-            if query not in self._queries:
-                raise UsageError(f"no query named {query!r}; queries: {', '.join(self._queries) or 'none'}")
-            return query
-        if len(self._queries) == 1:
-            return next(iter(self._queries))
-        if not self._queries:
-            raise UsageError("the script has no SELECT query whose rows could be polled")
-        raise UsageError(f"the script has {len(self._queries)} queries; name one: {', '.join(self._queries)}")
+        return query_name(self._queries, query, "polled")
 
     def _check(self) -> None:
         """Raise the pipeline's failure, if it has failed (the original exception, with its SQL
@@ -429,3 +421,18 @@ class EmbeddedJob:
         self._wake.set()
         if thread is not threading.current_thread():
             thread.join()
+
+
+def query_name(queries: Iterable[str], query: str | None, how: str) -> str:
+    """``query`` if the script has it, else the script's only query; a clear error otherwise
+    (``how``: what the rows could be, for the message)."""
+    names = list(queries)
+    if query is not None:
+        if query not in names:
+            raise UsageError(f"no query named {query!r}; queries: {', '.join(names) or 'none'}")
+        return query
+    if len(names) == 1:
+        return names[0]
+    if not names:
+        raise UsageError(f"the script has no SELECT query whose rows could be {how}")
+    raise UsageError(f"the script has {len(names)} queries; name one: {', '.join(names)}")

@@ -19,6 +19,7 @@ from typing import Any, TextIO
 
 import pyarrow as pa
 
+from clink.embedded import query_name
 from clink.errors import UsageError
 from clink.runtime.executor import Metrics
 from clink.runtime.plan import Plan as RuntimePlan
@@ -253,12 +254,4 @@ class RayEmbeddedJob:
             raise self._error
 
     def _query_name(self, query: str | None) -> str:
-        if query is not None:
-            if query not in self._queries:
-                raise UsageError(f"no query named {query!r}; queries: {', '.join(self._queries) or 'none'}")
-            return query
-        if len(self._queries) == 1:
-            return next(iter(self._queries))
-        if not self._queries:
-            raise UsageError("the script has no SELECT query whose rows could be polled")
-        raise UsageError(f"the script has {len(self._queries)} queries; name one: {', '.join(self._queries)}")
+        return query_name(self._queries, query, "polled")
