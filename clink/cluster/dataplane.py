@@ -27,7 +27,7 @@ import pyarrow as pa
 import pyarrow.flight as flight
 import pyarrow.ipc
 
-from clink.runtime.elements import Barrier, Batch, Element, EndOfInput, Watermark
+from clink.runtime.elements import Barrier, Batch, Element, EndOfInput, Idleness, Watermark
 
 __all__ = ["FlightInbox", "FlightTransport", "ResultInbox", "ResultSender", "SECRET_HEADER"]
 
@@ -82,6 +82,8 @@ def _decode(chunk) -> Element:
         return Barrier(int(value))
     if kind == b"E":
         return EndOfInput()
+    if kind == b"I":
+        return Idleness(value == b"1")
     raise ValueError(f"unknown element {meta[:16]!r} on a clink data stream")
 
 
@@ -269,6 +271,8 @@ class _Channel:
                         writer.write_metadata(pa.py_buffer(b"W%d" % element.ts))
                     elif isinstance(element, Barrier):
                         writer.write_metadata(pa.py_buffer(b"B%d" % element.checkpoint_id))
+                    elif isinstance(element, Idleness):
+                        writer.write_metadata(pa.py_buffer(b"I1" if element.idle else b"I0"))
                     else:
                         writer.write_metadata(pa.py_buffer(b"E"))
                 with self.lock:

@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 import pyarrow as pa
 
-__all__ = ["Barrier", "Batch", "EndOfInput", "Element", "Watermark", "MAX_WATERMARK"]
+__all__ = ["Barrier", "Batch", "EndOfInput", "Element", "Idleness", "Watermark", "MAX_WATERMARK"]
 
 #: The watermark a bounded source sends last, so every open window fires.
 MAX_WATERMARK = 2**63 - 1
@@ -40,4 +40,13 @@ class EndOfInput:
     """The input is exhausted; nothing follows."""
 
 
-Element = Batch | Watermark | Barrier | EndOfInput
+@dataclass(frozen=True, slots=True)
+class Idleness:
+    """What feeds the sender has gone idle (``idle``), or is active again: while idle, its channel
+    does not hold the receiver's watermark back (Flink's watermark status). Only crosses between
+    processes: in one process, idleness is read off the sources directly."""
+
+    idle: bool
+
+
+Element = Batch | Watermark | Barrier | EndOfInput | Idleness

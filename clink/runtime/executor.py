@@ -20,7 +20,7 @@ from clink.runtime import allocator
 from clink.runtime import compute as pc
 from clink.runtime.connectors.base import SinkWriter, SourceReader, TableSpec
 from clink.runtime.context import RuntimeContext, TaskContext
-from clink.runtime.elements import MAX_WATERMARK, Barrier, Batch, Element, EndOfInput, Watermark
+from clink.runtime.elements import MAX_WATERMARK, Barrier, Batch, Element, EndOfInput, Idleness, Watermark
 from clink.runtime.kernels import max_epoch_ms
 from clink.runtime.loader import sql_position_of
 from clink.runtime.operators import OperatorEnv, kind_of
@@ -222,6 +222,10 @@ class Job:
         self._watermarks: dict[int, int] = {}
         # Sources that have had no rows for their idle timeout do not hold watermarks back.
         self._idle: set[int] = set()
+        #: Spread over processes: the senders elsewhere that said they are idle, and what each
+        #: sender here last told each receiver elsewhere (``_announce_idleness``).
+        self._remote_idle: set[int] = set()
+        self._idleness_told: dict[tuple[int, int], bool] = {}
         self._last_active: dict[int, int] = {}
         self._idle_timeouts: dict[int, int] = {}
         self._ended: set[int] = set()
@@ -605,6 +609,16 @@ class Job:
                 inputs = self._input_watermarks[target_id]
                 inputs[from_id] = max(ts, inputs.get(from_id, ts))
                 self._evaluate_watermark(target_id)
+            case Idleness(idle=idle):
+                if idle:
+                    self._remote_idle.add(from_id)
+                    if self._is_idle(target_id):
+                        self._went_idle(target_id)
+                    else:
+                        self._evaluate_watermark(target_id)
+                else:
+                    self._remote_idle.discard(from_id)
+                self._announce_idleness()
             case Barrier(checkpoint_id=checkpoint_id):
                 if target_id in self._buffering:
                     self._flush(node.id)
@@ -773,8 +787,10 @@ class Job:
         self._emit(node_id, Watermark(low))
 
     def _is_idle(self, node_id: int) -> bool:
-        if not self._idle:
+        if not self._idle and not self._remote_idle:
             return False  # no source is idle: nothing below one is either
+        if node_id in self._remote:
+            return node_id in self._remote_idle  # as its process last said
         if node_id in self._source_subtasks:
             return node_id in self._idle
         channels = self._channels[node_id]
@@ -788,17 +804,36 @@ class Job:
         now = self.ctx.clock()
         if active:
             self._last_active[node_id] = now
-            self._idle.discard(node_id)
+            if node_id in self._idle:
+                self._idle.discard(node_id)
+                self._announce_idleness()  # before its rows go out
             return
         last = self._last_active.setdefault(node_id, now)
         if node_id not in self._idle and now - last >= timeout:
             self._idle.add(node_id)
             self._went_idle(node_id)
+            self._announce_idleness()
+
+    def _announce_idleness(self) -> None:
+        """Spread over processes: tell each receiver elsewhere when what a sender here reads
+        from has gone idle or is active again, in band on their channel."""
+        if self._placement is None:
+            return
+        for sid in self._local:
+            for target in self._downstream[sid]:
+                if target in self._remote:
+                    idle = self._is_idle(sid)
+                    if self._idleness_told.get((sid, target), False) != idle:
+                        self._idleness_told[(sid, target)] = idle
+                        self._placement.send(target, sid, Idleness(idle))
 
     def _went_idle(self, node_id: int) -> None:
         """Without ``node_id``, the nodes below may be able to move on; a node all of whose
-        inputs are idle is idle too, and passes that on."""
+        inputs are idle is idle too, and passes that on (to nodes elsewhere, in band:
+        ``_announce_idleness``)."""
         for target in self._downstream[node_id]:
+            if target in self._remote:
+                continue
             if self._is_idle(target):
                 self._went_idle(target)
             else:

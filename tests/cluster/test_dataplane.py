@@ -11,7 +11,7 @@ import pyarrow.flight as flight
 import pytest
 
 from clink.cluster.dataplane import SECRET_HEADER, FlightInbox, FlightTransport
-from clink.runtime.elements import Barrier, Batch, EndOfInput, Watermark
+from clink.runtime.elements import Barrier, Batch, EndOfInput, Idleness, Watermark
 
 SCHEMA = pa.schema([("a", pa.int64()), ("s", pa.string())])
 
@@ -46,7 +46,8 @@ def test_elements_arrive_in_order_per_channel_with_rows_intact() -> None:
         sent = {7: [], 8: []}
         for i in range(20):
             for sender in (7, 8):
-                element = [Batch(_batch(100 * i + sender, 50)), Watermark(1000 + i), Barrier(i)][i % 3]
+                element = [Batch(_batch(100 * i + sender, 50)), Watermark(1000 + i), Barrier(i),
+                           Idleness(i % 2 == 0)][i % 4]
                 transport.send(0, 3, sender, element)
                 sent[sender].append(element)
         # A batch of another schema on the same channel: the stream is opened again, in order.

@@ -11,6 +11,7 @@ import random
 import time
 from pathlib import Path
 
+import pyarrow as pa
 import pytest
 from nexmark_cases import BENCH, CSV, QUERIES, SQLITE, output
 
@@ -268,3 +269,64 @@ def test_a_failure_is_told_in_one_line_by_its_exception_not_its_traceback() -> N
               "OSError: disk I/O error")
     assert headline(reason) == "worker 1: OSError: disk I/O error"
     assert headline("worker 0: UsageError: a wrong zone\nhint") == "worker 0: UsageError: a wrong zone"
+
+
+def test_an_idle_source_releases_the_watermark_in_the_other_workers_too(tmp_path: Path) -> None:
+    """Two sources in worker 0 feed an event-time temporal join (keyed: its subtask 1 runs in
+    worker 1), which emits a row once the watermark of both inputs has passed it; the versioned
+    side goes silent. After its idle timeout its channel stops holding the join's watermark back
+    in both workers (the idleness crosses in band with the rows), so every key's rows come out."""
+    import threading
+
+    from clink.runtime.connectors import default_registry
+    from clink.runtime.connectors.base import Connector, OptionSpec, SourceReader
+
+    second = 1000
+    busy = [(k, t * second) for t in (1, 4, 12, 15) for k in range(6)]
+    feeds = {"busy": busy, "quiet": [(0, 2 * second)]}
+
+    class Feed(SourceReader):
+        bounded = False  # has nothing after its rows, and never ends
+
+        def __init__(self, rows: list[tuple[int, int]]) -> None:
+            super().__init__()
+            self.rows = list(rows)
+
+        def poll(self):
+            if not self.rows:
+                return None
+            k, t = self.rows.pop(0)
+            return pa.record_batch([pa.array([k], pa.int64()), pa.array([t], pa.int64()).cast(pa.timestamp("ms"))],
+                                   names=["k", "ts"])
+
+    registry = default_registry()
+    registry.register(Connector(
+        name="feed", description="test feed", source_options=(OptionSpec(name="which", description=""),),
+        create_source=lambda spec, ctx: Feed(feeds[spec.options["which"]])))
+    sql = """
+        CREATE TABLE busy (k BIGINT, ts TIMESTAMP(3), WATERMARK FOR ts AS ts) WITH ('connector' = 'feed', 'which' = 'busy');
+        CREATE TABLE quiet (k BIGINT, ts TIMESTAMP(3), PRIMARY KEY (k) NOT ENFORCED, WATERMARK FOR ts AS ts)
+        WITH ('connector' = 'feed', 'which' = 'quiet', 'scan.watermark.idle-timeout' = '10 s');
+        SELECT b.k, b.ts, q.ts AS version FROM busy AS b LEFT JOIN quiet FOR SYSTEM_TIME AS OF b.ts AS q ON b.k = q.k;
+    """
+    plan = clink.compile(sql, name="idle.sql", connectors=registry).runtime_plan
+    now = [0]
+    rows: list[tuple] = []
+    ctx = RuntimeContext(connectors=registry, clock=lambda: now[0], stdout=io.StringIO(),
+                         on_result=lambda name, batch: rows.extend(
+                             (r["k"], r["ts"].second, r["version"] and r["version"].second) for r in batch.to_pylist()))
+    masters = []
+    thread = threading.Thread(target=run_in_threads, args=(plan, ctx),
+                              kwargs={"workers": 2, "on_master": masters.append}, daemon=True)
+    thread.start()
+    try:
+        time.sleep(1.0)  # every row read; the quiet side's watermark (2 s) holds the later rows back
+        assert sorted(rows) == [(k, 1, None) for k in range(6)]
+        now[0] = 11 * second  # the quiet source has had no rows for longer than its idle timeout
+        deadline = time.monotonic() + 20
+        while len(rows) < len(busy) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert sorted(rows) == sorted((k, t // second, 2 if k == 0 and t >= 2 * second else None) for k, t in busy)
+    finally:
+        masters[0].command("stop", False)
+        thread.join(30)
