@@ -25,7 +25,8 @@ Columns of a run: the input's columns as ``c0`` … ``cN``, then
   rows by key like every other keyed state.
 
 ``expire`` drops rows by ``_time`` or ``_written``, rewriting a run only when a quarter of it
-goes, so the work stays proportional to what is dropped.
+goes, so the work stays proportional to what is dropped; when the rows to drop lead the run (rows
+arrive mostly in time order), the rest is kept as a slice, without a copy.
 """
 
 from __future__ import annotations
@@ -59,7 +60,8 @@ _META_TYPES = (pa.uint64(), pa.uint64(), pa.int64(), pa.int64(), pa.int64())
 class _Run:
     """One table of a store: its namespace, the key hash of each row (``raw``, in table order),
     and — once it has been searched — those hashes sorted (``khash``) with the row of each
-    (``order``); its oldest event time and write time."""
+    (``order``); the event time and write time below which ``expire`` looks at it again (its
+    oldest, or once it was found not worth a rewrite, the quarter-th smallest)."""
 
     namespace: int
     raw: np.ndarray
@@ -259,17 +261,39 @@ class KeyedRows:
                 continue
             table = self.table.get(run.namespace)
             keep = np.ones(table.num_rows, dtype=bool)
-            if old_time:
-                keep &= table.column("_time").to_numpy() >= time_before
-            if old_write:
-                keep &= table.column("_written").to_numpy() >= written_before
+            times = table.column("_time").to_numpy() if old_time else None
+            written = table.column("_written").to_numpy() if old_write else None
+            if times is not None:
+                keep &= times >= time_before
+            if written is not None:
+                keep &= written >= written_before
             dropped = table.num_rows - int(keep.sum())
             if dropped == 0 or (dropped * 4 < table.num_rows and keep.any()):
+                # Not worth a rewrite yet: look again only once a quarter of the run would go by
+                # one of the bounds (its quarter-th smallest value), not at every watermark.
+                quarter = -(-table.num_rows // 4) - 1
+                if times is not None:
+                    run.min_time = int(np.partition(times, quarter)[quarter])
+                if written is not None:
+                    run.min_written = int(np.partition(written, quarter)[quarter])
                 self.runs.append(run)
                 continue
             self.table.take(run.namespace)
-            if keep.any():
-                self._rebuild(table.filter(pa.array(keep)))
+            if not keep.any():
+                continue
+            first = int(np.argmax(keep))
+            if not self.retractions and first * 4 >= table.num_rows:
+                # Rows mostly arrive in time order: the run's first rows, up to its first one to
+                # keep, are a quarter of it or more. They go and the rest stays as a slice (no copy),
+                # its hashes too, and its index keeps its order. The few later rows past the bound
+                # stay until a later rewrite (a join still checks its condition on every pair).
+                khash = order = None
+                if run.order is not None:
+                    later = run.order >= first
+                    khash, order = run.khash[later], run.order[later] - first
+                self._add_run(table.slice(first), run.raw[first:], khash, order)
+                continue
+            self._rebuild(table.filter(pa.array(keep)))
         self.runs.sort(key=lambda r: -len(r.raw))
 
     def reload(self) -> None:
