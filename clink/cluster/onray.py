@@ -528,6 +528,17 @@ class _Pool:
         with self._lock:
             self._masters, self._workers = [], []
 
+    def kill(self) -> None:
+        """End the kept actors now (their processes exit)."""
+        with self._lock:
+            kept = [actor for _, actor in (*self._masters, *self._workers)]
+            self._masters, self._workers = [], []
+        for actor in kept:
+            try:
+                ray.kill(actor, no_restart=True)
+            except Exception:  # noqa: BLE001 - gone already
+                pass
+
 
 _POOL = _Pool()
 
@@ -628,6 +639,12 @@ def run_on_ray(artefact: bytes, *, config: dict, state_dir: str | None, fingerpr
     finally:
         if started:
             end_runtime()
+
+
+def forget_kept_actors() -> None:
+    """End the actors kept from this process's last jobs: its next job starts its own processes,
+    as a client's first job does (what a benchmark of a job's start measures)."""
+    _POOL.kill()
 
 
 def end_runtime() -> None:
