@@ -20,6 +20,7 @@ from clink.compiler.physical import (
     SinkOp,
     SourceOp,
     UnionOp,
+    PreAggOp,
     WindowAggOp,
 )
 
@@ -220,6 +221,9 @@ def explain_physical(plan: PhysicalPlan) -> str:
                 line = f"[{op.id}] Chain chain_{op.id} <- [{op.input}] {op.partitioning}: {' -> '.join(chain_kinds(op))}"
                 if op.updating:
                     line += " (passes updates on)"
+            case PreAggOp(agg=agg):
+                line = (f"[{op.id}] PreAggregate {agg.window.sql()} partials per key and pane <- [{op.input}] "
+                        f"forward")
             case WindowAggOp(agg=agg):
                 keys = agg.input.schema.names[: agg.num_keys]
                 line = (f"[{op.id}] WindowAggregate {agg.window.sql()} state keys=[{', '.join(keys) or '(none)'}] "

@@ -33,6 +33,7 @@ from clink.compiler.physical import (
     GroupAggOp,
     JoinOp,
     OverAggOp,
+    PreAggOp,
     PhysicalOp,
     PhysicalPlan,
     RankOp,
@@ -81,7 +82,7 @@ def operator_identities(plan: PhysicalPlan) -> dict[int, Identity]:
             match consumer:
                 case SinkOp(sink=sink):
                     found.add(sink.name)
-                case ChainOp() | ExchangeOp():
+                case ChainOp() | ExchangeOp() | PreAggOp():
                     found |= paths(consumer.id)
                 case _:
                     step = _KINDS.get(type(consumer), "union")

@@ -48,6 +48,24 @@ class ChainOp:
 
 
 @attrs.frozen(kw_only=True)
+class PreAggOp:
+    """The first phase of a window aggregation in two: each subtask turns its rows into partial
+    aggregates per key and pane before the exchange (a chain, keeping no state), so that what
+    crosses is a few partials, not every row; the window aggregation above merges them."""
+
+    id: int
+    input: int
+    agg: ir.WindowAggregate
+    #: The partial rows: the keys, the pane start, the partials (``window_partial_schema``).
+    partial_schema: ir.Schema
+    partitioning: str = "forward"
+
+    @property
+    def schema(self) -> ir.Schema:
+        return self.partial_schema
+
+
+@attrs.frozen(kw_only=True)
 class WindowAggOp:
     """The stateful window aggregation; its input is hash-partitioned by the group keys."""
 
@@ -55,6 +73,8 @@ class WindowAggOp:
     input: int
     agg: ir.WindowAggregate
     late_output: int | None = None
+    #: The PreAggOp whose partials it merges (two-phase), or None: it reads the rows.
+    pre: int | None = None
 
     @property
     def schema(self) -> ir.Schema:
@@ -202,7 +222,7 @@ class SinkOp:
         return self.sink.schema
 
 
-PhysicalOp = SourceOp | ChainOp | ExchangeOp | WindowAggOp | GroupAggOp | JoinOp | RankOp | OverAggOp | UnionOp | SinkOp
+PhysicalOp = SourceOp | ChainOp | ExchangeOp | PreAggOp | WindowAggOp | GroupAggOp | JoinOp | RankOp | OverAggOp | UnionOp | SinkOp
 
 
 def output_distribution(op: PhysicalOp) -> Distribution | None:
@@ -218,6 +238,47 @@ def output_distribution(op: PhysicalOp) -> Distribution | None:
         case JoinOp(join=join):
             return hash_by(*join.left_keys)
     return None
+
+
+def runtime_window(node: ir.WindowAggregate):
+    """``node`` as the runtime's plan node (without its place in a plan)."""
+    import pyarrow as pa
+
+    from clink.runtime import plan as P
+
+    window = node.window
+    aggs = tuple(P.AggSpec(fn=a.fn, arg=a.arg, type=a.type, filter=a.filter, name=n)
+                 for a, n in zip(node.aggs, node.agg_names, strict=True))
+    spec = P.WindowSpec(kind=window.kind, **{k: getattr(window, k) for k in ("size", "slide", "offset", "gap")
+                                           if getattr(window, k)})
+    rows = pa.schema([f.to_arrow() for f in node.input.schema.fields])
+    keys = tuple(range(node.num_keys))
+    return P.WindowAggregate(id=0, input=0, window=spec, time=node.time, keys=keys, aggs=aggs,
+                             schema=P._window_output_schema(rows, node.time, keys, aggs)), rows
+
+
+def _partial_schema(node: ir.WindowAggregate) -> ir.Schema | None:
+    """The schema of the partials when ``node`` splits in two phases, or None when it does not:
+    over processing time, with late rows kept, for a session, or with an aggregate whose partials
+    per pane do not merge into its result (DISTINCT, FIRST_VALUE / LAST_VALUE, variance) or a sum
+    that is not of integers or floating point numbers."""
+    import pyarrow as pa
+
+    from clink.runtime.operators.window import PREAGGREGATED, window_partial_schema
+
+    if node.proctime or node.late_sink is not None or node.window.kind not in ("tumble", "hop", "cumulate"):
+        return None
+    for a in node.aggs:
+        if a.fn not in PREAGGREGATED:
+            return None
+        if a.arg is not None:
+            kind = node.input.schema[a.arg].type
+            if a.fn in ("sum", "avg") and not (pa.types.is_integer(kind) or pa.types.is_floating(kind)):
+                return None
+            if pa.types.is_nested(kind) or pa.types.is_dictionary(kind):
+                return None
+    runtime, rows = runtime_window(node)
+    return ir.Schema(tuple(ir.Field(f.name, f.type, f.nullable) for f in window_partial_schema(runtime, rows)))
 
 
 def _distributed(ops: list[PhysicalOp], below: int, required: Distribution, schema: ir.Schema) -> int:
@@ -291,8 +352,15 @@ def _build(rel: ir.Rel, ops: list[PhysicalOp], *, target: str, shared: dict) -> 
             upstream, table, scan_predicate = source.id, node.table.name, node.predicate
         case ir.WindowAggregate():
             below = _build(node.input, ops, target="a window aggregate", shared=shared)
-            below = _distributed(ops, below, hash_by(*range(node.num_keys)), node.input.schema)
-            op = WindowAggOp(id=len(ops) + 1, input=below, agg=node,
+            pre = None
+            partials = _partial_schema(node)
+            if partials is not None:
+                pre = PreAggOp(id=len(ops) + 1, input=below, agg=node, partial_schema=partials)
+                ops.append(pre)
+                below = _distributed(ops, pre.id, hash_by(*range(node.num_keys)), partials)
+            else:
+                below = _distributed(ops, below, hash_by(*range(node.num_keys)), node.input.schema)
+            op = WindowAggOp(id=len(ops) + 1, input=below, agg=node, pre=pre.id if pre is not None else None,
                              late_output=len(ops) + 2 if node.late_sink is not None else None)
             ops.append(op)
             upstream, table = op.id, f"window aggregate {op.id}"

@@ -262,6 +262,10 @@ class WindowAggregate(Node):
     #: Windows over processing time: ``time`` holds each row's processing time, and windows
     #: fire as the clock passes their end (and all at the end of the input), not on watermarks.
     proctime: bool = False
+    #: The input is not rows but partial aggregates per key and pane, made before the exchange by
+    #: a ``preaggregate_window`` chain (two-phase aggregation); ``raw_schema`` is the schema of
+    #: the rows they were made of, which fixes the layout of the state (the same as without).
+    raw_schema: pa.Schema | None = None
 
     @property
     def inputs(self) -> tuple[int, ...]:
@@ -269,6 +273,45 @@ class WindowAggregate(Node):
 
     def requires(self) -> tuple[Distribution, ...]:
         return (hash_by(*self.keys),)
+
+
+class _PreAggregate:
+    """The chain function of the first phase of a window aggregation: each batch becomes one
+    partial row per key and pane (``WindowAggregateOperator.partials``), so that what crosses the
+    exchange is a few partials instead of every row. One subtask alone gains nothing from it,
+    and passes its partials on all the same (the second phase reads nothing else)."""
+
+    def __init__(self, node: WindowAggregate, input_schema: pa.Schema, schema: pa.Schema) -> None:
+        self.node, self.input_schema, self.schema = node, input_schema, schema
+        self._per_task: dict[tuple[int, int], object] = {}
+
+    def __call__(self, batch: pa.RecordBatch, ctx: TaskContext) -> pa.RecordBatch:
+        task = (ctx.node_id, ctx.subtask)
+        phase = self._per_task.get(task)
+        if phase is None:
+            from clink.runtime.operators.window import WindowPreAggregation
+
+            phase = self._per_task[task] = WindowPreAggregation(self.node, ctx, input_schema=self.input_schema,
+                                                                schema=self.schema)
+        return phase.partials(batch)
+
+
+def preaggregate_window(*, window: WindowSpec, time: int, keys: tuple[int, ...], aggs: tuple[AggSpec, ...],
+                        input_schema: pa.Schema, schema: pa.Schema) -> ChainFn:
+    """The first phase of a two-phase window aggregation, as a chain function over rows of
+    ``input_schema`` giving partial rows of ``schema`` (``window_partial_schema``)."""
+    node = WindowAggregate(id=0, input=0, window=window, time=time, keys=keys, aggs=aggs,
+                           schema=_window_output_schema(input_schema, time, keys, aggs))
+    return _PreAggregate(node, input_schema, schema)
+
+
+def _window_output_schema(input_schema: pa.Schema, time: int, keys: tuple[int, ...],
+                          aggs: tuple[AggSpec, ...]) -> pa.Schema:
+    time_type = input_schema.field(time).type
+    fields = [input_schema.field(k) for k in keys]
+    fields += [pa.field(n, time_type) for n in ("window_start", "window_end", "window_time")]
+    fields += [pa.field(a.name or f"agg{i}", a.type) for i, a in enumerate(aggs)]
+    return pa.schema(fields)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

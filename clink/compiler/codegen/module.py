@@ -25,6 +25,7 @@ from clink.compiler.physical import (
     JoinOp,
     OverAggOp,
     PhysicalPlan,
+    PreAggOp,
     RankOp,
     SinkOp,
     SourceOp,
@@ -150,6 +151,8 @@ def _emit_schemas(w: SourceWriter, plan: PhysicalPlan) -> dict[int, str]:
                 texts = [(f"SCHEMA_CHAIN_{op.id}", op.schema)]
             case ExchangeOp():
                 texts = [(f"SCHEMA_EXCHANGE_{op.id}", op.schema)]
+            case PreAggOp():
+                texts = [(f"SCHEMA_PARTIALS_{op.id}", op.schema), (f"SCHEMA_ROWS_{op.id}", op.agg.input.schema)]
             case WindowAggOp():
                 texts = [(f"SCHEMA_WINDOW_{op.id}", op.schema)]
             case GroupAggOp():
@@ -186,7 +189,7 @@ def changelog_modes(plan: PhysicalPlan) -> dict[int, ChangelogMode]:
         match op:
             case SourceOp():
                 modes[op.id] = APPEND_ONLY
-            case ChainOp() | ExchangeOp() | SinkOp():
+            case ChainOp() | ExchangeOp() | SinkOp() | PreAggOp():
                 modes[op.id] = modes[op.input]
             case UnionOp():
                 modes[op.id] = functools.reduce(ChangelogMode.union, (modes[i] for i in op.inputs), APPEND_ONLY)
@@ -513,6 +516,20 @@ def _emit_plan(w: SourceWriter, plan: PhysicalPlan, schema_names: dict[int, str]
                     case ExchangeOp():
                         w.line(f"P.Exchange(id={op.id}, input={op.input}, distribution={op.distribution!r}, "
                                f"schema={schema_names[op.id * 10]}{_arg(changelog(op.id))}),  # {op.partitioning}")
+                    case PreAggOp(agg=agg):
+                        w.line(f"P.Chain(id={op.id}, input={op.input}, schema={schema_names[op.id * 10]},", span=agg.span)
+                        with w.indent():
+                            w.line("description='pre-aggregate: partials per key and pane, made before the exchange',")
+                            w.line(f"fn=P.preaggregate_window(window={_window_py(agg.window)}, time={agg.time}, "
+                                   f"keys={tuple(range(agg.num_keys))!r},")
+                            with w.indent():
+                                w.line("aggs=(")
+                                with w.indent():
+                                    for a, name in zip(agg.aggs, agg.agg_names, strict=True):
+                                        w.line(f"{_agg_py(a, name)},")
+                                w.line("),")
+                                w.line(f"input_schema={schema_names[op.id * 10 + 1]}, "
+                                       f"schema={schema_names[op.id * 10]})),")
                     case WindowAggOp(agg=agg):
                         w.line(f"P.WindowAggregate(id={op.id}, input={op.input}, window={_window_py(agg.window)},",
                                span=agg.span)
@@ -529,6 +546,9 @@ def _emit_plan(w: SourceWriter, plan: PhysicalPlan, schema_names: dict[int, str]
                                 w.line(f"late_output={op.late_output},  # late rows go to chain_{op.late_output}")
                             if agg.proctime:
                                 w.line("proctime=True,  # windows over processing time: they fire by the clock")
+                            if op.pre is not None:
+                                w.line(f"raw_schema={schema_names[op.pre * 10 + 1]},  # it merges the partials of "
+                                       f"operator {op.pre}")
                             w.line(f"span={str(agg.span or '')!r}),")
                     case GroupAggOp(agg=agg):
                         w.line(f"P.GroupAggregate(id={op.id}, input={op.input}, keys={tuple(range(agg.num_keys))!r},",

@@ -93,6 +93,8 @@ def _aggs(node: WindowAggregate | GroupAggregate | OverAggregate, schema: pa.Sch
 def _describe_aggregate(node: WindowAggregate | GroupAggregate, schemas: tuple[pa.Schema, ...],
                         operator: Operator) -> str:
     (schema,) = schemas
+    if isinstance(node, WindowAggregate) and node.raw_schema is not None:
+        schema = node.raw_schema  # it merges partials of rows of this schema: the state means the same
     keys = ", ".join(str(schema.field(k).type) for k in node.keys)
     window = f"{node.window.describe()} " if isinstance(node, WindowAggregate) else ""
     return (f"{window}GROUP BY ({keys}) computing {_aggs(node, schema, True)} | "

@@ -48,7 +48,7 @@ if TYPE_CHECKING:
     from clink.runtime import plan
     from clink.runtime.context import TaskContext
 
-__all__ = ["WindowAggregateOperator"]
+__all__ = ["PREAGGREGATED", "WindowAggregateOperator", "WindowPreAggregation", "window_partial_schema"]
 
 _INT64_MIN = -(2**63)
 #: Watermarks beyond this many ms from the epoch (the end of input's) are not moved to a time zone.
@@ -68,6 +68,12 @@ _AGG_FUNCTIONS = frozenset({"count_star", "count", "count_distinct", "sum", "min
                             "last_value", "stddev_pop", "stddev_samp", "var_pop", "var_samp"})
 _VARIANCE = frozenset({"stddev_pop", "stddev_samp", "var_pop", "var_samp"})
 _VALUE_FN = {"min": "min", "max": "max", "first_value": "first", "last_value": "last"}
+#: The aggregates whose partials per key and pane merge into the same result as the rows would
+#: give (no arrival order, no distinct lists): those a window aggregation may split in two phases.
+PREAGGREGATED = frozenset({"count_star", "count", "sum", "min", "max", "avg"})
+#: A partial row's pane start (ms; local wall clock over a TIMESTAMP_LTZ), and the rows it stands for.
+_PANE = "_p"
+_ROWS = "_rows"
 _ONLY_VALID = pc.CountOptions(mode="only_valid")
 _SUM_OPTIONS = pc.ScalarAggregateOptions(skip_nulls=True, min_count=1)
 
@@ -101,6 +107,10 @@ class WindowAggregateOperator(OperatorBase):
         for name in ("late_records", "null_time_records", "state_rows", "state_bytes", "windows_fired"):
             self.metrics.setdefault(name, 0)
 
+        #: Two-phase: the input is partial rows (``WindowPreAggregation``) of rows of this schema.
+        self._preaggregated = node.raw_schema is not None
+        if self._preaggregated:
+            input_schema = node.raw_schema
         time_type = input_schema.field(node.time).type
         #: The session time zone when windows align on its wall clock (a TIMESTAMP_LTZ time column).
         self._zone = ctx.time_zone if pa.types.is_timestamp(time_type) and time_type.tz else None
@@ -131,7 +141,9 @@ class WindowAggregateOperator(OperatorBase):
         lateness: for each (key, window) the batch touched, the full updated row.
         """
         out: list[pa.RecordBatch] = []
-        if batch.num_rows:
+        if batch.num_rows and self._preaggregated:
+            out = self._process_partials(batch)
+        elif batch.num_rows:
             ts, batch = self._event_times(batch)
             if len(ts):
                 out = self._process_session(batch, ts) if self._kind == "session" else self._process_time(batch, ts)
@@ -438,6 +450,40 @@ class WindowAggregateOperator(OperatorBase):
             rows = pa.table(cols).take(index).drop_columns(["_p"]).append_column(_END, pa.array(ends))
             partials = self._preaggregate(rows, [_END])
         return self._store(split_by_window(partials, _END), horizon)
+
+    def _process_partials(self, batch: pa.RecordBatch) -> list[pa.RecordBatch]:
+        """Second phase: add partial rows (keys, pane start, partials) to their windows. A partial
+        is late exactly when the rows it was made of are: they share their pane, and so their
+        windows."""
+        spec = self.node.window
+        pane_start = batch.column(_PANE).to_numpy().astype(np.int64, copy=False)
+        horizon = self._horizon()
+        if self._watermark is not None:
+            if self._kind == "cumulate":
+                last_end = pane_start - np.mod(pane_start - spec.offset, spec.size) + spec.size
+            else:
+                last_end = pane_start + spec.size
+            late = last_end <= horizon
+            if late.any():
+                rows = batch.column(_ROWS).to_numpy()
+                self.metrics["late_records"] += int(rows[late].sum())  # the rows they stand for
+                keep = ~late
+                batch, pane_start = batch.filter(pa.array(keep)), pane_start[keep]
+                if not len(pane_start):
+                    return []
+        keys = [batch.column(j) for j in range(len(self._keys))]  # the partials' first columns
+        cols: dict[str, pa.Array] = {k: column for k, column in zip(self._keys, keys, strict=True)}
+        cols[KEY_GROUP] = pa.array(key_groups(keys, self._max_parallelism, num_rows=batch.num_rows))
+        if self._kind == "tumble":
+            cols[_END] = pa.array(pane_start + spec.size)
+        else:
+            cols[_PANE] = pa.array(pane_start)
+        for partial, _ in self._pre_names:
+            cols[partial] = batch.column(partial)
+        partials = pa.table(cols)
+        if self._kind == "tumble":
+            return self._store(split_by_window(partials, _END), horizon)
+        return self._store(self._pane_windows(partials), horizon)
 
     def _pane_windows(self, partials: pa.Table) -> list[tuple[int, pa.Table]]:
         """Pane partials (with a ``_p`` column) as (window end, partials) per window, ascending.
@@ -792,3 +838,55 @@ def _merge_intervals(gid: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> t
     union_start[order] = s[heads][session]
     union_end[order] = np.maximum.reduceat(e, heads)[session]
     return union_start, union_end
+
+
+class WindowPreAggregation(WindowAggregateOperator):
+    """The first phase of a window aggregation split in two: each batch becomes one partial row
+    per key and pane (the slice of time every window it belongs to covers whole), made as the
+    single-phase operator makes its own (``_input_columns``, FILTER applied, rows without a time
+    dropped and counted), of ``schema`` (``window_partial_schema``). Keeps no state."""
+
+    def __init__(self, node: plan.WindowAggregate, ctx: TaskContext, *, input_schema: pa.Schema,
+                 schema: pa.Schema) -> None:
+        super().__init__(node, ctx, input_schema=input_schema)
+        self.schema = schema
+        # The keys keep their names (an exchange shows them), but for names of the partials' own.
+        names = [input_schema.field(k).name for k in node.keys]
+        self._key_names = names if not any(n.startswith("_") for n in names) else self._keys
+
+    def partials(self, batch: pa.RecordBatch) -> pa.RecordBatch:
+        ts, batch = self._event_times(batch)
+        if not len(ts):
+            return pa.RecordBatch.from_arrays([pa.array([], f.type) for f in self.schema], schema=self.schema)
+        spec = self.node.window
+        cols = self._input_columns(batch)
+        cols[_PANE] = pa.array(ts - np.mod(ts - spec.offset, self._pane()))
+        return self._aggregate(pa.table(cols))
+
+    def _aggregate(self, table: pa.Table) -> pa.RecordBatch:
+        pre = self._pre if ([], "count_all") in self._pre else [*self._pre, ([], "count_all")]
+        out = table.group_by([*self._keys, _PANE], use_threads=False).aggregate(pre)
+        arrays = [out[k] for k in self._keys] + [out[_PANE]] + [out[column] for _, column in self._pre_names]
+        names = [*self._key_names, _PANE, *(partial for partial, _ in self._pre_names)]
+        # How many rows each partial stands for: a late one counts them in ``late_records``.
+        arrays.append(out["count_all"])
+        names.append(_ROWS)
+        result = pa.Table.from_arrays(arrays, names=names)
+        if self.schema is not None:
+            result = result.cast(self.schema)
+        batches = result.combine_chunks().to_batches()
+        return batches[0] if batches else pa.RecordBatch.from_arrays(
+            [pa.array([], f.type) for f in result.schema], schema=result.schema)
+
+
+def window_partial_schema(node: plan.WindowAggregate, input_schema: pa.Schema) -> pa.Schema:
+    """The schema of the partial rows the first phase of ``node`` makes from rows of
+    ``input_schema``: the keys (``_k0`` ...), the pane start (``_p``, int64), the partials."""
+    from clink.runtime.context import RuntimeContext, TaskContext
+
+    phase = WindowPreAggregation(node, TaskContext(runtime=RuntimeContext(), node_id=node.id),
+                                 input_schema=input_schema, schema=None)
+    empty = pa.RecordBatch.from_arrays([pa.array([], f.type) for f in input_schema], schema=input_schema)
+    cols = phase._input_columns(empty)
+    cols[_PANE] = pa.array([], pa.int64())
+    return phase._aggregate(pa.table(cols)).schema
