@@ -1181,8 +1181,9 @@ class _Checkpointing:
 
         job = self.job
         chosen = job.ctx.get("execution.savepoint.path")
+        manifest = None
         if chosen:
-            info, _ = self.store.open(chosen)
+            info, manifest = self.store.open(chosen)
             warnings = []
         elif job._placement is not None:
             info, warnings = None, []  # the job master chose: nothing to resume from
@@ -1196,7 +1197,8 @@ class _Checkpointing:
             self.recover_sinks(0, {}, lineage)
             return
         try:
-            _, manifest = self.store.open(info.path)
+            if manifest is None:
+                manifest = self.store.manifest(info)  # verified by latest()
             state = json.loads((info.path / "job.json").read_text())
             if job._placement is None or job._placement.worker == 0:
                 self.check_compatible(info.path.name, state)  # worker 0 runs subtask 0 of every node

@@ -284,6 +284,14 @@ def _window_py(window: ir.WindowDef) -> str:
     return f"P.WindowSpec({', '.join(parts)})"
 
 
+def _emit_aggs(w: SourceWriter, agg: ir.WindowAggregate | ir.GroupAggregate) -> None:
+    w.line("aggs=(")
+    with w.indent():
+        for a, name in zip(agg.aggs, agg.agg_names, strict=True):
+            w.line(f"{_agg_py(a, name)},")
+    w.line("),")
+
+
 def _agg_py(agg: ir.AggCall, name: str) -> str:
     parts = [f"fn={agg.fn!r}", f"arg={agg.arg}", f"type={type_py(agg.type)}"]
     if agg.filter is not None:
@@ -523,11 +531,7 @@ def _emit_plan(w: SourceWriter, plan: PhysicalPlan, schema_names: dict[int, str]
                             w.line(f"fn=P.preaggregate_window(window={_window_py(agg.window)}, time={agg.time}, "
                                    f"keys={tuple(range(agg.num_keys))!r},")
                             with w.indent():
-                                w.line("aggs=(")
-                                with w.indent():
-                                    for a, name in zip(agg.aggs, agg.agg_names, strict=True):
-                                        w.line(f"{_agg_py(a, name)},")
-                                w.line("),")
+                                _emit_aggs(w, agg)
                                 w.line(f"input_schema={schema_names[op.id * 10 + 1]}, "
                                        f"schema={schema_names[op.id * 10]})),")
                     case WindowAggOp(agg=agg):
@@ -536,11 +540,7 @@ def _emit_plan(w: SourceWriter, plan: PhysicalPlan, schema_names: dict[int, str]
                         with w.indent():
                             w.line(_identity_py(identities[op.id]))
                             w.line(f"time={agg.time}, keys={tuple(range(agg.num_keys))!r},")
-                            w.line("aggs=(")
-                            with w.indent():
-                                for a, name in zip(agg.aggs, agg.agg_names, strict=True):
-                                    w.line(f"{_agg_py(a, name)},")
-                            w.line("),")
+                            _emit_aggs(w, agg)
                             w.line(f"schema={schema_names[op.id * 10]}, allowed_lateness={agg.allowed_lateness},")
                             if op.late_output is not None:
                                 w.line(f"late_output={op.late_output},  # late rows go to chain_{op.late_output}")
@@ -555,11 +555,7 @@ def _emit_plan(w: SourceWriter, plan: PhysicalPlan, schema_names: dict[int, str]
                                span=agg.span)
                         with w.indent():
                             w.line(_identity_py(identities[op.id]))
-                            w.line("aggs=(")
-                            with w.indent():
-                                for a, name in zip(agg.aggs, agg.agg_names, strict=True):
-                                    w.line(f"{_agg_py(a, name)},")
-                            w.line("),")
+                            _emit_aggs(w, agg)
                             w.line(f"schema={schema_names[op.id * 10]}, {changelog(op.id)}"
                                    f"span={str(agg.span or '')!r}),")
                     case OverAggOp(over=over):

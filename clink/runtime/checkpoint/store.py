@@ -283,7 +283,9 @@ class CheckpointStore:
 
     def _download(self, files: Files, folder: str, root_uri: str) -> CheckpointInfo:
         name = posix_name(folder)
-        downloads = self.state_dir / DOWNLOADS
+        # Without a state directory (checkpoints in a local folder, this one given by its URI):
+        # the system's temporary folder.
+        downloads = (self.state_dir or Path(tempfile.gettempdir())) / DOWNLOADS
         downloads.mkdir(parents=True, exist_ok=True)
         # A folder of its own: workers sharing the state directory download at the same time.
         local = Path(tempfile.mkdtemp(dir=downloads)) / name
@@ -332,6 +334,10 @@ class CheckpointStore:
                 raise CheckpointCorrupted(f"checkpoint {path.name}: file {name!r} does not match its checksum")
         return manifest
 
+    def manifest(self, info: CheckpointInfo) -> dict:
+        """The manifest of a checkpoint ``info`` or ``latest`` found valid (verified then)."""
+        return unseal((info.path / MANIFEST).read_bytes())
+
     def list(self) -> list[CheckpointInfo]:
         """Every checkpoint directory, newest first, each verified (downloaded, from a remote
         store: the copies stay until ``release``)."""
@@ -351,7 +357,7 @@ class CheckpointStore:
                 if not info.valid:
                     self.release(info)
                     raise CheckpointCorrupted(info.problem)
-                return info, unseal((info.path / MANIFEST).read_bytes())
+                return info, self.manifest(info)
             path = files.path
         path = Path(path)
         if not path.is_dir():
