@@ -24,7 +24,7 @@ SQL = """
 SET 'execution.checkpointing.interval-rows' = '3000';
 SET 'state.backend' = '{backend}';
 CREATE TABLE bid (auction BIGINT, price BIGINT, ts TIMESTAMP(3), WATERMARK FOR ts AS ts - INTERVAL '1' DAY)
-WITH ('connector' = 'datagen', 'number-of-rows' = '{rows}', 'seed' = '21', 'batch-size' = '500',
+WITH ('connector' = 'datagen', 'number-of-rows' = '{rows}', 'seed' = '21', 'batch-size' = '500',{rate}
       'fields.auction.min' = '1', 'fields.auction.max' = '20', 'fields.price.min' = '1', 'fields.price.max' = '999');
 CREATE TABLE totals (auction BIGINT, window_start TIMESTAMP(3), n BIGINT, top BIGINT, total BIGINT)
 WITH ('connector' = 'filesystem', 'path' = 'out/', 'format' = 'csv');
@@ -58,9 +58,12 @@ def clink_run(sql_file: Path, state: Path | None, env: dict | None = None) -> su
 BACKENDS = ["memory", "sqlite"]
 
 #: Rows for the runs killed at a named point or stopped: ten checkpoints, rows before and after
-#: each point. Random kills need a run that lasts longer, so that most of them land in it.
+#: each point. Random kills need a run that lasts longer, so that most of them land in it: its
+#: source is throttled, so that an uninterrupted run lasts about three seconds however fast the
+#: engine or the machine is.
 ROWS = 30_000
 LONG_ROWS = 60_000
+LONG_RATE = 20_000
 
 
 def pipeline(folder: Path, backend: str = "memory", rows: int = ROWS) -> tuple[Path, Path]:
@@ -70,7 +73,8 @@ def pipeline(folder: Path, backend: str = "memory", rows: int = ROWS) -> tuple[P
     number of rows: ``clink run`` compiles it once and then finds the plan in its cache."""
     folder.mkdir(parents=True, exist_ok=True)
     sql_file = folder / "pipeline.sql"
-    sql_file.write_text(SQL.format(backend=backend, rows=rows))
+    rate = f" 'rows-per-second' = '{LONG_RATE}'," if rows == LONG_ROWS else ""
+    sql_file.write_text(SQL.format(backend=backend, rows=rows, rate=rate))
     return sql_file, folder / "out"
 
 
