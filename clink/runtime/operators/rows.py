@@ -293,7 +293,15 @@ class KeyedRows:
                     khash, order = run.khash[later], run.order[later] - first
                 self._add_run(table.slice(first), run.raw[first:], khash, order)
                 continue
-            self._rebuild(table.filter(pa.array(keep)))
+            kept = np.flatnonzero(keep)
+            if times is not None and not self.retractions:
+                later = times[kept]
+                if len(later) > 1 and (later[1:] < later[:-1]).any():
+                    # Rows of several channels arrive interleaved in time (a join behind an
+                    # exchange from several subtasks): stored in time order, the run's next
+                    # expiries drop a prefix, a slice, instead of rewriting it again.
+                    kept = kept[np.argsort(later, kind="stable")]
+            self._rebuild(table.take(pa.array(kept)))
         self.runs.sort(key=lambda r: -len(r.raw))
 
     def reload(self) -> None:
