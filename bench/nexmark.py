@@ -49,14 +49,16 @@ t0 = time.perf_counter()
 import clink
 result = clink.sql(open(sys.argv[1]).read(), name=sys.argv[2], init=[sys.argv[3]],
                    config={'parallelism.default': sys.argv[4]})
+t1 = time.perf_counter()
 metrics = result.run()
 wall = time.perf_counter() - t0
+run = time.perf_counter() - t1
 updating = any(n.changelog.updating for n in result.plan.runtime_plan.sinks)
 rss = 0.0
 for line in open('/proc/self/status'):
     if line.startswith('VmHWM:'):
         rss = int(line.split()[1]) / 1024
-print('RESULT ' + json.dumps({'wall_s': wall, 'rows_out': sum(metrics.records_out.values()),
+print('RESULT ' + json.dumps({'wall_s': wall, 'run_s': run, 'rows_out': sum(metrics.records_out.values()),
                               'events_in': sum(metrics.records_in.values()), 'peak_rss_mib': rss,
                               'updating': updating}))
 """
