@@ -5,7 +5,7 @@ namespace, in arrival order, each indexed in memory by the hashes of its rows' k
 (``_khash``), sorted, with the row each belongs to — an index made when the run is first
 searched, so that a store that is rarely probed does not sort runs it merges away. ``lookup``
 finds the stored rows of a whole batch of key hashes with one ``numpy.searchsorted`` per run. ``store`` adds a batch as a new run;
-the newest run merges into the one before it while that one is at most twice its size, so N rows
+the newest run merges into the one before it (in its lane) while that one is at most twice its size, so N rows
 make about log2(N / batch) runs. A merge concatenates the two tables without copying rows and
 merges the two sorted indexes in linear time (a stable sort of two sorted runs) when both have
 one; a store that
@@ -26,7 +26,10 @@ Columns of a run: the input's columns as ``c0`` … ``cN``, then
 
 ``expire`` drops rows by ``_time`` or ``_written``, rewriting a run only when a quarter of it
 goes, so the work stays proportional to what is dropped; when the rows to drop lead the run (rows
-arrive mostly in time order), the rest is kept as a slice, without a copy.
+arrive mostly in time order), the rest is kept as a slice, without a copy. Rows with event times
+go into *lanes*: a batch joins the lane whose rows it follows in time, and runs merge only within
+their lane, so that the rows of several channels, which arrive interleaved in time, still make
+runs in time order. A run that has to be rewritten is stored in time order.
 """
 
 from __future__ import annotations
@@ -69,12 +72,17 @@ class _Run:
     order: np.ndarray | None
     min_time: int
     min_written: int
+    #: The lane of the run, and its place in it (smaller: older rows).
+    lane: int = 0
+    seq: int = 0
 
 
 #: Lookups with at most this many probes scan a run that is not indexed yet instead of sorting it.
 _SCAN_PROBES = 8
 #: A run whose tables have more chunks than this is copied into one (reads slow down with many).
 _MAX_CHUNKS = 16
+#: At most this many lanes of runs in time order (see ``KeyedRows.store``).
+_LANES = 4
 
 
 class KeyedRows:
@@ -107,6 +115,9 @@ class KeyedRows:
         self.table: TableState
         self.runs: list[_Run] = []
         self.next_namespace = 0
+        #: Per lane, the largest event time stored in it (see ``store``).
+        self._lane_ends: dict[int, int] = {}
+        self._run_seq = 0
         #: Interval joins: rows with ``_time`` below ``watermark + expire_offset`` can match no more.
         self.time_column: int | None = None
         self.expire_offset = 0
@@ -165,8 +176,16 @@ class KeyedRows:
             ids.append(positions + (run.namespace << 32))
         if not parts:
             return np.zeros(0, dtype=np.int64), None, np.zeros(0, dtype=np.int64)
-        return (np.concatenate(probes), pa.concat_tables(parts) if len(parts) > 1 else parts[0],
-                np.concatenate(ids))
+        if len(parts) == 1:
+            return probes[0], parts[0], ids[0]
+        probe, stored, found = np.concatenate(probes), pa.concat_tables(parts), np.concatenate(ids)
+        if (probe[1:] < probe[:-1]).any():
+            # Pairs in the order of the probes (each probe's in the order of the runs), as if the
+            # probes had come one at a time: what follows (a Top-N or a ROWS frame ordering peers
+            # by arrival) sees the order of the input.
+            order = np.argsort(probe, kind="stable")
+            probe, stored, found = probe[order], stored.take(pa.array(order)), found[order]
+        return probe, stored, found
 
     # -- writing
 
@@ -181,9 +200,29 @@ class KeyedRows:
         time_values = times if times is not None else np.zeros(n, dtype=np.int64)
         arrays = [*columns, pa.array(khash), pa.array(rhash), pa.array(sign), pa.array(np.full(n, now, dtype=np.int64)),
                   pa.array(time_values), pa.array(group_of_hash(khash, self.max_parallelism))]
-        self._add_run(pa.Table.from_arrays(arrays, schema=self.state_schema), khash)
-        while len(self.runs) >= 2 and len(self.runs[-2].raw) <= 2 * len(self.runs[-1].raw):
-            self._merge_last_two()
+        lane = self._lane_for(times) if times is not None and not self.retractions else 0
+        self._add_run(pa.Table.from_arrays(arrays, schema=self.state_schema), khash, lane=lane)
+        while True:
+            mine = sorted((r for r in self.runs if r.lane == lane), key=lambda r: r.seq)
+            if len(mine) < 2 or len(mine[-2].raw) > 2 * len(mine[-1].raw):
+                break
+            self._merge(mine[-2], mine[-1])
+
+    def _lane_for(self, times: np.ndarray) -> int:
+        """The lane a batch with these event times joins: the one whose rows it follows in time
+        with the least gap. Rows of several channels (an exchange from several subtasks) arrive
+        interleaved in time; each channel's rows keep to one lane, in time order, so that runs
+        merged in a lane stay in time order and ``expire`` drops a prefix of them, a slice."""
+        first = int(times.min())
+        fits = [(end, lane) for lane, end in self._lane_ends.items() if end <= first]
+        if fits:
+            lane = max(fits)[1]
+        elif len(self._lane_ends) < _LANES:
+            lane = len(self._lane_ends)
+        else:  # out of order everywhere: the lane that reaches furthest
+            lane = max((end, lane) for lane, end in self._lane_ends.items())[1]
+        self._lane_ends[lane] = max(self._lane_ends.get(lane, first), int(times.max()))
+        return lane
 
     def store_rows(self, table: pa.Table, rows: np.ndarray, sign: int, now: int) -> None:
         """Store rows ``rows`` of ``table`` (the store's columns first, and ``_khash``), each
@@ -204,48 +243,53 @@ class KeyedRows:
         return largest
 
     def _add_run(self, table: pa.Table, raw: np.ndarray, khash: np.ndarray | None = None,
-                 order: np.ndarray | None = None) -> None:
+                 order: np.ndarray | None = None, *, lane: int = 0, seq: int | None = None) -> None:
+        """Store ``table`` as a run of ``lane``; ``seq``: its place there (None: the newest)."""
         if table.num_rows == 0:
             return
         namespace = self.next_namespace
         self.next_namespace += 1
+        if seq is None:
+            seq = self._run_seq
+            self._run_seq += 1
         self.table.add(namespace, table)
-        self.runs.append(_Run(namespace, raw, khash, order, _min(table, "_time"), _min(table, "_written")))
+        self.runs.append(_Run(namespace, raw, khash, order, _min(table, "_time"), _min(table, "_written"), lane, seq))
 
-    def _merge_last_two(self) -> None:
-        """One run from the newest two. Rows stay where they are (the tables are concatenated);
-        only the sorted hashes and the row order are merged, in linear time (a stable sort of two
-        sorted runs). A store that takes retractions nets its rows instead, rewriting them."""
-        b = self.runs.pop()
-        a = self.runs.pop()
+    def _merge(self, a: _Run, b: _Run) -> None:
+        """One run from runs ``a`` and ``b`` (the newer) of a lane, in the older one's place. Rows
+        stay where they are (the tables are concatenated); only the sorted hashes and the row order
+        are merged, in linear time (a stable sort of two sorted runs). A store that takes
+        retractions nets its rows instead, rewriting them."""
+        self.runs = [r for r in self.runs if r is not a and r is not b]
         first = self.table.take(a.namespace)
         merged = pa.concat_tables([first, self.table.take(b.namespace)])
         if self.retractions:
-            self._rebuild(merged)
+            self._rebuild(merged, lane=a.lane, seq=a.seq)
             return
         raw = np.concatenate([a.raw, b.raw])
         if merged.num_columns and merged.column(0).num_chunks > _MAX_CHUNKS:
             merged = merged.combine_chunks()
         if a.order is None or b.order is None:
-            self._add_run(merged, raw)  # indexed when first searched
+            self._add_run(merged, raw, lane=a.lane, seq=a.seq)  # indexed when first searched
             return
         keys = np.concatenate([a.khash, b.khash])
         rows = np.concatenate([a.order, b.order + first.num_rows])
         perm = np.argsort(keys, kind="stable")
-        self._add_run(merged, raw, keys[perm], rows[perm])
+        self._add_run(merged, raw, keys[perm], rows[perm], lane=a.lane, seq=a.seq)
 
-    def _rebuild(self, table: pa.Table) -> None:
+    def _rebuild(self, table: pa.Table, *, lane: int = 0, seq: int | None = None) -> None:
         """Net (a store that takes retractions) and index ``table``, and store it as one run."""
         if self.retractions and table.num_rows:
             table = _net(table)
         table = table.combine_chunks()
-        self._add_run(table, table.column("_khash").to_numpy())
+        self._add_run(table, table.column("_khash").to_numpy(), lane=lane, seq=seq)
 
     def replace(self, table: pa.Table) -> None:
         """Make ``table`` (rows of this store, taken out of it) its whole content, as one run."""
         for ns in list(self.table.namespaces()):
             self.table.take(ns)
         self.runs = []
+        self._lane_ends = {}
         if table.num_rows:
             self._rebuild(table)
 
@@ -291,7 +335,7 @@ class KeyedRows:
                 if run.order is not None:
                     later = run.order >= first
                     khash, order = run.khash[later], run.order[later] - first
-                self._add_run(table.slice(first), run.raw[first:], khash, order)
+                self._add_run(table.slice(first), run.raw[first:], khash, order, lane=run.lane, seq=run.seq)
                 continue
             kept = np.flatnonzero(keep)
             if times is not None and not self.retractions:
@@ -301,7 +345,7 @@ class KeyedRows:
                     # exchange from several subtasks): stored in time order, the run's next
                     # expiries drop a prefix, a slice, instead of rewriting it again.
                     kept = kept[np.argsort(later, kind="stable")]
-            self._rebuild(table.take(pa.array(kept)))
+            self._rebuild(table.take(pa.array(kept)), lane=run.lane, seq=run.seq)
         self.runs.sort(key=lambda r: -len(r.raw))
 
     def reload(self) -> None:
@@ -309,6 +353,7 @@ class KeyedRows:
         overlap, and a key-group filter may have left gaps)."""
         parts = [self.table.take(ns) for ns in list(self.table.namespaces())]
         self.runs = []
+        self._lane_ends = {}
         self.next_namespace = 0
         parts = [p for p in parts if p is not None and p.num_rows]
         if parts:
