@@ -176,12 +176,12 @@ def test_state_ttl_forgets_rows_stored_longer_ago() -> None:
     assert op.metrics["state_rows"] == 4  # row 3 and the three right rows
 
 
-def test_interval_join_frees_state_as_the_watermark_passes() -> None:
-    """Rows 100 ms apart on both sides, matched within one second: the state holds about the
-    rows of the last second or two, whatever the length of the stream, and nothing at the end."""
+KT = pa.schema([("k", pa.int64()), ("t", pa.timestamp("ms"))])
+
+
+def _within_a_second() -> JoinOperator:
+    """(k, t) joined with (k, t) on k, where the times are at most a second apart."""
     ts = pa.timestamp("ms")
-    left_schema = pa.schema([("k", pa.int64()), ("t", ts)])
-    right_schema = pa.schema([("k", pa.int64()), ("t", ts)])
     out_schema = pa.schema([("k", pa.int64()), ("t", ts), ("k2", pa.int64()), ("t2", ts)])
 
     def within(b, ctx):
@@ -190,8 +190,15 @@ def test_interval_join_frees_state_as_the_watermark_passes() -> None:
 
     node = P.Join(id=3, left=1, right=2, kind="inner", left_keys=(0,), right_keys=(0,), schema=out_schema,
                   residual=within, interval=(1, 1, -1000, 1000))
-    op = JoinOperator(node, TaskContext(runtime=RuntimeContext(), node_id=3), left_schema=left_schema,
-                      right_schema=right_schema)
+    return JoinOperator(node, TaskContext(runtime=RuntimeContext(), node_id=3), left_schema=KT, right_schema=KT)
+
+
+def test_interval_join_frees_state_as_the_watermark_passes() -> None:
+    """Rows 100 ms apart on both sides, matched within one second: the state holds about the
+    rows of the last second or two, whatever the length of the stream, and nothing at the end."""
+    ts = pa.timestamp("ms")
+    left_schema = right_schema = KT
+    op = _within_a_second()
     n = 3000
     times = [i * 100 for i in range(n)]
     pairs = 0
@@ -217,17 +224,8 @@ def test_rows_of_two_channels_interleaved_in_time_are_stored_in_time_order() -> 
     subtasks above an exchange): each channel's rows keep to a lane, so every stored run stays in
     time order (and expiry drops a prefix of it), pairs are all found, and the state stays small."""
     ts = pa.timestamp("ms")
-    schema = pa.schema([("k", pa.int64()), ("t", ts)])
-    out_schema = pa.schema([("k", pa.int64()), ("t", ts), ("k2", pa.int64()), ("t2", ts)])
-
-    def within(b, ctx):
-        diff = pc.subtract(pc.cast(b.column(3), pa.int64()), pc.cast(b.column(1), pa.int64()))
-        return pc.and_(pc.greater_equal(diff, -1000), pc.less_equal(diff, 1000))
-
-    node = P.Join(id=3, left=1, right=2, kind="inner", left_keys=(0,), right_keys=(0,), schema=out_schema,
-                  residual=within, interval=(1, 1, -1000, 1000))
-    op = JoinOperator(node, TaskContext(runtime=RuntimeContext(), node_id=3), left_schema=schema,
-                      right_schema=schema)
+    schema = KT
+    op = _within_a_second()
     left: list[int] = []
     pairs = 0
     peak = 0
