@@ -51,9 +51,9 @@ def test_checkpoint_interval_of_an_hour_runs(tmp_path: Path) -> None:
 
 def test_an_unknown_setting_is_refused_at_its_key() -> None:
     with pytest.raises(SqlError) as info:
-        clink.sql(TABLE + "SET 'table.exec.mini-batch.enabled' = 'true';\nSELECT a FROM t;")
+        clink.sql(TABLE + "SET 'table.optimizer.distinct-agg.split.enabled' = 'true';\nSELECT a FROM t;")
     err = info.value
-    assert "unknown setting 'table.exec.mini-batch.enabled'" in str(err)
+    assert "unknown setting 'table.optimizer.distinct-agg.split.enabled'" in str(err)
     assert (err.span.line, err.span.col) == (2, 5)
 
 

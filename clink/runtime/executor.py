@@ -24,7 +24,7 @@ from clink.runtime.elements import MAX_WATERMARK, Barrier, Batch, Element, EndOf
 from clink.runtime.kernels import max_epoch_ms
 from clink.runtime.loader import sql_position_of
 from clink.runtime.operators import OperatorEnv, kind_of
-from clink.runtime.plan import Chain, Exchange, Node, Plan, Sink, Source, Union
+from clink.runtime.plan import Chain, Exchange, GroupAggregate, Node, Plan, Sink, Source, Union
 from clink.runtime.settings import checkpoint_location, parse_duration, parse_size
 
 #: A subtask's id is its node's id plus ``subtask * SUBTASK_STRIDE``: subtask 0 keeps the node's id.
@@ -134,6 +134,19 @@ class Metrics:
         return text
 
 
+def _minibatch_settings(ctx: RuntimeContext) -> tuple[int, int]:
+    """Rows and milliseconds of a mini-batch ('table.exec.mini-batch.size', '.allow-latency'),
+    (0, 0) when 'table.exec.mini-batch.enabled' is not 'true'. As in Flink, both must be set."""
+    if (ctx.get("table.exec.mini-batch.enabled") or "false").strip().lower() != "true":
+        return 0, 0
+    latency = _duration_ms(ctx.get("table.exec.mini-batch.allow-latency")) or 0
+    size = int(ctx.get("table.exec.mini-batch.size") or 0)
+    if latency <= 0 or size <= 0:
+        raise UsageError("'table.exec.mini-batch.enabled' = 'true' needs 'table.exec.mini-batch.allow-latency' "
+                         "and 'table.exec.mini-batch.size', each greater than 0 (for example '2 s' and '50000')")
+    return size, latency
+
+
 def _duration_ms(text: str | None) -> int | None:
     """A duration setting in milliseconds; absent or zero is None (off)."""
     if not text:
@@ -194,6 +207,12 @@ class Job:
         self._held_watermarks: dict[int, int] = {}
         self._buffering: set[int] = set()
         self._exchanges: list[int] = []
+        #: Mini-batches ('table.exec.mini-batch.*'): per group-aggregate subtask, the batches that
+        #: wait to be aggregated as one, their rows, and when (context clock, ms) the first came.
+        self._minibatch_size, self._minibatch_latency = _minibatch_settings(self.ctx)
+        self._minibatches: dict[int, list[pa.RecordBatch]] = {}
+        self._minibatch_rows: dict[int, int] = {}
+        self._minibatch_since: dict[int, int] = {}
         #: Per subtask: the checkpoint barrier being aligned, and the channels it came on so far.
         self._barriers: dict[int, tuple[int, set[int]]] = {}
         #: Per subtask aligning a barrier: what came after it on channels that delivered it, in order.
@@ -360,6 +379,9 @@ class Job:
                               ttl_ms=_duration_ms(self.ctx.get("table.exec.state.ttl")),
                               input_modes=tuple(self._nodes[i].changelog for i in node.inputs))
             self._operators[sid] = kind.open(node, env)
+            if self._minibatch_size and isinstance(node, GroupAggregate):
+                self._minibatches[sid] = []
+                self._minibatch_rows[sid] = 0
             if getattr(node, "late_output", None) is not None:
                 self._late_outputs[sid] = subtask_id(node.late_output, index)
             if getattr(node, "proctime", False):
@@ -420,6 +442,11 @@ class Job:
                     progressed = True
                     self._end(node_id)
             self._flush_exchanges()
+            if self._minibatch_since:
+                now = self.ctx.clock()
+                for sid, since in list(self._minibatch_since.items()):
+                    if now - since >= self._minibatch_latency:
+                        self._flush_minibatch(sid)
             # Windows over processing time fire as the clock passes their end.
             for node_id in self._proctime_windows:
                 if node_id not in self._ended and not self._sources_stopped:
@@ -600,6 +627,8 @@ class Job:
                     self._writers[target_id].write(batch)
                 elif isinstance(node, Union):
                     self._emit(target_id, element)
+                elif target_id in self._minibatches:
+                    self._wait_in_minibatch(target_id, batch)
                 elif (operator := self._operators.get(target_id)) is not None:
                     self._emit_all(target_id, operator.process(batch, self._channel_input[(target_id, from_id)]))
                     self._drain_late_rows(target_id, operator)
@@ -633,6 +662,8 @@ class Job:
             case EndOfInput():
                 if target_id in self._buffering:
                     self._flush(node.id)
+                if target_id in self._minibatches:
+                    self._flush_minibatch(target_id)
                 index = self._channel_input[(target_id, from_id)]
                 self._open_channels[(target_id, index)] -= 1
                 operator = self._operators.get(target_id)
@@ -650,6 +681,8 @@ class Job:
         """Every open channel of ``target_id`` has delivered the barrier: the subtask takes its part
         of the checkpoint (spread over processes), passes the barrier on, then takes what waited."""
         checkpoint_id, _ = self._barriers.pop(target_id)
+        if target_id in self._minibatches:
+            self._flush_minibatch(target_id)  # what came before the barrier is in the checkpoint
         if self._placement is not None and (snapshot := self._snapshot_of(checkpoint_id)) is not None:
             snapshot.take(target_id)
         if not isinstance(self._node_of[target_id], Sink):
@@ -770,6 +803,8 @@ class Job:
         if low <= self._watermarks.get(node_id, -(2**63)):
             return
         self._watermarks[node_id] = low
+        if node_id in self._minibatches:
+            self._flush_minibatch(node_id)
         if isinstance(node, Sink):
             self.metrics.watermark = low
             return
@@ -838,6 +873,28 @@ class Job:
                 self._went_idle(target)
             else:
                 self._evaluate_watermark(target)
+
+    def _wait_in_minibatch(self, sid: int, batch: pa.RecordBatch) -> None:
+        """Hold a group aggregate's input until its mini-batch is full (or its watermark moves,
+        a barrier or the end comes, or it has waited 'allow-latency'): aggregated together, the
+        rows of many batches update each key once, and what follows sees fewer changes."""
+        self._minibatches[sid].append(batch)
+        self._minibatch_rows[sid] += batch.num_rows
+        self._minibatch_since.setdefault(sid, self.ctx.clock())
+        if self._minibatch_rows[sid] >= self._minibatch_size:
+            self._flush_minibatch(sid)
+
+    def _flush_minibatch(self, sid: int) -> None:
+        waiting = self._minibatches[sid]
+        if not waiting:
+            return
+        self._minibatches[sid] = []
+        self._minibatch_rows[sid] = 0
+        self._minibatch_since.pop(sid, None)
+        batch = waiting[0] if len(waiting) == 1 else pa.concat_batches(waiting)
+        operator = self._operators[sid]
+        self._emit_all(sid, operator.process(batch, 0))
+        self._drain_late_rows(sid, operator)
 
     def _emit_all(self, node_id: int, batches: list[pa.RecordBatch]) -> None:
         for batch in batches:

@@ -161,6 +161,10 @@ SETTINGS: dict[str, Setting] = {s.key: s for s in (
     Setting("state.checkpoints.num-retained", "how many complete checkpoints are kept", _positive_int),
     Setting("state.sqlite.cache-size", "how much sqlite state stays in memory", parse_size),
     Setting("table.exec.state.ttl", "keyed state not updated for this long is forgotten", _duration),
+    Setting("table.exec.mini-batch.enabled", "group aggregations take their input in mini-batches "
+            "(docs/sql.md)", _choice("true", "false")),
+    Setting("table.exec.mini-batch.allow-latency", "the longest a row waits in a mini-batch", _duration),
+    Setting("table.exec.mini-batch.size", "the most rows of a mini-batch", _positive_int),
     Setting("table.exec.source.idle-timeout", "a source split silent this long stops holding back "
             "the watermark", _duration),
     Setting("table.exec.allowed-lateness", "how late a row may be and still update its window", _duration),

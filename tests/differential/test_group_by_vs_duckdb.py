@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import math
+import re
 import subprocess
 import sys
 import time
@@ -73,10 +74,15 @@ QUERIES = [
 ]
 
 
+#: Group aggregations in mini-batches of about five source batches (and the last one at the end).
+MINI_BATCH = {"table.exec.mini-batch.enabled": "true", "table.exec.mini-batch.allow-latency": "1 h",
+              "table.exec.mini-batch.size": "500"}
+
+
 @pytest.mark.parametrize("query", QUERIES)
-@pytest.mark.parametrize("backend", ["memory", "sqlite"])
-def test_final_table_equals_duckdb(events: pa.Table, query: str, backend: str) -> None:
-    context = RuntimeContext(config={"state.backend": backend})
+@pytest.mark.parametrize(("backend", "mini_batch"), [("memory", False), ("sqlite", False), ("memory", True)])
+def test_final_table_equals_duckdb(events: pa.Table, query: str, backend: str, mini_batch: bool) -> None:
+    context = RuntimeContext(config={"state.backend": backend, **(MINI_BATCH if mini_batch else {})})
     ours = run_select(query, context=context, row_group_size=97, ev=events)
     theirs = _duck(query, events)
     _same(ours, theirs)
@@ -88,18 +94,57 @@ def _duck(query: str, events: pa.Table) -> list[tuple]:
     return con.execute(query).fetchall()
 
 
-def test_print_shows_each_change_with_its_kind(tmp_path: Path) -> None:
+def _printed_changes(tmp_path: Path, settings: str = "") -> list[str]:
+    """The changes ``clink run`` prints for counts and sums of five rows, read one at a time."""
     script = tmp_path / "counts.sql"
     script.write_text(
+        settings +
         "CREATE TABLE t (id INT) WITH ('connector' = 'datagen', 'number-of-rows' = '5', 'batch-size' = '1',\n"
         "  'fields.id.kind' = 'sequence', 'fields.id.start' = '1', 'fields.id.end' = '5');\n"
         "SELECT id % 2 AS odd, COUNT(*) AS n, SUM(id) AS s FROM t GROUP BY id % 2;\n")
     done = subprocess.run([sys.executable, "-m", "clink", "run", "--recompile", str(script)], capture_output=True,
                           text=True, cwd=tmp_path, check=False)
     assert done.returncode == 0, done.stderr
-    lines = [line for line in done.stdout.splitlines() if line[:2] in ("+I", "-U", "+U", "-D")]
+    return [line for line in done.stdout.splitlines() if line[:2] in ("+I", "-U", "+U", "-D")]
+
+
+def test_print_shows_each_change_with_its_kind(tmp_path: Path) -> None:
+    lines = _printed_changes(tmp_path)
     assert lines == ["+I[1, 1, 1]", "+I[0, 1, 2]", "-U[1, 1, 1]", "+U[1, 2, 4]", "-U[0, 1, 2]", "+U[0, 2, 6]",
                      "-U[1, 2, 4]", "+U[1, 3, 9]"]
+
+
+def test_a_mini_batch_aggregates_its_rows_together(tmp_path: Path) -> None:
+    """Five rows in batches of one, in mini-batches of three rows: each key changes once per
+    mini-batch, not once per row (as Flink's 'table.exec.mini-batch.*' do)."""
+    lines = _printed_changes(tmp_path, "SET 'table.exec.mini-batch.enabled' = 'true';\n"
+                                       "SET 'table.exec.mini-batch.allow-latency' = '1 h';\n"
+                                       "SET 'table.exec.mini-batch.size' = '3';\n")
+    # Rows 1-3, then rows 4-5 (the end); within a mini-batch, the keys' changes in any order.
+    assert sorted(lines[:2]) == ["+I[0, 1, 2]", "+I[1, 2, 4]"]
+    assert sorted(lines[2:]) == ["+U[0, 2, 6]", "+U[1, 3, 9]", "-U[0, 1, 2]", "-U[1, 2, 4]"]
+
+
+@pytest.mark.parametrize(("settings", "message"), [
+    ({"table.exec.mini-batch.enabled": "true"}, "needs 'table.exec.mini-batch.allow-latency'"),
+    ({"table.exec.mini-batch.enabled": "true", "table.exec.mini-batch.allow-latency": "2 s"},
+     "and 'table.exec.mini-batch.size', each greater than 0"),
+])
+def test_a_mini_batch_without_its_bounds_is_refused(settings: dict, message: str) -> None:
+    from clink.errors import UsageError
+
+    with pytest.raises(UsageError, match=re.escape(message)):
+        clink.sql("CREATE TABLE t (k INT) WITH ('connector' = 'datagen', 'number-of-rows' = '5');\n"
+                  "SELECT k, COUNT(*) FROM t GROUP BY k", context=RuntimeContext(config=settings)).to_arrow()
+
+
+def test_a_mini_batch_size_of_zero_is_a_positioned_error() -> None:
+    script = ("SET 'table.exec.mini-batch.size' = '0';\nCREATE TABLE t (k INT) WITH ('connector' = 'datagen');\n"
+              "SELECT k FROM t")
+    with pytest.raises(SqlError) as info:
+        clink.compile(script, name="p.sql")
+    text = info.value.render({"p.sql": script})
+    assert "p.sql:1:" in text and "table.exec.mini-batch.size" in text
 
 
 def test_updates_into_an_append_only_sink_are_refused_with_a_position() -> None:
