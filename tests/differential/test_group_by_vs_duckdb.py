@@ -79,10 +79,21 @@ MINI_BATCH = {"table.exec.mini-batch.enabled": "true", "table.exec.mini-batch.al
               "table.exec.mini-batch.size": "500"}
 
 
+#: The same plan on two Ray workers, with mini-batches: barriers, watermarks and the end flush
+#: them in each worker.
+ON_RAY = {"execution.target": "ray", "parallelism.default": "2", **MINI_BATCH}
+
+
 @pytest.mark.parametrize("query", QUERIES)
-@pytest.mark.parametrize(("backend", "mini_batch"), [("memory", False), ("sqlite", False), ("memory", True)])
-def test_final_table_equals_duckdb(events: pa.Table, query: str, backend: str, mini_batch: bool) -> None:
-    context = RuntimeContext(config={"state.backend": backend, **(MINI_BATCH if mini_batch else {})})
+@pytest.mark.parametrize(("backend", "settings"), [
+    ("memory", {}), ("sqlite", {}), ("memory", MINI_BATCH),
+    pytest.param("memory", ON_RAY, marks=pytest.mark.cluster, id="memory-ray"),
+])
+def test_final_table_equals_duckdb(events: pa.Table, query: str, backend: str, settings: dict,
+                                   request: pytest.FixtureRequest) -> None:
+    if settings.get("execution.target") == "ray":
+        request.getfixturevalue("ray_cluster")
+    context = RuntimeContext(config={"state.backend": backend, **settings})
     ours = run_select(query, context=context, row_group_size=97, ev=events)
     theirs = _duck(query, events)
     _same(ours, theirs)
