@@ -400,3 +400,24 @@ def test_a_checkpoint_takes_the_rows_waiting_in_a_mini_batch(tmp_path: Path) -> 
     Job(plan, RuntimeContext(config=config, state_dir=tmp_path / "state", stdout=resumed)).run()
     assert _last_per_key(resumed.getvalue()) == _last_per_key(whole.getvalue())
     assert len(_last_per_key(whole.getvalue())) == 9
+
+
+def test_a_mini_batch_goes_once_its_first_row_has_waited_allow_latency() -> None:
+    """By the context clock: rows that wait less than 'allow-latency' stay; once the first has
+    waited that long, the mini-batch is aggregated and its changes go out."""
+    now = [0]
+    config = {"table.exec.mini-batch.enabled": "true", "table.exec.mini-batch.allow-latency": "1 s",
+              "table.exec.mini-batch.size": "100000"}
+    printed = io.StringIO()
+    plan = clink.compile(MINI_BATCH_SQL, name="mb.sql").runtime_plan
+    job = Job(plan, RuntimeContext(config=config, stdout=printed, clock=lambda: now[0]))
+    job.step()
+    waiting = sum(job._minibatch_rows.values())
+    assert waiting > 0 and printed.getvalue() == ""
+    now[0] += 999
+    job.step()
+    assert sum(job._minibatch_rows.values()) >= waiting and printed.getvalue() == ""
+    now[0] += 1
+    job.step()
+    assert sum(job._minibatch_rows.values()) == 0
+    assert len(_last_per_key(printed.getvalue())) == 9
