@@ -25,7 +25,7 @@ from clink.runtime.kernels import max_epoch_ms
 from clink.runtime.loader import sql_position_of
 from clink.runtime.operators import OperatorEnv, kind_of
 from clink.runtime.plan import Chain, Exchange, GroupAggregate, Node, Plan, Sink, Source, Union
-from clink.runtime.settings import checkpoint_location, parse_duration, parse_size
+from clink.runtime.settings import check_setting, checkpoint_location, parse_duration, parse_size
 
 #: A subtask's id is its node's id plus ``subtask * SUBTASK_STRIDE``: subtask 0 keeps the node's id.
 SUBTASK_STRIDE = 1 << 16
@@ -137,6 +137,10 @@ class Metrics:
 def _minibatch_settings(ctx: RuntimeContext) -> tuple[int, int]:
     """Rows and milliseconds of a mini-batch ('table.exec.mini-batch.size', '.allow-latency'),
     (0, 0) when 'table.exec.mini-batch.enabled' is not 'true'. As in Flink, both must be set."""
+    for key in ("table.exec.mini-batch.enabled", "table.exec.mini-batch.allow-latency", "table.exec.mini-batch.size"):
+        # Settings given from Python have not been through SET's checks.
+        if (value := ctx.get(key)) is not None and (problem := check_setting(key, value)) is not None:
+            raise UsageError(problem)
     if (ctx.get("table.exec.mini-batch.enabled") or "false").strip().lower() != "true":
         return 0, 0
     latency = _duration_ms(ctx.get("table.exec.mini-batch.allow-latency")) or 0

@@ -140,6 +140,9 @@ def test_a_mini_batch_aggregates_its_rows_together(tmp_path: Path) -> None:
     ({"table.exec.mini-batch.enabled": "true"}, "needs 'table.exec.mini-batch.allow-latency'"),
     ({"table.exec.mini-batch.enabled": "true", "table.exec.mini-batch.allow-latency": "2 s"},
      "and 'table.exec.mini-batch.size', each greater than 0"),
+    ({"table.exec.mini-batch.enabled": "yes"}, "expected one of 'true', 'false', got 'yes'"),
+    ({"table.exec.mini-batch.enabled": "true", "table.exec.mini-batch.allow-latency": "2 s",
+      "table.exec.mini-batch.size": "lots"}, "'table.exec.mini-batch.size': expected a whole number"),
 ])
 def test_a_mini_batch_without_its_bounds_is_refused(settings: dict, message: str) -> None:
     from clink.errors import UsageError
