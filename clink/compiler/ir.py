@@ -451,8 +451,15 @@ class WindowDef:
     slide: int = 0
     offset: int = 0
     gap: int = 0
+    #: A window aggregation over rows that already carry their window (GROUP BY the window_start
+    #: and window_end of a window aggregation or window table function below): that window, as
+    #: SQL. The rows are then grouped by the millisecond their window closes in, a TUMBLE of 1 ms
+    #: over window_end - 1 ms, with window_start as a key; it fires as the window below did.
+    attached: str = ""
 
     def sql(self) -> str:
+        if self.attached:
+            return f"windows of the input: {self.attached}"
         match self.kind:
             case "tumble":
                 text = f"TUMBLE(size={_ms(self.size)}"
@@ -489,6 +496,30 @@ class WindowTVF(Unary):
     @functools.cached_property
     def schema(self) -> Schema:
         return Schema(self.input.schema.fields + _window_fields(self.input.schema[self.time].type))
+
+
+def window_origin(rel: Rel, index: int, *,
+                  through_keys: bool = False) -> tuple[WindowAggregate | WindowTVF, int] | None:
+    """The window aggregation or window table function whose window_start (0), window_end (1) or
+    window_time (2) column ``index`` of ``rel`` is, passed on unchanged through projections and
+    filters (and, with ``through_keys``, the keys of GROUP BYs); None for any other column."""
+    while True:
+        match rel:
+            case Project(exprs=exprs, input=below) | Calc(exprs=exprs, input=below):
+                e = exprs[index]
+                if not isinstance(e, Column):
+                    return None
+                rel, index = below, e.index
+            case Filter(input=below):
+                rel = below
+            case GroupAggregate(num_keys=n, input=below) if through_keys and index < n:
+                rel = below
+            case WindowAggregate(num_keys=n) if n <= index < n + 3:
+                return rel, index - n
+            case WindowTVF(input=below) if index >= len(below.schema):
+                return rel, index - len(below.schema)
+            case _:
+                return None
 
 
 @attrs.frozen(kw_only=True)

@@ -249,8 +249,8 @@ def runtime_window(node: ir.WindowAggregate):
     window = node.window
     aggs = tuple(P.AggSpec(fn=a.fn, arg=a.arg, type=a.type, filter=a.filter, name=n)
                  for a, n in zip(node.aggs, node.agg_names, strict=True))
-    spec = P.WindowSpec(kind=window.kind, **{k: getattr(window, k) for k in ("size", "slide", "offset", "gap")
-                                           if getattr(window, k)})
+    spec = P.WindowSpec(kind=window.kind, **{k: getattr(window, k) for k in ("size", "slide", "offset", "gap",
+                                                                        "attached") if getattr(window, k)})
     rows = pa.schema([f.to_arrow() for f in node.input.schema.fields])
     keys = tuple(range(node.num_keys))
     return P.WindowAggregate(id=0, input=0, window=spec, time=node.time, keys=keys, aggs=aggs,

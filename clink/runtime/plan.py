@@ -206,8 +206,13 @@ class WindowSpec:
     slide: int = 0
     offset: int = 0
     gap: int = 0
+    #: The rows already carry their window, this one (as SQL): they arrive as a ``tumble`` of
+    #: 1 ms over the window's end - 1 ms, the window's start a key (a cascaded window aggregation).
+    attached: str = ""
 
     def describe(self) -> str:
+        if self.attached:
+            return f"windows of the input: {self.attached}"
         match self.kind:
             case "tumble":
                 return f"TUMBLE(size={self.size} ms{f', offset={self.offset} ms' if self.offset else ''})"

@@ -102,3 +102,36 @@ def test_allowed_lateness_setting_is_read() -> None:
                    "SELECT COUNT(*) FROM TABLE(TUMBLE(TABLE bid, DESCRIPTOR(date_time), INTERVAL '1' MINUTE)) "
                    "GROUP BY window_start, window_end")
     assert "allowed_lateness=[5000 ms]" in text
+
+
+WINDOW_COUNTS = ("SELECT auction, COUNT(*) AS n, window_start AS ws, window_end AS we FROM TABLE({window}) "
+                 "GROUP BY auction, window_start, window_end")
+HOP = "HOP(TABLE bid, DESCRIPTOR(date_time), INTERVAL '2' SECOND, INTERVAL '10' SECOND)"
+
+
+def test_a_group_by_the_windows_of_a_window_aggregation_is_a_window_aggregation() -> None:
+    text = explain(f"SELECT ws, we, MAX(n) FROM ({WINDOW_COUNTS.format(window=HOP)}) GROUP BY ws, we")
+    assert ("WindowAggregate(window=[windows of the input: HOP(slide=2 s, size=10 s)], time=[__time], "
+            "keys=[ws], aggs=[MAX(__arg0)])") in text
+    assert "(window_end - INTERVAL '0.001' SECOND) AS __time" in text
+    assert "GroupAggregate" not in text and "produces updates" not in text
+    # Rows of a window table function carry their windows too.
+    text = explain(f"SELECT window_start, window_end, COUNT(*) FROM (SELECT auction, window_start, window_end "
+                   f"FROM TABLE({HOP}) WHERE price > 10) GROUP BY window_start, window_end")
+    assert "WindowAggregate(window=[windows of the input: HOP(slide=2 s, size=10 s)]" in text
+
+
+@pytest.mark.parametrize("query", [
+    # Not both of window_start and window_end: every row so far, revised as rows arrive.
+    f"SELECT we, MAX(n) FROM ({WINDOW_COUNTS.format(window=HOP)}) GROUP BY we",
+    # Session windows merge: a window_end below is not where a window closes.
+    "SELECT ws, we, MAX(n) FROM (" + WINDOW_COUNTS.format(
+        window="SESSION(TABLE bid PARTITION BY auction, DESCRIPTOR(date_time), INTERVAL '5' SECOND)") +
+    ") GROUP BY ws, we",
+    # A column computed from window_end is not the window's end.
+    f"SELECT ws, e, MAX(n) FROM (SELECT ws, we + INTERVAL '1' SECOND AS e, n FROM "
+    f"({WINDOW_COUNTS.format(window=HOP)})) GROUP BY ws, e",
+])
+def test_other_group_bys_over_window_results_stay_updating(query: str) -> None:
+    text = explain(query)
+    assert "GroupAggregate(keys=" in text and "windows of the input" not in text

@@ -9,18 +9,22 @@ in SQL. After the final watermark both must hold the same rows.
 from __future__ import annotations
 
 import math
+import tempfile
 from collections import Counter
+from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 
 # tests/shared_duckdb.py: pytest puts tests/ on sys.path, as it holds the root conftest.py.
 import shared_duckdb
 
+import clink
 from clink.errors import SqlError
 from clink.runtime.context import RuntimeContext
-from clink.testing import run_select
+from clink.testing import run_select, table_ddl
 
 N = 3000
 T0 = 1_704_067_200_000  # 2024-01-01 00:00:00 UTC in ms
@@ -245,3 +249,35 @@ def test_plain_hop_relation_matches_duckdb() -> None:
     con.register("t", DENSE)
     theirs = con.execute(f"SELECT rn, window_start, window_end FROM ({_hop(5_000, 15_000)})").fetchall()
     assert _normalize([tuple(r.values()) for r in ours.to_pylist()]) == _normalize(theirs)
+
+
+@pytest.mark.parametrize("data", [DENSE, NULL_KEYS], ids=["dense", "null_keys"])
+@pytest.mark.parametrize(("case", "window", "duck_windows", "keys"),
+                         [c for c in CASES if not c[0].startswith("session")],
+                         ids=[c[0] for c in CASES if not c[0].startswith("session")])
+def test_an_aggregation_by_the_windows_of_a_window_aggregation_matches_duckdb(
+        case: str, window: str, duck_windows: str, keys: str, data: pa.Table, path: str) -> None:
+    """GROUP BY the window_start and window_end of a window aggregation below (renamed, filtered
+    on the way) is itself a window aggregation, as Flink plans it: each window's row comes out
+    once, appended, when the watermark passes the window's end. It is not revised as the rows
+    of the window below arrive, as a GROUP BY without a window would be."""
+    key_list = f"{keys}, " if keys else ""
+    inner = ("SELECT {keys}window_start AS ws, window_end AS we, COUNT(*) AS n, SUM(price) AS s "
+             "FROM {source} GROUP BY {keys}window_start, window_end")
+    outer = ("SELECT ws, we, COUNT(*) AS groups, MAX(n) AS top, SUM(s) AS total, MIN(s) AS low "
+             "FROM ({inner}) AS w WHERE n > 1 GROUP BY we, ws")
+    with tempfile.TemporaryDirectory(prefix="clink-test-") as tmp:
+        parquet = Path(tmp) / "t.parquet"
+        pq.write_table(data, parquet, row_group_size=97)
+        script = (table_ddl("t", data, parquet, watermark=WATERMARK) + ";\n" +
+                  outer.format(inner=inner.format(keys=key_list, source=f"TABLE({window})")))
+        result = clink.sql(script, name="cascade.sql")
+        assert "WindowAggregate(window=[windows of the input:" in result.plan.explain()
+        batches = list(result.batches())
+    assert all("_rowkind" not in b.schema.names for b in batches), "the windows' rows must only be appended"
+    ours = [tuple(r.values()) for b in batches for r in b.to_pylist()]
+    con = shared_duckdb.connect()
+    con.register("t", data)
+    theirs = con.execute(outer.format(inner=inner.format(keys=key_list, source=f"({duck_windows})"))).fetchall()
+    assert ours, "no window fired"
+    _assert_same_rows(ours, theirs)

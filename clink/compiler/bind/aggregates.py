@@ -13,7 +13,8 @@ from clink.compiler import ast, ir
 from clink.compiler import types as T
 from clink.compiler.bind.exprs import WINDOW_PROPERTY
 from clink.compiler.bind.scope import Scope, ast_walk, derive_name, unique_names
-from clink.compiler.functions import AGGREGATES, TABLE_FUNCTIONS, cast_to
+from clink.compiler.bind.windows import attachable
+from clink.compiler.functions import AGGREGATES, TABLE_FUNCTIONS, arithmetic, cast_to
 from clink.errors import SqlError
 
 
@@ -49,22 +50,28 @@ class AggregateBinder:
             window, time, proctime = self._legacy_window(legacy[0], scope, rel)
             below = rel
         else:
-            return self._group_aggregate(q, rel, scope)
+            attached = self._attached_window(group, scope, rel)
+            if attached is None:
+                return self._group_aggregate(q, rel, scope)
+            window, window_cols, time_expr = attached
+            below, proctime = rel, False
         keys, key_names, seen = self._group_keys(group, scope, window_cols)
-        if window_cols and not {0, 1} <= seen:
+        if window_cols and not window.attached and not {0, 1} <= seen:
             where = q.group_by[0].span if q.group_by else q.span
             raise SqlError("a window aggregation must GROUP BY window_start and window_end", where,
                            "add window_start, window_end to GROUP BY")
         if window.kind == "session":
             self._check_session_keys(rel, keys, q)
         self._raise_collected()
-        window_time = ir.window_time_type(below.schema[time].type)
+        if not window.attached:
+            time_expr = ir.Column(index=time, name=below.schema[time].name, type=below.schema[time].type,
+                                  nullable=below.schema[time].nullable, span=q.span)
+        window_time = ir.window_time_type(time_expr.type)
         context, bound, having = self._bind_aggregates(q, scope, base=len(keys) + 1, window_time=window_time)
         num_keys = len(keys)
         rebase = _rebaser(keys, key_names, window_cols=window_cols)
 
-        inputs = [*keys, ir.Column(index=time, name=below.schema[time].name, type=below.schema[time].type,
-                                   nullable=below.schema[time].nullable, span=q.span), *context.inputs]
+        inputs = [*keys, time_expr, *context.inputs]
         names = [*key_names, "__time", *(f"__arg{i}" for i in range(len(context.inputs)))]
         late = self._late_output(q, below)
         late_columns: tuple[int, ...] = ()
@@ -84,6 +91,41 @@ class AggregateBinder:
         rowtime = frozenset(n for n, e in zip(project.names, project.exprs, strict=True)
                             if isinstance(e, ir.Column) and e.index == num_keys + 2)
         return project, rowtime
+
+    def _attached_window(self, group: list[ast.Expr], scope: Scope,
+                         rel: ir.Rel) -> tuple[ir.WindowDef, dict[int, int], ir.Expr] | None:
+        """GROUP BY the window_start and window_end of a window aggregation or window table
+        function below (as Flink plans it): a window aggregation over the windows the rows
+        already carry. Each window closes, and its result comes out once, when the watermark
+        passes its end, as the window below closed; its rows are append-only, where a GROUP BY
+        without a window would revise each window's row as its rows arrive.
+
+        Returns the window, the grouped window columns (window_end: 1, window_time: 2; the
+        window's start is a key) and the time the rows are windowed by (window_end - 1 ms);
+        None when the GROUP BY is not one of these."""
+        if ir.is_updating(rel):
+            return None
+        found: dict[int, dict[int, int]] = {}
+        origins: dict[int, ir.Rel] = {}
+        for g in group:
+            e = self.expr(g, scope)
+            origin = ir.window_origin(rel, e.index) if isinstance(e, ir.Column) else None
+            if origin is not None:
+                node, role = origin
+                origins[id(node)] = node
+                found.setdefault(id(node), {}).setdefault(role, e.index)
+        for key, roles in found.items():
+            node = origins[key]
+            if not {0, 1} <= set(roles) or not attachable(node):
+                continue
+            end = rel.schema[roles[1]]
+            time = arithmetic("-", ir.Column(index=roles[1], name=end.name, type=end.type, nullable=False,
+                                             span=None), ir.Literal(value=1, type=pa.duration("ms"), span=None),
+                              None)
+            window = ir.WindowDef("tumble", size=1, attached=node.window.sql())
+            window_cols = {roles[1]: 1} | ({roles[2]: 2} if 2 in roles else {})
+            return window, window_cols, time
+        return None
 
     def _group_keys(self, group: list[ast.Expr], scope: Scope,
                     window_cols: dict[int, int]) -> tuple[list[ir.Expr], list[str], set[int]]:

@@ -279,7 +279,7 @@ def _emit_residual(w: SourceWriter, op: JoinOp) -> None:
 
 def _window_py(window: ir.WindowDef) -> str:
     parts = [f"kind={window.kind!r}"]
-    parts += [f"{name}={getattr(window, name)}" for name in ("size", "slide", "offset", "gap")
+    parts += [f"{name}={getattr(window, name)!r}" for name in ("size", "slide", "offset", "gap", "attached")
               if getattr(window, name)]
     return f"P.WindowSpec({', '.join(parts)})"
 

@@ -139,23 +139,14 @@ def _time_attributes(rel: ir.Rel) -> set[int]:
 def _window_end(rel: ir.Rel, index: int) -> bool:
     """Whether column ``index`` of ``rel`` is a window aggregation's window_end, passed on
     unchanged through projections, filters and the keys of GROUP BYs."""
-    while True:
-        match rel:
-            case ir.Project(exprs=exprs, input=below) | ir.Calc(exprs=exprs, input=below):
-                e = exprs[index]
-                if not isinstance(e, ir.Column):
-                    return False
-                rel, index = below, e.index
-            case ir.Filter(input=below):
-                rel = below
-            case ir.GroupAggregate(num_keys=n, input=below) if index < n:
-                rel = below
-            case ir.WindowAggregate(num_keys=n, proctime=False):
-                # Over a TIMESTAMP_LTZ, window_end is a wall clock of the session time zone, not
-                # comparable with watermarks (instants); its window_time is, and bounds joins.
-                return index == n + 1 and rel.schema[n + 2].type == ir.WINDOW_TIME_TYPE
-            case _:
-                return False
+    origin = ir.window_origin(rel, index, through_keys=True)
+    if origin is None:
+        return False
+    node, role = origin
+    # Over a TIMESTAMP_LTZ, window_end is a wall clock of the session time zone, not comparable
+    # with watermarks (instants); its window_time is, and bounds joins.
+    return (isinstance(node, ir.WindowAggregate) and not node.proctime and role == 1
+            and node.schema[node.num_keys + 2].type == ir.WINDOW_TIME_TYPE)
 
 
 def _time_term(e: ir.Expr) -> tuple[int, int] | None:
