@@ -246,7 +246,7 @@ def explain_physical(plan: PhysicalPlan) -> str:
                 what = "LookupJoin" if join.lookup else "TemporalJoin" if join.temporal is not None else "Join"
                 line = (f"[{op.id}] {what} {join.kind.upper()}"
                         f"{' (interval)' if join.interval is not None else ''} "
-                        f"state=[{'right side by key' if join.lookup else 'versions by key, left rows until the watermark' if join.temporal is not None else 'both sides by key'}] "
+                        f"state=[{_join_state(op)}] "
                         f"<- [{op.left}, {op.right}] {op.partitioning}")
                 if ir.is_updating(join):
                     line += " produces updates"
@@ -273,3 +273,15 @@ def chain_kinds(op: ChainOp) -> list[str]:
 def explain(roots: tuple[ir.Sink, ...], physical: PhysicalPlan) -> str:
     logical = "\n".join(explain_logical(r) for r in roots)
     return f"== Logical plan ==\n{logical}\n\n== Physical plan ==\n{explain_physical(physical)}\n"
+
+
+def _join_state(op: JoinOp) -> str:
+    join = op.join
+    if join.lookup:
+        return "right side by key"
+    if join.temporal is not None:
+        return "versions by key, left rows until the watermark"
+    if op.broadcast is not None:
+        big, small = ("left", "right") if op.broadcast == 1 else ("right", "left")
+        return f"{big} rows where they were made, every {small} row in every subtask"
+    return "both sides by key"

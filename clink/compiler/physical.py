@@ -13,7 +13,7 @@ from clink.compiler import ir
 from clink.compiler.bind import BoundScript
 from clink.compiler.functions import cast_to
 from clink.errors import CompilerBug, SqlError
-from clink.runtime.plan import SINGLE, Distribution, hash_by
+from clink.runtime.plan import BROADCAST, SINGLE, Distribution, hash_by
 
 
 @attrs.frozen(kw_only=True)
@@ -112,6 +112,8 @@ class JoinOp:
     left: int
     right: int
     join: ir.Join
+    #: The input sent whole to every subtask (0 left, 1 right; ``broadcast_side``), or None.
+    broadcast: int | None = None
 
     @property
     def schema(self) -> ir.Schema:
@@ -123,6 +125,8 @@ class JoinOp:
 
     @property
     def partitioning(self) -> str:
+        if self.broadcast is not None:
+            return "forward / broadcast" if self.broadcast == 1 else "broadcast / forward"
         left = [self.join.left.schema.names[k] for k in self.join.left_keys]
         right = [self.join.right.schema.names[k] for k in self.join.right_keys]
         return f"hash({', '.join(left)}) / hash({', '.join(right)})"
@@ -235,9 +239,42 @@ def output_distribution(op: PhysicalOp) -> Distribution | None:
             return hash_by(*range(agg.num_keys))
         case OverAggOp(over=node) | RankOp(rank=node):
             return hash_by(*node.partition)
-        case JoinOp(join=join):
+        case JoinOp(join=join, broadcast=None):
             return hash_by(*join.left_keys)
     return None
+
+
+def broadcast_side(join: ir.Join) -> int | None:
+    """The input of ``join`` to send whole to every subtask, leaving the other input's rows on the
+    subtask that made them (no exchange of its rows), or None to hash both by the join keys.
+
+    An input of one row per window (a window aggregation grouped by nothing but its window) is
+    tiny next to a stream of events, and an interval join forgets its rows as the windows close,
+    so every subtask can keep all of them; Nexmark q5 and q7 join such a maximum per window
+    with every bid or count. Only an inner join: a pair then forms exactly once, on the subtask
+    of its row of the other input, where an outer join could not tell alone that a broadcast
+    row met nothing anywhere."""
+    if join.kind != "inner" or join.lookup or join.temporal is not None or join.interval is None:
+        return None
+    if _one_row_per_window(join.right) and not _one_row_per_window(join.left):
+        return 1
+    if _one_row_per_window(join.left) and not _one_row_per_window(join.right):
+        return 0
+    return None
+
+
+def _one_row_per_window(rel: ir.Rel) -> bool:
+    """Whether ``rel`` is (projections and filters of) a window aggregation without grouping keys
+    besides its window: one row per window."""
+    while isinstance(rel, ir.Project | ir.Calc | ir.Filter):
+        rel = rel.input
+    if not isinstance(rel, ir.WindowAggregate) or rel.proctime:
+        return False
+    if rel.num_keys == 0:
+        return True
+    # Over rows that carry their window, the window's start is the key (``WindowDef.attached``).
+    origin = ir.window_origin(rel.input, 0) if rel.window.attached and rel.num_keys == 1 else None
+    return origin is not None and origin[1] == 0
 
 
 def runtime_window(node: ir.WindowAggregate):
@@ -390,8 +427,14 @@ def _build(rel: ir.Rel, ops: list[PhysicalOp], *, target: str, shared: dict) -> 
         case ir.Join(left=left, right=right):
             left_id = _build(left, ops, target="the left side of a join", shared=shared)
             right_id = _build(right, ops, target="the right side of a join", shared=shared)
-            left_id = _distributed(ops, left_id, hash_by(*node.left_keys), left.schema)
-            right_id = _distributed(ops, right_id, hash_by(*node.right_keys), right.schema)
+            broadcast = broadcast_side(node)
+            if broadcast is None:
+                left_id = _distributed(ops, left_id, hash_by(*node.left_keys), left.schema)
+                right_id = _distributed(ops, right_id, hash_by(*node.right_keys), right.schema)
+            elif broadcast == 0:
+                left_id = _distributed(ops, left_id, BROADCAST, left.schema)
+            else:
+                right_id = _distributed(ops, right_id, BROADCAST, right.schema)
             if right_id == left_id:
                 # A table joined with itself through one shared source: the join tells its sides
                 # apart by the node they come from, so the right side passes through a chain.
@@ -400,7 +443,7 @@ def _build(rel: ir.Rel, ops: list[PhysicalOp], *, target: str, shared: dict) -> 
                                   target="a join", updating=ir.is_updating(right))
                 ops.append(passing)
                 right_id = passing.id
-            op = JoinOp(id=len(ops) + 1, left=left_id, right=right_id, join=node)
+            op = JoinOp(id=len(ops) + 1, left=left_id, right=right_id, join=node, broadcast=broadcast)
             ops.append(op)
             upstream, table = op.id, f"join {op.id}"
         case ir.Union(all_inputs=children):

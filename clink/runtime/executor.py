@@ -1306,6 +1306,10 @@ class _Checkpointing:
                 continue
             mine = key_group_range(j, len(subtasks), job.max_parallelism)
             parts = [e for e in saved if e["key_groups"][0] < mine.stop and mine.start < e["key_groups"][1]]
+            if getattr(node, "broadcast", None) is not None:
+                # A join with an input broadcast: its other input's rows stayed where they were
+                # made, whatever their key group, so every subtask's snapshot is read for them.
+                parts = saved
             whole = len(parts) == 1 and parts[0]["key_groups"] == [mine.start, mine.stop]
             files = [info.path / name for e in parts for name in e["files"]]
             try:

@@ -441,12 +441,20 @@ class Join(Node):
     #: watermark to pass its time, then meets the right row of its key with the latest time at or
     #: before its own (the version valid then); older versions are dropped as the watermark passes.
     temporal: tuple[int, int] | None = None
+    #: An inner interval join whose input ``broadcast`` (0 left, 1 right) reaches every subtask
+    #: whole, while the other input's rows stay on the subtask that made them: a pair forms where
+    #: its row of the other input is. Every subtask keeps the whole broadcast input, and a
+    #: checkpoint restores it from one subtask's copy, not by key groups.
+    broadcast: int | None = None
 
     @property
     def inputs(self) -> tuple[int, ...]:
         return (self.left, self.right)
 
     def requires(self) -> tuple[Distribution, ...]:
+        if self.broadcast is not None:
+            # Every subtask has the whole broadcast input: the other one may be spread anyhow.
+            return (BROADCAST, FORWARD) if self.broadcast == 0 else (FORWARD, BROADCAST)
         # Every kind of join (lookup and temporal ones too) meets equal keys in one subtask.
         return (hash_by(*self.left_keys), hash_by(*self.right_keys))
 

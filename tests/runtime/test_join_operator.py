@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 
 from clink.runtime import plan as P
 from clink.runtime.context import RuntimeContext, TaskContext
+from clink.runtime.executor import key_group_range
 from clink.runtime.operators.join import JoinOperator
 from clink.runtime.state.memory import MemoryStateBackend
 from clink.runtime.state.sqlite import SqliteStateBackend
@@ -179,8 +180,9 @@ def test_state_ttl_forgets_rows_stored_longer_ago() -> None:
 KT = pa.schema([("k", pa.int64()), ("t", pa.timestamp("ms"))])
 
 
-def _within_a_second() -> JoinOperator:
-    """(k, t) joined with (k, t) on k, where the times are at most a second apart."""
+def _within_a_second(*, broadcast: int | None = None, backend=None, subtask: int = 0) -> JoinOperator:
+    """(k, t) joined with (k, t) on k, where the times are at most a second apart; with
+    ``broadcast``, subtask ``subtask`` of a join that gets that input whole in every subtask."""
     ts = pa.timestamp("ms")
     out_schema = pa.schema([("k", pa.int64()), ("t", ts), ("k2", pa.int64()), ("t2", ts)])
 
@@ -189,8 +191,9 @@ def _within_a_second() -> JoinOperator:
         return pc.and_(pc.greater_equal(diff, -1000), pc.less_equal(diff, 1000))
 
     node = P.Join(id=3, left=1, right=2, kind="inner", left_keys=(0,), right_keys=(0,), schema=out_schema,
-                  residual=within, interval=(1, 1, -1000, 1000))
-    return JoinOperator(node, TaskContext(runtime=RuntimeContext(), node_id=3), left_schema=KT, right_schema=KT)
+                  residual=within, interval=(1, 1, -1000, 1000), broadcast=broadcast)
+    return JoinOperator(node, TaskContext(runtime=RuntimeContext(), node_id=3), left_schema=KT, right_schema=KT,
+                        backend=backend, operator_id=f"join-3.{subtask}")
 
 
 def test_interval_join_frees_state_as_the_watermark_passes() -> None:
@@ -386,3 +389,55 @@ def test_temporal_join_drops_versions_the_watermark_has_superseded() -> None:
     assert all(r["v"] == (r["t"] - epoch) // dt.timedelta(milliseconds=100) and r["t"] - r["t2"] ==
                dt.timedelta(milliseconds=50) for r in rows)
     assert peak < 4 * 1024, peak
+
+
+def _kt(times: list[int], keys: range) -> pa.RecordBatch:
+    return pa.RecordBatch.from_arrays([pa.array([k for t in times for k in keys], pa.int64()),
+                                       pa.array([t for t in times for _ in keys], pa.timestamp("ms"))], schema=KT)
+
+
+@pytest.mark.parametrize("state", ["memory", "sqlite"])
+@pytest.mark.parametrize("resume_at", [1, 2, 3])
+def test_a_broadcast_input_restores_whole_in_every_subtask_and_the_other_by_key_group(
+        tmp_path: Path, state: str, resume_at: int) -> None:
+    """Two subtasks of a join whose right input is broadcast, each with left rows of every key;
+    the second one's watermark is further on, so it has dropped a right row the first still
+    keeps. Snapshots, a restore at 1, 2 or 3 subtasks, more rows of both inputs: every pair
+    comes out exactly once, as from one join that saw every row (a restore by key groups
+    alone would repeat the right rows both copies hold, or lose the other key groups')."""
+    def backend(name: str):
+        if state == "memory":
+            return MemoryStateBackend(max_parallelism=128)
+        return SqliteStateBackend(tmp_path / name, max_parallelism=128, table_cache_bytes=256)
+
+    keys = range(6)
+    pairs: Counter = Counter()
+
+    def collect(out: list[pa.RecordBatch]) -> None:
+        pairs.update(tuple(r.values()) for b in out for r in b.to_pylist())
+
+    ops = [_within_a_second(broadcast=1, backend=backend(f"a{i}"), subtask=i) for i in range(2)]
+    for op, left_time, watermark in zip(ops, (900, 950), (1100, 1500), strict=True):
+        collect(op.process(_kt([200, 1000], keys), 1))
+        collect(op.process(_kt([left_time], keys), 0))
+        op.on_watermark(watermark)  # subtask 1 drops the right rows at 200 ms, subtask 0 keeps them
+    assert ops[0].sides[1].rows() == 12 and ops[1].sides[1].rows() == 6
+    snapshot = tmp_path / "chk"
+    snapshot.mkdir()
+    files, metas = [], []
+    for op in ops:
+        written, meta = op.snapshot(1, snapshot)
+        files += written
+        metas.append(meta)
+        op.close()
+    restored = [_within_a_second(broadcast=1, backend=backend(f"b{j}"), subtask=j) for j in range(resume_at)]
+    for j, op in enumerate(restored):
+        op.restore(files, metas[0], key_groups=key_group_range(j, resume_at, 128))
+    collect(restored[0].process(_kt([1200], keys), 0))  # from the first subtask's source, on time there
+    for op in restored:
+        collect(op.process(_kt([2100], keys), 1))
+    lefts, rights = (900, 950, 1200), (200, 1000, 2100)
+    expected = Counter((k, dt.datetime.fromtimestamp(a / 1000, dt.UTC).replace(tzinfo=None), k,
+                        dt.datetime.fromtimestamp(b / 1000, dt.UTC).replace(tzinfo=None))
+                       for k in keys for a in lefts for b in rights if abs(a - b) <= 1000)
+    assert pairs == expected

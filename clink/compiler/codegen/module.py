@@ -612,6 +612,9 @@ def _emit_plan(w: SourceWriter, plan: PhysicalPlan, schema_names: dict[int, str]
                                                     f"{rnames[b.right_time]} - {lnames[lx]} <= {b.upper} ms")
                                     w.line(f"interval_ends=({lx}, {rx}),  # rows leave by {lnames[lx]} "
                                            f"and {rnames[rx]}")
+                            if op.broadcast is not None:
+                                side = ("left", "right")[op.broadcast]
+                                w.line(f"broadcast={op.broadcast},  # every subtask gets the whole {side} input")
                             w.line(f"schema={schema_names[op.id * 10]}, {changelog(op.id)}"
                                    f"span={str(join.span or '')!r}),")
                     case UnionOp(inputs=inputs):

@@ -126,6 +126,9 @@ def _describe_join(node: Join, schemas: tuple[pa.Schema, ...], operator: Operato
         # that bounds the join by other columns must not take them over.
         left_end, right_end = node.interval_ends
         interval = f" (interval; rows leave by left column {left_end}, right column {right_end})"
+    if node.broadcast is not None:
+        # Each subtask's state holds the whole broadcast input: it restores differently.
+        interval += f" ({('left', 'right')[node.broadcast]} input broadcast)"
     layout = " ; ".join(d.signature() for d in operator.descriptors)
     return f"{node.kind.upper()} JOIN{interval} ON ({keys}) | {layout}"
 

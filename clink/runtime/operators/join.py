@@ -25,7 +25,9 @@ Interval joins also drop, at each watermark, the rows no future row of the other
 from __future__ import annotations
 
 from collections.abc import Collection
+from pathlib import Path
 from typing import TYPE_CHECKING
+from urllib.parse import quote
 
 import numpy as np
 import pyarrow as pa
@@ -35,12 +37,11 @@ from clink.runtime.operators.base import OperatorBase
 from clink.runtime.operators.common import all_valid, epoch_ms, max_parallelism, open_state, updating_input
 from clink.runtime.operators.rows import KeyedRows, net_pairs, plain_array
 from clink.runtime.plan import APPEND_ONLY, DELETE, INSERT, ROWKIND_COLUMN, ChangelogMode
-from clink.runtime.state.backend import KEY_GROUP, OperatorState, StateBackend, TableStateDescriptor
+from clink.runtime.state.backend import (KEY_GROUP, IncompatibleState, OperatorState, StateBackend,
+                                         TableStateDescriptor)
 from clink.runtime.state.keygroups import group_of_hash, hash_columns
 
 if TYPE_CHECKING:
-    from pathlib import Path
-
     from clink.runtime import plan
     from clink.runtime.context import TaskContext
 
@@ -122,6 +123,10 @@ class JoinOperator(OperatorBase):
                 if self.preserves[s]:
                     self._met[s] = _Met()
                     self.descriptors.append(TableStateDescriptor(f"{side.name}_met", _Met.SCHEMA))
+        #: The input every subtask receives whole (``node.broadcast``), or None.
+        self.broadcast = node.broadcast
+        if self.broadcast is not None and (node.kind != "inner" or node.interval is None or node.lookup):
+            raise ValueError(f"{self._where}: only an inner interval join can take an input broadcast")
         self.operator_state: OperatorState = open_state(backend, self._max_parallelism, self.operator_id,
                                                         self.descriptors, self._where)
         for side in self.sides:
@@ -223,15 +228,42 @@ class JoinOperator(OperatorBase):
                 met.save(self._max_parallelism)
         self.operator_state.commit(checkpoint_id)
         files = self.operator_state.snapshot(directory)
+        if self.broadcast is not None:
+            files.append(self._write_replica(Path(directory)))
         return files, {"left_rows": self.sides[0].rows(), "right_rows": self.sides[1].rows(),
                        "right_done": int(self.right_done)}
+
+    def _write_replica(self, directory: Path) -> Path:
+        """This subtask's copy of the broadcast input, in a file of its own (``*.replica.arrow``).
+
+        Every subtask holds every row of that input it has not yet dropped: the copies differ
+        only in rows the watermark has passed, which a subtask whose watermark lags keeps longer.
+        A restore takes the largest copy (it holds every other one) for every subtask, whereas
+        each row of the other input is in exactly one subtask's state and goes by key group."""
+        side = self.sides[self.broadcast]
+        parts = [side.table.get(ns) for ns in side.table.namespaces()]
+        parts = [p for p in parts if p is not None and p.num_rows]
+        table = pa.concat_tables(parts) if parts else side.state_schema.empty_table()
+        path = directory / f"{quote(self.operator_id, safe='-_')}.replica.arrow"
+        with pa.OSFile(str(path), "wb") as sink, pa.ipc.new_file(sink, table.schema) as writer:
+            writer.write_table(table)
+        return path
 
     def restore(self, files: list[Path], meta: dict[str, int], *,
                 key_groups: Collection[int] | None = None) -> None:
         """Continue from what ``snapshot`` wrote (of one or several tasks; only ``key_groups``)."""
-        self.operator_state.restore(files, key_groups=key_groups)
+        replicas = [f for f in files if f.name.endswith(".replica.arrow")]
+        if self.broadcast is not None and not replicas:
+            raise IncompatibleState("the checkpoint holds no copy of the broadcast input")
+        self.operator_state.restore([f for f in files if f not in replicas], key_groups=key_groups)
         for side in self.sides:
             side.reload()
+        if self.broadcast is not None:
+            # The rows of the broadcast input in the states restored above are a mix of copies,
+            # cut by key groups: every subtask takes the largest whole copy instead.
+            copies = [pa.ipc.open_file(pa.memory_map(str(f))).read_all() for f in replicas]
+            largest = max(copies, key=lambda t: t.num_rows)
+            self.sides[self.broadcast].replace(largest.cast(self.sides[self.broadcast].state_schema))
         for met in self._met:
             if met is not None:
                 met.load()
