@@ -24,7 +24,7 @@ from clink.runtime.elements import MAX_WATERMARK, Barrier, Batch, Element, EndOf
 from clink.runtime.kernels import max_epoch_ms
 from clink.runtime.loader import sql_position_of
 from clink.runtime.operators import OperatorEnv, kind_of
-from clink.runtime.plan import Chain, Exchange, GroupAggregate, Node, Plan, Sink, Source, Union
+from clink.runtime.plan import Chain, Exchange, GroupAggregate, Join, Node, Plan, Sink, Source, Union
 from clink.runtime.settings import check_setting, checkpoint_location, parse_duration, parse_size
 
 #: A subtask's id is its node's id plus ``subtask * SUBTASK_STRIDE``: subtask 0 keeps the node's id.
@@ -1306,7 +1306,7 @@ class _Checkpointing:
                 continue
             mine = key_group_range(j, len(subtasks), job.max_parallelism)
             parts = [e for e in saved if e["key_groups"][0] < mine.stop and mine.start < e["key_groups"][1]]
-            if getattr(node, "broadcast", None) is not None:
+            if isinstance(node, Join) and node.broadcast is not None:
                 # A join with an input broadcast: its other input's rows stayed where they were
                 # made, whatever their key group, so every subtask's snapshot is read for them.
                 parts = saved
@@ -1445,7 +1445,7 @@ def _merge_meta(metas: list[dict]) -> dict:
 def _keeps_distribution(node: Node, required) -> bool:
     """Whether ``node``'s output rows stay spread as ``required``: a keyed operator keeps its rows
     with the subtask of their key, whose columns lead its output (the planner's rule)."""
-    from clink.runtime.plan import GroupAggregate, Join, OverAggregate, Rank, WindowAggregate, hash_by
+    from clink.runtime.plan import OverAggregate, Rank, WindowAggregate, hash_by
 
     match node:
         case WindowAggregate(keys=keys) | GroupAggregate(keys=keys):

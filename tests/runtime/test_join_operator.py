@@ -441,3 +441,15 @@ def test_a_broadcast_input_restores_whole_in_every_subtask_and_the_other_by_key_
                         dt.datetime.fromtimestamp(b / 1000, dt.UTC).replace(tzinfo=None))
                        for k in keys for a in lefts for b in rights if abs(a - b) <= 1000)
     assert pairs == expected
+
+
+def test_a_broadcast_join_refuses_a_snapshot_without_its_copy_of_the_broadcast_input(tmp_path: Path) -> None:
+    """State of a join that hashed both inputs holds no whole copy of either: read by key groups
+    alone, a subtask would miss the broadcast rows of every other key group."""
+    from clink.runtime.state.backend import IncompatibleState
+
+    hashed = _within_a_second()
+    hashed.process(_kt([1000], range(6)), 1)
+    files, meta = hashed.snapshot(1, tmp_path)
+    with pytest.raises(IncompatibleState, match="no copy of the broadcast input"):
+        _within_a_second(broadcast=1).restore(files, meta)

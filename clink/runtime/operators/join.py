@@ -240,10 +240,7 @@ class JoinOperator(OperatorBase):
         only in rows the watermark has passed, which a subtask whose watermark lags keeps longer.
         A restore takes the largest copy (it holds every other one) for every subtask, whereas
         each row of the other input is in exactly one subtask's state and goes by key group."""
-        side = self.sides[self.broadcast]
-        parts = [side.table.get(ns) for ns in side.table.namespaces()]
-        parts = [p for p in parts if p is not None and p.num_rows]
-        table = pa.concat_tables(parts) if parts else side.state_schema.empty_table()
+        table = self.sides[self.broadcast].stored()
         path = directory / f"{quote(self.operator_id, safe='-_')}.replica.arrow"
         with pa.OSFile(str(path), "wb") as sink, pa.ipc.new_file(sink, table.schema) as writer:
             writer.write_table(table)

@@ -284,6 +284,12 @@ class KeyedRows:
         table = table.combine_chunks()
         self._add_run(table, table.column("_khash").to_numpy(), lane=lane, seq=seq)
 
+    def stored(self) -> pa.Table:
+        """Every stored row, as the runs hold them (their state columns included)."""
+        parts = [self.table.get(ns) for ns in self.table.namespaces()]
+        parts = [p for p in parts if p is not None and p.num_rows]
+        return pa.concat_tables(parts) if parts else self.state_schema.empty_table()
+
     def replace(self, table: pa.Table) -> None:
         """Make ``table`` (rows of this store, taken out of it) its whole content, as one run."""
         for ns in list(self.table.namespaces()):
