@@ -453,3 +453,41 @@ def test_a_broadcast_join_refuses_a_snapshot_without_its_copy_of_the_broadcast_i
     files, meta = hashed.snapshot(1, tmp_path)
     with pytest.raises(IncompatibleState, match="no copy of the broadcast input"):
         _within_a_second(broadcast=1).restore(files, meta)
+
+
+WINDOW_ROWS = pa.schema([("w", pa.int64()), ("n", pa.int64())])
+WINDOW_MAX = pa.schema([("w", pa.int64()), ("maxn", pa.int64())])
+
+
+@settings(max_examples=60, deadline=None)
+@given(data=st.data())
+def test_few_rows_probing_long_stretches_of_one_key_find_every_match(data) -> None:
+    """The shape of a per-window maximum joined with its window's rows: the rows of a key arrive
+    together, many at a time (found as stretches of a run, sliced), sometimes two keys in one
+    batch or one key over several batches, and a few rows of the other input probe them. Every
+    pair is found once, against a nested loop over what was stored."""
+    out_schema = pa.schema([("w", pa.int64()), ("n", pa.int64()), ("w2", pa.int64()), ("maxn", pa.int64())])
+    node = P.Join(id=3, left=1, right=2, kind="inner", left_keys=(0,), right_keys=(0,), schema=out_schema,
+                  residual=lambda b, ctx: pc.greater_equal(b.column(1), b.column(3)))
+    op = JoinOperator(node, TaskContext(runtime=RuntimeContext(), node_id=3), left_schema=WINDOW_ROWS,
+                      right_schema=WINDOW_MAX)
+    stored: list[tuple[int, int]] = []
+    probing: list[tuple[int, int]] = []
+    found: Counter = Counter()
+    for _ in range(data.draw(st.integers(1, 8), label="rounds")):
+        for _ in range(data.draw(st.integers(1, 3), label="left batches")):
+            keys = data.draw(st.lists(st.integers(0, 5), min_size=1, max_size=2), label="keys")
+            rows = [(k, n) for k in keys for n in data.draw(st.lists(st.integers(0, 9), min_size=1, max_size=150))]
+            stored += rows
+            for batch in op.process(pa.RecordBatch.from_arrays([pa.array([r[0] for r in rows], pa.int64()),
+                                                                pa.array([r[1] for r in rows], pa.int64())],
+                                                               schema=WINDOW_ROWS), 0):
+                found.update(tuple(r.values()) for r in batch.to_pylist())
+        probes = data.draw(st.lists(st.tuples(st.integers(0, 5), st.integers(0, 9)), min_size=1, max_size=3),
+                           label="probes")
+        for batch in op.process(pa.RecordBatch.from_arrays([pa.array([p[0] for p in probes], pa.int64()),
+                                                            pa.array([p[1] for p in probes], pa.int64())],
+                                                           schema=WINDOW_MAX), 1):
+            found.update(tuple(r.values()) for r in batch.to_pylist())
+        probing += probes
+    assert found == Counter((w, n, w2, m) for w2, m in probing for w, n in stored if w == w2 and n >= m)

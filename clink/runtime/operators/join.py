@@ -284,7 +284,8 @@ class JoinOperator(OperatorBase):
         keep = np.ones(len(probe), dtype=bool)
         probe_arr = pa.array(probe)
         for key, k in zip(keys, other.keys, strict=True):
-            same = pc.equal(key.take(probe_arr), stored.column(k))
+            # One probing row (a window's maximum against the window's rows): against its value.
+            same = pc.equal(key[0] if len(key) == 1 else key.take(probe_arr), stored.column(k))
             keep &= pc.fill_null(same, False).to_numpy(zero_copy_only=False)
         if self.ttl_ms is not None:
             keep &= stored.column("_written").to_numpy() >= int(self.ctx.runtime.clock()) - self.ttl_ms

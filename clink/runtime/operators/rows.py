@@ -153,7 +153,7 @@ class KeyedRows:
                     continue
                 rows = np.concatenate(hits)
                 probes.append(np.repeat(np.arange(len(khash), dtype=np.int64), [len(h) for h in hits]))
-                parts.append(self.table.get(run.namespace).take(rows))
+                parts.append(_rows_of(self.table.get(run.namespace), rows))
                 ids.append(rows + (run.namespace << 32))
                 continue
             if run.order is None:
@@ -170,8 +170,7 @@ class KeyedRows:
             probe = np.repeat(np.arange(len(khash), dtype=np.int64), lengths)
             starts = np.cumsum(lengths) - lengths
             positions = np.arange(total, dtype=np.int64) - np.repeat(starts - lo, lengths)
-            table = self.table.get(run.namespace)
-            parts.append(table.take(run.order[positions]))
+            parts.append(_rows_of(self.table.get(run.namespace), run.order[positions]))
             probes.append(probe)
             ids.append(positions + (run.namespace << 32))
         if not parts:
@@ -201,7 +200,8 @@ class KeyedRows:
         arrays = [*columns, pa.array(khash), pa.array(rhash), pa.array(sign), pa.array(np.full(n, now, dtype=np.int64)),
                   pa.array(time_values), pa.array(group_of_hash(khash, self.max_parallelism))]
         lane = self._lane_for(times) if times is not None and not self.retractions else 0
-        self._add_run(pa.Table.from_arrays(arrays, schema=self.state_schema), khash, lane=lane)
+        self._add_run(pa.Table.from_arrays(arrays, schema=self.state_schema), khash, lane=lane,
+                      least=(int(time_values.min()), now))
         while True:
             mine = sorted((r for r in self.runs if r.lane == lane), key=lambda r: r.seq)
             if len(mine) < 2 or len(mine[-2].raw) > 2 * len(mine[-1].raw):
@@ -243,8 +243,10 @@ class KeyedRows:
         return largest
 
     def _add_run(self, table: pa.Table, raw: np.ndarray, khash: np.ndarray | None = None,
-                 order: np.ndarray | None = None, *, lane: int = 0, seq: int | None = None) -> None:
-        """Store ``table`` as a run of ``lane``; ``seq``: its place there (None: the newest)."""
+                 order: np.ndarray | None = None, *, lane: int = 0, seq: int | None = None,
+                 least: tuple[int, int] | None = None) -> None:
+        """Store ``table`` as a run of ``lane``; ``seq``: its place there (None: the newest);
+        ``least``: its smallest ``_time`` and ``_written`` where the caller knows them."""
         if table.num_rows == 0:
             return
         namespace = self.next_namespace
@@ -253,7 +255,9 @@ class KeyedRows:
             seq = self._run_seq
             self._run_seq += 1
         self.table.add(namespace, table)
-        self.runs.append(_Run(namespace, raw, khash, order, _min(table, "_time"), _min(table, "_written"), lane, seq))
+        if least is None:
+            least = (_min(table, "_time"), _min(table, "_written"))
+        self.runs.append(_Run(namespace, raw, khash, order, least[0], least[1], lane, seq))
 
     def _merge(self, a: _Run, b: _Run) -> None:
         """One run from runs ``a`` and ``b`` (the newer) of a lane, in the older one's place. Rows
@@ -269,13 +273,15 @@ class KeyedRows:
         raw = np.concatenate([a.raw, b.raw])
         if merged.num_columns and merged.column(0).num_chunks > _MAX_CHUNKS:
             merged = merged.combine_chunks()
+        # Where expire looks at the merged run again: where it would have looked at either.
+        least = (min(a.min_time, b.min_time), min(a.min_written, b.min_written))
         if a.order is None or b.order is None:
-            self._add_run(merged, raw, lane=a.lane, seq=a.seq)  # indexed when first searched
+            self._add_run(merged, raw, lane=a.lane, seq=a.seq, least=least)  # indexed when first searched
             return
         keys = np.concatenate([a.khash, b.khash])
         rows = np.concatenate([a.order, b.order + first.num_rows])
         perm = np.argsort(keys, kind="stable")
-        self._add_run(merged, raw, keys[perm], rows[perm], lane=a.lane, seq=a.seq)
+        self._add_run(merged, raw, keys[perm], rows[perm], lane=a.lane, seq=a.seq, least=least)
 
     def _rebuild(self, table: pa.Table, *, lane: int = 0, seq: int | None = None) -> None:
         """Net (a store that takes retractions) and index ``table``, and store it as one run."""
@@ -462,6 +468,20 @@ def _min(table: pa.Table, column: str) -> int:
     if table.num_rows == 0:
         return 0
     return int(table.column(column).to_numpy().min())
+
+
+def _rows_of(table: pa.Table, rows: np.ndarray) -> pa.Table:
+    """Rows ``rows`` of ``table``. Rows stored together (a window's rows, probed by its maximum)
+    are found as a few ascending stretches: those are sliced, without a copy, and only scattered
+    rows are copied."""
+    if len(rows) < 64:
+        return table.take(rows)
+    breaks = np.flatnonzero(np.diff(rows) != 1) + 1
+    if len(breaks) > 8:
+        return table.take(rows)
+    bounds = [0, *breaks.tolist(), len(rows)]
+    parts = [table.slice(int(rows[a]), b - a) for a, b in zip(bounds, bounds[1:])]
+    return parts[0] if len(parts) == 1 else pa.concat_tables(parts)
 
 
 def plain_array(values: pa.Array | pa.ChunkedArray) -> pa.Array:

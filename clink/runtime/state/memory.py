@@ -136,6 +136,7 @@ class _MemoryTableState(TableState):
         #: Bytes per row, learnt from the tables large enough to measure: a small slice of a big
         #: table takes ~20 us to measure (``nbytes`` walks its buffers), more than the add itself.
         self._row_bytes = 16.0 * len(descriptor.schema)
+        self._large = 0
 
     @property
     def ordered(self) -> list[int]:  # type: ignore[override]
@@ -157,6 +158,10 @@ class _MemoryTableState(TableState):
         self._parts[namespace] += 1
         self._rows += table.num_rows
         if table.num_rows >= _MEASURED_ROWS:
+            self._large += 1
+        if table.num_rows >= _MEASURED_ROWS and (self._large <= 16 or self._large % 64 == 0):
+            # Measured on the first 16 tables large enough, then on one in 64: a merge of two
+            # stored tables of many chunks takes longer to measure than to add.
             size = table.nbytes
             self._row_bytes = size / table.num_rows
         else:
