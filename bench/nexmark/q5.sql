@@ -1,7 +1,7 @@
 -- run: clink run -i bench/nexmark/ddl.sql bench/nexmark/q5.sql
 -- q5: hot items. The auctions with the most bids in each 10-second window, every 2 seconds: the
 -- bids per auction and window (HOP), joined on the window with the most bids of the window
--- (a GROUP BY over the window results, so an updating input of the join).
+-- (a GROUP BY over the window results: planned as a window aggregation, one row per window).
 CREATE TABLE discard_sink (
     auction BIGINT,
     num BIGINT
