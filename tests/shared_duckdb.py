@@ -24,3 +24,18 @@ def _database() -> duckdb.DuckDBPyConnection:
 def connect() -> duckdb.DuckDBPyConnection:
     """A new connection to the tests' in-memory database, used as ``duckdb.connect()`` would be."""
     return _database().cursor()
+
+
+def assert_same_rows(ours, theirs: list[tuple]) -> None:
+    """``ours`` (an Arrow table) holds the rows ``theirs`` (DuckDB's) does, as multisets; floats
+    compared to 6 decimals. The message counts and shows some of the rows in excess and missing."""
+    import math
+    from collections import Counter
+
+    def norm(row: tuple) -> tuple:
+        return tuple(round(v, 6) if isinstance(v, float) and not math.isnan(v) else v for v in row)
+
+    got = Counter(norm(tuple(r.values())) for r in ours.to_pylist())
+    want = Counter(norm(r) for r in theirs)
+    assert got == want, (f"{sum((got - want).values())} rows too many, {sum((want - got).values())} missing; "
+                         f"e.g. extra {list(got - want)[:3]}, missing {list(want - got)[:3]}")

@@ -253,16 +253,51 @@ class TableRef(FromItem):
 
 
 @attrs.frozen(kw_only=True)
-class Union(Node):
-    """``left UNION ALL right``: the rows of both, columns matched by position."""
+class QueryExpr(Node):
+    """A query: a SELECT block, VALUES, a set operation of two queries, or a WITH."""
 
-    left: Select | Union
-    right: Select | Union
+
+@attrs.frozen(kw_only=True)
+class SetOp(QueryExpr):
+    """``left UNION | INTERSECT | EXCEPT [ALL | DISTINCT] right``: columns matched by position;
+    ``all``: duplicates kept (``UNION ALL``), else each distinct row once."""
+
+    op: str
+    all: bool
+    left: QueryExpr
+    right: QueryExpr
+
+
+@attrs.frozen(kw_only=True)
+class Values(QueryExpr):
+    """``VALUES (e, ...), ...``: constant rows."""
+
+    rows: tuple[tuple[Expr, ...], ...]
+
+
+@attrs.frozen(kw_only=True)
+class Cte(Node):
+    """``name [(columns)] AS (query)`` of a WITH."""
+
+    name: str
+    columns: tuple[str, ...] | None
+    query: QueryExpr
+
+
+@attrs.frozen(kw_only=True)
+class With(QueryExpr):
+    """``WITH cte, ... query``: each common table expression is a view seen by the ones after
+    it and by ``query``."""
+
+    ctes: tuple[Cte, ...]
+    query: QueryExpr
 
 
 @attrs.frozen(kw_only=True)
 class SubqueryRef(FromItem):
-    query: Select | Union
+    query: QueryExpr
+    #: ``(query) AS t (a, b)``: the names of its columns.
+    columns: tuple[str, ...] | None = None
 
 
 @attrs.frozen(kw_only=True)
@@ -282,9 +317,10 @@ class Join(FromItem):
 
 
 @attrs.frozen(kw_only=True)
-class Select(Node):
+class Select(QueryExpr):
     items: tuple[SelectItem, ...]
-    from_: FromItem
+    #: None: ``SELECT`` without ``FROM`` (one row).
+    from_: FromItem | None
     where: Expr | None = None
     group_by: tuple[Expr, ...] = ()
     having: Expr | None = None
@@ -341,7 +377,9 @@ class CreateTable(Statement):
 @attrs.frozen(kw_only=True)
 class CreateView(Statement):
     name: str
-    query: Select | Union
+    query: QueryExpr
+    #: ``CREATE VIEW v (a, b) AS ...``: the view's column names.
+    columns: tuple[str, ...] | None = None
     if_not_exists: bool = False
     temporary: bool = False
 
@@ -370,13 +408,13 @@ class SetStmt(Statement):
 @attrs.frozen(kw_only=True)
 class Insert(Statement):
     table: str
-    query: Select | Union
+    query: QueryExpr
     table_span: Span | None = _extra_span
 
 
 @attrs.frozen(kw_only=True)
 class Query(Statement):
-    query: Select | Union
+    query: QueryExpr
 
 
 @attrs.frozen(kw_only=True)

@@ -50,6 +50,8 @@ def expr_sql(e: ir.Expr, names: tuple[str, ...]) -> str:
         case ir.Call(fn="like", args=(a,), params=(pattern, escape)):
             tail = f" ESCAPE {_literal_sql(escape, pa.string())}" if escape else ""
             return f"({expr_sql(a, names)} LIKE {_literal_sql(pattern, pa.string())}{tail})"
+        case ir.Call(fn="pick", args=(_, *values)):
+            return f"VALUES({', '.join(expr_sql(v, names) for v in values)})"
         case ir.Call(fn="in", args=(a, *items)):
             return f"({expr_sql(a, names)} IN ({', '.join(expr_sql(i, names) for i in items)}))"
         case ir.Call(fn="is_null" | "is_not_null" | "is_true" | "is_not_true" | "is_false" | "is_not_false",

@@ -184,6 +184,16 @@ def _unquote(s: str) -> str:
     return s[1:-1].replace("''", "'")
 
 
+class _Row(tuple):
+    """The values of one row of VALUES, with the span of its parentheses."""
+
+    span: Span
+
+
+class _Quantifier(str):
+    """``ALL`` or ``DISTINCT`` of a set operation."""
+
+
 def _strip_keywords(children: list) -> list:
     """Drop keyword tokens (upper-case terminal names other than values); keep nodes and values."""
     return [c for c in children if not (isinstance(c, Token) and c.type not in _VALUE_TOKENS)]
@@ -329,9 +339,19 @@ class _Builder(Transformer):
     def create_view(self, meta, children):
         flags = {c for c in children if isinstance(c, str) and c in ("temporary", "if_not_exists")}
         name = next(c for c in children if isinstance(c, _Name))
-        query = next(c for c in children if isinstance(c, (ast.Select, ast.Union)))
-        return ast.CreateView(name=str(name), query=query, if_not_exists="if_not_exists" in flags,
+        query = next(c for c in children if isinstance(c, ast.QueryExpr))
+        columns = next((c[1] for c in children if isinstance(c, tuple) and c[:1] == ("columns",)), None)
+        return ast.CreateView(name=str(name), query=query, columns=columns, if_not_exists="if_not_exists" in flags,
                               temporary="temporary" in flags, span=self._span(meta))
+
+    def column_aliases(self, meta, children):
+        names = children[0]
+        seen: set[str] = set()
+        for n in names:
+            if n.lower() in seen:
+                raise SqlError(f"column {str(n)!r} is named twice", n.span)
+            seen.add(n.lower())
+        return ("columns", tuple(str(n) for n in names))
 
     def create_function(self, meta, children):
         flags = {c for c in children if isinstance(c, str) and c in ("temporary", "if_not_exists")}
@@ -362,7 +382,7 @@ class _Builder(Transformer):
 
     def explain_stmt(self, meta, children):
         (inner,) = _strip_keywords(children)
-        if isinstance(inner, (ast.Select, ast.Union)):
+        if isinstance(inner, ast.QueryExpr):
             inner = ast.Query(query=inner, span=inner.span)
         return ast.Explain(statement=inner, span=self._span(meta))
 
@@ -472,13 +492,52 @@ class _Builder(Transformer):
     def join_kind(self, meta, children):
         return _JoinKind(children[0].type.lower())
 
-    def union_all(self, meta, children):
-        left, right = _strip_keywords(children)
-        return ast.Union(left=left, right=right, span=self._span(meta))
+    def _set_op(self, op: str, meta, children) -> ast.SetOp:
+        parts = _strip_keywords(children)
+        quantifier = parts.pop(1) if isinstance(parts[1], _Quantifier) else "distinct"
+        left, right = parts
+        return ast.SetOp(op=op, all=quantifier == "all", left=left, right=right, span=self._span(meta))
 
-    def union_distinct(self, meta, children):
-        raise SqlError("UNION (without ALL) is not supported yet", self._span(meta),
-                       "UNION ALL keeps every row of both sides")
+    def union(self, meta, children):
+        return self._set_op("UNION", meta, children)
+
+    def except_(self, meta, children):
+        return self._set_op("EXCEPT", meta, children)
+
+    def intersect(self, meta, children):
+        return self._set_op("INTERSECT", meta, children)
+
+    def set_quantifier(self, meta, children):
+        return _Quantifier(children[0].type.lower())
+
+    def values(self, meta, children):
+        rows = [c for c in children if isinstance(c, _Row)]
+        for row in rows[1:]:
+            if len(row) != len(rows[0]):
+                raise SqlError(f"every row of VALUES needs {len(rows[0])} value(s), as the first has; "
+                               f"this one has {len(row)}", row.span)
+        return ast.Values(rows=tuple(tuple(row) for row in rows), span=self._span(meta))
+
+    def values_row(self, meta, children):
+        row = _Row(_strip_keywords(children))
+        row.span = self._span(meta)
+        return row
+
+    def with_query(self, meta, children):
+        parts = _strip_keywords(children)
+        ctes, query = tuple(parts[:-1]), parts[-1]
+        seen: dict[str, ast.Cte] = {}
+        for cte in ctes:
+            if cte.name.lower() in seen:
+                raise SqlError(f"WITH names {cte.name!r} twice", cte.span)
+            seen[cte.name.lower()] = cte
+        return ast.With(ctes=ctes, query=query, span=self._span(meta))
+
+    def cte(self, meta, children):
+        parts = _strip_keywords(children)
+        name, query = parts[0], parts[-1]
+        columns = parts[1][1] if len(parts) == 3 else None
+        return ast.Cte(name=str(name), columns=columns, query=query, span=self._span(meta))
 
     def distinct(self, meta, children):
         return "distinct"
@@ -530,7 +589,8 @@ class _Builder(Transformer):
     def subquery_ref(self, meta, children):
         parts = _strip_keywords(children)
         alias = str(parts[1]) if len(parts) > 1 else None
-        return ast.SubqueryRef(query=parts[0], alias=alias, span=self._span(meta))
+        columns = parts[2][1] if len(parts) > 2 else None
+        return ast.SubqueryRef(query=parts[0], alias=alias, columns=columns, span=self._span(meta))
 
     def table_function_ref(self, meta, children):
         parts = _strip_keywords(children)

@@ -12,7 +12,7 @@ import attrs
 from clink.compiler import ir
 from clink.compiler.bind import BoundScript
 from clink.compiler.functions import cast_to
-from clink.errors import CompilerBug, SqlError
+from clink.errors import CompilerBug
 from clink.runtime.plan import BROADCAST, SINGLE, Distribution, hash_by
 
 
@@ -447,9 +447,8 @@ def _build(rel: ir.Rel, ops: list[PhysicalOp], *, target: str, shared: dict) -> 
             ops.append(op)
             upstream, table = op.id, f"join {op.id}"
         case ir.Union(all_inputs=children):
-            if any(ir.is_updating(c) for c in children) and not all(ir.is_updating(c) for c in children):
-                raise SqlError("UNION ALL of an updating query and an append-only one is not supported yet",
-                               node.span)
+            # An append-only input of an updating union: its rows come out as inserts (the
+            # union gives them the row-kind column).
             ids = tuple(_build(child, ops, target="a union", shared=shared) for child in children)
             op = UnionOp(id=len(ops) + 1, inputs=ids, union=node)
             ops.append(op)

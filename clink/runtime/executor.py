@@ -24,7 +24,19 @@ from clink.runtime.elements import MAX_WATERMARK, Barrier, Batch, Element, EndOf
 from clink.runtime.kernels import max_epoch_ms
 from clink.runtime.loader import sql_position_of
 from clink.runtime.operators import OperatorEnv, kind_of
-from clink.runtime.plan import Chain, Exchange, GroupAggregate, Join, Node, Plan, Sink, Source, Union
+from clink.runtime.plan import (
+    INSERT,
+    ROWKIND_COLUMN,
+    Chain,
+    Exchange,
+    GroupAggregate,
+    Join,
+    Node,
+    Plan,
+    Sink,
+    Source,
+    Union,
+)
 from clink.runtime.settings import check_setting, checkpoint_location, parse_duration, parse_size
 
 #: A subtask's id is its node's id plus ``subtask * SUBTASK_STRIDE``: subtask 0 keeps the node's id.
@@ -630,6 +642,13 @@ class Job:
                 elif isinstance(node, Sink):
                     self._writers[target_id].write(batch)
                 elif isinstance(node, Union):
+                    if batch.num_columns < len(node.schema):
+                        # A batch of an append-only input of an updating union: its rows are inserts.
+                        kinds = pa.repeat(pa.scalar(INSERT, node.schema.field(ROWKIND_COLUMN).type), batch.num_rows)
+                        element = Batch(pa.RecordBatch.from_arrays([*batch.columns, kinds], schema=node.schema))
+                    elif not batch.schema.equals(node.schema):
+                        # An input whose column is NOT NULL where another's may be NULL.
+                        element = Batch(pa.RecordBatch.from_arrays(batch.columns, schema=node.schema))
                     self._emit(target_id, element)
                 elif target_id in self._minibatches:
                     self._wait_in_minibatch(target_id, batch)

@@ -75,6 +75,18 @@ def broadcast(value: Value, n: int, type: pa.DataType) -> pa.Array:  # noqa: A00
     return value
 
 
+def pick(row: pa.Array, values: list[Value], type: pa.DataType) -> pa.Array:  # noqa: A002
+    """Row ``i`` of a VALUES list gets ``values[row[i]]`` (each a scalar, or a column of which
+    its row's entry is taken)."""
+    if all(isinstance(v, pa.Scalar) for v in values):
+        column = pa.array([v.cast(type) if v.type != type else v for v in values], type)
+    else:
+        n = len(row)
+        column = pa.chunked_array([broadcast(v, n, type).slice(i, 1) for i, v in enumerate(values)], type)
+        column = column.combine_chunks()
+    return column.take(row)
+
+
 def _zero_to_null(divisor: Value) -> Value:
     zero = pc.equal(divisor, pa.scalar(0, divisor.type))
     if isinstance(divisor, pa.Scalar):

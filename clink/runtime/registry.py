@@ -25,6 +25,7 @@ BUILT_IN = {
     "sqlite": ("clink.runtime.connectors.sqlite", "SQLITE"),
     "collect": ("clink.runtime.connectors.collect", "COLLECT"),
     "push": ("clink.runtime.connectors.push", "PUSH"),
+    "values": ("clink.runtime.connectors.values", "VALUES"),
 }
 
 #: A connector (``clink.runtime.connectors.base.Connector``): anything with a ``name``.

@@ -3,8 +3,6 @@ in small interleaved batches, must equal DuckDB's batch answer over the same row
 
 from __future__ import annotations
 
-import math
-from collections import Counter
 
 import numpy as np
 import pyarrow as pa
@@ -42,16 +40,6 @@ def tables() -> dict[str, pa.Table]:
     return {"l": left, "r": right}
 
 
-def _same(ours: pa.Table, theirs: list[tuple]) -> None:
-    def norm(row: tuple) -> tuple:
-        return tuple(round(v, 6) if isinstance(v, float) and not math.isnan(v) else v for v in row)
-
-    got = Counter(norm(tuple(r.values())) for r in ours.to_pylist())
-    want = Counter(norm(r) for r in theirs)
-    assert got == want, (f"{sum((got - want).values())} rows too many, {sum((want - got).values())} missing; "
-                         f"e.g. extra {list(got - want)[:3]}, missing {list(want - got)[:3]}")
-
-
 QUERIES = [
     "SELECT l.k, l.s, l.v, r.w FROM l JOIN r ON l.k = r.k",
     "SELECT l.k, l.v, r.k AS rk, r.w FROM l LEFT JOIN r ON l.k = r.k AND l.s = r.s",
@@ -80,7 +68,7 @@ QUERIES = [
 def test_final_table_equals_duckdb(tables: dict[str, pa.Table], query: str, backend: str) -> None:
     context = RuntimeContext(config={"state.backend": backend})
     ours = run_select(query, context=context, row_group_size=61, **tables)
-    _same(ours, _duck(query, tables))
+    shared_duckdb.assert_same_rows(ours, _duck(query, tables))
 
 
 def _duck(query: str, tables: dict[str, pa.Table]) -> list[tuple]:
@@ -156,7 +144,7 @@ def test_interval_join_equals_duckdb_and_is_planned_as_one(backend: str) -> None
                       **tables)
     duck_query = query.replace("INTERVAL '3' SECOND", "INTERVAL 3 SECOND").replace("INTERVAL '1' SECOND",
                                                                                     "INTERVAL 1 SECOND")
-    _same(ours, _duck(duck_query, tables))
+    shared_duckdb.assert_same_rows(ours, _duck(duck_query, tables))
     assert ours.num_rows > 1000
 
 
@@ -177,7 +165,7 @@ def test_lookup_join_equals_duckdb(tables: dict[str, pa.Table], kind: str) -> No
     query = (f"SELECT L.k, L.v, R.w FROM (SELECT *, PROCTIME() AS p FROM l) L {kind} r FOR SYSTEM_TIME AS OF L.p "
              "AS R ON L.k = R.k AND R.w > 10")
     ours = run_select(query, row_group_size=61, **tables)
-    _same(ours, _duck(f"SELECT L.k, L.v, R.w FROM l L {kind} r R ON L.k = R.k AND R.w > 10", tables))
+    shared_duckdb.assert_same_rows(ours, _duck(f"SELECT L.k, L.v, R.w FROM l L {kind} r R ON L.k = R.k AND R.w > 10", tables))
 
 
 def test_lookup_join_is_append_only_and_explained() -> None:
@@ -245,7 +233,7 @@ def test_temporal_join_equals_duckdb_asof_join(tmp_path, kind: str, backend: str
     asof = "ASOF JOIN" if kind == "JOIN" else "ASOF LEFT JOIN"
     theirs = con.execute(f"SELECT o.cur, o.amount, o.ts, r.rate FROM orders o {asof} rates r "
                          "ON o.cur = r.cur AND o.ts >= r.rts").fetchall()
-    _same(ours, theirs)
+    shared_duckdb.assert_same_rows(ours, theirs)
     assert ours.num_rows > 2000
     explained = clink.compile(script).explain()
     assert "TemporalJoin" in explained and "produces updates" not in explained
@@ -266,10 +254,10 @@ def test_a_table_read_twice_by_one_query_is_read_once(tables: dict[str, pa.Table
     """A self-join, and a join of two views of one table, read the table through one source."""
     query = "SELECT a.k, a.v, b.v AS bv FROM l a JOIN l b ON a.k = b.k AND a.v < b.v"
     ours = run_select(query, row_group_size=61, **tables)
-    _same(ours, _duck(query, tables))
+    shared_duckdb.assert_same_rows(ours, _duck(query, tables))
     other = ("SELECT x.k, x.n, y.s FROM (SELECT k, COUNT(*) AS n FROM l GROUP BY k) x "
              "JOIN (SELECT k, s FROM l WHERE v > 50) y ON x.k = y.k")
-    _same(run_select(other, row_group_size=61, **tables), _duck(other, tables))
+    shared_duckdb.assert_same_rows(run_select(other, row_group_size=61, **tables), _duck(other, tables))
     script = ("CREATE TABLE t (k INT, v INT, w INT) WITH ('connector' = 'datagen');\n"
               "SELECT a.k, b.w FROM t a JOIN t b ON a.k = b.v;\n")
     physical = clink.compile(script).explain().split("== Physical plan ==")[1]
@@ -329,7 +317,7 @@ def test_window_join_equals_duckdb_and_frees_closed_windows(monkeypatch: pytest.
         duck = duck.replace("TABLE(TUMBLE(TABLE r, DESCRIPTOR(ts), INTERVAL '10' SECOND))",
                             "(SELECT *, time_bucket(INTERVAL 10 SECOND, ts) AS window_start, "
                             "time_bucket(INTERVAL 10 SECOND, ts) + INTERVAL 10 SECOND AS window_end FROM r)")
-        _same(ours, _duck(duck, tables))
+        shared_duckdb.assert_same_rows(ours, _duck(duck, tables))
         plan = clink.compile("CREATE TABLE l (k BIGINT, ts TIMESTAMP(3), WATERMARK FOR ts AS ts) WITH "
                              "('connector' = 'datagen');\nCREATE TABLE r (k BIGINT, ts TIMESTAMP(3), WATERMARK FOR ts "
                              "AS ts) WITH ('connector' = 'datagen');\n" + WINDOW_JOIN + ";\n")
@@ -396,7 +384,7 @@ def test_join_bounded_by_another_column_equals_duckdb(query: str, bounds: str) -
     ours = run_select(query, row_group_size=97, watermarks={"a": watermark, "b": watermark}, **tables)
     duck = query.replace("INTERVAL '1' SECOND", "INTERVAL 1 SECOND").replace("INTERVAL '2' SECOND",
                                                                               "INTERVAL 2 SECOND")
-    _same(ours, _duck(duck, tables))
+    shared_duckdb.assert_same_rows(ours, _duck(duck, tables))
     assert ours.num_rows > 1000
     ddl = ("CREATE TABLE a (id BIGINT, ts TIMESTAMP(3), expires TIMESTAMP(3), x BIGINT, WATERMARK FOR ts AS ts) "
            "WITH ('connector' = 'datagen');\nCREATE TABLE b (auction BIGINT, ts TIMESTAMP(3), until TIMESTAMP(3), "
@@ -416,7 +404,7 @@ def test_an_outer_interval_join_retracts_a_padded_row_once_after_its_first_match
         tables = _auctions_and_bids(1500, seed)
         watermark = "ts AS ts - INTERVAL '4' SECOND"
         ours = run_select(query, row_group_size=7, watermarks={"a": watermark, "b": watermark}, **tables)
-        _same(ours, _duck(query, tables))
+        shared_duckdb.assert_same_rows(ours, _duck(query, tables))
 
 
 @pytest.mark.in_process("reads the size of the join's state")

@@ -197,4 +197,6 @@ class DdlBinder:
             raise SqlError(f"table or view {stmt.name!r} already exists", stmt.span)
         rel, rowtime = self._query(stmt.query)
         self._raise_collected()
+        if stmt.columns is not None:
+            rel, rowtime = self.renamed(rel, rowtime, stmt.columns, stmt.span)
         self.catalog.views[stmt.name] = CatalogView(name=stmt.name, rel=rel, rowtime=rowtime)

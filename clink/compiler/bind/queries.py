@@ -1,8 +1,17 @@
-"""Query blocks: SELECT (its FROM, WHERE and select list, handing GROUP BY, ROW_NUMBER and
-OVER to their own binders) and UNION ALL."""
+"""Queries: SELECT blocks (their FROM, WHERE and select list, handing GROUP BY, ROW_NUMBER and
+OVER to their own binders), VALUES, WITH, and the set operations.
+
+- ``SELECT DISTINCT`` and ``UNION`` are a group aggregation by every column, without aggregates:
+  an updating result, each distinct row once (as Flink plans them), whose state the TTL bounds.
+- ``INTERSECT`` and ``EXCEPT`` count each distinct row on both sides (a group aggregation over
+  both inputs, told apart by a flag column) and keep the rows found on both, or on the left only.
+- ``VALUES`` and a ``SELECT`` without ``FROM`` read the ``values`` source, which gives row
+  numbers; each column is the row's value picked by its number.
+"""
 
 from __future__ import annotations
 
+import attrs
 import pyarrow as pa
 import pyarrow.types as pt
 
@@ -10,41 +19,167 @@ from clink.compiler import ast, ir
 from clink.compiler import types as T
 from clink.compiler.bind.aggregates import has_aggregate
 from clink.compiler.bind.over import is_row_number
-from clink.compiler.bind.scope import ast_walk, derive_name, did_you_mean, unique_names
+from clink.compiler.bind.scope import Scope, ast_walk, derive_name, did_you_mean, unique_names
+from clink.compiler.catalog import CatalogView
 from clink.compiler.functions import cast_to
 from clink.compiler.rewrite.limit_ranks import top_n
-from clink.errors import SqlError
+from clink.errors import CompilerBug, Span, SqlError
+
+#: How the rows of a VALUES list are named, as in Flink: EXPR$0, EXPR$1, ...
+_EXPR = "EXPR${}"
 
 
 class QueryBinder:
     """SELECT blocks and UNION ALL; each returns its relation and the names of its output
     columns that carry event time."""
 
-    def select(self, q: ast.Select | ast.Union) -> ir.Rel:
+    def select(self, q: ast.QueryExpr) -> ir.Rel:
         return self._query(q)[0]
 
-    def _query(self, q: ast.Select | ast.Union) -> tuple[ir.Rel, frozenset[str]]:
-        if isinstance(q, ast.Select):
-            return self._select(q)
+    def _query(self, q: ast.QueryExpr) -> tuple[ir.Rel, frozenset[str]]:
+        match q:
+            case ast.Select():
+                return self._select(q)
+            case ast.Values():
+                return self._values(q), frozenset()
+            case ast.With():
+                return self._with(q)
+            case ast.SetOp(op="UNION", all=True):
+                return self._union_all(q)
+            case ast.SetOp(op="UNION"):
+                return self._distinct(self._union_all(q)[0], q.span), frozenset()
+            case ast.SetOp():
+                return self._intersect_except(q), frozenset()
+        raise CompilerBug(f"no binding for the query {type(q).__name__}")
+
+    def _sides(self, q: ast.SetOp) -> tuple[ir.Rel, ir.Rel, frozenset[str]]:
+        """Both inputs of a set operation, their columns cast to common types and named as the
+        left side's; the event-time columns of both."""
         left, left_times = self._query(q.left)
         right, right_times = self._query(q.right)
+        what = f"{q.op}{' ALL' if q.all else ''}"
         if len(left.schema) != len(right.schema):
-            raise SqlError(f"the two sides of UNION ALL have {len(left.schema)} and {len(right.schema)} columns",
+            raise SqlError(f"the two sides of {what} have {len(left.schema)} and {len(right.schema)} columns",
                            q.right.span)
         types = []
         for i, (a, b) in enumerate(zip(left.schema.fields, right.schema.fields, strict=True)):
             common = T.common_type(a.type, b.type)
             if common is None:
-                raise SqlError(f"column {i + 1} of UNION ALL is {T.sql_name(a.type)} on the left and "
+                raise SqlError(f"column {i + 1} of {what} is {T.sql_name(a.type)} on the left and "
                                f"{T.sql_name(b.type)} on the right", q.right.span, "CAST one side")
             types.append(common if not T.is_null(common) else pa.int32())
-        sides = [self._cast_columns(side, types, left.schema.names) for side in (left, right)]
-        inputs: list[ir.Rel] = []
-        for side in sides:
-            inputs.extend(side.all_inputs if isinstance(side, ir.Union) else (side,))
         rowtime = frozenset(name for k, name in enumerate(left.schema.names)
                             if name in left_times and right.schema.names[k] in right_times)
+        left, right = (self._cast_columns(side, types, left.schema.names) for side in (left, right))
+        return left, right, rowtime
+
+    def _union_all(self, q: ast.SetOp) -> tuple[ir.Rel, frozenset[str]]:
+        left, right, rowtime = self._sides(q)
+        inputs: list[ir.Rel] = []
+        for side in (left, right):
+            inputs.extend(side.all_inputs if isinstance(side, ir.Union) else (side,))
         return ir.Union(all_inputs=tuple(inputs), span=q.span), rowtime
+
+    def _distinct(self, rel: ir.Rel, span: Span | None) -> ir.Rel:
+        """Each distinct row of ``rel`` once: a group aggregation by all its columns."""
+        return ir.GroupAggregate(uid=self._uid, input=rel, num_keys=len(rel.schema), aggs=(), agg_names=(),
+                                 span=span)
+
+    def _intersect_except(self, q: ast.SetOp) -> ir.Rel:
+        """The distinct rows found on both sides (INTERSECT) or on the left only (EXCEPT): both
+        sides, flagged by side, counted per distinct row."""
+        if q.all:
+            raise SqlError(f"{q.op} ALL is not supported yet", q.span,
+                           f"{q.op} (without ALL) gives each distinct row once")
+        left, right, _ = self._sides(q)
+        n = len(left.schema)
+        sides = []
+        for rel, is_left in ((left, True), (right, False)):
+            exprs = tuple(ir.Column(index=i, name=f.name, type=f.type, nullable=f.nullable, span=None)
+                          for i, f in enumerate(rel.schema.fields))
+            flags = (ir.Literal(value=is_left, type=pa.bool_(), nullable=False, span=None),
+                     ir.Literal(value=not is_left, type=pa.bool_(), nullable=False, span=None))
+            sides.append(ir.Project(input=rel, exprs=exprs + flags, names=(*rel.schema.names, "$left", "$right"),
+                                    span=q.span))
+        both = ir.Union(all_inputs=tuple(sides), span=q.span)
+        counts = tuple(ir.AggCall(fn="count_star", arg=None, type=pa.int64(), nullable=False, filter=n + side,
+                                  sql=f"COUNT(*) FILTER (WHERE {'$left' if side == 0 else '$right'})")
+                       for side in (0, 1))
+        counted = ir.GroupAggregate(uid=self._uid, input=both, num_keys=n, aggs=counts,
+                                    agg_names=("$left", "$right"), span=q.span)
+
+        def count(side: int) -> ir.Expr:
+            return ir.Column(index=n + side, name=counted.schema.names[n + side], type=pa.int64(), nullable=False,
+                             span=None)
+
+        zero = ir.Literal(value=0, type=pa.int64(), nullable=False, span=None)
+        on_left = ir.Call(fn="gt", args=(count(0), zero), type=pa.bool_(), nullable=False, span=None)
+        right_op = "gt" if q.op == "INTERSECT" else "eq"
+        on_right = ir.Call(fn=right_op, args=(count(1), zero), type=pa.bool_(), nullable=False, span=None)
+        kept = ir.Filter(input=counted, predicate=ir.Call(fn="and", args=(on_left, on_right), type=pa.bool_(),
+                                                          nullable=False, span=None), span=q.span)
+        exprs = tuple(ir.Column(index=i, name=f.name, type=f.type, nullable=f.nullable, span=None)
+                      for i, f in enumerate(left.schema.fields))
+        return ir.Project(input=kept, exprs=exprs, names=left.schema.names, span=q.span)
+
+    def _values(self, q: ast.Values) -> ir.Rel:
+        """Constant rows: column ``c`` of row ``i`` is picked from the row's values by the row
+        number the ``values`` source gives."""
+        empty = Scope(())
+        rows = [[self.expr(e, empty) for e in row] for row in q.rows]
+        self._raise_collected()
+        width = len(rows[0])
+        types = []
+        for c in range(width):
+            common = rows[0][c].type
+            for r, row in enumerate(rows[1:], start=1):
+                found = T.common_type(common, row[c].type)
+                if found is None:
+                    raise SqlError(f"column {c + 1} of VALUES is {T.sql_name(common)} in the rows above and "
+                                   f"{T.sql_name(row[c].type)} in row {r + 1}", q.rows[r][c].span,
+                                   "CAST the values to one type")
+                common = found
+            types.append(common if not T.is_null(common) else pa.int32())
+        scan = self._values_scan(len(rows), q.span)
+        row_number = ir.Column(index=0, name="_row", type=pa.int64(), nullable=False, span=None)
+        exprs = []
+        for c, t in enumerate(types):
+            column = [cast_to(row[c], t) for row in rows]
+            nullable = any(e.nullable for e in column)
+            exprs.append(column[0] if len(rows) == 1 else
+                         ir.Call(fn="pick", args=(row_number, *column), type=t, nullable=nullable, span=q.span))
+        return ir.Project(input=scan, exprs=tuple(exprs), names=tuple(_EXPR.format(c) for c in range(width)),
+                          span=q.span)
+
+    def _values_scan(self, rows: int, span: Span | None) -> ir.Scan:
+        """The ``values`` source: the row numbers 0 .. rows - 1, in one batch."""
+        info = ir.TableInfo(name="VALUES", connector="values", options=(("rows", str(rows)),),
+                            columns=ir.Schema((ir.Field("_row", pa.int64(), False),)))
+        return ir.Scan(table=info, columns=(0,), span=span)
+
+    def _with(self, q: ast.With) -> tuple[ir.Rel, frozenset[str]]:
+        """Each common table expression is a view for the ones after it and the query."""
+        frame: dict[str, CatalogView] = {}
+        self._ctes.append(frame)
+        try:
+            for cte in q.ctes:
+                rel, rowtime = self._query(cte.query)
+                if cte.columns is not None:
+                    rel, rowtime = self.renamed(rel, rowtime, cte.columns, cte.span)
+                frame[cte.name] = CatalogView(name=cte.name, rel=rel, rowtime=rowtime)
+            return self._query(q.query)
+        finally:
+            self._ctes.pop()
+
+    def renamed(self, rel: ir.Rel, rowtime: frozenset[str], names: tuple[str, ...],
+                span: Span | None) -> tuple[ir.Rel, frozenset[str]]:
+        """``rel`` with its columns named ``names`` (a view's or a WITH query's column list)."""
+        if len(names) != len(rel.schema):
+            raise SqlError(f"{len(names)} column name(s) for a query of {len(rel.schema)} column(s)", span)
+        exprs = tuple(ir.Column(index=i, name=f.name, type=f.type, nullable=f.nullable, span=None)
+                      for i, f in enumerate(rel.schema.fields))
+        renamed = frozenset(new for new, old in zip(names, rel.schema.names, strict=True) if old in rowtime)
+        return ir.Project(input=rel, exprs=exprs, names=names, span=span), renamed
 
     def _cast_columns(self, rel: ir.Rel, types: list[pa.DataType], names: tuple[str, ...]) -> ir.Rel:
         """``rel`` with its columns cast to ``types`` and named ``names`` (a Project if needed)."""
@@ -65,14 +200,21 @@ class QueryBinder:
         # those of a subquery take the subquery's own.
         self._uids.append(q.uid)
         try:
+            if q.distinct:
+                rel, _ = self._select_block(attrs.evolve(q, distinct=False))
+                return self._distinct(rel, q.span), frozenset()
             return self._select_block(q)
         finally:
             self._uids.pop()
 
     def _select_block(self, q: ast.Select) -> tuple[ir.Rel, frozenset[str]]:
-        if q.distinct:
-            raise SqlError("SELECT DISTINCT is not supported yet", q.span)
-        if isinstance(q.from_, ast.Join):
+        if q.from_ is None:
+            # SELECT without FROM: one row, and no column to name.
+            stars = [item for item in q.items if isinstance(item, ast.Star)]
+            if stars:
+                raise SqlError("SELECT * needs a FROM clause", stars[0].span)
+            rel, scope = self._values_scan(1, q.span), Scope(())
+        elif isinstance(q.from_, ast.Join):
             # The WHERE of a join is bound with it: its conditions become join keys or move below.
             rel, scope = self._join(q.from_, q.where)
         else:

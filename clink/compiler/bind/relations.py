@@ -25,10 +25,12 @@ class RelationBinder:
             case ast.TableRef(name=name):
                 if item.as_of is not None:
                     raise SqlError("FOR SYSTEM_TIME AS OF belongs to the right side of a JOIN", item.as_of.span)
-                entry = self.catalog.lookup(name)
+                entry = next((frame[name] for frame in reversed(self._ctes) if name in frame), None)
+                entry = entry or self.catalog.lookup(name)
                 if entry is None:
+                    known = [*self.catalog.names(), *(n for frame in self._ctes for n in frame)]
                     raise SqlError(f"unknown table {name!r}", item.span,
-                                   did_you_mean(name, self.catalog.names(), "tables and views"))
+                                   did_you_mean(name, known, "tables and views"))
                 qualifier = item.alias or name.split(".")[-1]
                 if isinstance(entry, CatalogView):
                     rel, rowtime = entry.rel, entry.rowtime
@@ -39,6 +41,8 @@ class RelationBinder:
                                          for f in rel.schema.fields))
             case ast.SubqueryRef(query=query, alias=alias):
                 rel, rowtime = self._query(query)
+                if item.columns is not None:
+                    rel, rowtime = self.renamed(rel, rowtime, item.columns, item.span)
                 return rel, Scope(tuple(ScopeColumn(alias, f.name, f, f.name in rowtime) for f in rel.schema.fields))
             case ast.Join():
                 return self._join(item, None)

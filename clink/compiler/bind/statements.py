@@ -76,6 +76,8 @@ class Binder(DdlBinder, QueryBinder, RelationBinder, WindowBinder, AggregateBind
         self._over: OverContext | None = None
         #: The UID hint of each SELECT being bound, innermost last.
         self._uids: list[str | None] = []
+        #: The common table expressions of each WITH being bound, innermost last.
+        self._ctes: list[dict[str, CatalogView]] = []
 
     def statement(self, stmt: ast.Statement) -> BoundStatement | None:
         self.errors = []

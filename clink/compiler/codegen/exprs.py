@@ -201,6 +201,8 @@ EMITTERS: dict[str, Emitter] = {
     "current_date": lambda e, a: "K.current_date(ctx)",
     "current_time": lambda e, a: "K.current_time(ctx)",
     "udf": _udf,
+    # Row i of a VALUES list: the i-th of the values (args[1:]) by the row number in args[0].
+    "pick": lambda e, a: f"K.pick({a[0]}, [{', '.join(a[1:])}], {type_py(e.type)})",
 }
 
 

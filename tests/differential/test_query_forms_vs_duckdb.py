@@ -1,0 +1,158 @@
+"""Query forms: SELECT DISTINCT, UNION, INTERSECT, EXCEPT, WITH, VALUES and SELECT without FROM.
+The final table of each must equal DuckDB's batch answer over the same rows, on a dense table
+and on one mostly NULL, read in small batches; and Flink's own documented examples must print
+what its pages print."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+# tests/shared_duckdb.py: pytest puts tests/ on sys.path, as it holds the root conftest.py.
+import shared_duckdb
+
+import clink
+from clink.errors import SqlError
+from clink.testing import run_select
+
+N = 1200
+
+
+def _table(seed: int, null_rate: float) -> pa.Table:
+    rng = np.random.default_rng(seed)
+
+    def nulls() -> np.ndarray:
+        return rng.random(N) < null_rate
+
+    return pa.table({
+        "k": pa.array(rng.integers(0, 12, N), pa.int64(), mask=nulls()),
+        "s": pa.array(rng.choice(np.array(["a", "b", "c", "d"]), N), pa.string(), mask=nulls()),
+        "v": pa.array(rng.integers(0, 30, N), pa.int32(), mask=nulls()),
+    })
+
+
+@pytest.fixture(scope="module", params=[0.02, 0.6], ids=["dense", "nulls"])
+def tables(request: pytest.FixtureRequest) -> dict[str, pa.Table]:
+    return {"l": _table(31, request.param), "r": _table(32, request.param)}
+
+
+QUERIES = [
+    "SELECT DISTINCT k, s FROM l",
+    "SELECT DISTINCT v % 5 AS r FROM l WHERE k > 3",
+    # DISTINCT over an updating input: a key whose count changes is still one row.
+    "SELECT DISTINCT n FROM (SELECT k, COUNT(*) AS n FROM l GROUP BY k)",
+    "SELECT k, s FROM l UNION SELECT k, s FROM r",
+    "SELECT k FROM l WHERE v > 20 UNION SELECT CAST(v AS BIGINT) FROM r",
+    "SELECT k, s FROM l UNION ALL SELECT k, s FROM r",
+    "SELECT k, s FROM l INTERSECT SELECT k, s FROM r",
+    "SELECT s FROM l WHERE k < 4 INTERSECT SELECT s FROM r WHERE k > 8",
+    "SELECT k, s FROM l EXCEPT SELECT k, s FROM r WHERE v > 10",
+    "SELECT v FROM l EXCEPT SELECT v FROM r",
+    # INTERSECT binds tighter than UNION and EXCEPT, which go left to right.
+    "SELECT k FROM l UNION SELECT v FROM r INTERSECT SELECT k FROM r",
+    "SELECT k FROM l EXCEPT SELECT k FROM r WHERE v > 5 UNION SELECT v FROM l WHERE s = 'a'",
+    "(SELECT k FROM l EXCEPT SELECT k FROM r WHERE v > 5) EXCEPT SELECT 3",
+    # An updating side: the counts of the keys of both tables.
+    "SELECT k, COUNT(*) AS n FROM l GROUP BY k INTERSECT SELECT k, COUNT(*) AS n FROM r GROUP BY k",
+    # WITH: several, the later reading the earlier, one used twice.
+    ("WITH big AS (SELECT k, s, v FROM l WHERE v > 10), per AS (SELECT k, COUNT(*) AS n FROM big GROUP BY k) "
+     "SELECT big.k, big.s, per.n FROM big JOIN per ON big.k = per.k"),
+    "WITH x (a, b) AS (SELECT k, s FROM r) SELECT b, SUM(a) AS t FROM x GROUP BY b",
+    # VALUES as a relation, joined with a table; SELECT without FROM in a set operation.
+    ("SELECT l.k, names.label FROM l JOIN (VALUES (1, 'one'), (2, 'two'), (3, CAST(NULL AS VARCHAR))) "
+     "AS names(id, label) ON l.k = names.id"),
+    "SELECT k FROM l WHERE v = 3 UNION ALL SELECT 100 UNION ALL SELECT 200",
+]
+
+
+@pytest.mark.parametrize("query", QUERIES)
+def test_final_table_equals_duckdb(tables: dict[str, pa.Table], query: str) -> None:
+    ours = run_select(query, row_group_size=97, **tables)
+    con = shared_duckdb.connect()
+    for name, table in tables.items():
+        con.register(name, table)
+    shared_duckdb.assert_same_rows(ours, con.execute(query).fetchall())
+
+
+FLINK_VIEWS = ("create view t1(s) as values ('c'), ('a'), ('b'), ('b'), ('c');\n"
+               "create view t2(s) as values ('d'), ('e'), ('a'), ('b'), ('b');\n")
+
+
+@pytest.mark.parametrize(("query", "printed"), [
+    ("(SELECT s FROM t1) UNION (SELECT s FROM t2)", ["c", "a", "b", "d", "e"]),
+    # The page prints this table under the header "c"; its column is s.
+    ("(SELECT s FROM t1) UNION ALL (SELECT s FROM t2)", ["c", "a", "b", "b", "c", "d", "e", "a", "b", "b"]),
+    ("(SELECT s FROM t1) INTERSECT (SELECT s FROM t2)", ["a", "b"]),
+    ("(SELECT s FROM t1) EXCEPT (SELECT s FROM t2)", ["c"]),
+])
+def test_flinks_set_operation_examples(query: str, printed: list[str]) -> None:
+    """Flink's page on set operations (docs/dev/table/sql/queries/set-ops.md), its views built
+    with CREATE VIEW ... AS VALUES."""
+    table = clink.sql(FLINK_VIEWS + query + ";").to_arrow()
+    assert table.column_names == ["s"]
+    assert Counter(table.column("s").to_pylist()) == Counter(printed)
+
+
+def test_flinks_with_example() -> None:
+    """Flink's WITH page: a common table expression read by a GROUP BY."""
+    orders = ("CREATE VIEW Orders (order_id, price, tax) AS VALUES (1, 10.0, 1.0), (2, 5.5, 0.5), (1, 3.0, 0.25);\n")
+    table = clink.sql(orders + "WITH orders_with_total AS (\n    SELECT order_id, price + tax AS total\n    FROM Orders\n)\n"
+                      "SELECT order_id, SUM(total)\nFROM orders_with_total\nGROUP BY order_id;").to_arrow()
+    assert sorted((r["order_id"], float(r["EXPR$1"])) for r in table.to_pylist()) == [(1, 14.25), (2, 6.0)]
+
+
+def test_select_without_from_is_one_row_named_as_flink_names_it() -> None:
+    """The first query of Flink's SQL client page; a column without a name is EXPR$n."""
+    table = clink.sql("SELECT 'Hello World';").to_arrow()
+    assert table.column_names == ["EXPR$0"] and table.to_pylist() == [{"EXPR$0": "Hello World"}]
+    table = clink.sql("SELECT 1 + 1 AS two, UPPER('x'), CAST(NULL AS INT) AS n;").to_arrow()
+    assert table.to_pylist() == [{"two": 2, "EXPR$1": "X", "n": None}]
+
+
+def test_values_columns_take_the_common_type_of_their_rows() -> None:
+    table = clink.sql("VALUES (1, 'a'), (2, CAST(NULL AS STRING)), (3.5, 'c');").to_arrow()
+    assert table.column_names == ["EXPR$0", "EXPR$1"]
+    assert str(table.schema.field("EXPR$0").type) == "decimal128(11, 1)"  # INT and DECIMAL(2, 1), as Flink
+    assert [(float(r["EXPR$0"]), r["EXPR$1"]) for r in table.to_pylist()] == [(1.0, "a"), (2.0, None), (3.5, "c")]
+
+
+@pytest.mark.parametrize(("text", "message"), [
+    ("VALUES (1, 2), (3);", "every row of VALUES needs 2 value(s), as the first has; this one has 1"),
+    ("VALUES (1), ('a');", "column 1 of VALUES is INT in the rows above and STRING in row 2"),
+    ("SELECT *;", "SELECT * needs a FROM clause"),
+    ("WITH a AS (SELECT 1 AS x), a AS (SELECT 2 AS x) SELECT * FROM a;", "WITH names 'a' twice"),
+    ("CREATE VIEW v (a, b) AS SELECT 1;\nSELECT * FROM v;", "2 column name(s) for a query of 1 column(s)"),
+    ("SELECT 1 AS x INTERSECT ALL SELECT 2;", "INTERSECT ALL is not supported yet"),
+    ("SELECT 1 AS x EXCEPT ALL SELECT 2;", "EXCEPT ALL is not supported yet"),
+    ("SELECT 1 AS x UNION SELECT 'a';", "column 1 of UNION is INT on the left and STRING on the right"),
+    ("WITH a AS (SELECT 1 AS x) SELECT * FROM b;", "unknown table 'b'"),
+])
+def test_bad_query_forms_are_refused_where_they_are_written(text: str, message: str) -> None:
+    with pytest.raises(SqlError, match=message.replace("(", r"\(").replace(")", r"\)").replace("*", r"\*")) as info:
+        clink.sql(text)
+    assert info.value.span is not None and info.value.span.line >= 1
+
+
+def test_a_with_name_is_seen_only_by_its_query() -> None:
+    with pytest.raises(SqlError, match="unknown table 'a'"):
+        clink.sql("SELECT * FROM (WITH a AS (SELECT 1 AS x) SELECT x FROM a) AS t, a;")
+
+
+@pytest.mark.in_process
+def test_select_distinct_forgets_rows_after_the_state_ttl() -> None:
+    """Keys 1, 0, 1, 0, 1, 0 in batches of one, two minutes apart on the job's clock: with a TTL
+    of one minute each is forgotten before it comes again, and comes out again (Flink's TTL);
+    without one, each key comes out once."""
+    from clink.runtime.context import RuntimeContext
+
+    script = ("CREATE TABLE t (id INT) WITH ('connector' = 'datagen', 'number-of-rows' = '6', 'batch-size' = '1',"
+              " 'fields.id.kind' = 'sequence', 'fields.id.start' = '1', 'fields.id.end' = '6');\n"
+              "SELECT DISTINCT id % 2 AS odd FROM t;")
+    ticks = iter(range(0, 10**9, 120_000))
+    forgetting = RuntimeContext(clock=lambda: next(ticks), config={"table.exec.state.ttl": "1 min",
+                                                                   "parallelism.default": "1"})
+    assert Counter(clink.sql(script, context=forgetting).to_arrow().column("odd").to_pylist()) == {0: 3, 1: 3}
+    assert Counter(clink.sql(script).to_arrow().column("odd").to_pylist()) == {0: 1, 1: 1}
