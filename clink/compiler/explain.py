@@ -160,6 +160,8 @@ def explain_logical(node: ir.Rel, indent: int = 0) -> str:
             line += ")"
         case ir.Union():
             line = f"Union(all=[true], columns=[{', '.join(node.schema.names)}])"
+        case ir.Replicate():
+            line = f"Replicate(times=[{node.input.schema.names[node.count]}])"
         case ir.Scan():
             line = f"Scan(table=[{node.table.name}], columns=[{', '.join(node.schema.names)}]"
             if node.predicate is not None:
@@ -267,6 +269,8 @@ def chain_kinds(op: ChainOp) -> list[str]:
     for step in op.steps:
         if isinstance(step, ir.WindowTVF):
             kinds.append(f"Windows {step.window.sql()}")
+        elif isinstance(step, ir.Replicate):
+            kinds.append(f"Repeat by {step.input.schema.names[step.count]}")
         else:
             kinds.append("Filter -> Project" if step.predicate is not None else "Project")
     return kinds

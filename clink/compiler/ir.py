@@ -498,6 +498,19 @@ class WindowTVF(Unary):
         return Schema(self.input.schema.fields + _window_fields(self.input.schema[self.time].type))
 
 
+@attrs.frozen(kw_only=True)
+class Replicate(Unary):
+    """Every row of ``input`` as many times as its column ``count`` says (none for 0 or fewer),
+    without that column: the rows ``INTERSECT ALL`` and ``EXCEPT ALL`` keep, from the number of
+    copies each distinct row has. Over an updating input each copy keeps its row kind."""
+
+    count: int
+
+    @functools.cached_property
+    def schema(self) -> Schema:
+        return Schema(tuple(f for i, f in enumerate(self.input.schema.fields) if i != self.count))
+
+
 def window_origin(rel: Rel, index: int, *,
                   through_keys: bool = False) -> tuple[WindowAggregate | WindowTVF, int] | None:
     """The window aggregation or window table function whose window_start (0), window_end (1) or

@@ -29,12 +29,12 @@ class SourceOp:
 @attrs.frozen(kw_only=True)
 class ChainOp:
     """Evaluate ``scan_predicate`` (pushed into the scan) and then each step, in order: a Calc,
-    or a WindowTVF that gives each row its windows."""
+    a WindowTVF that gives each row its windows, or a Replicate that repeats rows."""
 
     id: int
     input: int
     scan_predicate: ir.Expr | None
-    steps: tuple[ir.Calc | ir.WindowTVF, ...]
+    steps: tuple[ir.Calc | ir.WindowTVF | ir.Replicate, ...]
     input_schema: ir.Schema
     table: str
     target: str
@@ -366,9 +366,9 @@ def _build(rel: ir.Rel, ops: list[PhysicalOp], *, target: str, shared: dict) -> 
     """Add the operators that produce ``rel`` to ``ops``; return the id of the last one.
     ``shared``: the source already planned for each scan of the statement, and the (operator
     id, description) planned for each stateful subquery, by its shape."""
-    steps: list[ir.Calc | ir.WindowTVF] = []
+    steps: list[ir.Calc | ir.WindowTVF | ir.Replicate] = []
     node = rel
-    while isinstance(node, (ir.Calc, ir.WindowTVF)):
+    while isinstance(node, (ir.Calc, ir.WindowTVF, ir.Replicate)):
         steps.append(node)
         node = node.input
     scan_predicate = None

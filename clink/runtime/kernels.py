@@ -75,6 +75,17 @@ def broadcast(value: Value, n: int, type: pa.DataType) -> pa.Array:  # noqa: A00
     return value
 
 
+def replicate(batch: pa.RecordBatch, count: int) -> pa.RecordBatch:
+    """Each row of ``batch`` as many times as its column ``count`` says (none for 0 or fewer, or
+    NULL), without that column; the copies of a row are next to each other."""
+    times = pc.fill_null(batch.column(count), 0).to_numpy(zero_copy_only=False)
+    rest = batch.remove_column(count)
+    if (times == 1).all():
+        return rest
+    index = np.repeat(np.arange(batch.num_rows, dtype=np.int64), np.maximum(times, 0))
+    return rest.take(pa.array(index))
+
+
 def pick(row: pa.Array, values: list[Value], type: pa.DataType) -> pa.Array:  # noqa: A002
     """Row ``i`` of a VALUES list gets ``values[row[i]]`` (each a scalar, or a column of which
     its row's entry is taken)."""

@@ -86,11 +86,9 @@ class QueryBinder:
                                  span=span)
 
     def _intersect_except(self, q: ast.SetOp) -> ir.Rel:
-        """The distinct rows found on both sides (INTERSECT) or on the left only (EXCEPT): both
-        sides, flagged by side, counted per distinct row."""
-        if q.all:
-            raise SqlError(f"{q.op} ALL is not supported yet", q.span,
-                           f"{q.op} (without ALL) gives each distinct row once")
+        """The distinct rows found on both sides (INTERSECT) or on the left only (EXCEPT), or with
+        ALL each as many times as both sides have it (or the left beyond the right): both sides,
+        flagged by side, counted per distinct row."""
         left, right, _ = self._sides(q)
         n = len(left.schema)
         sides = []
@@ -112,15 +110,28 @@ class QueryBinder:
             return ir.Column(index=n + side, name=counted.schema.names[n + side], type=pa.int64(), nullable=False,
                              span=None)
 
+        keys = tuple(ir.Column(index=i, name=f.name, type=f.type, nullable=f.nullable, span=None)
+                     for i, f in enumerate(left.schema.fields))
+        if q.all:
+            # As many copies of each row as both sides have (INTERSECT ALL: the fewer of the
+            # two counts) or as the left has beyond the right's (EXCEPT ALL: the difference).
+            on_left, on_right = count(0), count(1)
+            if q.op == "INTERSECT":
+                fewer = ir.Call(fn="lt", args=(on_left, on_right), type=pa.bool_(), nullable=False, span=None)
+                times = ir.Call(fn="case", args=(fewer, on_left, on_right), params=(1, True), type=pa.int64(),
+                                nullable=False, span=None)
+            else:
+                times = ir.Call(fn="subtract", args=(on_left, on_right), type=pa.int64(), nullable=False, span=None)
+            counted_rows = ir.Project(input=counted, exprs=(*keys, times), names=(*left.schema.names, "$times"),
+                                      span=q.span)
+            return ir.Replicate(input=counted_rows, count=n, span=q.span)
         zero = ir.Literal(value=0, type=pa.int64(), nullable=False, span=None)
         on_left = ir.Call(fn="gt", args=(count(0), zero), type=pa.bool_(), nullable=False, span=None)
         right_op = "gt" if q.op == "INTERSECT" else "eq"
         on_right = ir.Call(fn=right_op, args=(count(1), zero), type=pa.bool_(), nullable=False, span=None)
         kept = ir.Filter(input=counted, predicate=ir.Call(fn="and", args=(on_left, on_right), type=pa.bool_(),
                                                           nullable=False, span=None), span=q.span)
-        exprs = tuple(ir.Column(index=i, name=f.name, type=f.type, nullable=f.nullable, span=None)
-                      for i, f in enumerate(left.schema.fields))
-        return ir.Project(input=kept, exprs=exprs, names=left.schema.names, span=q.span)
+        return ir.Project(input=kept, exprs=keys, names=left.schema.names, span=q.span)
 
     def _values(self, q: ast.Values) -> ir.Rel:
         """Constant rows: column ``c`` of row ``i`` is picked from the row's values by the row

@@ -253,6 +253,13 @@ def _emit_chain(w: SourceWriter, op: ChainOp, schema_names: dict[int, str]) -> N
                     w.line(f"return batch.cast({schema_names[op.id * 10]})")
                 schema = step.schema
                 continue
+            if isinstance(step, ir.Replicate):
+                w.line(f"batch = K.replicate(batch, {step.count})  # each row {step.input.schema.names[step.count]} "
+                       "times", span=step.span)
+                if last:
+                    w.line(f"return batch.cast({schema_names[op.id * 10]})")
+                schema = step.schema
+                continue
             if step.predicate is not None:
                 rest = (attrs.evolve(step, predicate=None),)
                 _emit_filter(w, step.predicate, schema, note="WHERE",

@@ -73,8 +73,8 @@ def _prune(node: ir.Rel, needed: set[int]) -> tuple[ir.Rel, dict[int, int]]:
                                            span=child.span)
                 pruned.append(new_child)
             return node.with_inputs(tuple(pruned)), {old: new for new, old in enumerate(kept)}
-        case ir.WindowAggregate(input=child) | ir.GroupAggregate(input=child):
-            # Its input was built for it (keys, time, arguments): every column is used.
+        case ir.WindowAggregate(input=child) | ir.GroupAggregate(input=child) | ir.Replicate(input=child):
+            # Its input was built for it (keys, time, arguments; a count): every column is used.
             new_child, mapping = _prune(child, set(range(len(child.schema))))
             assert all(k == v for k, v in mapping.items())
             return node.with_inputs((new_child,)), {i: i for i in range(len(node.schema))}
