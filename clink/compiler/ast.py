@@ -212,6 +212,14 @@ class Descriptor(Expr):
 
 
 @attrs.frozen(kw_only=True)
+class NamedArg(Expr):
+    """``NAME => value``: an argument given by its parameter's name (window table functions)."""
+
+    name: str
+    value: Expr
+
+
+@attrs.frozen(kw_only=True)
 class TableArg(Expr):
     """``TABLE t [PARTITION BY k, ...]``: the table argument of a window table function."""
 

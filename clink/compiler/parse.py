@@ -63,6 +63,7 @@ _WORDS = {
     "DOT": "'.'",
     "STAR": "'*'",
     "EQ": "'='",
+    "ARROW": "'=>'",
     "LT": "'<'",
     "GT": "'>'",
     "LSQB": "'['",
@@ -689,6 +690,10 @@ class _Builder(Transformer):
                 args.append(p)
         return ast.FunctionCall(name=str(name).upper(), args=tuple(args), distinct=distinct, star=star,
                                 over=over, filter=filter_, name_span=name.span, span=self._span(meta))
+
+    def named_arg(self, meta, children):
+        name, value = _strip_keywords(children)
+        return ast.NamedArg(name=str(name).upper(), value=value, span=self._span(meta))
 
     def filter_clause(self, meta, children):
         return ("filter", _strip_keywords(children)[0])

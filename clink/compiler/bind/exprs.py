@@ -181,6 +181,9 @@ class ExprBinder:
                 return self._call(e, scope)
             case ast.Descriptor() | ast.TableArg():
                 raise SqlError("DESCRIPTOR(...) and TABLE t are arguments of window table functions only", e.span)
+            case ast.NamedArg(name=name):
+                raise SqlError(f"arguments by name ({name} => ...) are taken by window table functions only",
+                               e.span, "give this function its arguments in order")
             case ast.QualifiedStar():
                 raise SqlError("'.*' is allowed only as a select item", e.span)
         raise SqlError(f"unsupported expression {type(e).__name__}", e.span)

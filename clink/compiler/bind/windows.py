@@ -15,6 +15,15 @@ from clink.errors import SqlError
 from clink.runtime.settings import parse_duration
 
 
+#: Flink's names of each window table function's parameters, in their order.
+_TVF_PARAMS = {
+    "TUMBLE": ("DATA", "TIMECOL", "SIZE", "OFFSET"),
+    "HOP": ("DATA", "TIMECOL", "SLIDE", "SIZE", "OFFSET"),
+    "CUMULATE": ("DATA", "TIMECOL", "STEP", "SIZE", "OFFSET"),
+    "SESSION": ("DATA", "TIMECOL", "GAP"),
+}
+
+
 class WindowBinder:
     """Window table functions, group windows, late rows."""
 
@@ -28,12 +37,13 @@ class WindowBinder:
             "CUMULATE": "CUMULATE(TABLE t, DESCRIPTOR(ts), step, max_size [, offset])",
             "SESSION": "SESSION(TABLE t [PARTITION BY k], DESCRIPTOR(ts), gap)",
         }[name]
-        args = call.args
+        args = self._tvf_arguments(call, usage)
         wanted = {"TUMBLE": (3, 4), "HOP": (4, 5), "CUMULATE": (4, 5), "SESSION": (3, 3)}[name]
         if not wanted[0] <= len(args) <= wanted[1]:
             raise SqlError(f"{name} takes {wanted[0]}{'' if wanted[0] == wanted[1] else f' or {wanted[1]}'} "
                            f"arguments, got {len(args)}", call.span, f"write {usage}")
         table_arg, descriptor, *lengths = args
+        offset = lengths.pop() if len(args) == wanted[1] and name != "SESSION" else None
         if not isinstance(table_arg, ast.TableArg):
             raise SqlError(f"the first argument of {name} must be TABLE <name>", table_arg.span, f"write {usage}")
         if not isinstance(descriptor, ast.Descriptor) or len(descriptor.names) != 1:
@@ -57,15 +67,16 @@ class WindowBinder:
                  f"{table_arg.name!r} has no event time: declare WATERMARK FOR {time_name} AS "
                  f"{time_name} - INTERVAL '5' SECOND in its CREATE TABLE"))
         ms = [self._window_length(name, a) for a in lengths]
+        shift = self._window_offset(name, offset) if offset is not None else 0
         match name:
             case "TUMBLE":
-                window = ir.WindowDef("tumble", size=ms[0], offset=ms[1] if len(ms) > 1 else 0)
+                window = ir.WindowDef("tumble", size=ms[0], offset=shift)
             case "HOP":
-                window = ir.WindowDef("hop", slide=ms[0], size=ms[1], offset=ms[2] if len(ms) > 2 else 0)
+                window = ir.WindowDef("hop", slide=ms[0], size=ms[1], offset=shift)
                 if window.size % window.slide:
                     raise SqlError("a HOP window's size must be a whole multiple of its slide", call.span)
             case "CUMULATE":
-                window = ir.WindowDef("cumulate", slide=ms[0], size=ms[1], offset=ms[2] if len(ms) > 2 else 0)
+                window = ir.WindowDef("cumulate", slide=ms[0], size=ms[1], offset=shift)
                 if window.size % window.slide:
                     raise SqlError("a CUMULATE window's max size must be a whole multiple of its step", call.span)
             case _:
@@ -82,6 +93,44 @@ class WindowBinder:
         columns += tuple(ScopeColumn(alias, f.name, f, f.name == "window_time")
                          for f in tvf.schema.fields[len(scope.columns):])
         return tvf, Scope(columns)
+
+    def _tvf_arguments(self, call: ast.FunctionCall, usage: str) -> list[ast.Expr]:
+        """The arguments of a window table function in their order, from arguments given in
+        order, by name (``SIZE => INTERVAL '10' MINUTES``, as Flink names them), or both (those
+        in order first)."""
+        params = _TVF_PARAMS[call.name]
+        given: list[ast.Expr | None] = []
+        named = False
+        for arg in call.args:
+            if not isinstance(arg, ast.NamedArg):
+                if named:
+                    raise SqlError("an argument in order cannot follow one given by name", arg.span, f"write {usage}")
+                given.append(arg)
+                continue
+            named = True
+            if arg.name not in params:
+                raise SqlError(f"{call.name} has no parameter {arg.name}", arg.span,
+                               f"its parameters: {', '.join(params)}")
+            at = params.index(arg.name)
+            given.extend([None] * (at + 1 - len(given)))
+            if given[at] is not None:
+                raise SqlError(f"{call.name}'s {arg.name} is given twice", arg.span)
+            given[at] = arg.value
+        if not named:
+            return given
+        missing = [p for p, a in zip(params, given, strict=False) if a is None]
+        missing += [p for p in params[len(given):] if p != "OFFSET"]
+        if missing:
+            raise SqlError(f"{call.name} needs its {', '.join(missing)}", call.span, f"write {usage}")
+        return [a for a in given if a is not None]
+
+    def _window_offset(self, function: str, arg: ast.Expr) -> int:
+        """A window's offset: any interval, negative too (-16 minutes shifts ten-minute windows
+        as +4 minutes do)."""
+        value = self._expr(arg, Scope(()))
+        if not (isinstance(value, ir.Literal) and pt.is_duration(value.type)):
+            raise SqlError(f"the offset of {function} is an interval literal, like INTERVAL '1' MINUTE", arg.span)
+        return value.value
 
     def _window_length(self, function: str, arg: ast.Expr) -> int:
         value = self._expr(arg, Scope(()))
