@@ -277,6 +277,17 @@ class SetOp(QueryExpr):
 
 
 @attrs.frozen(kw_only=True)
+class OrderedQuery(QueryExpr):
+    """``query ORDER BY ... [LIMIT n | FETCH FIRST n ROWS ONLY]`` (``order`` may be empty with a
+    limit): (expression, descending) pairs, each an output column's name or position, or an
+    expression over the FROM of a SELECT block."""
+
+    query: QueryExpr
+    order: tuple[tuple[Expr, bool], ...]
+    limit: int | None = None
+
+
+@attrs.frozen(kw_only=True)
 class Values(QueryExpr):
     """``VALUES (e, ...), ...``: constant rows."""
 

@@ -524,6 +524,16 @@ class _Builder(Transformer):
         row.span = self._span(meta)
         return row
 
+    def ordered_query(self, meta, children):
+        query = children[0]
+        order = next((c[1] for c in children[1:] if isinstance(c, tuple) and c[0] == "order_by"), ())
+        limit = next((c[1] for c in children[1:] if isinstance(c, tuple) and c[0] == "limit"), None)
+        return ast.OrderedQuery(query=query, order=order, limit=limit, span=self._span(meta))
+
+    def limit_clause(self, meta, children):
+        (count,) = [c for c in children if isinstance(c, Token) and c.type == "INTEGER_LIT"]
+        return ("limit", int(count))
+
     def with_query(self, meta, children):
         parts = _strip_keywords(children)
         ctes, query = tuple(parts[:-1]), parts[-1]

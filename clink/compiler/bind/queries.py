@@ -19,7 +19,7 @@ from clink.compiler import ast, ir
 from clink.compiler import types as T
 from clink.compiler.bind.aggregates import has_aggregate
 from clink.compiler.bind.over import is_row_number
-from clink.compiler.bind.scope import Scope, ast_walk, derive_name, did_you_mean, unique_names
+from clink.compiler.bind.scope import Scope, ast_walk, derive_name, did_you_mean, unique_names, updating_reason
 from clink.compiler.catalog import CatalogView
 from clink.compiler.functions import cast_to
 from clink.compiler.rewrite.limit_ranks import top_n
@@ -44,6 +44,8 @@ class QueryBinder:
                 return self._values(q), frozenset()
             case ast.With():
                 return self._with(q)
+            case ast.OrderedQuery():
+                return self._ordered(q), frozenset()
             case ast.SetOp(op="UNION", all=True):
                 return self._union_all(q)
             case ast.SetOp(op="UNION"):
@@ -132,6 +134,54 @@ class QueryBinder:
         kept = ir.Filter(input=counted, predicate=ir.Call(fn="and", args=(on_left, on_right), type=pa.bool_(),
                                                           nullable=False, span=None), span=q.span)
         return ir.Project(input=kept, exprs=keys, names=left.schema.names, span=q.span)
+
+    def _ordered(self, q: ast.OrderedQuery) -> ir.Rel:
+        """``ORDER BY ... LIMIT n`` (or ``FETCH FIRST n ROWS ONLY``): the first ``n`` rows in that
+        order, a Top-N over the whole result (updating: a row that enters the first ``n`` pushes
+        the last one out); ``LIMIT n`` alone keeps the first ``n`` rows to arrive. Each ORDER BY
+        item is an output column (by name or position) or, under a SELECT block, an expression
+        over its FROM, computed beside the select list and dropped after."""
+        if q.limit is None:
+            raise SqlError("ORDER BY without LIMIT is not supported yet", q.order[0][0].span,
+                           "add LIMIT n to keep the first n rows in that order (a Top-N, updated as rows come)")
+        inner = q.query
+        rel, _ = self._query(inner)
+        visible = len(rel.schema)
+        outputs = {name: i for i, name in enumerate(rel.schema.names)}
+        order: list[tuple[int, bool]] = []
+        hidden: list[tuple[ast.Expr, bool]] = []
+        for e, descending in q.order:
+            if isinstance(e, ast.Literal) and e.kind == "int":
+                if not 1 <= e.value <= visible:
+                    raise SqlError(f"ORDER BY {e.value}: the query has {visible} column(s)", e.span)
+                order.append((e.value - 1, descending))
+            elif isinstance(e, ast.ColumnRef) and e.name in outputs:
+                order.append((outputs[e.name], descending))
+            else:
+                order.append((visible + len(hidden), descending))
+                hidden.append((e, descending))
+        if hidden:
+            if not isinstance(inner, ast.Select) or inner.distinct:
+                raise SqlError("ORDER BY here names a column of the result, by name or position", hidden[0][0].span,
+                               f"the result's columns: {', '.join(rel.schema.names)}")
+            extra = tuple(ast.AliasedExpr(expr=e, alias=f"$order{i}", span=e.span) for i, (e, _) in enumerate(hidden))
+            rel, _ = self._query(attrs.evolve(inner, items=inner.items + extra))
+        if ir.is_updating(rel):
+            producer = ir.updating_source(rel)
+            raise SqlError("ORDER BY ... LIMIT over an updating query is not supported yet", q.span,
+                           f"the query produces updates: {updating_reason(producer, producer.span)}")
+        for column, _ in order:
+            if pt.is_nested(rel.schema[column].type):
+                raise SqlError(f"cannot ORDER BY a {T.sql_name(rel.schema[column].type)}", q.span)
+        if q.limit == 0:
+            never = ir.Literal(value=False, type=pa.bool_(), nullable=False, span=q.span)
+            top: ir.Rel = ir.Filter(input=rel, predicate=never, span=q.span)
+        else:
+            top = ir.Rank(uid=self._uid, input=rel, partition=(), order=tuple(order), limit=q.limit,
+                          rank_name="$rank", emit_rank=False, span=q.span)
+        exprs = tuple(ir.Column(index=i, name=f.name, type=f.type, nullable=f.nullable, span=None)
+                      for i, f in enumerate(top.schema.fields[:visible]))
+        return ir.Project(input=top, exprs=exprs, names=top.schema.names[:visible], span=q.span)
 
     def _values(self, q: ast.Values) -> ir.Rel:
         """Constant rows: column ``c`` of row ``i`` is picked from the row's values by the row
