@@ -17,6 +17,7 @@ from clink.compiler.physical import (
     OverAggOp,
     PhysicalPlan,
     RankOp,
+    SortOp,
     SinkOp,
     SourceOp,
     UnionOp,
@@ -160,6 +161,10 @@ def explain_logical(node: ir.Rel, indent: int = 0) -> str:
             line += ")"
         case ir.Union():
             line = f"Union(all=[true], columns=[{', '.join(node.schema.names)}])"
+        case ir.Sort():
+            names = node.input.schema.names
+            order = "".join(f", {names[c]}{' DESC' if d else ''}" for c, d in node.order)
+            line = f"Sort(orderBy=[{names[node.time]}{order}])"
         case ir.Replicate():
             line = f"Replicate(times=[{node.input.schema.names[node.count]}])"
         case ir.Scan():
@@ -242,6 +247,11 @@ def explain_physical(plan: PhysicalPlan) -> str:
                         f"{', '.join(names[p] for p in over.partition) or '(none)'}] <- [{op.input}] {op.partitioning}")
                 if ir.is_updating(over):
                     line += " produces updates"
+            case SortOp(sort=sort):
+                names = sort.input.schema.names
+                order = "".join(f", {names[c]}{' DESC' if d else ''}" for c, d in sort.order)
+                line = (f"[{op.id}] Sort ORDER BY {names[sort.time]}{order} as the watermark passes "
+                        f"<- [{op.input}] {op.partitioning}")
             case RankOp(rank=rank):
                 names = rank.input.schema.names
                 line = (f"[{op.id}] TopN {rank.limit} state keys=[{', '.join(names[p] for p in rank.partition) or '(none)'}] "

@@ -38,6 +38,7 @@ from clink.compiler.physical import (
     PhysicalPlan,
     RankOp,
     SinkOp,
+    SortOp,
     SourceOp,
     UnionOp,
     WindowAggOp,
@@ -46,7 +47,7 @@ from clink.compiler.physical import (
 __all__ = ["Identity", "operator_identities"]
 
 _KINDS: dict[type, str] = {WindowAggOp: "window", GroupAggOp: "group", JoinOp: "join", RankOp: "rank",
-                           OverAggOp: "over"}
+                           OverAggOp: "over", SortOp: "sort"}
 
 
 def _inputs(op: PhysicalOp) -> tuple[int, ...]:
@@ -118,6 +119,8 @@ def _ir_node(op: PhysicalOp) -> ir.Rel:
     match op:
         case WindowAggOp(agg=node) | GroupAggOp(agg=node) | OverAggOp(over=node) | RankOp(rank=node) | JoinOp(join=node):
             return node
+        case SortOp(sort=node):
+            return node
     raise TypeError(f"{type(op).__name__} is not a stateful operator")
 
 
@@ -153,6 +156,9 @@ def _meaning(op: PhysicalOp) -> str:
             partition = ", ".join(_column_sql(over.input, i) for i in over.partition)
             return (f"PARTITION BY ({partition}) ORDER BY {_column_sql(over.input, over.time)} "
                     f"computing {_aggs(over.aggs, over.input)}")
+        case SortOp(sort=sort):
+            order = "".join(f", {_column_sql(sort.input, c)}{' DESC' if d else ''}" for c, d in sort.order)
+            return f"ORDER BY {_column_sql(sort.input, sort.time)}{order}"
         case RankOp(rank=rank):
             partition = ", ".join(_column_sql(rank.input, i) for i in rank.partition)
             order = ", ".join(f"{_column_sql(rank.input, c)}{' DESC' if d else ''}" for c, d in rank.order)

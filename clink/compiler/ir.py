@@ -499,6 +499,22 @@ class WindowTVF(Unary):
 
 
 @attrs.frozen(kw_only=True)
+class Sort(Unary):
+    """``ORDER BY time, ...`` of a stream: every row once the watermark passes its event time
+    ``time`` (ascending), in (time, ``order``, arrival) order; ``order``: (column, descending)
+    pairs, NULLs last. Append-only."""
+
+    time: int
+    order: tuple[tuple[int, bool], ...]
+    #: ``SELECT /*+ UID('name') */``: the name given to this operator's state in checkpoints.
+    uid: str | None = None
+
+    @property
+    def schema(self) -> Schema:
+        return self.input.schema
+
+
+@attrs.frozen(kw_only=True)
 class Replicate(Unary):
     """Every row of ``input`` as many times as its column ``count`` says (none for 0 or fewer),
     without that column: the rows ``INTERSECT ALL`` and ``EXCEPT ALL`` keep, from the number of

@@ -152,6 +152,21 @@ class OverAggOp:
 
 
 @attrs.frozen(kw_only=True)
+class SortOp:
+    """The stateful streaming ORDER BY: all rows in one subtask, out in order as the watermark
+    passes them."""
+
+    id: int
+    input: int
+    sort: ir.Sort
+    partitioning: str = "single"
+
+    @property
+    def schema(self) -> ir.Schema:
+        return self.sort.schema
+
+
+@attrs.frozen(kw_only=True)
 class RankOp:
     """The stateful Top-N; its input is hash-partitioned by the partition columns, and its output
     is an updating stream."""
@@ -226,7 +241,8 @@ class SinkOp:
         return self.sink.schema
 
 
-PhysicalOp = SourceOp | ChainOp | ExchangeOp | PreAggOp | WindowAggOp | GroupAggOp | JoinOp | RankOp | OverAggOp | UnionOp | SinkOp
+PhysicalOp = (SourceOp | ChainOp | ExchangeOp | PreAggOp | WindowAggOp | GroupAggOp | JoinOp | RankOp | OverAggOp
+              | SortOp | UnionOp | SinkOp)
 
 
 def output_distribution(op: PhysicalOp) -> Distribution | None:
@@ -418,6 +434,12 @@ def _build(rel: ir.Rel, ops: list[PhysicalOp], *, target: str, shared: dict) -> 
             upstream, table = op.id, f"over aggregate {op.id}"
             if node.late_sink is not None:
                 _build_late_output(op, ops)
+        case ir.Sort():
+            below = _build(node.input, ops, target="an ORDER BY", shared=shared)
+            below = _distributed(ops, below, SINGLE, node.input.schema)
+            op = SortOp(id=len(ops) + 1, input=below, sort=node)
+            ops.append(op)
+            upstream, table = op.id, f"order by {op.id}"
         case ir.Rank():
             below = _build(node.input, ops, target="a Top-N", shared=shared)
             below = _distributed(ops, below, hash_by(*node.partition), node.input.schema)

@@ -16,7 +16,7 @@ if TYPE_CHECKING:
     from clink.runtime.context import TaskContext
 
 __all__ = ["APPEND_ONLY", "BROADCAST", "DELETE", "FORWARD", "Distribution", "Exchange", "INSERT", "INSERT_DELETE", "ROWKIND_COLUMN", "SINGLE",
-           "UPDATE_AFTER", "UPDATE_BEFORE", "UPDATING", "AggSpec", "ChangelogMode", "Chain", "GroupAggregate", "Join", "Node", "OverAggregate", "Rank", "Plan", "Sink", "Source", "TaskContext", "Union",
+           "UPDATE_AFTER", "UPDATE_BEFORE", "UPDATING", "AggSpec", "ChangelogMode", "Chain", "GroupAggregate", "Join", "Node", "OverAggregate", "Rank", "Plan", "Sink", "Sort", "Source", "TaskContext", "Union",
            "WindowAggregate", "WindowSpec", "hash_by"]
 
 @dataclass(frozen=True, slots=True)
@@ -376,6 +376,26 @@ class OverAggregate(Node):
 
     def requires(self) -> tuple[Distribution, ...]:
         return (hash_by(*self.partition),)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Sort(Node):
+    """``ORDER BY time, ...`` on a stream: every row once the watermark passes its ``time`` (an
+    event-time column), all rows in (``time``, then ``order``: (column, descending) pairs, NULLs
+    last, then arrival) order, in one subtask. The output ``schema`` is the input's; append-only.
+    Rows at or behind the watermark are late: dropped and counted."""
+
+    input: int
+    time: int
+    order: tuple[tuple[int, bool], ...]
+    schema: pa.Schema
+
+    @property
+    def inputs(self) -> tuple[int, ...]:
+        return (self.input,)
+
+    def requires(self) -> tuple[Distribution, ...]:
+        return (SINGLE,)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

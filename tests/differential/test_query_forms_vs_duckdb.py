@@ -149,7 +149,7 @@ def test_values_columns_take_the_common_type_of_their_rows() -> None:
     ("SELECT DISTINCT 1 AS x ORDER BY 1 + 1 LIMIT 1;", "ORDER BY here names a column of the result"),
     ("CREATE VIEW c AS SELECT 1 AS x UNION SELECT 2;\nSELECT x FROM c ORDER BY x LIMIT 1;",
      "ORDER BY ... LIMIT over an updating query is not supported yet"),
-    ("SELECT 1 AS x ORDER BY x;", "ORDER BY without LIMIT is not supported yet"),
+    ("SELECT 1 AS x ORDER BY x;", "ORDER BY without LIMIT must start with an event-time column"),
 ])
 def test_bad_query_forms_are_refused_where_they_are_written(text: str, message: str) -> None:
     with pytest.raises(SqlError, match=message.replace("(", r"\(").replace(")", r"\)").replace("*", r"\*")) as info:
@@ -210,3 +210,64 @@ def test_limit_alone_keeps_the_first_rows_to_arrive(path: str) -> None:
     assert len(set(got)) == 4 and set(got) <= set(range(50))
     if path == "local:1":
         assert got == [0, 1, 2, 3]
+
+
+def _events(n: int, seed: int, late: bool = False) -> pa.Table:
+    """Rows whose times arrive up to 4 s out of order (the watermark waits 5 s); with ``late``,
+    every 50th row 20 s behind."""
+    rng = np.random.default_rng(seed)
+    base = np.datetime64("2026-03-01T10:00:00", "ms")
+    offsets = np.arange(n) * 200 + rng.integers(-4000, 0, n)
+    if late:
+        offsets[::50] -= 20_000
+    return pa.table({
+        "ts": pa.array(base + offsets.astype("timedelta64[ms]"), pa.timestamp("ms")),
+        "k": pa.array(rng.integers(0, 5, n), pa.int64(), mask=rng.random(n) < 0.2),
+        "v": pa.array(rng.integers(0, 1000, n), pa.int64()),
+    })
+
+
+EVENT_TIME = {"e": "ts AS ts - INTERVAL '5' SECOND"}
+
+
+@pytest.mark.parametrize("query", [
+    "SELECT ts, k, v FROM e ORDER BY ts, k DESC, v",
+    "SELECT v, k FROM e WHERE v > 300 ORDER BY ts, v DESC, k",
+    "SELECT k, v FROM e ORDER BY ts ASC, k, v",
+])
+def test_order_by_event_time_comes_out_in_duckdbs_order(query: str) -> None:
+    """A stream sorted on its event time: rows come out as the watermark passes them, in the
+    order of the whole result (NULLs last, as DuckDB puts them)."""
+    events = _events(600, 5)
+    ours = run_select(query, watermarks=EVENT_TIME, row_group_size=40, e=events)
+    con = shared_duckdb.connect()
+    con.register("e", events)
+    theirs = con.execute(query.replace(", k DESC", ", k DESC NULLS LAST")).fetchall()
+    assert [tuple(r.values()) for r in ours.to_pylist()] == theirs
+
+
+def test_order_by_event_time_drops_late_rows(path: str) -> None:
+    """A row that arrives behind the watermark would break the order: dropped (and counted),
+    as in Flink; the others come out sorted. (Read by several subtasks, the watermark is the
+    slowest one's, and the rows 20 s behind may not be late.)"""
+    events = _events(600, 6, late=True)
+    ours = run_select("SELECT ts, v FROM e ORDER BY ts", watermarks=EVENT_TIME, row_group_size=40, e=events)
+    times = ours.column("ts").to_pylist()
+    assert times == sorted(times)
+    dropped = len(events) - ours.num_rows
+    assert dropped <= 12  # at most the rows 20 s behind
+    if path == "local:1":
+        assert dropped > 0
+
+
+@pytest.mark.parametrize(("text", "message"), [
+    ("SELECT v FROM e ORDER BY v;", "ORDER BY without LIMIT must start with an event-time column"),
+    ("SELECT ts FROM e ORDER BY ts DESC;", "ORDER BY an event-time column must be ascending"),
+    ("SELECT k, COUNT(*) AS n FROM e GROUP BY k ORDER BY k;", "ORDER BY without LIMIT must start with an event-time"),
+])
+def test_a_stream_is_ordered_by_its_event_time_first(text: str, message: str) -> None:
+    ddl = ("CREATE TABLE e (ts TIMESTAMP(3), k BIGINT, v BIGINT, WATERMARK FOR ts AS ts - INTERVAL '5' SECOND) "
+           "WITH ('connector' = 'datagen');\n")
+    with pytest.raises(SqlError, match=message) as info:
+        clink.compile(ddl + text)
+    assert info.value.span is not None and info.value.span.line == 2

@@ -141,11 +141,8 @@ class QueryBinder:
         the last one out); ``LIMIT n`` alone keeps the first ``n`` rows to arrive. Each ORDER BY
         item is an output column (by name or position) or, under a SELECT block, an expression
         over its FROM, computed beside the select list and dropped after."""
-        if q.limit is None:
-            raise SqlError("ORDER BY without LIMIT is not supported yet", q.order[0][0].span,
-                           "add LIMIT n to keep the first n rows in that order (a Top-N, updated as rows come)")
         inner = q.query
-        rel, _ = self._query(inner)
+        rel, rowtime = self._query(inner)
         visible = len(rel.schema)
         outputs = {name: i for i, name in enumerate(rel.schema.names)}
         order: list[tuple[int, bool]] = []
@@ -165,23 +162,34 @@ class QueryBinder:
                 raise SqlError("ORDER BY here names a column of the result, by name or position", hidden[0][0].span,
                                f"the result's columns: {', '.join(rel.schema.names)}")
             extra = tuple(ast.AliasedExpr(expr=e, alias=f"$order{i}", span=e.span) for i, (e, _) in enumerate(hidden))
-            rel, _ = self._query(attrs.evolve(inner, items=inner.items + extra))
-        if ir.is_updating(rel):
-            producer = ir.updating_source(rel)
-            raise SqlError("ORDER BY ... LIMIT over an updating query is not supported yet", q.span,
-                           f"the query produces updates: {updating_reason(producer, producer.span)}")
-        for column, _ in order:
-            if pt.is_nested(rel.schema[column].type):
-                raise SqlError(f"cannot ORDER BY a {T.sql_name(rel.schema[column].type)}", q.span)
+            rel, rowtime = self._query(attrs.evolve(inner, items=inner.items + extra))
+        if q.limit is None:
+            return self._sorted(q, rel, rowtime, order, visible)
+        _check_orderable(rel, order, "ORDER BY ... LIMIT", q.span)
         if q.limit == 0:
             never = ir.Literal(value=False, type=pa.bool_(), nullable=False, span=q.span)
             top: ir.Rel = ir.Filter(input=rel, predicate=never, span=q.span)
         else:
             top = ir.Rank(uid=self._uid, input=rel, partition=(), order=tuple(order), limit=q.limit,
                           rank_name="$rank", emit_rank=False, span=q.span)
-        exprs = tuple(ir.Column(index=i, name=f.name, type=f.type, nullable=f.nullable, span=None)
-                      for i, f in enumerate(top.schema.fields[:visible]))
-        return ir.Project(input=top, exprs=exprs, names=top.schema.names[:visible], span=q.span)
+        return _first_columns(top, visible)
+
+    def _sorted(self, q: ast.OrderedQuery, rel: ir.Rel, rowtime: frozenset[str], order: list[tuple[int, bool]],
+                visible: int) -> ir.Rel:
+        """``ORDER BY time [ASC], ...`` without a limit: on a stream, as in Flink, the first key
+        must be an event-time column ascending; rows come out in order as the watermark passes."""
+        (time, descending), rest = order[0], order[1:]
+        first = q.order[0][0]
+        if rel.schema.names[time] not in rowtime:
+            raise SqlError("ORDER BY without LIMIT must start with an event-time column (a table's WATERMARK "
+                           "column, or a window's window_time), ascending", first.span,
+                           f"event-time columns here: {', '.join(sorted(rowtime)) or 'none'}; or add LIMIT n "
+                           "(a Top-N, updated as rows come)")
+        if descending:
+            raise SqlError("ORDER BY an event-time column must be ascending (rows come out as time passes)",
+                           first.span, "drop DESC, or add LIMIT n (a Top-N, updated as rows come)")
+        _check_orderable(rel, order, "ORDER BY", q.span)
+        return _first_columns(ir.Sort(uid=self._uid, input=rel, time=time, order=tuple(rest), span=q.span), visible)
 
     def _values(self, q: ast.Values) -> ir.Rel:
         """Constant rows: column ``c`` of row ``i`` is picked from the row's values by the row
@@ -320,3 +328,21 @@ class QueryBinder:
         rowtime = frozenset(n for n, e in zip(unique, exprs, strict=True)
                             if isinstance(e, ir.Column) and scope.columns[e.index].rowtime)
         return ir.Project(input=rel, exprs=tuple(exprs), names=unique, span=q.span), rowtime
+
+
+def _check_orderable(rel: ir.Rel, order: list[tuple[int, bool]], what: str, span: Span | None) -> None:
+    """Refuse to order an updating query, or by a nested column."""
+    if ir.is_updating(rel):
+        producer = ir.updating_source(rel)
+        raise SqlError(f"{what} over an updating query is not supported yet", span,
+                       f"the query produces updates: {updating_reason(producer, producer.span)}")
+    for column, _ in order:
+        if pt.is_nested(rel.schema[column].type):
+            raise SqlError(f"cannot ORDER BY a {T.sql_name(rel.schema[column].type)}", span)
+
+
+def _first_columns(rel: ir.Rel, n: int) -> ir.Rel:
+    """The first ``n`` columns of ``rel`` (the query's own, without the ones it was ordered by)."""
+    exprs = tuple(ir.Column(index=i, name=f.name, type=f.type, nullable=f.nullable, span=None)
+                  for i, f in enumerate(rel.schema.fields[:n]))
+    return ir.Project(input=rel, exprs=exprs, names=rel.schema.names[:n], span=rel.span)

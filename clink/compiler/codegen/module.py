@@ -27,6 +27,7 @@ from clink.compiler.physical import (
     PhysicalPlan,
     PreAggOp,
     RankOp,
+    SortOp,
     SinkOp,
     SourceOp,
     UnionOp,
@@ -161,6 +162,8 @@ def _emit_schemas(w: SourceWriter, plan: PhysicalPlan) -> dict[int, str]:
                 texts = [(f"SCHEMA_JOIN_{op.id}", op.schema)]
             case RankOp():
                 texts = [(f"SCHEMA_TOPN_{op.id}", op.schema)]
+            case SortOp():
+                texts = [(f"SCHEMA_SORT_{op.id}", op.schema)]
             case OverAggOp():
                 texts = [(f"SCHEMA_OVER_{op.id}", op.schema)]
             case UnionOp():
@@ -195,6 +198,8 @@ def changelog_modes(plan: PhysicalPlan) -> dict[int, ChangelogMode]:
                 modes[op.id] = functools.reduce(ChangelogMode.union, (modes[i] for i in op.inputs), APPEND_ONLY)
             case WindowAggOp(agg=rel) | GroupAggOp(agg=rel) | RankOp(rank=rel) | OverAggOp(over=rel) | JoinOp(join=rel):
                 modes[op.id] = ir.changelog_mode(rel)
+            case SortOp():
+                modes[op.id] = modes[op.input]
     return modes
 
 
@@ -581,6 +586,15 @@ def _emit_plan(w: SourceWriter, plan: PhysicalPlan, schema_names: dict[int, str]
                                 w.line(f"late_output={op.late_output},  # late rows go to chain_{op.late_output}")
                             w.line(f"schema={schema_names[op.id * 10]}, {changelog(op.id)}"
                                    f"span={str(over.span or '')!r}),")
+                    case SortOp(sort=sort):
+                        names = sort.input.schema.names
+                        order = "".join(f", {names[c]}{' DESC' if d else ''}" for c, d in sort.order)
+                        w.line(f"P.Sort(id={op.id}, input={op.input}, time={sort.time}, order={sort.order!r},  "
+                               f"# ORDER BY {names[sort.time]}{order}", span=sort.span)
+                        with w.indent():
+                            w.line(_identity_py(identities[op.id]))
+                            w.line(f"schema={schema_names[op.id * 10]}, {changelog(op.id)}"
+                                   f"span={str(sort.span or '')!r}),")
                     case RankOp(rank=rank):
                         names = rank.input.schema.names
                         order = ", ".join(f"{names[c]}{' DESC' if d else ''}" for c, d in rank.order)

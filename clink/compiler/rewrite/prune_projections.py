@@ -73,6 +73,10 @@ def _prune(node: ir.Rel, needed: set[int]) -> tuple[ir.Rel, dict[int, int]]:
                                            span=child.span)
                 pruned.append(new_child)
             return node.with_inputs(tuple(pruned)), {old: new for new, old in enumerate(kept)}
+        case ir.Sort(input=child, time=time, order=order):
+            new_child, mapping = _prune(child, set(needed) | {time} | {c for c, _ in order})
+            return attrs.evolve(node, input=new_child, time=mapping[time],
+                                order=tuple((mapping[c], d) for c, d in order)), mapping
         case ir.WindowAggregate(input=child) | ir.GroupAggregate(input=child) | ir.Replicate(input=child):
             # Its input was built for it (keys, time, arguments; a count): every column is used.
             new_child, mapping = _prune(child, set(range(len(child.schema))))

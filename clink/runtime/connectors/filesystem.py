@@ -34,6 +34,7 @@ import base64
 import contextlib
 import hashlib
 import io
+import itertools
 import json
 import os
 import re
@@ -715,8 +716,13 @@ class FileSourceReader(SourceReader):
             raise ConnectorError(f"table {self._spec.name!r}: cannot read {path!r} as Parquet: {e}") from None
         try:
             present = [n for n in schema.names if n in file.schema_arrow.names]
-            for batch in file.iter_batches(batch_size=PARQUET_BATCH_ROWS, row_groups=groups, columns=present,
-                                           use_threads=False):
+            # One row group at a time: a batch never spans two (iter_batches would join small
+            # ones), so a file written in small row groups streams as it was written, each batch
+            # followed by its watermark.
+            chunks = (file.iter_batches(batch_size=PARQUET_BATCH_ROWS, row_groups=[g], columns=present,
+                                        use_threads=False)
+                      for g in (groups if groups is not None else range(file.num_row_groups)))
+            for batch in itertools.chain.from_iterable(chunks):
                 if batch.schema == schema:
                     yield batch
                     continue

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from clink.runtime.operators.base import Operator, OperatorBase, OperatorEnv
-from clink.runtime.plan import GroupAggregate, Join, Node, OverAggregate, Rank, WindowAggregate
+from clink.runtime.plan import GroupAggregate, Join, Node, OverAggregate, Rank, Sort, WindowAggregate
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -61,6 +61,20 @@ def _open_over(node: OverAggregate, env: OperatorEnv) -> Operator:
 
     return OverAggregateOperator(node, env.task, input_schema=schema, backend=env.backend,
                                  operator_id=env.operator_id)
+
+
+def _open_sort(node: Sort, env: OperatorEnv) -> Operator:
+    from clink.runtime.operators.sort import SortOperator
+
+    return SortOperator(node, env.task, input_schema=env.input_schemas[0], backend=env.backend,
+                        operator_id=env.operator_id)
+
+
+def _describe_sort(node: Sort, schemas: tuple[pa.Schema, ...], operator: Operator) -> str:
+    (schema,) = schemas
+    order = ", ".join(f"{schema.field(c).type}{' DESC' if d else ''}" for c, d in node.order)
+    layout = " ; ".join(d.signature() for d in operator.descriptors)
+    return f"ORDER BY {schema.field(node.time).type}, ({order}) | {layout}"
 
 
 def _open_rank(node: Rank, env: OperatorEnv) -> Operator:
@@ -140,6 +154,7 @@ KINDS: dict[type[Node], OperatorKind] = {
     Join: OperatorKind("join", _open_join, _describe_join),
     Rank: OperatorKind("rank", _open_rank, _describe_rank),
     OverAggregate: OperatorKind("over", _open_over, _describe_over),
+    Sort: OperatorKind("sort", _open_sort, _describe_sort),
 }
 
 

@@ -64,6 +64,18 @@ def all_valid(keys: Sequence[pa.Array], n: int) -> np.ndarray:
     return valid
 
 
+def set_aside_late(batch: pa.RecordBatch, ts: np.ndarray, watermark: int, late_rows: list[pa.RecordBatch],
+                   metrics: dict[str, int]) -> tuple[pa.RecordBatch, np.ndarray]:
+    """The rows of ``batch`` (times ``ts``, ms) after ``watermark``, with their times; the others
+    are late: added to ``late_rows`` (which the executor empties) and counted."""
+    late = ts <= watermark
+    if not late.any():
+        return batch, ts
+    late_rows.append(batch.filter(pa.array(late)))
+    metrics["late_records"] += int(late.sum())
+    return batch.filter(pa.array(~late)), ts[~late]
+
+
 def hold(pending: TableState, table: pa.Table, ts: np.ndarray) -> None:
     """Keep ``table``'s rows (times ``ts``, ms) in ``pending``, one bucket per second of time."""
     buckets = ts // BUCKET_MS

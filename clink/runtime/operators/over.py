@@ -34,7 +34,7 @@ import pyarrow as pa
 
 from clink.runtime import compute as pc
 from clink.runtime.operators.base import OperatorBase
-from clink.runtime.operators.common import epoch_ms, hold, max_parallelism, open_state, take_ready
+from clink.runtime.operators.common import epoch_ms, hold, max_parallelism, open_state, set_aside_late, take_ready
 from clink.runtime.operators.rows import KeyedRows, net_pairs, plain_array
 from clink.runtime.state.backend import KEY_GROUP, OperatorState, StateBackend, TableStateDescriptor
 from clink.runtime.state.keygroups import group_of_hash, hash_columns
@@ -106,16 +106,11 @@ class OverAggregateOperator(OperatorBase):
         n = batch.num_rows
         if n == 0:
             return []
-        ts = epoch_ms(batch.column(self.node.time))
-        late = ts <= self.watermark
-        if late.any():
-            self.late_rows.append(batch.filter(pa.array(late)))
-            self.metrics["late_records"] += int(late.sum())
-            keep = ~late
-            batch, ts = batch.filter(pa.array(keep)), ts[keep]
-            n = batch.num_rows
-            if n == 0:
-                return []
+        batch, ts = set_aside_late(batch, epoch_ms(batch.column(self.node.time)), self.watermark, self.late_rows,
+                                   self.metrics)
+        n = batch.num_rows
+        if n == 0:
+            return []
         seq = np.arange(self._next_seq, self._next_seq + n, dtype=np.int64)
         self._next_seq += n
         khash = hash_columns([batch.column(p) for p in self.node.partition], n)
