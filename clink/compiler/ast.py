@@ -164,6 +164,14 @@ class WindowSpec(Node):
 
 
 @attrs.frozen(kw_only=True)
+class NamedWindow(Node):
+    """``OVER w``: a window of the ``WINDOW`` clause, replaced by its definition when the SELECT
+    block is built."""
+
+    name: str
+
+
+@attrs.frozen(kw_only=True)
 class FunctionCall(Expr):
     """``name(args)``; ``star`` for ``COUNT(*)``, ``distinct`` for ``COUNT(DISTINCT x)``."""
 
@@ -171,7 +179,7 @@ class FunctionCall(Expr):
     args: tuple[Expr, ...]
     distinct: bool = False
     star: bool = False
-    over: WindowSpec | None = None
+    over: WindowSpec | NamedWindow | None = None
     filter: Expr | None = None
     name_span: Span | None = _extra_span
 

@@ -11,6 +11,7 @@ import datetime as dt
 import decimal
 import re
 
+import attrs
 import lark
 import pyarrow as pa
 from lark import Token, Transformer, v_args
@@ -183,6 +184,27 @@ def _end_position(text: str) -> tuple[int, int]:
 
 def _unquote(s: str) -> str:
     return s[1:-1].replace("''", "'")
+
+
+def _with_windows(node, named: dict[str, ast.WindowSpec]):
+    """``node`` with every ``OVER w`` replaced by the window ``w`` of the WINDOW clause."""
+    if isinstance(node, tuple):
+        return tuple(_with_windows(n, named) for n in node)
+    if not isinstance(node, ast.Node):
+        return node
+    changes = {}
+    for field in attrs.fields(type(node)):
+        value = getattr(node, field.name)
+        if isinstance(value, ast.NamedWindow):
+            if value.name not in named:
+                raise SqlError(f"unknown window {value.name!r}", value.span,
+                               f"windows of this SELECT's WINDOW clause: {', '.join(named) or 'none'}")
+            changes[field.name] = named[value.name]
+        elif isinstance(value, (ast.Node, tuple)):
+            new = _with_windows(value, named)
+            if new is not value:
+                changes[field.name] = new
+    return attrs.evolve(node, **changes) if changes else node
 
 
 class _Row(tuple):
@@ -462,7 +484,7 @@ class _Builder(Transformer):
 
     def select(self, meta, children):
         distinct = any(c == "distinct" for c in children)
-        items, from_, where, group_by, having, uid = [], None, None, (), None, None
+        items, from_, where, group_by, having, uid, named = [], None, None, (), None, None, {}
         for child in children:
             match child:
                 case ("uid", name):
@@ -477,6 +499,10 @@ class _Builder(Transformer):
                     group_by = es
                 case ("having", e):
                     having = e
+                case ("windows", windows):
+                    named = windows
+        # OVER w: the window of the WINDOW clause (an unknown name is refused here).
+        items = [_with_windows(item, named) for item in items]
         return ast.Select(items=tuple(items), from_=from_, where=where, group_by=group_by,
                           having=having, distinct=distinct, uid=uid, span=self._span(meta))
 
@@ -692,7 +718,7 @@ class _Builder(Transformer):
         filter_ = None
         args = []
         for p in parts[1:]:
-            if isinstance(p, ast.WindowSpec):
+            if isinstance(p, (ast.WindowSpec, ast.NamedWindow)):
                 over = p
             elif isinstance(p, tuple) and p[0] == "filter":
                 filter_ = p[1]
@@ -792,6 +818,22 @@ class _Builder(Transformer):
                 case ("frame", f):
                     frame = f
         return ast.WindowSpec(partition_by=partition, order_by=order, frame=frame, span=self._span(meta))
+
+    def over_named(self, meta, children):
+        (name,) = _strip_keywords(children)
+        return ast.NamedWindow(name=str(name), span=self._span(meta))
+
+    def window_clause(self, meta, children):
+        named: dict[str, ast.WindowSpec] = {}
+        for name, spec in _strip_keywords(children):
+            if name in named:
+                raise SqlError(f"window {name!r} is defined twice", spec.span)
+            named[name] = spec
+        return ("windows", named)
+
+    def named_window(self, meta, children):
+        name, *_ = _strip_keywords(children)
+        return (str(name), self.over(meta, children[1:]))
 
     def partition_by(self, meta, children):
         return ("partition_by", tuple(_strip_keywords(children)))

@@ -138,3 +138,14 @@ def test_over_is_explained() -> None:
     assert ("OverAggregate(partition=[k], order=[ts], frame=[RANGE BETWEEN 10000 ms PRECEDING AND CURRENT ROW], "
             "aggs=[SUM(v)])") in explained
     assert "OverAggregate RANGE BETWEEN 10000 ms PRECEDING AND CURRENT ROW state keys=[k]" in explained
+
+
+def test_a_window_clause_names_the_window_of_several_aggregates() -> None:
+    """Flink's WINDOW clause (its OVER page's example, on these rows): the aggregates OVER w share
+    the window it defines, as DuckDB's do."""
+    query = (f"SELECT k, ts, SUM(v) OVER w AS s, COUNT(*) OVER w AS n, MAX(f) OVER w AS hi FROM ev WINDOW w AS {W}")
+    table = _events(unique_times=True)
+    ours = run_select(query, row_group_size=113, watermarks=WATERMARK, ev=table)
+    con = shared_duckdb.connect()
+    con.register("ev", table)
+    _same(ours, con.execute(query).fetchall())

@@ -146,6 +146,8 @@ def test_values_columns_take_the_common_type_of_their_rows() -> None:
     ("SELECT 1 AS x UNION SELECT 'a';", "column 1 of UNION is INT on the left and STRING on the right"),
     ("WITH a AS (SELECT 1 AS x) SELECT * FROM b;", "unknown table 'b'"),
     ("SELECT 1 AS x ORDER BY 2 LIMIT 1;", "ORDER BY 2: the query has 1 column"),
+    ("SELECT SUM(a) OVER x FROM (VALUES (1)) AS t(a);", "unknown window 'x'"),
+    ("SELECT a FROM (VALUES (1)) AS t(a) WINDOW x AS (ORDER BY a), x AS (ORDER BY a);", "window 'x' is defined twice"),
     ("SELECT DISTINCT 1 AS x ORDER BY 1 + 1 LIMIT 1;", "ORDER BY here names a column of the result"),
     ("CREATE VIEW c AS SELECT 1 AS x UNION SELECT 2;\nSELECT x FROM c ORDER BY x LIMIT 1;",
      "ORDER BY ... LIMIT over an updating query is not supported yet"),
