@@ -140,6 +140,29 @@ class Between(Expr):
 
 
 @attrs.frozen(kw_only=True)
+class InSubquery(Expr):
+    """``operand [NOT] IN (query)``: the query has one column."""
+
+    operand: Expr
+    query: QueryExpr
+    negated: bool
+
+
+@attrs.frozen(kw_only=True)
+class Exists(Expr):
+    """``EXISTS (query)``: whether the query has a row."""
+
+    query: QueryExpr
+
+
+@attrs.frozen(kw_only=True)
+class ScalarSubquery(Expr):
+    """``(query)`` as a value: its one column of its one row."""
+
+    query: QueryExpr
+
+
+@attrs.frozen(kw_only=True)
 class InList(Expr):
     operand: Expr
     items: tuple[Expr, ...]

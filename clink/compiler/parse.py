@@ -675,6 +675,18 @@ class _Builder(Transformer):
         return ast.InList(operand=operand, items=tuple(items), negated="not" in children,
                           span=self._span(meta))
 
+    def in_subquery(self, meta, children):
+        operand, query = [c for c in _strip_keywords(children) if c != "not"]
+        return ast.InSubquery(operand=operand, query=query, negated="not" in children, span=self._span(meta))
+
+    def exists(self, meta, children):
+        (query,) = _strip_keywords(children)
+        return ast.Exists(query=query, span=self._span(meta))
+
+    def scalar_subquery(self, meta, children):
+        (query,) = _strip_keywords(children)
+        return ast.ScalarSubquery(query=query, span=self._span(meta))
+
     def like(self, meta, children):
         parts = [c for c in children if c != "not" and not (isinstance(c, Token) and c.type in ("LIKE", "ESCAPE"))]
         operand, pattern = parts[0], parts[1]

@@ -81,6 +81,11 @@ QUERIES = [
     "WITH x AS (SELECT k, v FROM r WHERE k > 2) SELECT k, v FROM x ORDER BY v, k LIMIT 3",
     "SELECT * FROM (SELECT k, v FROM l ORDER BY v DESC, k LIMIT 5) AS top UNION ALL SELECT 0, 0",
     "SELECT k FROM l LIMIT 0",
+    # IN (subquery): a semi join on the subquery's distinct values; NULLs match nothing.
+    "SELECT k, s, v FROM l WHERE k IN (SELECT k FROM r WHERE v > 20)",
+    "SELECT s, v FROM l WHERE v > 5 AND s IN (SELECT s FROM r) AND k IN (SELECT v FROM r)",
+    "SELECT k, COUNT(*) AS n FROM l WHERE v IN (SELECT k * 2 FROM r) GROUP BY k",
+    "SELECT * FROM l WHERE k IN (SELECT k FROM r GROUP BY k HAVING COUNT(*) > 40)",
 ]
 
 
@@ -147,6 +152,13 @@ def test_values_columns_take_the_common_type_of_their_rows() -> None:
     ("WITH a AS (SELECT 1 AS x) SELECT * FROM b;", "unknown table 'b'"),
     ("SELECT 1 AS x ORDER BY 2 LIMIT 1;", "ORDER BY 2: the query has 1 column"),
     ("SELECT SUM(a) OVER x FROM (VALUES (1)) AS t(a);", "unknown window 'x'"),
+    ("SELECT a FROM (VALUES (1)) AS t(a) WHERE a NOT IN (SELECT 2);", "NOT IN (subquery) is not supported yet"),
+    ("SELECT a FROM (VALUES (1)) AS t(a) WHERE EXISTS (SELECT 2);", "EXISTS (subquery) is not supported yet"),
+    ("SELECT (SELECT 2) AS b;", "a subquery used as a value is not supported yet"),
+    ("SELECT a FROM (VALUES (1)) AS t(a) WHERE a = 1 OR a IN (SELECT 2);", "IN (subquery) here is not supported yet"),
+    ("SELECT a FROM (VALUES (1)) AS t(a) WHERE a IN (SELECT 2, 3);", "the subquery of IN must give one column, not 2"),
+    ("SELECT a FROM (VALUES (1)) AS t(a) WHERE a IN (SELECT b FROM (VALUES (2)) AS u(b) WHERE b = a);",
+     "a correlated subquery"),
     ("SELECT a FROM (VALUES (1)) AS t(a) WINDOW x AS (ORDER BY a), x AS (ORDER BY a);", "window 'x' is defined twice"),
     ("SELECT DISTINCT 1 AS x ORDER BY 1 + 1 LIMIT 1;", "ORDER BY here names a column of the result"),
     ("CREATE VIEW c AS SELECT 1 AS x UNION SELECT 2;\nSELECT x FROM c ORDER BY x LIMIT 1;",
@@ -273,3 +285,12 @@ def test_a_stream_is_ordered_by_its_event_time_first(text: str, message: str) ->
     with pytest.raises(SqlError, match=message) as info:
         clink.compile(ddl + text)
     assert info.value.span is not None and info.value.span.line == 2
+
+
+def test_flinks_in_example() -> None:
+    """Flink's set-operations page: the orders of the new products."""
+    views = ("CREATE VIEW Orders (customer, product, amount) AS VALUES ('ann', 'pen', 3), ('bob', 'ink', 5), "
+             "('cy', 'cap', 2), ('dee', 'pen', 1);\n"
+             "CREATE VIEW NewProducts (product) AS VALUES ('pen'), ('cap'), ('pen');\n")
+    table = clink.sql(views + "SELECT customer, amount FROM Orders WHERE product IN (SELECT product FROM NewProducts);")
+    assert sorted(tuple(r.values()) for r in table.to_arrow().to_pylist()) == [("ann", 3), ("cy", 2), ("dee", 1)]

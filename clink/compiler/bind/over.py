@@ -11,6 +11,7 @@ import pyarrow.types as pt
 from clink.compiler import ast, ir
 from clink.compiler import types as T
 from clink.compiler.bind.aggregates import agg_sql, aggregate_signature
+from clink.compiler.bind.subqueries import is_hidden
 from clink.compiler.bind.scope import Scope, ast_walk, derive_name, unique_names, updating_reason
 from clink.compiler.rewrite.bound_interval_joins import duration_ms
 from clink.errors import SqlError
@@ -47,7 +48,7 @@ class OverBinder:
             match item:
                 case ast.Star(qualifier=qualifier):
                     for i, c in enumerate(scope.columns):
-                        if qualifier is None or c.qualifier == qualifier:
+                        if (qualifier is None and not is_hidden(c.qualifier)) or c.qualifier == qualifier:
                             slots.append(len(exprs))
                             exprs.append(ir.Column(index=i, name=c.name, type=c.field.type,
                                                    nullable=c.field.nullable, span=item.span))
@@ -137,7 +138,7 @@ class OverBinder:
                 match item:
                     case ast.Star(qualifier=qualifier):
                         for i, c in enumerate(scope.columns):
-                            if qualifier is None or c.qualifier == qualifier:
+                            if (qualifier is None and not is_hidden(c.qualifier)) or c.qualifier == qualifier:
                                 exprs.append(inputs[i])
                                 names.append(c.name)
                     case ast.AliasedExpr(expr=e, alias=alias):

@@ -20,6 +20,7 @@ from clink.compiler import types as T
 from clink.compiler.bind.aggregates import has_aggregate
 from clink.compiler.bind.over import is_row_number
 from clink.compiler.bind.scope import Scope, ast_walk, derive_name, did_you_mean, unique_names, updating_reason
+from clink.compiler.bind.subqueries import is_hidden
 from clink.compiler.catalog import CatalogView
 from clink.compiler.functions import cast_to
 from clink.compiler.rewrite.limit_ranks import top_n
@@ -277,6 +278,7 @@ class QueryBinder:
             self._uids.pop()
 
     def _select_block(self, q: ast.Select) -> tuple[ir.Rel, frozenset[str]]:
+        q = self._unnest_subqueries(q)
         if q.from_ is None:
             # SELECT without FROM: one row, and no column to name.
             stars = [item for item in q.items if isinstance(item, ast.Star)]
@@ -311,7 +313,8 @@ class QueryBinder:
         for item in q.items:
             match item:
                 case ast.Star(qualifier=qualifier):
-                    cols = [(i, c) for i, c in enumerate(scope.columns) if qualifier is None or c.qualifier == qualifier]
+                    cols = [(i, c) for i, c in enumerate(scope.columns)
+                            if (qualifier is None and not is_hidden(c.qualifier)) or c.qualifier == qualifier]
                     if qualifier is not None and not cols:
                         self.errors.append(SqlError(f"unknown table or alias {qualifier!r}", item.span,
                                                     did_you_mean(qualifier, sorted(scope.qualifiers()))))

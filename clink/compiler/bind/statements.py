@@ -17,6 +17,7 @@ from clink.compiler.bind.over import OverBinder, OverContext
 from clink.compiler.bind.queries import QueryBinder
 from clink.compiler.bind.relations import RelationBinder
 from clink.compiler.bind.scope import did_you_mean, updating_reason
+from clink.compiler.bind.subqueries import SubqueryBinder
 from clink.compiler.bind.windows import WindowBinder
 from clink.compiler.catalog import Catalog, CatalogView
 from clink.compiler.functions import cast_to
@@ -59,7 +60,8 @@ def bind_script(script: ast.Script, connectors: ConnectorRegistry,
                        udf_paths=paths)
 
 
-class Binder(DdlBinder, QueryBinder, RelationBinder, WindowBinder, AggregateBinder, OverBinder, ExprBinder):
+class Binder(DdlBinder, QueryBinder, SubqueryBinder, RelationBinder, WindowBinder, AggregateBinder, OverBinder,
+             ExprBinder):
     """Binds one script's statements in order; the catalog, settings and UDFs carry over from one
     statement to the next, the collected errors do not."""
 
@@ -76,6 +78,8 @@ class Binder(DdlBinder, QueryBinder, RelationBinder, WindowBinder, AggregateBind
         self._over: OverContext | None = None
         #: The UID hint of each SELECT being bound, innermost last.
         self._uids: list[str | None] = []
+        #: Subqueries joined so far (each names its hidden columns' qualifier).
+        self._subqueries = 0
         #: The common table expressions of each WITH being bound, innermost last.
         self._ctes: list[dict[str, CatalogView]] = []
 
