@@ -32,8 +32,17 @@ def assert_same_rows(ours, theirs: list[tuple]) -> None:
     import math
     from collections import Counter
 
+    def value(v):
+        if isinstance(v, float) and not math.isnan(v):
+            return round(v, 6)
+        if isinstance(v, (list, tuple)):
+            return tuple(value(x) for x in v)
+        if isinstance(v, dict):
+            return tuple(sorted((k, value(x)) for k, x in v.items()))
+        return v
+
     def norm(row: tuple) -> tuple:
-        return tuple(round(v, 6) if isinstance(v, float) and not math.isnan(v) else v for v in row)
+        return tuple(value(v) for v in row)
 
     got = Counter(norm(tuple(r.values())) for r in ours.to_pylist())
     want = Counter(norm(r) for r in theirs)

@@ -140,6 +140,20 @@ class Between(Expr):
 
 
 @attrs.frozen(kw_only=True)
+class ArrayValue(Expr):
+    """``ARRAY[e, ...]``."""
+
+    items: tuple[Expr, ...]
+
+
+@attrs.frozen(kw_only=True)
+class MapValue(Expr):
+    """``MAP[key, value, ...]``."""
+
+    items: tuple[Expr, ...]
+
+
+@attrs.frozen(kw_only=True)
 class InSubquery(Expr):
     """``operand [NOT] IN (query)``: the query has one column."""
 

@@ -405,6 +405,24 @@ def _convert_tz(name: str, args: list[ir.Expr], span: Span) -> ir.Expr:
                    span=span)
 
 
+def _row(name: str, args: list[ir.Expr], span: Span) -> ir.Expr:
+    """``ROW(a, b, ...)``: a ROW whose fields are named EXPR$0, EXPR$1, ... (as Flink names them)."""
+    if not args:
+        raise SqlError("ROW(...) takes at least one value", span)
+    fields = [pa.field(f"EXPR${i}", a.type if not T.is_null(a.type) else pa.int32()) for i, a in enumerate(args)]
+    return ir.Call(fn="make_row", args=tuple(cast_to(a, f.type) for a, f in zip(args, fields, strict=True)),
+                   type=pa.struct(fields), nullable=False, span=span)
+
+
+def _cardinality(name: str, args: list[ir.Expr], span: Span) -> ir.Expr:
+    """``CARDINALITY(array | map)``: its number of elements (INT), NULL for NULL."""
+    _arity(name, args, span, 1)
+    (arg,) = args
+    if not (pa.types.is_list(arg.type) or pa.types.is_map(arg.type)):
+        raise SqlError(f"CARDINALITY takes an ARRAY or a MAP, got {T.sql_name(arg.type)}", arg.span)
+    return ir.Call(fn="cardinality", args=(arg,), type=pa.int32(), nullable=arg.nullable, span=span)
+
+
 def _current(fn: str, typ: pa.DataType) -> Binder:
     def bind(name: str, args: list[ir.Expr], span: Span) -> ir.Expr:
         _arity(name, args, span, 0)
@@ -452,6 +470,8 @@ FUNCTIONS: dict[str, Binder] = {
     "NOW": _current("current_timestamp", pa.timestamp("ms", tz="UTC")),
     "TO_TIMESTAMP_LTZ": _to_timestamp_ltz,
     "CONVERT_TZ": _convert_tz,
+    "ROW": _row,
+    "CARDINALITY": _cardinality,
     # The processing time of each row: a processing-time attribute (lookup joins).
     "PROCTIME": _current("proctime", pa.timestamp("ms", tz="UTC")),
 }

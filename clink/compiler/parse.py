@@ -679,6 +679,15 @@ class _Builder(Transformer):
         operand, query = [c for c in _strip_keywords(children) if c != "not"]
         return ast.InSubquery(operand=operand, query=query, negated="not" in children, span=self._span(meta))
 
+    def array_value(self, meta, children):
+        return ast.ArrayValue(items=tuple(_strip_keywords(children)), span=self._span(meta))
+
+    def map_value(self, meta, children):
+        items = tuple(_strip_keywords(children))
+        if len(items) % 2:
+            raise SqlError(f"MAP[...] takes keys and values in pairs, got {len(items)} item(s)", self._span(meta))
+        return ast.MapValue(items=items, span=self._span(meta))
+
     def exists(self, meta, children):
         (query,) = _strip_keywords(children)
         return ast.Exists(query=query, span=self._span(meta))

@@ -75,6 +75,46 @@ def broadcast(value: Value, n: int, type: pa.DataType) -> pa.Array:  # noqa: A00
     return value
 
 
+def _interleaved(items: list[Value], n: int, type: pa.DataType) -> tuple[pa.Array, pa.Array]:  # noqa: A002
+    """The items' values row by row (row 0's items, then row 1's, ...), and the list offsets."""
+    k = len(items)
+    columns = [broadcast(v, n, type) for v in items]
+    columns = [c if c.type == type else pc.cast(c, type) for c in columns]
+    order = (np.arange(k, dtype=np.int64)[None, :] * n + np.arange(n, dtype=np.int64)[:, None]).ravel()
+    values = pa.concat_arrays(columns).take(pa.array(order)) if k else pa.array([], type)
+    return values, pa.array(np.arange(0, (n + 1) * k, k or 1, dtype=np.int32)[: n + 1] if k else np.zeros(n + 1, np.int32))
+
+
+def make_array(items: list[Value], n: int, type: pa.ListType) -> pa.Array:  # noqa: A002
+    """``ARRAY[a, b, ...]`` for ``n`` rows: each row's list of its items."""
+    values, offsets = _interleaved(items, n, type.value_type)
+    return pa.ListArray.from_arrays(offsets, values, type=type)
+
+
+def make_map(items: list[Value], n: int, type: pa.MapType) -> pa.Array:  # noqa: A002
+    """``MAP[k1, v1, k2, v2, ...]`` for ``n`` rows."""
+    keys, offsets = _interleaved(items[0::2], n, type.key_type)
+    values, _ = _interleaved(items[1::2], n, type.item_type)
+    return pa.MapArray.from_arrays(offsets, keys, values, type=type)
+
+
+def make_row(items: list[Value], n: int, type: pa.StructType) -> pa.Array:  # noqa: A002
+    """``ROW(a, b, ...)`` for ``n`` rows."""
+    fields = list(type)
+    return pa.StructArray.from_arrays([broadcast(v, n, f.type) for v, f in zip(items, fields, strict=True)],
+                                      fields=fields)
+
+
+def cardinality(a: Value) -> Value:
+    """The number of elements of each array or map (NULL for NULL)."""
+    if pa.types.is_map(a.type):
+        # A map's entries are a list of (key, value): its offsets count them.
+        a = a.cast(pa.list_(pa.struct([a.type.key_field, a.type.item_field]))) if isinstance(a, pa.Array) else a
+    if isinstance(a, pa.Scalar):
+        return pa.scalar(None if not a.is_valid else len(a), pa.int32())
+    return pc.cast(pc.list_value_length(a), pa.int32())
+
+
 def replicate(batch: pa.RecordBatch, count: int) -> pa.RecordBatch:
     """Each row of ``batch`` as many times as its column ``count`` says (none for 0 or fewer, or
     NULL), without that column; the copies of a row are next to each other."""

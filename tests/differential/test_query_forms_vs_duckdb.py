@@ -294,3 +294,30 @@ def test_flinks_in_example() -> None:
              "CREATE VIEW NewProducts (product) AS VALUES ('pen'), ('cap'), ('pen');\n")
     table = clink.sql(views + "SELECT customer, amount FROM Orders WHERE product IN (SELECT product FROM NewProducts);")
     assert sorted(tuple(r.values()) for r in table.to_arrow().to_pylist()) == [("ann", 3), ("cy", 2), ("dee", 1)]
+
+
+@pytest.mark.parametrize(("ours", "theirs"), [
+    ("SELECT k, ARRAY[k, v, 7] AS a FROM l", "SELECT k, [k, v, 7] AS a FROM l"),
+    ("SELECT k, CARDINALITY(ARRAY[k, v]) AS c, ARRAY[s, 'x', NULL][1] AS e FROM l",
+     "SELECT k, len([k, v]) AS c, [s, 'x', NULL][1] AS e FROM l"),
+    ("SELECT v, MAP[COALESCE(s, 'z'), v, 'q', 0]['a'] AS m, CARDINALITY(MAP['x', k]) AS n FROM l",
+     "SELECT v, map([COALESCE(s, 'z'), 'q'], [v, 0])['a'] AS m, 1 AS n FROM l"),
+    ("SELECT ROW(k, s).EXPR$1 AS s2, ROW(v).EXPR$0 + 1 AS w FROM l", "SELECT s AS s2, v + 1 AS w FROM l"),
+])
+def test_arrays_maps_and_rows_made_in_a_query_equal_duckdb(tables: dict[str, pa.Table], ours: str, theirs: str) -> None:
+    got = run_select(ours, row_group_size=97, **tables)
+    con = shared_duckdb.connect()
+    for name, table in tables.items():
+        con.register(name, table)
+    shared_duckdb.assert_same_rows(got, con.execute(theirs).fetchall())
+
+
+@pytest.mark.parametrize(("text", "message"), [
+    ("SELECT ARRAY[1, 'a'];", "ARRAY\\[...\\] mixes INT and STRING"),
+    ("SELECT MAP['a'];", "MAP\\[...\\] takes keys and values in pairs, got 1 item"),
+    ("SELECT CARDINALITY(3);", "CARDINALITY takes an ARRAY or a MAP, got INT"),
+])
+def test_bad_constructors_are_refused_where_written(text: str, message: str) -> None:
+    with pytest.raises(SqlError, match=message) as info:
+        clink.compile(text)
+    assert info.value.span is not None

@@ -73,6 +73,17 @@ class ExprBinder:
                 f = base.type.field(idx)
                 return ir.Call(fn="field", args=(base,), params=(idx,), type=f.type,
                                nullable=base.nullable or f.nullable, span=e.span)
+            case ast.ArrayValue(items=items):
+                values = self._common([self._expr(i, scope) for i in items], "ARRAY[...]")
+                return ir.Call(fn="make_array", args=tuple(values), type=pa.list_(values[0].type), nullable=False,
+                               span=e.span)
+            case ast.MapValue(items=items):
+                bound = [self._expr(i, scope) for i in items]
+                keys, values = self._common(bound[0::2], "the keys of MAP[...]"), self._common(bound[1::2],
+                                                                                                "the values of MAP[...]")
+                pairs = tuple(x for kv in zip(keys, values, strict=True) for x in kv)
+                return ir.Call(fn="make_map", args=pairs, type=pa.map_(keys[0].type, values[0].type), nullable=False,
+                               span=e.span)
             case ast.Subscript(expr=inner, index=index):
                 base = self._expr(inner, scope)
                 idx = self._expr(index, scope)
@@ -187,6 +198,12 @@ class ExprBinder:
             case ast.QualifiedStar():
                 raise SqlError("'.*' is allowed only as a select item", e.span)
         raise SqlError(f"unsupported expression {type(e).__name__}", e.span)
+
+    def _common(self, values: list[ir.Expr], what: str) -> list[ir.Expr]:
+        """``values`` cast to their common type (INT for all NULLs), or refused."""
+        common = common_of(what, values)
+        common = pa.int32() if T.is_null(common) else common
+        return [cast_to(v, common) for v in values]
 
     def _column(self, name: str, qualifier: str | None, scope: Scope, span: Span) -> ir.Expr:
         matches = [(i, c) for i, c in enumerate(scope.columns)

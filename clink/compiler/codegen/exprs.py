@@ -201,6 +201,11 @@ EMITTERS: dict[str, Emitter] = {
     "current_date": lambda e, a: "K.current_date(ctx)",
     "current_time": lambda e, a: "K.current_time(ctx)",
     "udf": _udf,
+    # Constructors build a column of n values from their items (columns or constants).
+    "make_array": lambda e, a: f"K.make_array([{', '.join(a)}], batch.num_rows, {type_py(e.type)})",
+    "make_map": lambda e, a: f"K.make_map([{', '.join(a)}], batch.num_rows, {type_py(e.type)})",
+    "make_row": lambda e, a: f"K.make_row([{', '.join(a)}], batch.num_rows, {type_py(e.type)})",
+    "cardinality": lambda e, a: f"K.cardinality({a[0]})",
     # Row i of a VALUES list: the i-th of the values (args[1:]) by the row number in args[0].
     "pick": lambda e, a: f"K.pick({a[0]}, [{', '.join(a[1:])}], {type_py(e.type)})",
 }
