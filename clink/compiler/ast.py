@@ -370,6 +370,16 @@ class TableFunctionRef(FromItem):
 
 
 @attrs.frozen(kw_only=True)
+class Unnest(FromItem):
+    """``UNNEST(expr) [WITH ORDINALITY] [AS alias (columns)]`` after CROSS JOIN (or a comma): a row
+    per element of the array (or entry of the map) ``expr`` of each row to its left."""
+
+    expr: Expr
+    ordinality: bool = False
+    columns: tuple[str, ...] | None = None
+
+
+@attrs.frozen(kw_only=True)
 class Join(FromItem):
     """``left [INNER | LEFT | RIGHT | FULL] JOIN right ON condition``; ``left, right`` and
     ``CROSS JOIN`` are inner joins without a condition (``kind`` is ``'inner'``)."""

@@ -165,6 +165,9 @@ def explain_logical(node: ir.Rel, indent: int = 0) -> str:
             names = node.input.schema.names
             order = "".join(f", {names[c]}{' DESC' if d else ''}" for c, d in node.order)
             line = f"Sort(orderBy=[{names[node.time]}{order}])"
+        case ir.Unnest():
+            line = (f"Unnest(column=[{node.input.schema.names[node.column]}], as=[{', '.join(node.names)}]"
+                    f"{', ordinality=[true]' if node.ordinality else ''})")
         case ir.Replicate():
             line = f"Replicate(times=[{node.input.schema.names[node.count]}])"
         case ir.Scan():
@@ -279,6 +282,8 @@ def chain_kinds(op: ChainOp) -> list[str]:
     for step in op.steps:
         if isinstance(step, ir.WindowTVF):
             kinds.append(f"Windows {step.window.sql()}")
+        elif isinstance(step, ir.Unnest):
+            kinds.append(f"Unnest {step.input.schema.names[step.column]}")
         elif isinstance(step, ir.Replicate):
             kinds.append(f"Repeat by {step.input.schema.names[step.count]}")
         else:

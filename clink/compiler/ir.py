@@ -515,6 +515,25 @@ class Sort(Unary):
 
 
 @attrs.frozen(kw_only=True)
+class Unnest(Unary):
+    """Every row of ``input`` once per element of its array column ``column`` (none for an empty or
+    NULL array), that column replaced by the element (a map's entry: its key and its value) and,
+    with ``ordinality``, the element's position (1-based). ``names``: the new columns' names."""
+
+    column: int
+    ordinality: bool
+    names: tuple[str, ...]
+
+    @functools.cached_property
+    def schema(self) -> Schema:
+        kept = tuple(f for i, f in enumerate(self.input.schema.fields) if i != self.column)
+        t = self.input.schema[self.column].type
+        types = [t.key_type, t.item_type] if pa.types.is_map(t) else [t.value_type]
+        types += [pa.int32()] if self.ordinality else []
+        return Schema(kept + tuple(Field(n, ty, True) for n, ty in zip(self.names, types, strict=True)))
+
+
+@attrs.frozen(kw_only=True)
 class Replicate(Unary):
     """Every row of ``input`` as many times as its column ``count`` says (none for 0 or fewer),
     without that column: the rows ``INTERSECT ALL`` and ``EXCEPT ALL`` keep, from the number of

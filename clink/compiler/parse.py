@@ -608,6 +608,18 @@ class _Builder(Transformer):
         names = [p for p in parts if isinstance(p, _Name)]
         return str(names[-1]) if names else None
 
+    def unnest_ref(self, meta, children):
+        parts = _strip_keywords(children)
+        expr, rest = parts[0], parts[1:]
+        ordinality = "ordinality" in rest
+        names = [p for p in rest if p != "ordinality"]
+        alias = str(names[0]) if names else None
+        columns = names[1][1] if len(names) > 1 else None
+        return ast.Unnest(expr=expr, ordinality=ordinality, alias=alias, columns=columns, span=self._span(meta))
+
+    def ordinality(self, meta, children):
+        return "ordinality"
+
     def table_ref(self, meta, children):
         parts = _strip_keywords(children)
         name = parts[0]

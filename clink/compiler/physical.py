@@ -34,7 +34,7 @@ class ChainOp:
     id: int
     input: int
     scan_predicate: ir.Expr | None
-    steps: tuple[ir.Calc | ir.WindowTVF | ir.Replicate, ...]
+    steps: tuple[ir.Calc | ir.WindowTVF | ir.Replicate | ir.Unnest, ...]
     input_schema: ir.Schema
     table: str
     target: str
@@ -382,9 +382,9 @@ def _build(rel: ir.Rel, ops: list[PhysicalOp], *, target: str, shared: dict) -> 
     """Add the operators that produce ``rel`` to ``ops``; return the id of the last one.
     ``shared``: the source already planned for each scan of the statement, and the (operator
     id, description) planned for each stateful subquery, by its shape."""
-    steps: list[ir.Calc | ir.WindowTVF | ir.Replicate] = []
+    steps: list[ir.Calc | ir.WindowTVF | ir.Replicate | ir.Unnest] = []
     node = rel
-    while isinstance(node, (ir.Calc, ir.WindowTVF, ir.Replicate)):
+    while isinstance(node, (ir.Calc, ir.WindowTVF, ir.Replicate, ir.Unnest)):
         steps.append(node)
         node = node.input
     scan_predicate = None

@@ -115,6 +115,33 @@ def cardinality(a: Value) -> Value:
     return pc.cast(pc.list_value_length(a), pa.int32())
 
 
+def unnest(batch: pa.RecordBatch, column: int, ordinality: bool) -> pa.RecordBatch:
+    """A row per element of the list (or map) column ``column`` (none for an empty or NULL one):
+    the other columns repeated, then the element (a map's key and value), then with
+    ``ordinality`` its 1-based position."""
+    lists = batch.column(column)
+    if pa.types.is_map(lists.type):
+        lists = lists.cast(pa.list_(pa.struct([lists.type.key_field, lists.type.item_field])))
+    parents = pc.list_parent_indices(lists)
+    values = pc.list_flatten(lists)
+    rest = batch.remove_column(column).take(parents)
+    columns = list(rest.columns)
+    names = list(rest.schema.names)
+    if pa.types.is_struct(lists.type.value_type):
+        columns += [values.field(0), values.field(1)]
+        names += ["key", "value"]
+    else:
+        columns.append(values)
+        names.append("element")
+    if ordinality:
+        counts = pc.fill_null(pc.list_value_length(lists), 0).to_numpy(zero_copy_only=False)
+        starts = np.cumsum(counts) - counts
+        owner = parents.to_numpy(zero_copy_only=False)
+        columns.append(pa.array(np.arange(len(owner), dtype=np.int64) - starts[owner] + 1, pa.int32()))
+        names.append("ordinality")
+    return pa.RecordBatch.from_arrays(columns, names=names)
+
+
 def replicate(batch: pa.RecordBatch, count: int) -> pa.RecordBatch:
     """Each row of ``batch`` as many times as its column ``count`` says (none for 0 or fewer, or
     NULL), without that column; the copies of a row are next to each other."""

@@ -321,3 +321,49 @@ def test_bad_constructors_are_refused_where_written(text: str, message: str) -> 
     with pytest.raises(SqlError, match=message) as info:
         clink.compile(text)
     assert info.value.span is not None
+
+
+@pytest.mark.parametrize(("ours", "theirs"), [
+    ("SELECT l.k, x FROM l CROSS JOIN UNNEST(ARRAY[l.k, l.v, 100]) AS u (x)",
+     "SELECT l.k, u.x FROM l, unnest([l.k, l.v, 100]) AS u(x)"),
+    ("SELECT s, x FROM l, UNNEST(ARRAY[v, v + 1]) AS u (x) WHERE x > 10",
+     "SELECT s, u.x FROM l, unnest([v, v + 1]) AS u(x) WHERE u.x > 10"),
+    ("SELECT x, COUNT(*) AS n FROM l CROSS JOIN UNNEST(ARRAY[k, k]) AS u (x) GROUP BY x",
+     "SELECT u.x, COUNT(*) AS n FROM l, unnest([k, k]) AS u(x) GROUP BY u.x"),
+])
+def test_unnest_equals_duckdb(tables: dict[str, pa.Table], ours: str, theirs: str) -> None:
+    got = run_select(ours, row_group_size=97, **tables)
+    con = shared_duckdb.connect()
+    for name, table in tables.items():
+        con.register(name, table)
+    shared_duckdb.assert_same_rows(got, con.execute(theirs).fetchall())
+
+
+def test_unnest_of_constants_alone_in_from() -> None:
+    got = clink.sql("SELECT x * 10 AS y FROM UNNEST(ARRAY[1, 2, 3]) AS u (x);").to_arrow()
+    assert got.column("y").to_pylist() == [10, 20, 30]
+
+
+def test_unnest_with_ordinality_and_maps() -> None:
+    """Flink's UNNEST: a row per element with its position; a MAP gives a row per entry; an
+    empty or NULL array gives none."""
+    rows = ("VALUES (1, ARRAY['a', 'b', 'c'], MAP['x', 1]), (2, CAST(NULL AS ARRAY<STRING>), MAP['y', 2, 'z', 3]), "
+            "(3, ARRAY['d'], MAP['w', 4])")
+    got = clink.sql(f"SELECT id, e, pos FROM ({rows}) AS t (id, arr, m) CROSS JOIN UNNEST(arr) WITH ORDINALITY "
+                    "AS u (e, pos);").to_arrow().to_pylist()
+    assert [tuple(r.values()) for r in got] == [(1, "a", 1), (1, "b", 2), (1, "c", 3), (3, "d", 1)]
+    got = clink.sql(f"SELECT id, k, v FROM ({rows}) AS t (id, arr, m), UNNEST(m) AS u (k, v);").to_arrow().to_pylist()
+    assert [tuple(r.values()) for r in got] == [(1, "x", 1), (2, "y", 2), (2, "z", 3), (3, "w", 4)]
+
+
+@pytest.mark.parametrize(("text", "message"), [
+    ("SELECT * FROM (VALUES (1)) AS t (a) LEFT JOIN UNNEST(ARRAY[1]) AS u (x) ON TRUE;",
+     "UNNEST\\(...\\) is joined with CROSS JOIN \\(or a comma\\), without ON"),
+    ("SELECT * FROM (VALUES (1)) AS t (a) CROSS JOIN UNNEST(t.a) AS u (x);", "UNNEST takes an ARRAY or a MAP, got INT"),
+    ("SELECT * FROM (VALUES (ARRAY[1])) AS t (a) CROSS JOIN UNNEST(t.a) AS u (x, y);",
+     "UNNEST here gives 1 column\\(s\\); 2 name\\(s\\) given"),
+])
+def test_bad_unnests_are_refused_where_written(text: str, message: str) -> None:
+    with pytest.raises(SqlError, match=message) as info:
+        clink.compile(text)
+    assert info.value.span is not None

@@ -46,6 +46,11 @@ class RelationBinder:
                 return rel, Scope(tuple(ScopeColumn(alias, f.name, f, f.name in rowtime) for f in rel.schema.fields))
             case ast.Join():
                 return self._join(item, None)
+            case ast.Unnest():
+                # UNNEST of constants, alone in FROM: over one row with no columns.
+                one = ir.Project(input=self._values_scan(1, item.span), exprs=(), names=(), span=item.span)
+                tree = self._unnest_over(one, (), item, item.span)
+                return tree.rel, Scope(tree.columns)
             case ast.TableFunctionRef(call=call):
                 if call.name in TABLE_FUNCTIONS:
                     return self._window_tvf(call, item.alias)
@@ -91,6 +96,8 @@ class RelationBinder:
         return cast_to(pred, pa.bool_())
 
     def _join_tree(self, item: ast.FromItem) -> JoinTree:
+        if isinstance(item, ast.Join) and isinstance(item.right, ast.Unnest):
+            return self._unnest(item)
         if not isinstance(item, ast.Join):
             rel, scope = self.from_item(item)
             # A ROW_NUMBER in a join's input takes its limit from within the input: conditions the
@@ -114,6 +121,43 @@ class RelationBinder:
         return JoinTree(columns=columns, left=left, right=right, kind=item.kind, on=tuple(on), span=item.span,
                          lookup=lookup, temporal=temporal,
                          primary_key=self.catalog.lookup(item.right.name).info.primary_key if temporal else ())
+
+    def _unnest(self, item: ast.Join) -> JoinTree:
+        """``left CROSS JOIN UNNEST(expr) AS u (x)``: each row of ``left`` once per element of its
+        ``expr`` (an ARRAY; a MAP gives its key and value), as Flink's lateral UNNEST does."""
+        unnest: ast.Unnest = item.right
+        if item.kind != "inner" or item.condition is not None:
+            raise SqlError("UNNEST(...) is joined with CROSS JOIN (or a comma), without ON", item.span,
+                           "FROM t CROSS JOIN UNNEST(t.a) AS u (x)")
+        left = self._join_tree(item.left)
+        left_rel = self._build_join(left, [], 0)
+        columns = tuple(attrs.evolve(c, field=f, rowtime=False)
+                        for c, f in zip(left.columns, left_rel.schema.fields, strict=True))
+        return self._unnest_over(left_rel, columns, unnest, item.span)
+
+    def _unnest_over(self, left_rel: ir.Rel, columns: tuple[ScopeColumn, ...], unnest: ast.Unnest,
+                     span: Span | None) -> JoinTree:
+        """Each row of ``left_rel`` (whose scope is ``columns``) once per element of ``unnest``."""
+        value = self.expr(unnest.expr, Scope(columns))
+        self._raise_collected()
+        if not (pt.is_list(value.type) or pt.is_map(value.type)):
+            raise SqlError(f"UNNEST takes an ARRAY or a MAP, got {T.sql_name(value.type)}", unnest.expr.span)
+        if ir.is_updating(left_rel):
+            raise SqlError("UNNEST over an updating query is not supported yet", unnest.span)
+        width = 2 if pt.is_map(value.type) else 1
+        defaults = ("key", "value") if width == 2 else ("EXPR$0",)
+        wanted = width + unnest.ordinality
+        names = unnest.columns or (*defaults, *(("ORDINALITY",) if unnest.ordinality else ()))
+        if len(names) != wanted:
+            raise SqlError(f"UNNEST here gives {wanted} column(s); {len(names)} name(s) given", unnest.span)
+        exprs = tuple(ir.Column(index=i, name=f.name, type=f.type, nullable=f.nullable, span=None)
+                      for i, f in enumerate(left_rel.schema.fields)) + (value,)
+        below = ir.Project(input=left_rel, exprs=exprs, names=(*left_rel.schema.names, "$unnest"),
+                           span=unnest.span)
+        rel = ir.Unnest(input=below, column=len(exprs) - 1, ordinality=unnest.ordinality, names=tuple(names),
+                        span=unnest.span)
+        added = tuple(ScopeColumn(unnest.alias, f.name, f) for f in rel.schema.fields[len(columns):])
+        return JoinTree(columns=columns + added, rel=rel, span=span)
 
     def _check_temporal(self, item: ast.Join, as_of: ast.Expr, left: JoinTree,
                         right: JoinTree) -> tuple[bool, tuple[int, int] | None]:

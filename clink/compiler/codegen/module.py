@@ -258,6 +258,13 @@ def _emit_chain(w: SourceWriter, op: ChainOp, schema_names: dict[int, str]) -> N
                     w.line(f"return batch.cast({schema_names[op.id * 10]})")
                 schema = step.schema
                 continue
+            if isinstance(step, ir.Unnest):
+                w.line(f"batch = K.unnest(batch, {step.column}, {step.ordinality})  # a row per element of "
+                       f"{step.input.schema.names[step.column]}", span=step.span)
+                if last:
+                    w.line(f"return pa.RecordBatch.from_arrays(batch.columns, schema={schema_names[op.id * 10]})")
+                schema = step.schema
+                continue
             if isinstance(step, ir.Replicate):
                 w.line(f"batch = K.replicate(batch, {step.count})  # each row {step.input.schema.names[step.count]} "
                        "times", span=step.span)
