@@ -303,8 +303,15 @@ def test_flinks_in_example() -> None:
     ("SELECT v, MAP[COALESCE(s, 'z'), v, 'q', 0]['a'] AS m, CARDINALITY(MAP['x', k]) AS n FROM l",
      "SELECT v, map([COALESCE(s, 'z'), 'q'], [v, 0])['a'] AS m, 1 AS n FROM l"),
     ("SELECT ROW(k, s).EXPR$1 AS s2, ROW(v).EXPR$0 + 1 AS w FROM l", "SELECT s AS s2, v + 1 AS w FROM l"),
+    # UNNEST, lateral: a row per element.
+    ("SELECT l.k, x FROM l CROSS JOIN UNNEST(ARRAY[l.k, l.v, 100]) AS u (x)",
+     "SELECT l.k, u.x FROM l, unnest([l.k, l.v, 100]) AS u(x)"),
+    ("SELECT s, x FROM l, UNNEST(ARRAY[v, v + 1]) AS u (x) WHERE x > 10",
+     "SELECT s, u.x FROM l, unnest([v, v + 1]) AS u(x) WHERE u.x > 10"),
+    ("SELECT x, COUNT(*) AS n FROM l CROSS JOIN UNNEST(ARRAY[k, k]) AS u (x) GROUP BY x",
+     "SELECT u.x, COUNT(*) AS n FROM l, unnest([k, k]) AS u(x) GROUP BY u.x"),
 ])
-def test_arrays_maps_and_rows_made_in_a_query_equal_duckdb(tables: dict[str, pa.Table], ours: str, theirs: str) -> None:
+def test_arrays_maps_rows_and_unnest_equal_duckdb(tables: dict[str, pa.Table], ours: str, theirs: str) -> None:
     got = run_select(ours, row_group_size=97, **tables)
     con = shared_duckdb.connect()
     for name, table in tables.items():
@@ -321,22 +328,6 @@ def test_bad_constructors_are_refused_where_written(text: str, message: str) -> 
     with pytest.raises(SqlError, match=message) as info:
         clink.compile(text)
     assert info.value.span is not None
-
-
-@pytest.mark.parametrize(("ours", "theirs"), [
-    ("SELECT l.k, x FROM l CROSS JOIN UNNEST(ARRAY[l.k, l.v, 100]) AS u (x)",
-     "SELECT l.k, u.x FROM l, unnest([l.k, l.v, 100]) AS u(x)"),
-    ("SELECT s, x FROM l, UNNEST(ARRAY[v, v + 1]) AS u (x) WHERE x > 10",
-     "SELECT s, u.x FROM l, unnest([v, v + 1]) AS u(x) WHERE u.x > 10"),
-    ("SELECT x, COUNT(*) AS n FROM l CROSS JOIN UNNEST(ARRAY[k, k]) AS u (x) GROUP BY x",
-     "SELECT u.x, COUNT(*) AS n FROM l, unnest([k, k]) AS u(x) GROUP BY u.x"),
-])
-def test_unnest_equals_duckdb(tables: dict[str, pa.Table], ours: str, theirs: str) -> None:
-    got = run_select(ours, row_group_size=97, **tables)
-    con = shared_duckdb.connect()
-    for name, table in tables.items():
-        con.register(name, table)
-    shared_duckdb.assert_same_rows(got, con.execute(theirs).fetchall())
 
 
 def test_unnest_of_constants_alone_in_from() -> None:
