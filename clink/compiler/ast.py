@@ -472,6 +472,35 @@ class CreateFunction(Statement):
 
 
 @attrs.frozen(kw_only=True)
+class Show(Statement):
+    """``SHOW TABLES | VIEWS | FUNCTIONS``."""
+
+    what: str
+
+
+@attrs.frozen(kw_only=True)
+class ShowCreate(Statement):
+    """``SHOW CREATE TABLE | VIEW name``."""
+
+    kind: str
+    name: str
+
+
+@attrs.frozen(kw_only=True)
+class Describe(Statement):
+    """``DESCRIBE name``: its columns."""
+
+    name: str
+
+
+@attrs.frozen(kw_only=True)
+class Reset(Statement):
+    """``RESET ['key']``: a setting (or all) back to its default."""
+
+    key: str | None
+
+
+@attrs.frozen(kw_only=True)
 class SetStmt(Statement):
     key: str
     value: str

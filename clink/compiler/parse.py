@@ -403,6 +403,23 @@ class _Builder(Transformer):
     def query_stmt(self, meta, children):
         return ast.Query(query=children[0], span=self._span(meta))
 
+    def show_list(self, meta, children):
+        what = next(c for c in children if isinstance(c, Token) and c.type in ("TABLES", "VIEWS", "FUNCTIONS"))
+        return ast.Show(what=what.type, span=self._span(meta))
+
+    def show_create(self, meta, children):
+        kind = next(c for c in children if isinstance(c, Token) and c.type in ("TABLE", "VIEW"))
+        (name,) = _strip_keywords(children)
+        return ast.ShowCreate(kind=kind.type, name=str(name), span=self._span(meta))
+
+    def describe_stmt(self, meta, children):
+        (name,) = _strip_keywords(children)
+        return ast.Describe(name=str(name), span=self._span(meta))
+
+    def reset_stmt(self, meta, children):
+        keys = [c for c in children if isinstance(c, Token) and c.type == "STRING"]
+        return ast.Reset(key=_unquote(keys[0]) if keys else None, span=self._span(meta))
+
     def explain_stmt(self, meta, children):
         (inner,) = _strip_keywords(children)
         if isinstance(inner, ast.QueryExpr):

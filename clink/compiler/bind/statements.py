@@ -11,6 +11,7 @@ import attrs
 from clink.compiler import ast, ir, udfs
 from clink.compiler import types as T
 from clink.compiler.bind.aggregates import AggContext, AggregateBinder
+from clink.compiler.bind.client import ClientBinder
 from clink.compiler.bind.ddl import DdlBinder
 from clink.compiler.bind.exprs import ExprBinder
 from clink.compiler.bind.over import OverBinder, OverContext
@@ -60,8 +61,8 @@ def bind_script(script: ast.Script, connectors: ConnectorRegistry,
                        udf_paths=paths)
 
 
-class Binder(DdlBinder, QueryBinder, SubqueryBinder, RelationBinder, WindowBinder, AggregateBinder, OverBinder,
-             ExprBinder):
+class Binder(DdlBinder, ClientBinder, QueryBinder, SubqueryBinder, RelationBinder, WindowBinder, AggregateBinder,
+             OverBinder, ExprBinder):
     """Binds one script's statements in order; the catalog, settings and UDFs carry over from one
     statement to the next, the collected errors do not."""
 
@@ -102,6 +103,15 @@ class Binder(DdlBinder, QueryBinder, SubqueryBinder, RelationBinder, WindowBinde
                 result = BoundStatement(sink=self.insert(stmt), span=stmt.span)
             case ast.Query():
                 result = BoundStatement(sink=self.query_sink(stmt), span=stmt.span)
+            case ast.Show():
+                result = self._rows_sink(self.show(stmt), stmt.span)
+            case ast.Describe():
+                result = self._rows_sink(self.describe(stmt), stmt.span)
+            case ast.ShowCreate():
+                result = self._rows_sink(self.show_create(stmt), stmt.span)
+            case ast.Reset():
+                self.reset(stmt)
+                result = None
             case ast.Explain():
                 inner = self.statement(stmt.statement)
                 assert inner is not None
@@ -169,6 +179,12 @@ class Binder(DdlBinder, QueryBinder, SubqueryBinder, RelationBinder, WindowBinde
             rel = ir.Project(input=rel, exprs=tuple(exprs), names=columns.names, span=stmt.query.span)
         return ir.Sink(input=rel, name=stmt.table, connector=target.info.connector, options=target.info.options,
                        target=columns, span=stmt.span)
+
+    def _rows_sink(self, rel: ir.Rel, span: Span) -> BoundStatement:
+        """The rows a SHOW or DESCRIBE answers, as a bare query's."""
+        self.query_count += 1
+        return BoundStatement(sink=ir.Sink(input=rel, name=f"query_{self.query_count}", connector="collect",
+                                           span=span), span=span)
 
     def query_sink(self, stmt: ast.Query) -> ir.Sink:
         rel = self.select(stmt.query)
