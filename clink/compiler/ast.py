@@ -391,6 +391,13 @@ class Join(FromItem):
 
 
 @attrs.frozen(kw_only=True)
+class GroupingSets(Expr):
+    """``GROUPING SETS ((a, b), (a), ())`` in a GROUP BY: the groupings to aggregate by."""
+
+    sets: tuple[tuple[Expr, ...], ...]
+
+
+@attrs.frozen(kw_only=True)
 class Select(QueryExpr):
     items: tuple[SelectItem, ...]
     #: None: ``SELECT`` without ``FROM`` (one row).

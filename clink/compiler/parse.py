@@ -618,6 +618,12 @@ class _Builder(Transformer):
     def group_by(self, meta, children):
         return ("group_by", tuple(_strip_keywords(children)))
 
+    def grouping_sets(self, meta, children):
+        return ast.GroupingSets(sets=tuple(c for c in children if isinstance(c, tuple)), span=self._span(meta))
+
+    def grouping_set(self, meta, children):
+        return tuple(_strip_keywords(children))
+
     def having(self, meta, children):
         return ("having", _strip_keywords(children)[0])
 

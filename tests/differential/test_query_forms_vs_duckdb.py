@@ -81,6 +81,11 @@ QUERIES = [
     "WITH x AS (SELECT k, v FROM r WHERE k > 2) SELECT k, v FROM x ORDER BY v, k LIMIT 3",
     "SELECT * FROM (SELECT k, v FROM l ORDER BY v DESC, k LIMIT 5) AS top UNION ALL SELECT 0, 0",
     "SELECT k FROM l LIMIT 0",
+    # GROUPING SETS, ROLLUP and CUBE, with GROUPING().
+    "SELECT k, s, COUNT(*) AS n, SUM(v) AS t FROM l GROUP BY GROUPING SETS ((k, s), (k), ())",
+    "SELECT k, s, COUNT(*) AS n, GROUPING(k) AS gk, GROUPING(k, s) AS gks FROM l GROUP BY ROLLUP (k, s)",
+    "SELECT k, s, v % 3 AS m, MAX(v) AS hi FROM l GROUP BY CUBE (k, s, v % 3)",
+    "SELECT s, k, COUNT(*) AS n FROM l GROUP BY s, ROLLUP (k) HAVING COUNT(*) > 20",
     # IN (subquery): a semi join on the subquery's distinct values; NULLs match nothing.
     "SELECT k, s, v FROM l WHERE k IN (SELECT k FROM r WHERE v > 20)",
     "SELECT s, v FROM l WHERE v > 5 AND s IN (SELECT s FROM r) AND k IN (SELECT v FROM r)",
@@ -358,3 +363,42 @@ def test_bad_unnests_are_refused_where_written(text: str, message: str) -> None:
     with pytest.raises(SqlError, match=message) as info:
         clink.compile(text)
     assert info.value.span is not None
+
+
+def test_grouping_sets_of_a_window_aggregation_equal_duckdb() -> None:
+    """Each grouping set keeps window_start, window_end: each is a window aggregation."""
+    events = _events(600, 7)
+    ours = run_select("SELECT window_start, k, COUNT(*) AS n, GROUPING(k) AS g FROM TABLE(TUMBLE(TABLE e, "
+                      "DESCRIPTOR(ts), INTERVAL '10' SECOND)) GROUP BY window_start, window_end, GROUPING SETS ((k), ())",
+                      watermarks=EVENT_TIME, row_group_size=40, e=events)
+    con = shared_duckdb.connect()
+    con.register("e", events)
+    theirs = con.execute("SELECT epoch_ms(ws) AS window_start, k, COUNT(*), GROUPING(k) FROM "
+                         "(SELECT k, epoch_ms(CAST(ts AS TIMESTAMP)) // 10000 * 10000 AS ws FROM e) "
+                         "GROUP BY GROUPING SETS ((ws, k), (ws))").fetchall()
+    shared_duckdb.assert_same_rows(ours, theirs)
+    assert "_rowkind" not in ours.column_names
+
+
+_PRODUCTS = ("FROM (VALUES ('supplier1', 'product1', 4), ('supplier1', 'product2', 3), "
+             "('supplier2', 'product3', 3), ('supplier2', 'product4', 4)) AS Products(supplier_id, product_id, rating)")
+
+
+@pytest.mark.parametrize("group_by", ["GROUPING SETS ((supplier_id, rating), (supplier_id), ())",
+                                      "ROLLUP (supplier_id, rating)"])
+def test_flinks_grouping_sets_and_rollup_examples(group_by: str) -> None:
+    """Flink's group aggregation page: its printed table, for GROUPING SETS and the same ROLLUP."""
+    table = clink.sql(f"SELECT supplier_id, rating, COUNT(*) AS total {_PRODUCTS} GROUP BY {group_by};").to_arrow()
+    assert Counter(tuple(r.values()) for r in table.to_pylist()) == Counter([
+        ("supplier1", 4, 1), ("supplier1", None, 2), (None, None, 4), ("supplier1", 3, 1), ("supplier2", 3, 1),
+        ("supplier2", None, 2), ("supplier2", 4, 1)])
+
+
+def test_flinks_cube_is_its_eight_grouping_sets() -> None:
+    cube = clink.sql(f"SELECT supplier_id, rating, product_id, COUNT(*) {_PRODUCTS} "
+                     "GROUP BY CUBE (supplier_id, rating, product_id);").to_arrow()
+    sets = clink.sql(f"SELECT supplier_id, rating, product_id, COUNT(*) {_PRODUCTS} GROUP BY GROUPING SETS ("
+                     "(supplier_id, product_id, rating), (supplier_id, product_id), (supplier_id, rating), "
+                     "(supplier_id), (product_id, rating), (product_id), (rating), ());").to_arrow()
+    assert Counter(tuple(r.values()) for r in cube.to_pylist()) == Counter(tuple(r.values()) for r in sets.to_pylist())
+    assert cube.num_rows == 4 + 4 + 4 + 2 + 4 + 4 + 2 + 1

@@ -17,6 +17,7 @@ import pyarrow.types as pt
 
 from clink.compiler import ast, ir
 from clink.compiler import types as T
+from clink.compiler.bind import grouping
 from clink.compiler.bind.aggregates import has_aggregate
 from clink.compiler.bind.over import is_row_number
 from clink.compiler.bind.scope import Scope, ast_walk, derive_name, did_you_mean, unique_names, updating_reason
@@ -279,6 +280,16 @@ class QueryBinder:
 
     def _select_block(self, q: ast.Select) -> tuple[ir.Rel, frozenset[str]]:
         q = self._unnest_subqueries(q)
+        sets = grouping.grouping_sets(q)
+        if sets is not None:
+            # One aggregation per grouping set, united.
+            every = grouping.all_grouping_expressions(sets)
+            branches = [grouping.branch(q, s, every) for s in sets]
+            united: ast.QueryExpr = branches[0]
+            for b in branches[1:]:
+                united = ast.SetOp(op="UNION", all=True, left=united, right=b, span=q.span)
+            return self._query(united)[0], frozenset()
+        q = grouping.plain_grouping(q)
         if q.from_ is None:
             # SELECT without FROM: one row, and no column to name.
             stars = [item for item in q.items if isinstance(item, ast.Star)]

@@ -1,0 +1,124 @@
+"""``GROUP BY GROUPING SETS (...)``, ``ROLLUP (...)`` and ``CUBE (...)``: one aggregation per
+grouping set, their rows united (UNION ALL), as the SQL standard defines them.
+
+In the branch of a grouping set, each grouping expression that is not in the set reads as NULL
+(outside aggregate arguments), and ``GROUPING(e)`` is 1 for such an expression and 0 for one in
+the set (``GROUPING(a, b)`` and ``GROUPING_ID(a, b)``: those bits, the first argument highest).
+``ROLLUP (a, b)`` is the sets ``(a, b), (a), ()``; ``CUBE (a, b)`` every subset; several items
+of a GROUP BY multiply (``GROUP BY k, ROLLUP (a)`` is ``(k, a), (k)``). Over a window table
+function, keep ``window_start, window_end`` in every set: each branch is a window aggregation.
+"""
+
+from __future__ import annotations
+
+import itertools
+
+import attrs
+
+from clink.compiler import ast
+from clink.compiler.functions import AGGREGATES
+from clink.errors import SqlError
+
+_SETS = ("ROLLUP", "CUBE")
+_BITS = ("GROUPING", "GROUPING_ID")
+
+
+def grouping_sets(q: ast.Select) -> list[tuple[ast.Expr, ...]] | None:
+    """The grouping sets of ``q``'s GROUP BY, or None when it has none (a plain GROUP BY)."""
+    choices: list[list[tuple[ast.Expr, ...]]] = []
+    found = False
+    for item in q.group_by:
+        match item:
+            case ast.GroupingSets(sets=sets):
+                choices.append(list(sets))
+                found = True
+            case ast.FunctionCall(name=name, args=args) if name in _SETS and item.over is None:
+                if name == "ROLLUP":
+                    choices.append([tuple(args[:i]) for i in range(len(args), -1, -1)])
+                else:
+                    choices.append([c for r in range(len(args), -1, -1) for c in itertools.combinations(args, r)])
+                found = True
+            case _:
+                choices.append([(item,)])
+    if not found:
+        return None
+    sets = []
+    for combo in itertools.product(*choices):
+        chosen: list[ast.Expr] = []
+        for e in itertools.chain.from_iterable(combo):
+            if e not in chosen:
+                chosen.append(e)
+        sets.append(tuple(chosen))
+    return sets
+
+
+def branch(q: ast.Select, grouping: tuple[ast.Expr, ...], every: list[ast.Expr]) -> ast.Select:
+    """The SELECT block of one grouping set: its keys, the others NULL, GROUPING(...) constant."""
+    missing = [e for e in every if e not in grouping]
+    rewrite = _Rewrite(grouping, missing)
+    return attrs.evolve(q, group_by=grouping, items=tuple(rewrite(i) for i in q.items),
+                        having=rewrite(q.having) if q.having is not None else None)
+
+
+def all_grouping_expressions(sets: list[tuple[ast.Expr, ...]]) -> list[ast.Expr]:
+    every: list[ast.Expr] = []
+    for s in sets:
+        for e in s:
+            if e not in every:
+                every.append(e)
+    return every
+
+
+def plain_grouping(q: ast.Select) -> ast.Select:
+    """A plain GROUP BY, whose GROUPING(...) calls are 0 (every expression is grouped)."""
+    if not any(isinstance(n, ast.FunctionCall) and n.name in _BITS for n in _walk(q.items)):
+        return q
+    rewrite = _Rewrite(q.group_by, [])
+    return attrs.evolve(q, items=tuple(rewrite(i) for i in q.items),
+                        having=rewrite(q.having) if q.having is not None else None)
+
+
+@attrs.define
+class _Rewrite:
+    grouping: tuple[ast.Expr, ...]
+    missing: list[ast.Expr]
+
+    def __call__(self, node):
+        if isinstance(node, tuple):
+            return tuple(self(n) for n in node)
+        if not isinstance(node, ast.Node):
+            return node
+        if isinstance(node, ast.Expr) and node in self.missing:
+            return ast.Literal(kind="null", value=None, span=node.span)
+        if isinstance(node, ast.FunctionCall) and node.name in _BITS:
+            return self._bits(node)
+        if isinstance(node, ast.FunctionCall) and node.name in AGGREGATES:
+            return node  # an aggregate's arguments are the rows', never NULLed
+        changes = {}
+        for field in attrs.fields(type(node)):
+            value = getattr(node, field.name)
+            if isinstance(value, (ast.Node, tuple)):
+                new = self(value)
+                if new != value:
+                    changes[field.name] = new
+        return attrs.evolve(node, **changes) if changes else node
+
+    def _bits(self, call: ast.FunctionCall) -> ast.Expr:
+        if not call.args:
+            raise SqlError(f"{call.name} takes the grouping expressions it asks about", call.span)
+        value = 0
+        for arg in call.args:
+            if arg not in self.grouping and arg not in self.missing:
+                raise SqlError(f"{call.name} asks about an expression that is not grouped by", arg.span)
+            value = value * 2 + (arg in self.missing)
+        return ast.Literal(kind="int", value=value, span=call.span)
+
+
+def _walk(node):
+    if isinstance(node, tuple):
+        for n in node:
+            yield from _walk(n)
+    elif isinstance(node, ast.Node):
+        yield node
+        for field in attrs.fields(type(node)):
+            yield from _walk(getattr(node, field.name))
