@@ -479,6 +479,23 @@ class CreateFunction(Statement):
 
 
 @attrs.frozen(kw_only=True)
+class CreateTableAs(Statement):
+    """``CREATE TABLE t WITH (...) AS query``."""
+
+    name: str
+    options: tuple[Property, ...]
+    query: QueryExpr
+    if_not_exists: bool = False
+
+
+@attrs.frozen(kw_only=True)
+class StatementSetMark(Statement):
+    """``BEGIN STATEMENT SET`` (``begin``) or ``END`` around INSERTs (the SQL client's spelling)."""
+
+    begin: bool
+
+
+@attrs.frozen(kw_only=True)
 class Show(Statement):
     """``SHOW TABLES | VIEWS | FUNCTIONS``."""
 

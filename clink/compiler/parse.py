@@ -284,8 +284,40 @@ class _Builder(Transformer):
     # -- script and statements
 
     def start(self, meta, children):
-        return ast.Script(statements=tuple(c for c in children if isinstance(c, ast.Statement)),
-                          span=self._span(meta))
+        statements: list[ast.Statement] = []
+        opened: ast.StatementSetMark | None = None
+        for c in children:
+            if isinstance(c, tuple):  # EXECUTE STATEMENT SET BEGIN ... END: its INSERTs
+                statements.extend(c)
+            elif isinstance(c, ast.StatementSetMark):
+                if c.begin == (opened is not None):
+                    raise SqlError("BEGIN STATEMENT SET inside another" if c.begin else
+                                   "END without BEGIN STATEMENT SET", c.span)
+                opened = c if c.begin else None
+            elif isinstance(c, ast.Statement):
+                if opened is not None and not isinstance(c, ast.Insert):
+                    raise SqlError("a statement set holds INSERT statements only", c.span,
+                                   "END the statement set before this statement")
+                statements.append(c)
+        if opened is not None:
+            raise SqlError("BEGIN STATEMENT SET without END", opened.span)
+        return ast.Script(statements=tuple(statements), span=self._span(meta))
+
+    def statement_set(self, meta, children):
+        return tuple(c for c in children if isinstance(c, ast.Insert))
+
+    def begin_statement_set(self, meta, children):
+        return ast.StatementSetMark(begin=True, span=self._span(meta))
+
+    def end_statement_set(self, meta, children):
+        return ast.StatementSetMark(begin=False, span=self._span(meta))
+
+    def create_table_as(self, meta, children):
+        name = next(c for c in children if isinstance(c, _Name))
+        options = next(c[1] for c in children if isinstance(c, tuple) and c[0] == "with")
+        query = next(c for c in children if isinstance(c, ast.QueryExpr))
+        return ast.CreateTableAs(name=str(name), options=options, query=query,
+                                 if_not_exists=any(c == "if_not_exists" for c in children), span=self._span(meta))
 
     def create_table(self, meta, children):
         flags = {c.data if isinstance(c, lark.Tree) else c for c in children if isinstance(c, (str, lark.Tree))}

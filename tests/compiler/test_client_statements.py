@@ -67,3 +67,45 @@ def test_mistakes_are_refused_where_written(text: str, message: str) -> None:
     with pytest.raises(SqlError, match=message) as info:
         clink.compile(DDL + text)
     assert info.value.span is not None and info.value.span.line == 4
+
+
+SOURCE = ("CREATE TABLE src (k INT, v STRING) WITH ('connector' = 'datagen', 'number-of-rows' = '3', "
+          "'fields.k.kind' = 'sequence', 'fields.k.start' = '1', 'fields.k.end' = '3');\n")
+
+
+def _csv_rows(folder) -> list[list[str]]:
+    import csv
+
+    return sorted(row for path in sorted(folder.iterdir()) if path.name.startswith("part-")
+                  for row in csv.reader(path.open()))
+
+
+def test_create_table_as_declares_the_querys_columns_and_fills_the_table(tmp_path) -> None:
+    out = tmp_path / "out"
+    script = (SOURCE + f"CREATE TABLE t WITH ('connector' = 'filesystem', 'path' = '{out}/', 'format' = 'csv') "
+              "AS SELECT k * 10 AS k10, CAST(k AS STRING) AS s FROM src WHERE k > 1;\nDESCRIBE t;")
+    described = [tuple(r.values())[:3] for r in clink.sql(script).to_arrow().to_pylist()]
+    assert described == [("k10", "INT", True), ("s", "STRING", True)]
+    assert _csv_rows(out) == [["20", "2"], ["30", "3"]]
+
+
+def test_a_statement_set_runs_its_inserts_together(tmp_path) -> None:
+    """Flink's EXECUTE STATEMENT SET BEGIN ... END, and the SQL client's BEGIN STATEMENT SET; ... END;."""
+    for begin, end in (("EXECUTE STATEMENT SET BEGIN\n", "END;"), ("BEGIN STATEMENT SET;\n", "END;")):
+        a, b = tmp_path / f"a{len(begin)}", tmp_path / f"b{len(begin)}"
+        script = (SOURCE + f"CREATE TABLE a (k INT) WITH ('connector' = 'filesystem', 'path' = '{a}/', 'format' = 'csv');\n"
+                  f"CREATE TABLE b (k INT) WITH ('connector' = 'filesystem', 'path' = '{b}/', 'format' = 'csv');\n"
+                  f"{begin}INSERT INTO a SELECT k FROM src;\nINSERT INTO b SELECT k + 1 FROM src;\n{end}")
+        clink.sql(script).run()
+        assert _csv_rows(a) == [["1"], ["2"], ["3"]] and _csv_rows(b) == [["2"], ["3"], ["4"]]
+
+
+@pytest.mark.parametrize(("text", "message"), [
+    ("BEGIN STATEMENT SET;\nSELECT 1;\nEND;", "a statement set holds INSERT statements only"),
+    ("END;", "END without BEGIN STATEMENT SET"),
+    ("BEGIN STATEMENT SET;\nINSERT INTO Out SELECT item, 1 FROM Bid;", "BEGIN STATEMENT SET without END"),
+    ("CREATE TABLE Out WITH ('connector' = 'blackhole') AS SELECT 1 AS x;", "table or view 'Out' already exists"),
+])
+def test_statement_mistakes_are_refused(text: str, message: str) -> None:
+    with pytest.raises(SqlError, match=message):
+        clink.compile(DDL + text)

@@ -46,6 +46,20 @@ class DdlBinder:
             raise SqlError(f"function {stmt.name} already exists", stmt.span, "use CREATE FUNCTION IF NOT EXISTS")
         self.udfs[key] = udfs.create_function(stmt)
 
+    def create_table_as(self, stmt: ast.CreateTableAs) -> ast.Insert | None:
+        """``CREATE TABLE t WITH (...) AS query``: the table, declared with the query's columns
+        (names, types, NULL-ability), and the INSERT that fills it (None: it existed, IF NOT EXISTS)."""
+        if self.catalog.lookup(stmt.name) is not None:
+            if stmt.if_not_exists:
+                return None
+            raise SqlError(f"table or view {stmt.name!r} already exists", stmt.span)
+        rel, _ = self._query(stmt.query)
+        self._raise_collected()
+        columns = tuple(ast.ColumnDef(name=f.name, type=f.type, nullable=f.nullable, span=stmt.span)
+                        for f in rel.schema.fields)
+        self.create_table(ast.CreateTable(name=stmt.name, columns=columns, options=stmt.options, span=stmt.span))
+        return ast.Insert(table=stmt.name, query=stmt.query, table_span=stmt.span, span=stmt.span)
+
     def create_table(self, stmt: ast.CreateTable) -> None:
         if self.catalog.lookup(stmt.name) is not None:
             if stmt.if_not_exists:

@@ -103,6 +103,9 @@ class Binder(DdlBinder, ClientBinder, QueryBinder, SubqueryBinder, RelationBinde
                 result = BoundStatement(sink=self.insert(stmt), span=stmt.span)
             case ast.Query():
                 result = BoundStatement(sink=self.query_sink(stmt), span=stmt.span)
+            case ast.CreateTableAs():
+                insert = self.create_table_as(stmt)
+                result = BoundStatement(sink=self.insert(insert), span=stmt.span) if insert is not None else None
             case ast.Show():
                 result = self._rows_sink(self.show(stmt), stmt.span)
             case ast.Describe():
