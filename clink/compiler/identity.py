@@ -26,7 +26,7 @@ from collections import defaultdict
 from typing import NamedTuple
 
 from clink.compiler import ir
-from clink.compiler.explain import expr_sql
+from clink.compiler.sqltext import expr_sql
 from clink.compiler.physical import (
     ChainOp,
     ExchangeOp,

@@ -12,6 +12,7 @@ from clink.compiler import types as T
 from clink.compiler.bind.scope import did_you_mean
 from clink.compiler.catalog import CatalogTable
 from clink.compiler.functions import AGGREGATES, FUNCTIONS, TABLE_FUNCTIONS
+from clink.compiler.sqltext import expr_sql
 from clink.errors import Span, SqlError
 from clink.runtime.settings import SETTINGS, close_settings
 
@@ -75,8 +76,6 @@ class ClientBinder:
 def _table_columns(entry: CatalogTable) -> list[tuple]:
     """Per column of a table: name, type (event time marked *ROWTIME*), null, key, extras
     (a computed column's expression), watermark (its expression, on its column), as Flink shows."""
-    from clink.compiler.explain import expr_sql  # explain imports the planner, which imports the binder
-
     info = entry.info
     physical = info.columns.names
     computed = dict(entry.computed)
@@ -93,8 +92,6 @@ def _table_columns(entry: CatalogTable) -> list[tuple]:
 
 def _create_table(entry: CatalogTable) -> str:
     """The table's DDL, written back from what was declared."""
-    from clink.compiler.explain import expr_sql
-
     info = entry.info
     physical = info.columns.names
     computed = dict(entry.computed)

@@ -15,7 +15,8 @@ from clink._version import __version__
 from clink.compiler import ir
 from clink.compiler.codegen.exprs import emit, field_py, is_constant, type_py
 from clink.compiler.codegen.writer import SourceWriter
-from clink.compiler.explain import chain_kinds, expr_sql
+from clink.compiler.explain import chain_kinds
+from clink.compiler.sqltext import expr_sql
 from clink.compiler.identity import Identity, operator_identities
 from clink.runtime.plan import APPEND_ONLY, ChangelogMode
 from clink.compiler.physical import (
