@@ -1,4 +1,4 @@
-"""Subqueries in WHERE: ``x IN (SELECT y ...)`` as a join.
+"""Subqueries in WHERE: ``x IN (SELECT y ...)`` and ``[NOT] EXISTS (...)`` as joins.
 
 A conjunct ``x IN (query)`` of a WHERE is a semi join: the FROM is joined with the query's
 distinct values on ``x = value``, so each row is kept once when its value is among them (a NULL
@@ -6,8 +6,13 @@ distinct values on ``x = value``, so each row is kept once when its value is amo
 Flink the distinct values are a group aggregation, so the result is updating. The joined values
 sit under a hidden qualifier (``$sq1``), which ``*`` does not expand.
 
-``NOT IN``, ``EXISTS``, scalar subqueries, subqueries under OR or in the select list, and
-subqueries that read the query around them (correlated) are refused where they are written.
+``[NOT] EXISTS (SELECT ... FROM s WHERE s.a = outer.b AND ...)`` (correlated by equalities) is
+a join with the distinct ``s.a`` of the rows that pass the subquery's own conditions: inner for
+EXISTS, left for NOT EXISTS keeping the rows that found none (a NULL ``outer.b`` matches nothing,
+so NOT EXISTS keeps its row, as SQL says).
+
+``NOT IN``, an EXISTS without such an equality, scalar subqueries, subqueries under OR or in the
+select list, and an IN subquery that reads the query around it are refused where they are written.
 """
 
 from __future__ import annotations
@@ -15,7 +20,8 @@ from __future__ import annotations
 import attrs
 
 from clink.compiler import ast
-from clink.compiler.bind.scope import ast_walk
+from clink.compiler.bind.aggregates import has_aggregate
+from clink.compiler.bind.scope import Unresolved, ast_walk
 from clink.errors import SqlError, SqlErrors
 
 #: Qualifiers of the columns that subqueries add to a FROM: ``*`` leaves them out.
@@ -42,6 +48,14 @@ class SubqueryBinder:
         from_ = q.from_
         kept: list[ast.Expr] = []
         for conjunct in _conjuncts(q.where):
+            negated = isinstance(conjunct, ast.Not) and isinstance(conjunct.operand, ast.Exists)
+            if isinstance(conjunct, ast.Exists) or negated:
+                if from_ is None:
+                    raise SqlError("EXISTS (subquery) needs a FROM clause", conjunct.span)
+                from_, marker = self._exists_join(from_, conjunct.operand if negated else conjunct, negated)
+                if negated:
+                    kept.append(ast.IsNull(operand=marker, negated=False, span=conjunct.span))
+                continue
             if not isinstance(conjunct, ast.InSubquery):
                 _refuse_inside(conjunct, "here")
                 kept.append(conjunct)
@@ -56,6 +70,61 @@ class SubqueryBinder:
         for c in kept:
             where = c if where is None else ast.And(left=where, right=c, span=c.span)
         return attrs.evolve(q, from_=from_, where=where)
+
+    def _exists_join(self, from_: ast.FromItem, e: ast.Exists, negated: bool) -> tuple[ast.FromItem, ast.Expr]:
+        """``[NOT] EXISTS (SELECT ... FROM s WHERE s.a = outer.b AND ...)``: ``from_`` joined (inner
+        for EXISTS, left for NOT EXISTS) with the distinct keys ``s.a`` of the rows that pass the
+        subquery's own conditions, on ``outer.b = key``; and a column that is NULL exactly for
+        the rows that found no match."""
+        sub = e.query
+        if (not isinstance(sub, ast.Select) or sub.from_ is None or sub.group_by or sub.having is not None
+                or sub.distinct or has_aggregate(sub.items)):
+            raise SqlError("EXISTS over this subquery is not supported yet", sub.span,
+                           "EXISTS (SELECT ... FROM t WHERE t.k = outer.k AND ...) is")
+        _, inner = self._join(sub.from_, None) if isinstance(sub.from_, ast.Join) else self.from_item(sub.from_)
+        local: list[ast.Expr] = []
+        keys: list[tuple[ast.Expr, ast.Expr]] = []
+        for c in _conjuncts(sub.where) if sub.where is not None else []:
+            if self._reads_only(c, inner):
+                local.append(c)
+            elif isinstance(c, ast.Comparison) and c.op == "=" and self._reads_only(c.left, inner):
+                keys.append((c.left, c.right))
+            elif isinstance(c, ast.Comparison) and c.op == "=" and self._reads_only(c.right, inner):
+                keys.append((c.right, c.left))
+            else:
+                raise SqlError("a condition of EXISTS that reads the outer query must be an equality of a "
+                               "subquery expression and an outer one", c.span)
+        if not keys:
+            raise SqlError("EXISTS without an equality tying it to the outer query is not supported yet", e.span,
+                           "add the condition that relates the subquery's rows to the outer row (t.k = outer.k)")
+        self._subqueries += 1
+        alias = f"{HIDDEN}sq{self._subqueries}"
+        span = e.span
+        items = [ast.AliasedExpr(expr=inner_key, alias=f"{HIDDEN}k{i}", span=span) for i, (inner_key, _) in enumerate(keys)]
+        items.append(ast.AliasedExpr(expr=ast.Literal(kind="bool", value=True, span=span), alias=f"{HIDDEN}m", span=span))
+        where = None
+        for c in local:
+            where = c if where is None else ast.And(left=where, right=c, span=c.span)
+        matches = ast.Select(items=tuple(items), from_=sub.from_, where=where, distinct=True, span=sub.span)
+        condition = None
+        for i, (_, outer_key) in enumerate(keys):
+            key = ast.FieldAccess(expr=ast.ColumnRef(name=alias, span=span), name=f"{HIDDEN}k{i}", span=span)
+            c = ast.Comparison(op="=", left=outer_key, right=key, span=span)
+            condition = c if condition is None else ast.And(left=condition, right=c, span=span)
+        join = ast.Join(left=from_, right=ast.SubqueryRef(query=matches, alias=alias, span=span),
+                        kind="left" if negated else "inner", condition=condition, span=span)
+        return join, ast.FieldAccess(expr=ast.ColumnRef(name=alias, span=span), name=f"{HIDDEN}m", span=span)
+
+    def _reads_only(self, e: ast.Expr, scope) -> bool:
+        """Whether ``e`` binds in ``scope`` (reads only the subquery's own columns)."""
+        errors = len(self.errors)
+        try:
+            self._expr(e, scope)
+        except (SqlError, Unresolved):
+            return False
+        finally:
+            del self.errors[errors:]
+        return True
 
     def _semi_join(self, from_: ast.FromItem, c: ast.InSubquery) -> ast.FromItem:
         """``from_`` joined with the distinct values of ``c``'s query on ``operand = value``."""
@@ -94,8 +163,8 @@ def _refuse_inside(node: ast.Node, where: str) -> None:
             raise SqlError(f"IN (subquery) {where} is not supported yet", n.span,
                            "IN (subquery) is supported as a condition of WHERE joined to the rest by AND")
         if isinstance(n, ast.Exists):
-            raise SqlError("EXISTS (subquery) is not supported yet", n.span,
-                           "an IN (subquery) over the columns it would compare is")
+            raise SqlError(f"EXISTS (subquery) {where} is not supported yet", n.span,
+                           "[NOT] EXISTS is supported as a condition of WHERE joined to the rest by AND")
         if isinstance(n, ast.ScalarSubquery):
             raise SqlError("a subquery used as a value is not supported yet", n.span,
                            "join with the query instead (a GROUP BY without keys gives one row)")
