@@ -65,7 +65,7 @@ def explain_logical(node: ir.Rel, indent: int = 0) -> str:
                     f"{f', late_rows_to=[{node.late_sink.name}]' if node.late_sink is not None else ''})")
         case ir.Rank():
             order = ", ".join(f"{names[c]}{' DESC' if d else ''}" for c, d in node.order)
-            line = (f"Rank(ROW_NUMBER() over partition=[{', '.join(names[p] for p in node.partition)}], "
+            line = (f"Rank({node.function.upper()}() over partition=[{', '.join(names[p] for p in node.partition)}], "
                     f"order=[{order}], keep=[{node.rank_name} <= {node.limit}]"
                     f"{'' if node.emit_rank else ', row number not kept'}, changelog=[+I, -D])")
         case ir.Join():

@@ -671,6 +671,8 @@ class Rank(Unary):
     limit: int | None
     rank_name: str
     emit_rank: bool = True
+    #: ROW_NUMBER ("row_number"), RANK ("rank") or DENSE_RANK ("dense_rank").
+    function: str = "row_number"
     #: ``SELECT /*+ UID('name') */``: the name given to this operator's state in checkpoints.
     uid: str | None = None
 

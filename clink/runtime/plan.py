@@ -414,6 +414,9 @@ class Rank(Node):
     limit: int
     schema: pa.Schema
     emit_rank: bool = True
+    #: How rows are numbered: "row_number" (1, 2, 3, 4), "rank" (ties share a number: 1, 2, 2,
+    #: 4) or "dense_rank" (1, 2, 2, 3); the top N are the rows numbered N or less.
+    function: str = "row_number"
 
     @property
     def inputs(self) -> tuple[int, ...]:

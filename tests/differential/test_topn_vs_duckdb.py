@@ -1,4 +1,4 @@
-"""ROW_NUMBER Top-N and deduplication: the final table, over rows read in small batches, must
+"""ROW_NUMBER, RANK and DENSE_RANK Top-N and deduplication: the final table, over rows read in small batches, must
 equal DuckDB's batch answer; the operator's changelog must only retract rows it emitted."""
 
 from __future__ import annotations
@@ -44,6 +44,13 @@ QUERIES = [
     # A global Top-10 with a filter beside the limit.
     ("SELECT id, price, rn FROM (SELECT id, price, ROW_NUMBER() OVER (ORDER BY price, id DESC) AS rn FROM ev) "
      "WHERE rn <= 10 AND id % 2 = 0"),
+    # RANK and DENSE_RANK: ties (equal prices, NULLs among them) share a number, so more than N
+    # rows may be kept, and a row that ties the last one comes in.
+    ("SELECT k, id, price, r FROM (SELECT k, id, price, RANK() OVER (PARTITION BY k ORDER BY price DESC) AS r "
+     "FROM ev) WHERE r <= 3"),
+    ("SELECT g, id, price, r FROM (SELECT g, id, price, DENSE_RANK() OVER (PARTITION BY g ORDER BY price) AS r "
+     "FROM ev) WHERE r <= 4"),
+    ("SELECT k, g, id FROM (SELECT *, RANK() OVER (PARTITION BY k ORDER BY g, price % 7) AS r FROM ev) WHERE r = 1"),
 ]
 
 

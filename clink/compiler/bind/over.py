@@ -26,19 +26,19 @@ class OverBinder:
         select list again in its order. The query above must keep ``rn <= N`` (rewrite/limit_ranks.py)."""
         calls = [item for item in q.items if is_row_number(item)]
         if len(calls) > 1:
-            raise SqlError("only one ROW_NUMBER() per SELECT is supported", calls[1].span)
+            raise SqlError("only one ROW_NUMBER(), RANK() or DENSE_RANK() per SELECT is supported", calls[1].span)
         call: ast.FunctionCall = calls[0].expr
         over = call.over
         if call.args or call.distinct or call.star:
-            raise SqlError("ROW_NUMBER() takes no arguments", call.span)
+            raise SqlError(f"{call.name}() takes no arguments", call.span)
         if over.frame is not None:
-            raise SqlError("ROW_NUMBER() OVER (...) takes no frame (ROWS/RANGE ...)", over.span)
+            raise SqlError(f"{call.name}() OVER (...) takes no frame (ROWS/RANGE ...)", over.span)
         if ir.is_updating(rel):
             producer = ir.updating_source(rel)
-            raise SqlError("ROW_NUMBER() over an updating input is not supported yet", call.span,
+            raise SqlError(f"{call.name}() over an updating input is not supported yet", call.span,
                            f"the input produces updates: {updating_reason(producer, producer.span)}")
         if not over.order_by:
-            raise SqlError("ROW_NUMBER() needs ORDER BY in its OVER (...)", over.span,
+            raise SqlError(f"{call.name}() needs ORDER BY in its OVER (...)", over.span,
                            "e.g. OVER (PARTITION BY auction ORDER BY price DESC)")
         exprs: list[ir.Expr] = []
         names: list[str] = []
@@ -82,7 +82,7 @@ class OverBinder:
         pre = ir.Project(input=rel, exprs=tuple(exprs), names=unique_names(names), span=q.span)
         rank = ir.Rank(uid=self._uid,
                        input=pre, partition=tuple(partition), order=tuple(order), limit=None, rank_name=rank_name,
-                       span=call.span)
+                       function=call.name.lower(), span=call.span)
         fields = rank.schema.fields
         out_exprs = []
         out_names = []
@@ -240,9 +240,14 @@ def _ast_key(node: object) -> object:
     return node
 
 
+#: The numbering functions a Top-N takes (Flink's): ROW_NUMBER, and RANK and DENSE_RANK, whose
+#: ties share a number.
+NUMBERINGS = ("ROW_NUMBER", "RANK", "DENSE_RANK")
+
+
 def is_row_number(item: ast.SelectItem) -> bool:
     return (isinstance(item, ast.AliasedExpr) and isinstance(item.expr, ast.FunctionCall)
-            and item.expr.over is not None and item.expr.name == "ROW_NUMBER")
+            and item.expr.over is not None and item.expr.name in NUMBERINGS)
 
 
 def _select_names(q: ast.Select, names: list[str], slots: list[int | None], rank_name: str) -> list[str]:

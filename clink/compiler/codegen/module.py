@@ -610,7 +610,9 @@ def _emit_plan(w: SourceWriter, plan: PhysicalPlan, schema_names: dict[int, str]
                                f"order={rank.order!r},  # {order}", span=rank.span)
                         with w.indent():
                             w.line(_identity_py(identities[op.id]))
-                            w.line(f"limit={rank.limit}, emit_rank={rank.emit_rank}, schema={schema_names[op.id * 10]},")
+                            numbered = f"function={rank.function!r}, " if rank.function != "row_number" else ""
+                            w.line(f"limit={rank.limit}, emit_rank={rank.emit_rank}, {numbered}"
+                                   f"schema={schema_names[op.id * 10]},")
                             w.line(f"{changelog(op.id)}span={str(rank.span or '')!r}),")
                     case JoinOp(join=join):
                         lnames = join.left.schema.names

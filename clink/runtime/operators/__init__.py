@@ -127,7 +127,10 @@ def _describe_rank(node: Rank, schemas: tuple[pa.Schema, ...], operator: Operato
     (schema,) = schemas
     partition = ", ".join(str(schema.field(p).type) for p in node.partition)
     order = ", ".join(f"{schema.field(c).type}{' DESC' if d else ''}" for c, d in node.order)
-    return f"TOP {node.limit} PARTITION BY ({partition}) ORDER BY ({order}) | {operator.rows.descriptor.signature()}"
+    # A ROW_NUMBER's meaning reads as it always has: its checkpoints stay readable.
+    numbered = "" if node.function == "row_number" else f" BY {node.function.upper()}"
+    return (f"TOP {node.limit}{numbered} PARTITION BY ({partition}) ORDER BY ({order}) | "
+            f"{operator.rows.descriptor.signature()}")
 
 
 def _describe_join(node: Join, schemas: tuple[pa.Schema, ...], operator: Operator) -> str:

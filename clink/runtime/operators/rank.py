@@ -59,6 +59,8 @@ class RankOperator(NumberedRowsOperator):
             self.metrics.setdefault(name, 0)
         if updating_input(input_mode, input_schema, self._where):
             raise ValueError(f"{self._where}: the input is updating; Top-N takes append-only input")
+        if node.function not in ("row_number", "rank", "dense_rank"):
+            raise ValueError(f"{self._where}: rows are numbered by row_number, rank or dense_rank, not {node.function!r}")
         if node.limit < 1:
             raise ValueError(f"{self._where}: the limit must be at least 1, got {node.limit}")
         self.width = len(input_schema)
@@ -113,19 +115,30 @@ class RankOperator(NumberedRowsOperator):
         sorted_hash = both.column("_khash").to_numpy()[order]
         starts = np.ones(total, dtype=bool)
         starts[1:] = sorted_hash[1:] != sorted_hash[:-1]
-        position = np.arange(total, dtype=np.int64)
-        rank_sorted = position - np.maximum.accumulate(np.where(starts, position, 0)) + 1
-        rank = np.empty(total, dtype=np.int64)
-        rank[order] = rank_sorted
         is_old = np.zeros(total, dtype=bool)
         is_old[:old_count] = True
-        # A stored row's number before this batch: its number now minus the batch rows ahead of it.
-        fresh_sorted = (~is_old[order]).astype(np.int64)
-        ahead = np.cumsum(fresh_sorted) - fresh_sorted
-        group_first = np.maximum.accumulate(np.where(starts, position, 0))
-        ahead_in_partition = ahead - ahead[group_first]
+        rank = np.empty(total, dtype=np.int64)
         old_rank = np.empty(total, dtype=np.int64)
-        old_rank[order] = rank_sorted - ahead_in_partition
+        if self.node.function == "row_number":
+            position = np.arange(total, dtype=np.int64)
+            rank_sorted = position - np.maximum.accumulate(np.where(starts, position, 0)) + 1
+            rank[order] = rank_sorted
+            # A stored row's number before this batch: its number now minus the batch rows ahead of it.
+            fresh_sorted = (~is_old[order]).astype(np.int64)
+            ahead = np.cumsum(fresh_sorted) - fresh_sorted
+            group_first = np.maximum.accumulate(np.where(starts, position, 0))
+            ahead_in_partition = ahead - ahead[group_first]
+            old_rank[order] = rank_sorted - ahead_in_partition
+        else:
+            # RANK and DENSE_RANK: rows equal in the order columns share a number. Numbered over
+            # all rows now, and over the stored rows alone for the numbers they had.
+            rank[order] = self._numbers(both, order, starts)
+            old_sorted = order[is_old[order]]
+            if len(old_sorted):
+                old_starts = np.ones(len(old_sorted), dtype=bool)
+                old_hash = both.column("_khash").to_numpy()[old_sorted]
+                old_starts[1:] = old_hash[1:] != old_hash[:-1]
+                old_rank[old_sorted] = self._numbers(both, old_sorted, old_starts)
         # 3. the changes
         limit = self.node.limit
         leaving = is_old & (rank > limit)
@@ -144,6 +157,27 @@ class RankOperator(NumberedRowsOperator):
         return out
 
     # -- helpers ---------------------------------------------------------------------------------
+
+    def _numbers(self, both: pa.Table, order: np.ndarray, starts: np.ndarray) -> np.ndarray:
+        """RANK or DENSE_RANK of the rows ``order`` (sorted; ``starts`` marks each partition's
+        first): a row equal to the one before it in every order column shares its number."""
+        n = len(order)
+        new_value = starts.copy()
+        taken = pa.array(order)
+        for c, _ in self.node.order:
+            values = plain_array(both.column(f"c{c}").take(taken))
+            if n > 1:
+                a, b = values.slice(1), values.slice(0, n - 1)
+                same = pc.fill_null(pc.equal(a, b), False).to_numpy(zero_copy_only=False)
+                both_null = np.logical_and(pc.is_null(a).to_numpy(zero_copy_only=False),
+                                           pc.is_null(b).to_numpy(zero_copy_only=False))
+                new_value[1:] |= ~(same | both_null)
+        position = np.arange(n, dtype=np.int64)
+        partition_first = np.maximum.accumulate(np.where(starts, position, 0))
+        if self.node.function == "rank":
+            return np.maximum.accumulate(np.where(new_value, position, 0)) - partition_first + 1
+        distinct = np.cumsum(new_value)
+        return distinct - distinct[partition_first] + 1
 
     def _changes(self, both: pa.Table, retract: np.ndarray, old_rank: np.ndarray, emit: np.ndarray,
                  rank: np.ndarray) -> list[pa.RecordBatch]:
