@@ -461,6 +461,8 @@ class CreateView(Statement):
     query: QueryExpr
     #: ``CREATE VIEW v (a, b) AS ...``: the view's column names.
     columns: tuple[str, ...] | None = None
+    #: The statement as written (SHOW CREATE VIEW shows it).
+    text: str = attrs.field(default="", eq=False, repr=False)
     if_not_exists: bool = False
     temporary: bool = False
 

@@ -28,6 +28,8 @@ class CatalogView:
     rel: ir.Rel
     #: Output columns that carry event time (a table's watermark column passed through as is).
     rowtime: frozenset[str] = frozenset()
+    #: The CREATE VIEW statement as written.
+    text: str = ""
 
 
 @attrs.define

@@ -35,7 +35,7 @@ def parse_script(text: str, file: str = "<sql>") -> ast.Script:
     except lark.exceptions.UnexpectedInput as exc:
         raise _syntax_error(exc, text, file) from None
     try:
-        return _Builder(file).transform(tree)
+        return _Builder(file, text).transform(tree)
     except lark.exceptions.VisitError as exc:
         if isinstance(exc.orig_exc, SqlError):
             raise exc.orig_exc from None
@@ -243,9 +243,10 @@ class _Name(str):
 
 @v_args(meta=True)
 class _Builder(Transformer):
-    def __init__(self, file: str) -> None:
+    def __init__(self, file: str, text: str = "") -> None:
         super().__init__()
         self.file = file
+        self.text = text
 
     def _span(self, meta) -> Span:
         if getattr(meta, "empty", False):
@@ -396,8 +397,9 @@ class _Builder(Transformer):
         name = next(c for c in children if isinstance(c, _Name))
         query = next(c for c in children if isinstance(c, ast.QueryExpr))
         columns = next((c[1] for c in children if isinstance(c, tuple) and c[:1] == ("columns",)), None)
+        written = self.text[meta.start_pos:meta.end_pos] if not getattr(meta, "empty", False) else ""
         return ast.CreateView(name=str(name), query=query, columns=columns, if_not_exists="if_not_exists" in flags,
-                              temporary="temporary" in flags, span=self._span(meta))
+                              temporary="temporary" in flags, text=written, span=self._span(meta))
 
     def column_aliases(self, meta, children):
         names = children[0]

@@ -46,6 +46,10 @@ def test_show_create_table_gives_ddl_that_declares_the_same_table() -> None:
     assert [tuple(r.values()) for r in clink.sql(again).to_arrow().to_pylist()] == _rows("DESCRIBE Bid;")
 
 
+def test_show_create_view_gives_the_statement_as_written() -> None:
+    assert _rows("SHOW CREATE VIEW cheap;") == [("CREATE VIEW cheap AS SELECT item, price FROM Bid WHERE price < 10",)]
+
+
 def test_reset_takes_settings_back_to_their_defaults() -> None:
     plan = clink.compile("SET 'parallelism.default' = '3';\nSET 'table.exec.state.ttl' = '1 h';\n"
                          "RESET 'parallelism.default';\nSELECT 1;")
@@ -60,7 +64,8 @@ def test_explain_plan_for_is_explain() -> None:
 
 @pytest.mark.parametrize(("text", "message"), [
     ("DESCRIBE Bids;", "unknown table 'Bids'"),
-    ("SHOW CREATE VIEW cheap;", "SHOW CREATE VIEW is not supported yet"),
+    ("SHOW CREATE VIEW Bid;", "'Bid' is a table"),
+    ("SHOW CREATE TABLE cheap;", "'cheap' is a view"),
     ("RESET 'parallelism.defaults';", "unknown setting 'parallelism.defaults'"),
 ])
 def test_mistakes_are_refused_where_written(text: str, message: str) -> None:

@@ -39,9 +39,12 @@ class ClientBinder:
 
     def show_create(self, stmt: ast.ShowCreate) -> ir.Rel:
         entry = self._described(stmt.name, stmt.span)
-        if stmt.kind == "VIEW" or not isinstance(entry, CatalogTable):
-            raise SqlError("SHOW CREATE VIEW is not supported yet", stmt.span, f"DESCRIBE {stmt.name} lists its columns")
-        return self.rows_of(("result",), [(_create_table(entry),)], stmt.span)
+        if isinstance(entry, CatalogTable) != (stmt.kind == "TABLE"):
+            what = "a table" if isinstance(entry, CatalogTable) else "a view"
+            raise SqlError(f"{stmt.name!r} is {what}", stmt.span,
+                           f"SHOW CREATE {'TABLE' if isinstance(entry, CatalogTable) else 'VIEW'} {stmt.name}")
+        text = _create_table(entry) if isinstance(entry, CatalogTable) else entry.text
+        return self.rows_of(("result",), [(text,)], stmt.span)
 
     def reset(self, stmt: ast.Reset) -> None:
         if stmt.key is None:

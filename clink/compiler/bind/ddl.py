@@ -213,4 +213,4 @@ class DdlBinder:
         self._raise_collected()
         if stmt.columns is not None:
             rel, rowtime = self.renamed(rel, rowtime, stmt.columns, stmt.span)
-        self.catalog.views[stmt.name] = CatalogView(name=stmt.name, rel=rel, rowtime=rowtime)
+        self.catalog.views[stmt.name] = CatalogView(name=stmt.name, rel=rel, rowtime=rowtime, text=stmt.text)
