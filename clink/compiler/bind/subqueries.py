@@ -11,7 +11,9 @@ a join with the distinct ``s.a`` of the rows that pass the subquery's own condit
 EXISTS, left for NOT EXISTS keeping the rows that found none (a NULL ``outer.b`` matches nothing,
 so NOT EXISTS keeps its row, as SQL says).
 
-``NOT IN``, an EXISTS without such an equality, scalar subqueries, subqueries under OR or in the
+``x NOT IN (query)`` follows SQL's NULL rules through three left joins (see ``_not_in``).
+
+An EXISTS without such an equality, scalar subqueries, subqueries under OR or in the
 select list, and an IN subquery that reads the query around it are refused where they are written.
 """
 
@@ -60,11 +62,12 @@ class SubqueryBinder:
                 _refuse_inside(conjunct, "here")
                 kept.append(conjunct)
                 continue
-            if conjunct.negated:
-                raise SqlError("NOT IN (subquery) is not supported yet", conjunct.span,
-                               "IN (subquery) is; NOT IN's NULL rules need an anti join clink does not have yet")
             if from_ is None:
                 raise SqlError("IN (subquery) needs a FROM clause", conjunct.span)
+            if conjunct.negated:
+                from_, condition = self._not_in(from_, conjunct)
+                kept.append(condition)
+                continue
             from_ = self._semi_join(from_, conjunct)
         where = None
         for c in kept:
@@ -126,8 +129,48 @@ class SubqueryBinder:
             del self.errors[errors:]
         return True
 
-    def _semi_join(self, from_: ast.FromItem, c: ast.InSubquery) -> ast.FromItem:
-        """``from_`` joined with the distinct values of ``c``'s query on ``operand = value``."""
+    def _not_in(self, from_: ast.FromItem, c: ast.InSubquery) -> tuple[ast.FromItem, ast.Expr]:
+        """``x NOT IN (SELECT y ...)`` with SQL's NULL rules: TRUE when the subquery has no row;
+        otherwise only for a non-NULL ``x`` equal to no ``y`` while no ``y`` is NULL. Three left
+        joins find, per row, a matching value, whether the subquery has a row, and whether it has
+        a NULL (the last two on a key every row has: ``x IS NULL OR x IS NOT NULL``)."""
+        self._check_in_subquery(c)
+        span = c.span
+        self._subqueries += 1
+        alias = f"{HIDDEN}sq{self._subqueries}"
+        value = ast.ColumnRef(name=f"{HIDDEN}v", span=span)
+
+        def values(items: tuple[ast.SelectItem, ...], where: ast.Expr | None) -> ast.SubqueryRef:
+            return ast.SubqueryRef(query=ast.Select(
+                items=items, distinct=True, where=where, span=span,
+                from_=ast.SubqueryRef(query=c.query, alias=f"{HIDDEN}in", columns=(f"{HIDDEN}v",), span=c.query.span)),
+                alias=None, span=span)
+
+        def hidden(name: str) -> ast.Expr:
+            return ast.FieldAccess(expr=ast.ColumnRef(name=f"{alias}{name}", span=span), name=f"{HIDDEN}{name}",
+                                   span=span)
+
+        flag = ast.Literal(kind="bool", value=True, span=span)
+        every_row = ast.Or(left=ast.IsNull(operand=c.operand, negated=False, span=span),
+                           right=ast.IsNull(operand=c.operand, negated=True, span=span), span=span)
+        joined = from_
+        for name, items, where, key in (
+                ("m", (ast.AliasedExpr(expr=value, alias=f"{HIDDEN}m", span=span),), None, c.operand),
+                ("any", (ast.AliasedExpr(expr=flag, alias=f"{HIDDEN}any", span=span),), None, every_row),
+                ("null", (ast.AliasedExpr(expr=flag, alias=f"{HIDDEN}null", span=span),),
+                 ast.IsNull(operand=value, negated=False, span=span), every_row)):
+            right = attrs.evolve(values(items, where), alias=f"{alias}{name}")
+            joined = ast.Join(left=joined, right=right, kind="left", span=span,
+                              condition=ast.Comparison(op="=", left=key, right=hidden(name), span=span))
+        empty = ast.IsNull(operand=hidden("any"), negated=False, span=span)
+        found_none = ast.And(
+            left=ast.And(left=ast.IsNull(operand=c.operand, negated=True, span=span),
+                         right=ast.IsNull(operand=hidden("m"), negated=False, span=span), span=span),
+            right=ast.IsNull(operand=hidden("null"), negated=False, span=span), span=span)
+        return joined, ast.Or(left=empty, right=found_none, span=span)
+
+    def _check_in_subquery(self, c: ast.InSubquery) -> None:
+        """Refuse a correlated subquery, or one of more than one column."""
         try:
             rel, _ = self._query(c.query)
         except (SqlError, SqlErrors) as exc:
@@ -138,6 +181,10 @@ class SubqueryBinder:
             raise
         if len(rel.schema) != 1:
             raise SqlError(f"the subquery of IN must give one column, not {len(rel.schema)}", c.query.span)
+
+    def _semi_join(self, from_: ast.FromItem, c: ast.InSubquery) -> ast.FromItem:
+        """``from_`` joined with the distinct values of ``c``'s query on ``operand = value``."""
+        self._check_in_subquery(c)
         self._subqueries += 1
         alias = f"{HIDDEN}sq{self._subqueries}"
         span = c.span
