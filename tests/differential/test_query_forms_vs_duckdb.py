@@ -96,6 +96,10 @@ QUERIES = [
     "SELECT k, s FROM l WHERE k NOT IN (SELECT k FROM r WHERE k IS NOT NULL AND v > 25)",
     "SELECT k, s FROM l WHERE k NOT IN (SELECT k FROM r WHERE v > 25)",
     "SELECT k, s FROM l WHERE v NOT IN (SELECT v FROM r WHERE v > 1000) AND s <> 'a'",
+    # A subquery used as a value in WHERE: an aggregation without GROUP BY, joined to every row.
+    "SELECT k, v FROM l WHERE v > (SELECT MAX(v) FROM r WHERE k = 3) - 10",
+    "SELECT s, COUNT(*) AS n FROM l WHERE v < (SELECT MIN(v) FROM r) + 5 OR k = (SELECT COUNT(*) FROM r) % 7 "
+    "GROUP BY s",
     # [NOT] EXISTS correlated by equalities: a semi (anti) join; a NULL key matches nothing.
     "SELECT k, s, v FROM l WHERE EXISTS (SELECT 1 FROM r WHERE r.k = l.k AND r.v > 25)",
     "SELECT k, s, v FROM l WHERE NOT EXISTS (SELECT * FROM r WHERE r.s = l.s AND r.k = l.k) AND v < 20",
@@ -172,6 +176,8 @@ def test_values_columns_take_the_common_type_of_their_rows() -> None:
      "a condition of EXISTS that reads the outer query must be an equality"),
     ("SELECT a FROM (VALUES (1)) AS t(a) WHERE a = 2 OR EXISTS (SELECT 2);", "EXISTS (subquery) here is not supported yet"),
     ("SELECT (SELECT 2) AS b;", "a subquery used as a value is not supported yet"),
+    ("SELECT a FROM (VALUES (1)) AS t(a) WHERE a > (SELECT b FROM (VALUES (2)) AS u(b));",
+     "a subquery used as a value is supported as an aggregation without GROUP BY"),
     ("SELECT a FROM (VALUES (1)) AS t(a) WHERE a = 1 OR a IN (SELECT 2);", "IN (subquery) here is not supported yet"),
     ("SELECT a FROM (VALUES (1)) AS t(a) WHERE a IN (SELECT 2, 3);", "the subquery of IN must give one column, not 2"),
     ("SELECT a FROM (VALUES (1)) AS t(a) WHERE a IN (SELECT b FROM (VALUES (2)) AS u(b) WHERE b = a);",

@@ -13,7 +13,10 @@ so NOT EXISTS keeps its row, as SQL says).
 
 ``x NOT IN (query)`` follows SQL's NULL rules through three left joins (see ``_not_in``).
 
-An EXISTS without such an equality, scalar subqueries, subqueries under OR or in the
+A subquery used as a value in a condition of WHERE, an aggregation without GROUP BY, is joined
+to every row (see ``_scalar_joins``).
+
+An EXISTS without such an equality, other subqueries used as values, subqueries under OR or in the
 select list, and an IN subquery that reads the query around it are refused where they are written.
 """
 
@@ -58,6 +61,11 @@ class SubqueryBinder:
                 if negated:
                     kept.append(ast.IsNull(operand=marker, negated=False, span=conjunct.span))
                 continue
+            scalars = [n for n in _outside_subqueries(conjunct) if isinstance(n, ast.ScalarSubquery)]
+            if scalars and not isinstance(conjunct, (ast.InSubquery, ast.Exists)):
+                if from_ is None:
+                    raise SqlError("a subquery used as a value in WHERE needs a FROM clause", scalars[0].span)
+                from_, conjunct = self._scalar_joins(from_, conjunct, scalars)
             if not isinstance(conjunct, ast.InSubquery):
                 _refuse_inside(conjunct, "here")
                 kept.append(conjunct)
@@ -169,6 +177,38 @@ class SubqueryBinder:
             right=ast.IsNull(operand=hidden("null"), negated=False, span=span), span=span)
         return joined, ast.Or(left=empty, right=found_none, span=span)
 
+    def _scalar_joins(self, from_: ast.FromItem, conjunct: ast.Expr,
+                      scalars: list[ast.ScalarSubquery]) -> tuple[ast.FromItem, ast.Expr]:
+        """A condition of WHERE with subqueries used as values (``price > (SELECT AVG(price)
+        FROM bid)``): each must be an aggregation without GROUP BY (one row, one column); its row
+        is joined to every row (left, so that its value is NULL before it has one) on a key
+        every row has, built from a column the condition reads; the condition reads its value."""
+        anchors = [n for n in _outside_subqueries(conjunct) if isinstance(n, (ast.ColumnRef, ast.FieldAccess))]
+        if not anchors:
+            raise SqlError("a subquery used as a value is supported in a condition that also reads a column",
+                           scalars[0].span)
+        anchor = anchors[0]
+        every_row = ast.Or(left=ast.IsNull(operand=anchor, negated=False, span=anchor.span),
+                           right=ast.IsNull(operand=anchor, negated=True, span=anchor.span), span=anchor.span)
+        replaced: dict[int, ast.Expr] = {}
+        for sub in scalars:
+            q = sub.query
+            if (not isinstance(q, ast.Select) or q.group_by or len(q.items) != 1 or q.distinct
+                    or not isinstance(q.items[0], ast.AliasedExpr) or not has_aggregate(q.items)):
+                raise SqlError("a subquery used as a value is supported as an aggregation without GROUP BY "
+                               "(one row, one column)", sub.span, "e.g. (SELECT AVG(price) FROM bid)")
+            self._subqueries += 1
+            alias = f"{HIDDEN}sq{self._subqueries}"
+            span = sub.span
+            items = (attrs.evolve(q.items[0], alias=f"{HIDDEN}s"),
+                     ast.AliasedExpr(expr=ast.Literal(kind="bool", value=True, span=span), alias=f"{HIDDEN}k", span=span))
+            right = ast.SubqueryRef(query=attrs.evolve(q, items=items), alias=alias, span=span)
+            key = ast.FieldAccess(expr=ast.ColumnRef(name=alias, span=span), name=f"{HIDDEN}k", span=span)
+            from_ = ast.Join(left=from_, right=right, kind="left", span=span,
+                             condition=ast.Comparison(op="=", left=every_row, right=key, span=span))
+            replaced[id(sub)] = ast.FieldAccess(expr=ast.ColumnRef(name=alias, span=span), name=f"{HIDDEN}s", span=span)
+        return from_, _replace(conjunct, replaced)
+
     def _check_in_subquery(self, c: ast.InSubquery) -> None:
         """Refuse a correlated subquery, or one of more than one column."""
         try:
@@ -196,6 +236,36 @@ class SubqueryBinder:
         value = ast.FieldAccess(expr=ast.ColumnRef(name=alias, span=span), name=f"{HIDDEN}v", span=span)
         condition = ast.Comparison(op="=", left=c.operand, right=value, span=span)
         return ast.Join(left=from_, right=right, kind="inner", condition=condition, span=span)
+
+
+def _outside_subqueries(node):
+    """The nodes of ``node``, not descending into subqueries (a ScalarSubquery itself is yielded)."""
+    yield node
+    if isinstance(node, (ast.ScalarSubquery, ast.InSubquery, ast.Exists, ast.QueryExpr)):
+        return
+    for field in attrs.fields(type(node)):
+        value = getattr(node, field.name)
+        for child in value if isinstance(value, tuple) else (value,):
+            if isinstance(child, ast.Node):
+                yield from _outside_subqueries(child)
+
+
+def _replace(node, replaced: dict[int, ast.Expr]):
+    """``node`` with the nodes whose ids ``replaced`` names put in their place."""
+    if id(node) in replaced:
+        return replaced[id(node)]
+    if isinstance(node, tuple):
+        return tuple(_replace(n, replaced) for n in node)
+    if not isinstance(node, ast.Node) or isinstance(node, ast.QueryExpr):
+        return node
+    changes = {}
+    for field in attrs.fields(type(node)):
+        value = getattr(node, field.name)
+        if isinstance(value, (ast.Node, tuple)):
+            new = _replace(value, replaced)
+            if new is not value:
+                changes[field.name] = new
+    return attrs.evolve(node, **changes) if changes else node
 
 
 def _conjuncts(e: ast.Expr) -> list[ast.Expr]:
