@@ -447,6 +447,8 @@ class Property(Node):
 class CreateTable(Statement):
     name: str
     columns: tuple[ColumnDef | ComputedColumn, ...]
+    #: ``LIKE t``: the table whose declaration this one starts from.
+    like: str | None = None
     watermark: WatermarkDef | None = None
     primary_key: tuple[str, ...] = ()
     partitioned_by: tuple[str, ...] = ()

@@ -323,7 +323,7 @@ class _Builder(Transformer):
     def create_table(self, meta, children):
         flags = {c.data if isinstance(c, lark.Tree) else c for c in children if isinstance(c, (str, lark.Tree))}
         name = next(c for c in children if isinstance(c, _Name))
-        columns, watermark, pk, partitioned, options = [], None, (), (), ()
+        columns, watermark, pk, partitioned, options, like = [], None, (), (), (), None
         for child in children:
             match child:
                 case ast.ColumnDef() | ast.ComputedColumn():
@@ -340,11 +340,20 @@ class _Builder(Transformer):
                     partitioned = names
                 case ("with", props):
                     options = props
+                case ("like", source):
+                    like = source
+        if not columns and like is None:
+            raise SqlError(f"table {str(name)!r} declares no column", self._span(meta),
+                           "list its columns, or start from another table with LIKE t")
         return ast.CreateTable(
-            name=str(name), columns=tuple(columns), watermark=watermark, primary_key=pk,
+            name=str(name), columns=tuple(columns), watermark=watermark, primary_key=pk, like=like,
             partitioned_by=partitioned, options=options, if_not_exists="if_not_exists" in flags,
             temporary="temporary" in flags, span=self._span(meta),
         )
+
+    def like_clause(self, meta, children):
+        (name,) = _strip_keywords(children)
+        return ("like", str(name))
 
     def temporary(self, meta, children):
         return "temporary"

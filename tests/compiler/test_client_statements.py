@@ -114,3 +114,24 @@ def test_a_statement_set_runs_its_inserts_together(tmp_path) -> None:
 def test_statement_mistakes_are_refused(text: str, message: str) -> None:
     with pytest.raises(SqlError, match=message):
         clink.compile(DDL + text)
+
+
+def test_create_table_like_starts_from_another_tables_declaration() -> None:
+    """Flink's default LIKE: the source's columns, watermark, key and options, then the new
+    columns; the new options override."""
+    text = DDL + ("CREATE TABLE Bid2 (doubled AS price * 2) WITH ('number-of-rows' = '5') LIKE Bid;\n"
+                  "DESCRIBE Bid2;")
+    rows = [tuple(r.values()) for r in clink.sql(text).to_arrow().to_pylist()]
+    assert rows == _rows("DESCRIBE Bid;") + [("doubled", "DECIMAL(21, 2)", True, None, "AS (price * 2)", None)]
+    (ddl,) = [tuple(r.values()) for r in clink.sql(text.replace("DESCRIBE Bid2;", "SHOW CREATE TABLE Bid2;"))
+              .to_arrow().to_pylist()][0]
+    assert "'number-of-rows' = '5'" in ddl and "'connector' = 'datagen'" in ddl and "WATERMARK FOR `bidtime`" in ddl
+
+
+@pytest.mark.parametrize(("text", "message"), [
+    ("CREATE TABLE t2 WITH ('connector' = 'blackhole') LIKE Nope;", "LIKE Nope: no table of that name"),
+    ("CREATE TABLE t3 WITH ('connector' = 'blackhole');", "table 't3' declares no column"),
+])
+def test_bad_likes_are_refused(text: str, message: str) -> None:
+    with pytest.raises(SqlError, match=message):
+        clink.compile(DDL + text)

@@ -65,6 +65,8 @@ class DdlBinder:
             if stmt.if_not_exists:
                 return
             raise SqlError(f"table or view {stmt.name!r} already exists", stmt.span)
+        if stmt.like is not None:
+            stmt = self._like(stmt)
         physical: list[ir.Field] = []
         seen: set[str] = set()
         for col in stmt.columns:
@@ -102,6 +104,23 @@ class DdlBinder:
             info = attrs.evolve(info, watermark=self._watermark(stmt, schema, computed, physical))
         self.catalog.tables[stmt.name] = CatalogTable(info=info, computed=tuple(computed), schema=schema,
                                                       definition=stmt)
+
+    def _like(self, stmt: ast.CreateTable) -> ast.CreateTable:
+        """``CREATE TABLE t2 [(...)] WITH (...) LIKE t1``, as Flink's default: t1's columns, then
+        the new ones; its watermark, primary key and partitioning unless this one declares them;
+        its options, which this one's override."""
+        source = self.catalog.lookup(stmt.like)
+        if not isinstance(source, CatalogTable):
+            raise SqlError(f"LIKE {stmt.like}: no table of that name", stmt.span,
+                           did_you_mean(stmt.like, sorted(self.catalog.tables), "tables"))
+        base = source.definition
+        options = {p.key: p for p in base.options}
+        options.update({p.key: p for p in stmt.options})
+        return attrs.evolve(stmt, like=None, columns=base.columns + stmt.columns,
+                            watermark=stmt.watermark or base.watermark,
+                            primary_key=stmt.primary_key or base.primary_key,
+                            partitioned_by=stmt.partitioned_by or base.partitioned_by,
+                            options=tuple(options.values()))
 
     def _watermark(self, stmt: ast.CreateTable, schema: ir.Schema, computed, physical) -> tuple[str, ir.Expr]:
         wm = stmt.watermark
