@@ -558,3 +558,24 @@ class Script(Node):
     """Every statement of one file, in order."""
 
     statements: tuple[Statement, ...]
+
+
+def rewrite(node, visit):
+    """``node`` with nodes replaced: ``visit(n)`` returns the replacement of ``n``, ``n`` itself
+    to keep it whole, or None to look inside it. Unchanged parts are kept, not copied."""
+    if isinstance(node, tuple):
+        new = tuple(rewrite(n, visit) for n in node)
+        return node if all(a is b for a, b in zip(new, node, strict=True)) else new
+    if not isinstance(node, Node):
+        return node
+    replaced = visit(node)
+    if replaced is not None:
+        return replaced
+    changes = {}
+    for field in attrs.fields(type(node)):
+        value = getattr(node, field.name)
+        if isinstance(value, (Node, tuple)):
+            new = rewrite(value, visit)
+            if new is not value:
+                changes[field.name] = new
+    return attrs.evolve(node, **changes) if changes else node

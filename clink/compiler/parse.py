@@ -11,7 +11,6 @@ import datetime as dt
 import decimal
 import re
 
-import attrs
 import lark
 import pyarrow as pa
 from lark import Token, Transformer, v_args
@@ -188,23 +187,16 @@ def _unquote(s: str) -> str:
 
 def _with_windows(node, named: dict[str, ast.WindowSpec]):
     """``node`` with every ``OVER w`` replaced by the window ``w`` of the WINDOW clause."""
-    if isinstance(node, tuple):
-        return tuple(_with_windows(n, named) for n in node)
-    if not isinstance(node, ast.Node):
-        return node
-    changes = {}
-    for field in attrs.fields(type(node)):
-        value = getattr(node, field.name)
-        if isinstance(value, ast.NamedWindow):
-            if value.name not in named:
-                raise SqlError(f"unknown window {value.name!r}", value.span,
-                               f"windows of this SELECT's WINDOW clause: {', '.join(named) or 'none'}")
-            changes[field.name] = named[value.name]
-        elif isinstance(value, (ast.Node, tuple)):
-            new = _with_windows(value, named)
-            if new is not value:
-                changes[field.name] = new
-    return attrs.evolve(node, **changes) if changes else node
+
+    def visit(n):
+        if not isinstance(n, ast.NamedWindow):
+            return None
+        if n.name not in named:
+            raise SqlError(f"unknown window {n.name!r}", n.span,
+                           f"windows of this SELECT's WINDOW clause: {', '.join(named) or 'none'}")
+        return named[n.name]
+
+    return ast.rewrite(node, visit)
 
 
 class _Row(tuple):

@@ -16,6 +16,7 @@ import itertools
 import attrs
 
 from clink.compiler import ast
+from clink.compiler.bind.scope import ast_walk
 from clink.compiler.functions import AGGREGATES
 from clink.errors import SqlError
 
@@ -71,7 +72,7 @@ def all_grouping_expressions(sets: list[tuple[ast.Expr, ...]]) -> list[ast.Expr]
 
 def plain_grouping(q: ast.Select) -> ast.Select:
     """A plain GROUP BY, whose GROUPING(...) calls are 0 (every expression is grouped)."""
-    if not any(isinstance(n, ast.FunctionCall) and n.name in _BITS for n in _walk(q.items)):
+    if not any(isinstance(n, ast.FunctionCall) and n.name in _BITS for item in q.items for n in ast_walk(item)):
         return q
     rewrite = _Rewrite(q.group_by, [])
     return attrs.evolve(q, items=tuple(rewrite(i) for i in q.items),
@@ -84,24 +85,16 @@ class _Rewrite:
     missing: list[ast.Expr]
 
     def __call__(self, node):
-        if isinstance(node, tuple):
-            return tuple(self(n) for n in node)
-        if not isinstance(node, ast.Node):
-            return node
+        return ast.rewrite(node, self._visit)
+
+    def _visit(self, node: ast.Node) -> ast.Node | None:
         if isinstance(node, ast.Expr) and node in self.missing:
             return ast.Literal(kind="null", value=None, span=node.span)
         if isinstance(node, ast.FunctionCall) and node.name in _BITS:
             return self._bits(node)
         if isinstance(node, ast.FunctionCall) and node.name in AGGREGATES:
             return node  # an aggregate's arguments are the rows', never NULLed
-        changes = {}
-        for field in attrs.fields(type(node)):
-            value = getattr(node, field.name)
-            if isinstance(value, (ast.Node, tuple)):
-                new = self(value)
-                if new != value:
-                    changes[field.name] = new
-        return attrs.evolve(node, **changes) if changes else node
+        return None
 
     def _bits(self, call: ast.FunctionCall) -> ast.Expr:
         if not call.args:
@@ -112,13 +105,3 @@ class _Rewrite:
                 raise SqlError(f"{call.name} asks about an expression that is not grouped by", arg.span)
             value = value * 2 + (arg in self.missing)
         return ast.Literal(kind="int", value=value, span=call.span)
-
-
-def _walk(node):
-    if isinstance(node, tuple):
-        for n in node:
-            yield from _walk(n)
-    elif isinstance(node, ast.Node):
-        yield node
-        for field in attrs.fields(type(node)):
-            yield from _walk(getattr(node, field.name))

@@ -252,20 +252,7 @@ def _outside_subqueries(node):
 
 def _replace(node, replaced: dict[int, ast.Expr]):
     """``node`` with the nodes whose ids ``replaced`` names put in their place."""
-    if id(node) in replaced:
-        return replaced[id(node)]
-    if isinstance(node, tuple):
-        return tuple(_replace(n, replaced) for n in node)
-    if not isinstance(node, ast.Node) or isinstance(node, ast.QueryExpr):
-        return node
-    changes = {}
-    for field in attrs.fields(type(node)):
-        value = getattr(node, field.name)
-        if isinstance(value, (ast.Node, tuple)):
-            new = _replace(value, replaced)
-            if new is not value:
-                changes[field.name] = new
-    return attrs.evolve(node, **changes) if changes else node
+    return ast.rewrite(node, lambda n: replaced.get(id(n), n if isinstance(n, ast.QueryExpr) else None))
 
 
 def _conjuncts(e: ast.Expr) -> list[ast.Expr]:
