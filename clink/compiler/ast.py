@@ -380,6 +380,37 @@ class Unnest(FromItem):
 
 
 @attrs.frozen(kw_only=True)
+class PatternTerm(Node):
+    """One pattern variable of a ``PATTERN`` with its quantifier: ``low`` to ``high`` rows (None:
+    no upper bound); ``greedy`` unless the quantifier ends in ``?`` (reluctant)."""
+
+    variable: str
+    low: int = 1
+    high: int | None = 1
+    greedy: bool = True
+
+
+@attrs.frozen(kw_only=True)
+class MatchRecognize(FromItem):
+    """``input MATCH_RECOGNIZE (...) [AS alias]``: the rows of ``input``, per partition in
+    ``order_by`` order, searched for ``pattern``; one row per match: the partition columns, then
+    the ``measures``. ``skip``: where the next match may start (``past_last``, ``next_row``,
+    ``to_first`` or ``to_last`` with ``skip_to``, a variable); ``within``: the longest time a
+    match may span; ``defines``: each variable's condition (``AliasedExpr`` named by the variable)."""
+
+    input: FromItem
+    partition_by: tuple[Expr, ...]
+    order_by: tuple[tuple[Expr, bool], ...]
+    measures: tuple[AliasedExpr, ...]
+    skip: str = "past_last"
+    skip_to: str | None = None
+    skip_span: Span | None = _extra_span
+    pattern: tuple[PatternTerm, ...]
+    within: Expr | None = None
+    defines: tuple[AliasedExpr, ...]
+
+
+@attrs.frozen(kw_only=True)
 class Join(FromItem):
     """``left [INNER | LEFT | RIGHT | FULL] JOIN right ON condition``; ``left, right`` and
     ``CROSS JOIN`` are inner joins without a condition (``kind`` is ``'inner'``)."""

@@ -11,6 +11,7 @@ from clink.compiler.physical import (
     JoinOp,
     OverAggOp,
     PhysicalPlan,
+    MatchOp,
     RankOp,
     SortOp,
     SinkOp,
@@ -96,6 +97,14 @@ def explain_logical(node: ir.Rel, indent: int = 0) -> str:
             names = node.input.schema.names
             order = "".join(f", {names[c]}{' DESC' if d else ''}" for c, d in node.order)
             line = f"Sort(orderBy=[{names[node.time]}{order}])"
+        case ir.MatchRecognize():
+            names = node.input.schema.names
+            pattern = " ".join(_pattern_term(node, t) for t in node.pattern)
+            line = (f"MatchRecognize(partitionBy=[{', '.join(names[p] for p in node.partition)}], "
+                    f"orderBy=[{names[node.time]}], pattern=[{pattern}], skip=[{node.skip.upper()}"
+                    f"{' ' + node.variables[node.skip_to] if node.skip_to is not None else ''}]"
+                    f"{f', within=[{node.within} ms]' if node.within is not None else ''}, "
+                    f"measures=[{', '.join(node.measure_names)}])")
         case ir.Unnest():
             line = (f"Unnest(column=[{node.input.schema.names[node.column]}], as=[{', '.join(node.names)}]"
                     f"{', ordinality=[true]' if node.ordinality else ''})")
@@ -186,6 +195,11 @@ def explain_physical(plan: PhysicalPlan) -> str:
                 order = "".join(f", {names[c]}{' DESC' if d else ''}" for c, d in sort.order)
                 line = (f"[{op.id}] Sort ORDER BY {names[sort.time]}{order} as the watermark passes "
                         f"<- [{op.input}] {op.partitioning}")
+            case MatchOp(match=m):
+                names = m.input.schema.names
+                line = (f"[{op.id}] MatchRecognize PATTERN ({' '.join(_pattern_term(m, t) for t in m.pattern)}) "
+                        f"state keys=[{', '.join(names[p] for p in m.partition) or '(none)'}] "
+                        f"as the watermark passes <- [{op.input}] {op.partitioning}")
             case RankOp(rank=rank):
                 names = rank.input.schema.names
                 line = (f"[{op.id}] TopN {rank.limit} state keys=[{', '.join(names[p] for p in rank.partition) or '(none)'}] "
@@ -237,3 +251,10 @@ def _join_state(op: JoinOp) -> str:
         big, small = ("left", "right") if op.broadcast == 1 else ("right", "left")
         return f"{big} rows where they were made, every {small} row in every subtask"
     return "both sides by key"
+
+
+def _pattern_term(node: ir.MatchRecognize, term: tuple[int, int, int | None, bool]) -> str:
+    v, low, high, greedy = term
+    quantifier = {(1, 1): "", (0, None): "*", (1, None): "+", (0, 1): "?"}.get(
+        (low, high), f"{{{low}}}" if low == high else f"{{{low},{'' if high is None else high}}}")
+    return f"{node.variables[v]}{quantifier}{'' if greedy or not quantifier else '?'}"

@@ -36,6 +36,7 @@ from clink.compiler.physical import (
     PreAggOp,
     PhysicalOp,
     PhysicalPlan,
+    MatchOp,
     RankOp,
     SinkOp,
     SortOp,
@@ -47,7 +48,8 @@ from clink.compiler.physical import (
 __all__ = ["Identity", "operator_identities"]
 
 _KINDS: dict[type, str] = {WindowAggOp: "window", GroupAggOp: "group", JoinOp: "join", RankOp: "rank",
-                           OverAggOp: "over", SortOp: "sort"}
+                           OverAggOp: "over", SortOp: "sort",
+                           MatchOp: "match"}
 
 
 def _inputs(op: PhysicalOp) -> tuple[int, ...]:
@@ -121,6 +123,8 @@ def _ir_node(op: PhysicalOp) -> ir.Rel:
             return node
         case SortOp(sort=node):
             return node
+        case MatchOp(match=node):
+            return node
     raise TypeError(f"{type(op).__name__} is not a stateful operator")
 
 
@@ -159,6 +163,12 @@ def _meaning(op: PhysicalOp) -> str:
         case SortOp(sort=sort):
             order = "".join(f", {_column_sql(sort.input, c)}{' DESC' if d else ''}" for c, d in sort.order)
             return f"ORDER BY {_column_sql(sort.input, sort.time)}{order}"
+        case MatchOp(match=m):
+            partition = ", ".join(_column_sql(m.input, i) for i in m.partition)
+            pattern = " ".join(f"{m.variables[v]}{{{lo},{'' if hi is None else hi}}}{'' if g else '?'}"
+                               for v, lo, hi, g in m.pattern)
+            return (f"MATCH_RECOGNIZE PARTITION BY ({partition}) ORDER BY {_column_sql(m.input, m.time)} "
+                    f"PATTERN ({pattern}) reading ({', '.join(n.sql for n in m.navs)})")
         case RankOp(rank=rank):
             partition = ", ".join(_column_sql(rank.input, i) for i in rank.partition)
             order = ", ".join(f"{_column_sql(rank.input, c)}{' DESC' if d else ''}" for c, d in rank.order)

@@ -515,6 +515,51 @@ class Sort(Unary):
 
 
 @attrs.frozen(kw_only=True)
+class Nav:
+    """A value read from the rows of a (partial) match (see ``runtime.plan.Nav``): ``kind`` last,
+    first, prev, or an aggregate (sum, count, count_star, avg, min, max) over the rows of
+    ``variable`` (-1: every variable) of the row column ``column``."""
+
+    kind: str
+    variable: int
+    column: int
+    offset: int
+    type: pa.DataType
+    sql: str
+
+
+@attrs.frozen(kw_only=True)
+class MatchRecognize(Unary):
+    """``MATCH_RECOGNIZE``: per partition, rows in (event time ``time``, ``order``) order searched
+    for ``pattern`` ((variable, fewest, most or None, greedy) terms). Conditions (``defines``, one
+    per variable, None: TRUE) and ``measures`` are expressions over the *match row*: the input's
+    columns, then the ``derived`` expressions (over the input), then one column per ``navs``
+    value. Output: the partition columns, then the measures (``measure_names``). Append-only."""
+
+    partition: tuple[int, ...]
+    time: int
+    order: tuple[tuple[int, bool], ...]
+    variables: tuple[str, ...]
+    pattern: tuple[tuple[int, int, int | None, bool], ...]
+    derived: tuple[Expr, ...]
+    navs: tuple[Nav, ...]
+    defines: tuple[Expr | None, ...]
+    measures: tuple[Expr, ...]
+    measure_names: tuple[str, ...]
+    skip: str = "past_last"
+    skip_to: int | None = None
+    within: int | None = None
+    #: ``SELECT /*+ UID('name') */``: the name given to this operator's state in checkpoints.
+    uid: str | None = None
+
+    @functools.cached_property
+    def schema(self) -> Schema:
+        keys = tuple(self.input.schema[p] for p in self.partition)
+        return Schema(keys + tuple(Field(n, e.type, e.nullable)
+                                   for n, e in zip(self.measure_names, self.measures, strict=True)))
+
+
+@attrs.frozen(kw_only=True)
 class Unnest(Unary):
     """Every row of ``input`` once per element of its array column ``column`` (none for an empty or
     NULL array), that column replaced by the element (a map's entry: its key and its value) and,

@@ -704,6 +704,137 @@ class _Builder(Transformer):
         alias = str(parts[1]) if len(parts) > 1 else None
         return ast.TableFunctionRef(call=parts[0], alias=alias, span=self._span(meta))
 
+    # -- MATCH_RECOGNIZE
+
+    def match_recognize(self, meta, children):
+        parts = _strip_keywords(children)
+        source, rest = parts[0], parts[1:]
+        fields: dict = {"partition_by": (), "measures": (), "defines": [], "pattern": None}
+        alias = None
+        for p in rest:
+            if isinstance(p, tuple) and p and p[0] in ("partition_by", "order_by", "measures", "skip", "within"):
+                fields[p[0]] = p[1]
+            elif isinstance(p, tuple) and p and p[0] == "pattern":
+                fields["pattern"] = p[1]
+            elif isinstance(p, ast.AliasedExpr):
+                fields["defines"].append(p)
+            elif isinstance(p, _Name):
+                alias = str(p)
+        skip = fields.pop("skip", ("past_last", None, None))
+        return ast.MatchRecognize(input=source, partition_by=fields["partition_by"], order_by=fields["order_by"],
+                                  measures=fields["measures"], skip=skip[0], skip_to=skip[1], skip_span=skip[2],
+                                  pattern=fields["pattern"], within=fields.get("within"),
+                                  defines=tuple(fields["defines"]), alias=alias, span=self._span(meta))
+
+    def mr_measures(self, meta, children):
+        return ("measures", tuple(_strip_keywords(children)))
+
+    def mr_measure(self, meta, children):
+        expr, name = _strip_keywords(children)
+        return ast.AliasedExpr(expr=expr, alias=str(name), span=self._span(meta))
+
+    def mr_define(self, meta, children):
+        name, expr = _strip_keywords(children)
+        return ast.AliasedExpr(expr=expr, alias=str(name), span=name.span)
+
+    def mr_one_row(self, meta, children):
+        return ("rows", "one")
+
+    def mr_all_rows(self, meta, children):
+        raise SqlError("ALL ROWS PER MATCH is not supported: clink, like Flink, gives one row per match",
+                       self._span(meta), "write ONE ROW PER MATCH (or leave it out) and measure what you need "
+                                         "with FIRST(), LAST() and aggregates in MEASURES")
+
+    def mr_skip_past_last(self, meta, children):
+        return ("skip", ("past_last", None, self._span(meta)))
+
+    def mr_skip_next(self, meta, children):
+        return ("skip", ("next_row", None, self._span(meta)))
+
+    def mr_skip_first(self, meta, children):
+        return ("skip", ("to_first", str(_strip_keywords(children)[0]), self._span(meta)))
+
+    def mr_skip_last(self, meta, children):
+        return ("skip", ("to_last", str(_strip_keywords(children)[0]), self._span(meta)))
+
+    def mr_within(self, meta, children):
+        return ("within", _strip_keywords(children)[0])
+
+    def mr_subset(self, meta, children):
+        raise SqlError("SUBSET is not supported in MATCH_RECOGNIZE", self._span(meta),
+                       "name each variable in the expressions (aggregates over all rows: leave the variable out)")
+
+    def mr_sequence(self, meta, children):
+        return ("pattern", tuple(children))
+
+    def mr_alternation(self, meta, children):
+        raise SqlError("alternation (|) in a PATTERN is not supported", self._span(meta),
+                       "write one pattern per query and UNION ALL the results")
+
+    def mr_group(self, meta, children):
+        raise SqlError("groups in a PATTERN are not supported: a quantifier applies to one variable",
+                       self._span(meta), "write the variables one after another, e.g. PATTERN (A B+ C)")
+
+    def mr_permute(self, meta, children):
+        raise SqlError("PERMUTE in a PATTERN is not supported", self._span(meta),
+                       "write each order as its own query and UNION ALL the results")
+
+    def mr_anchor(self, meta, children):
+        raise SqlError("anchors (^, $) in a PATTERN are not supported: a stream has no end", self._span(meta))
+
+    def mr_exclusion(self, meta, children):
+        raise SqlError("exclusions {- -} in a PATTERN are not supported (they need ALL ROWS PER MATCH)",
+                       self._span(meta))
+
+    def mr_variable(self, meta, children):
+        return children[0]
+
+    def mr_term(self, meta, children):
+        name = children[0]
+        if isinstance(name, tuple):  # a group: refused above
+            return name
+        low, high, greedy = children[1] if len(children) > 1 else (1, 1, True)
+        return ast.PatternTerm(variable=str(name), low=low, high=high, greedy=greedy, span=self._span(meta))
+
+    def mr_quantifier(self, meta, children):
+        low, high = children[0]
+        reluctant = len(children) > 1
+        if reluctant and (low, high) == (0, 1):
+            raise SqlError("the reluctant optional quantifier ?? is not supported", self._span(meta),
+                           "write ? (greedy)")
+        return (low, high, not reluctant)
+
+    def mr_star(self, meta, children):
+        return (0, None)
+
+    def mr_plus(self, meta, children):
+        if str(children[0]) != "+":
+            raise SqlError(f"{children[0]!s} is not a quantifier", self._span(meta), "quantifiers: * + ? {n} {n,} {n,m} {,m}")
+        return (1, None)
+
+    def mr_optional(self, meta, children):
+        return (0, 1)
+
+    def mr_exactly(self, meta, children):
+        n = int(children[0])
+        if n < 1:
+            raise SqlError("{n} must be at least 1", self._span(meta))
+        return (n, n)
+
+    def mr_from(self, meta, children):
+        low = int(children[0])
+        high = int(children[1]) if len(children) > 1 else None
+        if high is not None and (high < low or high < 1):
+            raise SqlError(f"{{{low},{high}}}: the upper bound must be at least the lower one and at least 1",
+                           self._span(meta))
+        return (low, high)
+
+    def mr_up_to(self, meta, children):
+        high = int(children[0])
+        if high < 1:
+            raise SqlError("{,m} needs m of at least 1", self._span(meta))
+        return (0, high)
+
     # -- expressions
 
     def or_(self, meta, children):

@@ -167,6 +167,25 @@ class SortOp:
 
 
 @attrs.frozen(kw_only=True)
+class MatchOp:
+    """MATCH_RECOGNIZE; its input is hash-partitioned by the partition columns (all rows in one
+    subtask without PARTITION BY); append-only output."""
+
+    id: int
+    input: int
+    match: ir.MatchRecognize
+
+    @property
+    def schema(self) -> ir.Schema:
+        return self.match.schema
+
+    @property
+    def partitioning(self) -> str:
+        names = [self.match.input.schema.names[p] for p in self.match.partition]
+        return f"hash({', '.join(names)})" if names else "single"
+
+
+@attrs.frozen(kw_only=True)
 class RankOp:
     """The stateful Top-N; its input is hash-partitioned by the partition columns, and its output
     is an updating stream."""
@@ -242,7 +261,7 @@ class SinkOp:
 
 
 PhysicalOp = (SourceOp | ChainOp | ExchangeOp | PreAggOp | WindowAggOp | GroupAggOp | JoinOp | RankOp | OverAggOp
-              | SortOp | UnionOp | SinkOp)
+              | SortOp | MatchOp | UnionOp | SinkOp)
 
 
 def output_distribution(op: PhysicalOp) -> Distribution | None:
@@ -255,6 +274,9 @@ def output_distribution(op: PhysicalOp) -> Distribution | None:
             return hash_by(*range(agg.num_keys))
         case OverAggOp(over=node) | RankOp(rank=node):
             return hash_by(*node.partition)
+        case MatchOp(match=node) if node.partition:
+            # The output starts with the partition columns.
+            return hash_by(*range(len(node.partition)))
         case JoinOp(join=join, broadcast=None):
             return hash_by(*join.left_keys)
     return None
@@ -440,6 +462,13 @@ def _build(rel: ir.Rel, ops: list[PhysicalOp], *, target: str, shared: dict) -> 
             op = SortOp(id=len(ops) + 1, input=below, sort=node)
             ops.append(op)
             upstream, table = op.id, f"order by {op.id}"
+        case ir.MatchRecognize():
+            below = _build(node.input, ops, target="a MATCH_RECOGNIZE", shared=shared)
+            wanted = hash_by(*node.partition) if node.partition else SINGLE
+            below = _distributed(ops, below, wanted, node.input.schema)
+            op = MatchOp(id=len(ops) + 1, input=below, match=node)
+            ops.append(op)
+            upstream, table = op.id, f"match_recognize {op.id}"
         case ir.Rank():
             below = _build(node.input, ops, target="a Top-N", shared=shared)
             below = _distributed(ops, below, hash_by(*node.partition), node.input.schema)

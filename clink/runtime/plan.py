@@ -16,7 +16,7 @@ if TYPE_CHECKING:
     from clink.runtime.context import TaskContext
 
 __all__ = ["APPEND_ONLY", "BROADCAST", "DELETE", "FORWARD", "Distribution", "Exchange", "INSERT", "INSERT_DELETE", "ROWKIND_COLUMN", "SINGLE",
-           "UPDATE_AFTER", "UPDATE_BEFORE", "UPDATING", "AggSpec", "ChangelogMode", "Chain", "GroupAggregate", "Join", "Node", "OverAggregate", "Rank", "Plan", "Sink", "Sort", "Source", "TaskContext", "Union",
+           "UPDATE_AFTER", "UPDATE_BEFORE", "UPDATING", "AggSpec", "ChangelogMode", "Chain", "GroupAggregate", "Join", "MatchRecognize", "Nav", "Node", "OverAggregate", "Rank", "Plan", "Sink", "Sort", "Source", "TaskContext", "Union",
            "WindowAggregate", "WindowSpec", "hash_by"]
 
 @dataclass(frozen=True, slots=True)
@@ -396,6 +396,66 @@ class Sort(Node):
 
     def requires(self) -> tuple[Distribution, ...]:
         return (SINGLE,)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Nav:
+    """A value a pattern's condition or measure reads from the rows of a (partial) match:
+    ``kind`` ``last`` / ``first`` (the row ``offset`` from the last / first row mapped to
+    ``variable``; -1: any variable), ``prev`` (the row ``offset`` rows before the current one in
+    the partition, matched or not), or an aggregate over the variable's rows: ``sum``, ``count``
+    (non-NULL values), ``count_star``, ``avg``, ``min``, ``max``. ``column``: a column of the row
+    batch (input columns, then the derived ones); ``type``: the value's type. A condition counts
+    the row it is trying as mapped to its variable."""
+
+    kind: str
+    variable: int
+    column: int
+    offset: int = 0
+    type: pa.DataType = pa.null()
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class MatchRecognize(Node):
+    """``MATCH_RECOGNIZE``: per partition (``partition``: input columns, hashed; none: one
+    partition in one subtask), rows in (event time ``time``, ``order``, arrival) order once the
+    watermark passes them, searched for ``pattern``: (variable, fewest rows, most rows or None,
+    greedy) terms in sequence. A row may be mapped to a term's variable when ``defines[v]``
+    (None: always) is TRUE over the candidate batch: the row batch's columns (``derive`` adds
+    computed ones to the input's) taken at the row, then one column per ``navs`` entry for the
+    partial match the row would extend. ``row_only[v]``: the condition reads no navigation value
+    (it is computed once per batch of rows). A greedy term leaves for the next only on a row it
+    cannot take. A complete match gives one output row: the partition columns of its last row,
+    then ``measures(batch, ctx)`` over the same layout for the finished match. ``skip``:
+    ``past_last``, ``next_row``, ``to_first`` / ``to_last`` (variable ``skip_to``): which partial
+    matches a match discards. ``within`` (ms): a partial match spanning longer is dropped.
+    Append-only; rows at or behind the watermark on arrival are late (dropped, counted).
+    State through the state contract: the rows waiting for the watermark, and per partition
+    its partial matches (and the last rows PREV reads)."""
+
+    input: int
+    partition: tuple[int, ...]
+    time: int
+    order: tuple[tuple[int, bool], ...]
+    variables: tuple[str, ...]
+    pattern: tuple[tuple[int, int, int | None, bool], ...]
+    defines: tuple[Callable[[pa.RecordBatch, "TaskContext"], Any] | None, ...]
+    row_only: tuple[bool, ...]
+    navs: tuple[Nav, ...]
+    measures: Callable[[pa.RecordBatch, "TaskContext"], Any]
+    schema: pa.Schema
+    derive: Callable[[pa.RecordBatch, "TaskContext"], Any] | None = None
+    derived_types: tuple[pa.DataType, ...] = ()
+    skip: str = "past_last"
+    skip_to: int | None = None
+    within: int | None = None
+
+    @property
+    def inputs(self) -> tuple[int, ...]:
+        return (self.input,)
+
+    def requires(self) -> tuple[Distribution, ...]:
+        return (hash_by(*self.partition),) if self.partition else (SINGLE,)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

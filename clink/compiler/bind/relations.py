@@ -51,6 +51,8 @@ class RelationBinder:
                 one = ir.Project(input=self._values_scan(1, item.span), exprs=(), names=(), span=item.span)
                 tree = self._unnest_over(one, (), item, item.span)
                 return tree.rel, Scope(tree.columns)
+            case ast.MatchRecognize():
+                return self._match_recognize(item)
             case ast.TableFunctionRef(call=call):
                 if call.name in TABLE_FUNCTIONS:
                     return self._window_tvf(call, item.alias)

@@ -14,6 +14,7 @@ from clink.compiler.bind.aggregates import AggContext, AggregateBinder
 from clink.compiler.bind.client import ClientBinder
 from clink.compiler.bind.ddl import DdlBinder
 from clink.compiler.bind.exprs import ExprBinder
+from clink.compiler.bind.match import MatchBinder
 from clink.compiler.bind.over import OverBinder, OverContext
 from clink.compiler.bind.queries import QueryBinder
 from clink.compiler.bind.relations import RelationBinder
@@ -61,8 +62,8 @@ def bind_script(script: ast.Script, connectors: ConnectorRegistry,
                        udf_paths=paths)
 
 
-class Binder(DdlBinder, ClientBinder, QueryBinder, SubqueryBinder, RelationBinder, WindowBinder, AggregateBinder,
-             OverBinder, ExprBinder):
+class Binder(DdlBinder, ClientBinder, QueryBinder, SubqueryBinder, RelationBinder, MatchBinder, WindowBinder,
+             AggregateBinder, OverBinder, ExprBinder):
     """Binds one script's statements in order; the catalog, settings and UDFs carry over from one
     statement to the next, the collected errors do not."""
 

@@ -27,6 +27,7 @@ from clink.compiler.physical import (
     OverAggOp,
     PhysicalPlan,
     PreAggOp,
+    MatchOp,
     RankOp,
     SortOp,
     SinkOp,
@@ -93,6 +94,8 @@ def generate_module(plan: PhysicalPlan, *, name: str, sources: dict[str, str], f
             w.line()
             w.line()
             _emit_residual(w, op)
+        if isinstance(op, MatchOp):
+            _emit_match_functions(w, op)
     w.line()
     w.line()
     _emit_plan(w, plan, schema_names, name=name, fingerprint=fingerprint, config=config, explains=explains,
@@ -119,6 +122,9 @@ def _udf_refs(plan: PhysicalPlan) -> list[ir.UdfRef]:
             exprs.append(op.scan.table.watermark[1])
         if isinstance(op, JoinOp) and op.join.residual is not None:
             exprs.append(op.join.residual)
+        if isinstance(op, MatchOp):
+            m = op.match
+            exprs.extend([*m.derived, *(d for d in m.defines if d is not None), *m.measures])
         if isinstance(op, ChainOp):
             if op.scan_predicate is not None:
                 exprs.append(op.scan_predicate)
@@ -165,6 +171,8 @@ def _emit_schemas(w: SourceWriter, plan: PhysicalPlan) -> dict[int, str]:
                 texts = [(f"SCHEMA_TOPN_{op.id}", op.schema)]
             case SortOp():
                 texts = [(f"SCHEMA_SORT_{op.id}", op.schema)]
+            case MatchOp():
+                texts = [(f"SCHEMA_MATCH_{op.id}", op.schema)]
             case OverAggOp():
                 texts = [(f"SCHEMA_OVER_{op.id}", op.schema)]
             case UnionOp():
@@ -201,6 +209,8 @@ def changelog_modes(plan: PhysicalPlan) -> dict[int, ChangelogMode]:
                 modes[op.id] = ir.changelog_mode(rel)
             case SortOp():
                 modes[op.id] = modes[op.input]
+            case MatchOp():
+                modes[op.id] = APPEND_ONLY
     return modes
 
 
@@ -295,6 +305,58 @@ def _emit_residual(w: SourceWriter, op: JoinOp) -> None:
         if is_constant(join.residual):
             code = f"K.broadcast({code}, batch.num_rows, pa.bool_())"
         w.line(f"return {code}", span=join.residual.span)
+
+
+def _emit_match_functions(w: SourceWriter, op: MatchOp) -> None:
+    """MATCH_RECOGNIZE's expressions: the derived row values its navigation reads, each
+    variable's condition and the measures, over the match row (input columns, derived ones,
+    navigation values)."""
+    m = op.match
+    input_fields = m.input.schema.fields
+    derived = tuple(ir.Field(f"$d{i}", e.type, True) for i, e in enumerate(m.derived))
+    navs = tuple(ir.Field(f"$nav{i}", n.type, True) for i, n in enumerate(m.navs))
+    match_row = ir.Schema(input_fields + derived + navs)
+    if m.derived:
+        w.line()
+        w.line()
+        w.line(f"def derive_{op.id}(batch: pa.RecordBatch, ctx: P.TaskContext) -> list[pa.Array]:")
+        with w.indent():
+            w.line(f'"""MATCH_RECOGNIZE {op.id}: the row values its navigation reads."""')
+            used: set[int] = set()
+            for e in m.derived:
+                used |= ir.columns_used(e)
+            columns = _load_columns(w, used, m.input.schema)
+            codes = [emit(e, columns) if not is_constant(e) else
+                     f"K.broadcast({emit(e, columns)}, batch.num_rows, {type_py(e.type)})" for e in m.derived]
+            w.line(f"return [{', '.join(codes)}]")
+    for v, cond in enumerate(m.defines):
+        if cond is None:
+            continue
+        w.line()
+        w.line()
+        w.line(f"def define_{op.id}_{v}(batch: pa.RecordBatch, ctx: P.TaskContext) -> pa.Array:")
+        with w.indent():
+            w.line(f'"""MATCH_RECOGNIZE {op.id}: DEFINE {m.variables[v]}, over the rows tried for it."""')
+            columns = _load_columns(w, ir.columns_used(cond), match_row)
+            code = emit(cond, columns)
+            if is_constant(cond):
+                code = f"K.broadcast({code}, batch.num_rows, pa.bool_())"
+            w.line(f"return {code}", span=cond.span)
+    w.line()
+    w.line()
+    w.line(f"def measures_{op.id}(batch: pa.RecordBatch, ctx: P.TaskContext) -> list[pa.Array]:")
+    with w.indent():
+        w.line(f'"""MATCH_RECOGNIZE {op.id}: MEASURES, one row per match."""')
+        used = set()
+        for e in m.measures:
+            used |= ir.columns_used(e)
+        columns = _load_columns(w, used, match_row)
+        for e, name in zip(m.measures, m.measure_names, strict=True):
+            code = emit(e, columns)
+            if is_constant(e):
+                code = f"K.broadcast({code}, batch.num_rows, {type_py(e.type)})"
+            w.line(f"{_var('m_' + name, set())} = {code}", span=e.span)
+        w.line(f"return [{', '.join(_var('m_' + n, set()) for n in m.measure_names)}]")
 
 
 def _window_py(window: ir.WindowDef) -> str:
@@ -603,6 +665,35 @@ def _emit_plan(w: SourceWriter, plan: PhysicalPlan, schema_names: dict[int, str]
                             w.line(_identity_py(identities[op.id]))
                             w.line(f"schema={schema_names[op.id * 10]}, {changelog(op.id)}"
                                    f"span={str(sort.span or '')!r}),")
+                    case MatchOp(match=m):
+                        names = m.input.schema.names
+                        w.line(f"P.MatchRecognize(id={op.id}, input={op.input}, partition={m.partition!r}, "
+                               f"time={m.time}, order={m.order!r},  # ORDER BY {names[m.time]}", span=m.span)
+                        with w.indent():
+                            w.line(_identity_py(identities[op.id]))
+                            w.line(f"variables={m.variables!r},")
+                            w.line(f"pattern={m.pattern!r},  # (variable, fewest, most, greedy)")
+                            defines = ", ".join("None" if d is None else f"define_{op.id}_{v}"
+                                                for v, d in enumerate(m.defines))
+                            w.line(f"defines=({defines}{',' if len(m.defines) == 1 else ''}),")
+                            width = len(m.input.schema) + len(m.derived)
+                            row_only = tuple(d is None or all(c < width for c in ir.columns_used(d))
+                                             for d in m.defines)
+                            w.line(f"row_only={row_only!r},")
+                            w.line("navs=(")
+                            with w.indent():
+                                for n in m.navs:
+                                    w.line(f"P.Nav(kind={n.kind!r}, variable={n.variable}, column={n.column}, "
+                                           f"offset={n.offset}, type={type_py(n.type)}),  # {n.sql}")
+                            w.line("),")
+                            w.line(f"measures=measures_{op.id},")
+                            if m.derived:
+                                w.line(f"derive=derive_{op.id}, derived_types=({''.join(type_py(e.type) + ', ' for e in m.derived)}),")
+                            skip_to = f", skip_to={m.skip_to}" if m.skip_to is not None else ""
+                            within = f", within={m.within}" if m.within is not None else ""
+                            w.line(f"skip={m.skip!r}{skip_to}{within},")
+                            w.line(f"schema={schema_names[op.id * 10]}, {changelog(op.id)}"
+                                   f"span={str(m.span or '')!r}),")
                     case RankOp(rank=rank):
                         names = rank.input.schema.names
                         order = ", ".join(f"{names[c]}{' DESC' if d else ''}" for c, d in rank.order)

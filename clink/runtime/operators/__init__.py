@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from clink.runtime.operators.base import Operator, OperatorBase, OperatorEnv
-from clink.runtime.plan import GroupAggregate, Join, Node, OverAggregate, Rank, Sort, WindowAggregate
+from clink.runtime.plan import GroupAggregate, Join, MatchRecognize, Node, OverAggregate, Rank, Sort, WindowAggregate
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -75,6 +75,24 @@ def _describe_sort(node: Sort, schemas: tuple[pa.Schema, ...], operator: Operato
     order = ", ".join(f"{schema.field(c).type}{' DESC' if d else ''}" for c, d in node.order)
     layout = " ; ".join(d.signature() for d in operator.descriptors)
     return f"ORDER BY {schema.field(node.time).type}, ({order}) | {layout}"
+
+
+def _open_match(node: MatchRecognize, env: OperatorEnv) -> Operator:
+    from clink.runtime.operators.match import MatchRecognizeOperator
+
+    return MatchRecognizeOperator(node, env.task, input_schema=env.input_schemas[0], backend=env.backend,
+                                  operator_id=env.operator_id)
+
+
+def _describe_match(node: MatchRecognize, schemas: tuple[pa.Schema, ...], operator: Operator) -> str:
+    (schema,) = schemas
+    partition = ", ".join(str(schema.field(p).type) for p in node.partition)
+    pattern = " ".join(f"{node.variables[v]}{{{low},{'' if high is None else high}}}{'' if greedy else '?'}"
+                       for v, low, high, greedy in node.pattern)
+    navs = ", ".join(f"{n.kind}({n.variable}, {n.column}, {n.offset})" for n in node.navs)
+    layout = " ; ".join(d.signature() for d in operator.descriptors)
+    return (f"MATCH_RECOGNIZE PARTITION BY ({partition}) ORDER BY {schema.field(node.time).type} "
+            f"PATTERN ({pattern}) keeping ({navs}) | {layout}")
 
 
 def _open_rank(node: Rank, env: OperatorEnv) -> Operator:
@@ -158,6 +176,7 @@ KINDS: dict[type[Node], OperatorKind] = {
     Rank: OperatorKind("rank", _open_rank, _describe_rank),
     OverAggregate: OperatorKind("over", _open_over, _describe_over),
     Sort: OperatorKind("sort", _open_sort, _describe_sort),
+    MatchRecognize: OperatorKind("match", _open_match, _describe_match),
 }
 
 
