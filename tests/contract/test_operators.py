@@ -85,9 +85,18 @@ CASES = {
     "sort": ("SortOperator",
              f"CREATE TABLE o (auction BIGINT, price BIGINT, t TIMESTAMP(3)) {CSV};\n"
              "INSERT INTO o SELECT auction, price, dateTime FROM bid ORDER BY dateTime, price DESC;"),
+    # Partial matches and matches waiting for earlier ones cross checkpoints.
+    "match": ("MatchRecognizeOperator",
+              f"CREATE TABLE o (k BIGINT, p0 BIGINT, p1 BIGINT, n BIGINT, t TIMESTAMP(3)) {CSV};\n"
+              "INSERT INTO o SELECT * FROM (SELECT bidder % 40 AS k, bidder, auction, price, dateTime FROM bid) "
+              # Ties in time go by the other keys, not by arrival (which a rescale changes).
+              "MATCH_RECOGNIZE (PARTITION BY k ORDER BY dateTime, bidder, auction, price "
+              "MEASURES FIRST(A.price) AS p0, LAST(B.price) AS p1, COUNT(*) AS n, LAST(C.dateTime) AS t "
+              "PATTERN (A B{{1,3}}? C) DEFINE B AS B.price > LAST(A.price), C AS C.price < PREV(price));"),
 }
 KIND_OF_CASE = {"window": "window", "group": "group", "join": "join", "rank": "rank", "over": "over",
-                "over-updating": "over", "temporal": "join", "sort": "sort"}
+                "over-updating": "over", "temporal": "join", "sort": "sort",
+                "match": "match"}
 
 
 @pytest.fixture(scope="module")

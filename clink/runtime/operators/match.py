@@ -62,10 +62,13 @@ class _Partition:
     started before them to end (``done``, by start), and, for PREV, its last rows' values
     (newest last)."""
 
-    __slots__ = ("done", "history", "key", "runs")
+    __slots__ = ("done", "history", "key", "runs", "seen")
 
-    def __init__(self, key: tuple, runs: list[Run], done: list[Run], history: deque) -> None:
+    def __init__(self, key: tuple, runs: list[Run], done: list[Run], history: deque, seen: int = 0) -> None:
         self.key = key
+        #: Rows of the partition matched so far: a row's number in the partition's order, which
+        #: runs start at and the skip rules compare (arrival numbers follow arrival, not time).
+        self.seen = seen
         self.runs = runs
         self.done = done
         self.history = history
@@ -173,7 +176,8 @@ class MatchRecognizeOperator(OperatorBase):
 
     def snapshot(self, checkpoint_id: int, directory: Path) -> tuple[list[Path], dict[str, int]]:
         hashes = list(self.partitions)
-        blobs = [pickle.dumps((p.key, p.runs, p.done, list(p.history)), protocol=5) for p in self.partitions.values()]
+        blobs = [pickle.dumps((p.key, p.runs, p.done, list(p.history), p.seen), protocol=5)
+                 for p in self.partitions.values()]
         h = np.array(hashes, dtype=np.uint64)
         groups = group_of_hash(h, self._max_parallelism) if self.node.partition else np.zeros(len(h), np.int32)
         self.stored_runs.replace(0, pa.Table.from_arrays([pa.array(h, pa.uint64()), pa.array(blobs, pa.binary()),
@@ -191,8 +195,16 @@ class MatchRecognizeOperator(OperatorBase):
         stored = self.stored_runs.get(0)
         if stored is not None:
             for h, blob in zip(stored.column("_h").to_pylist(), stored.column("state").to_pylist(), strict=True):
-                key, runs, done, history = pickle.loads(blob)  # noqa: S301 - the operator's own checkpoint
-                self.partitions[h] = _Partition(key, runs, done, deque(history, maxlen=self._prev_depth or None))
+                key, runs, done, history, seen = pickle.loads(blob)  # noqa: S301 - the operator's own checkpoint
+                self.partitions[h] = _Partition(key, runs, done, deque(history, maxlen=self._prev_depth or None), seen)
+        # Arrival numbers break ties in time: new ones must come after every held one, also when
+        # the key groups of several subtasks were merged into this one.
+        kept = [self._next_seq - 1]
+        for ns in self.pending.namespaces():
+            held = self.pending.get(ns)
+            if held is not None and held.num_rows:
+                kept.append(pc.max(held.column("_seq")).as_py())
+        self._next_seq = max(kept) + 1
         self._update_state_metrics()
 
     def close(self) -> None:
@@ -222,7 +234,6 @@ class MatchRecognizeOperator(OperatorBase):
                 fixed.append(None)
         values = list(zip(*(rows.column(c).to_pylist() for c in self._kept), strict=True)) if self._kept \
             else [()] * n
-        seqs = ordered.column("_seq").to_pylist()
         times = ordered.column("_ts").to_pylist()
         hashes = ordered.column("_h").to_numpy()
         # Partition boundaries; step k takes the k-th row of every partition.
@@ -237,9 +248,9 @@ class MatchRecognizeOperator(OperatorBase):
                 part = _Partition(tuple(rows.column(c)[first].as_py() for c in node.partition), [], [],
                                   deque(maxlen=self._prev_depth or None))
             parts.append(part)
-        found: list[tuple[int, tuple, tuple]] = []  # (last row's arrival number, key, navigation values)
+        found: list[tuple[int, tuple, tuple]] = []  # (time it completed, key, navigation values)
         for k in range(int(sizes.max()) if n else 0):
-            self._step(k, np.flatnonzero(sizes > k).tolist(), starts, parts, fixed, rows, values, seqs, times, found)
+            self._step(k, np.flatnonzero(sizes > k).tolist(), starts, parts, fixed, rows, values, times, found)
         for h, part in zip(keys, parts, strict=True):
             if part.idle():
                 self.partitions.pop(h, None)
@@ -248,11 +259,10 @@ class MatchRecognizeOperator(OperatorBase):
         return self._emit(found)
 
     def _emit(self, found: list[tuple[int, tuple, tuple]]) -> list[pa.RecordBatch]:
-        """The output rows of ``found`` matches, in the order their last rows came."""
+        """The output rows of ``found`` matches, in the order they were found (time it was then)."""
         if not found:
             return []
         node = self.node
-        found.sort(key=lambda f: f[0])
         n = len(found)
         navs = [pa.array([f[2][i] for f in found], nav.type) for i, nav in enumerate(node.navs)]
         # Measures read navigation values only; the row columns are there for the layout.
@@ -283,7 +293,7 @@ class MatchRecognizeOperator(OperatorBase):
         return edges
 
     def _step(self, k: int, active: list[int], starts: np.ndarray, parts: list[_Partition],
-              fixed: list[list[bool] | None], rows: pa.RecordBatch, values: list[tuple], seqs: list[int],
+              fixed: list[list[bool] | None], rows: pa.RecordBatch, values: list[tuple],
               times: list[int], found: list) -> None:
         node = self.node
         within = node.within
@@ -299,7 +309,7 @@ class MatchRecognizeOperator(OperatorBase):
             runs = part.runs
             if within is not None and runs:
                 runs = [r for r in runs if ts - r[1] <= within]
-            runs.append((seqs[row], ts, -1, 0, None))
+            runs.append((part.seen, ts, -1, 0, None))
             per_run = []
             for run in runs:
                 edges = self._edges_from(run[2], run[3])
@@ -321,7 +331,8 @@ class MatchRecognizeOperator(OperatorBase):
         # 3. Follow the edges that hold; complete runs are matches.
         for g, row, per_run in plans:
             part = parts[g]
-            seq, vals = seqs[row], values[row]
+            seq, vals = part.seen, values[row]
+            part.seen += 1
             next_runs: list[Run] = []
             matches: list[Run] = []
             for run, edges, ids in per_run:
@@ -346,11 +357,11 @@ class MatchRecognizeOperator(OperatorBase):
             if matches:
                 part.done = sorted(part.done + matches, key=lambda m: m[0])
             if part.done:
-                self._release(part, found)
+                self._release(part, found, times[row])
             if self._prev_depth:
                 part.history.append(vals)
 
-    def _release(self, part: _Partition, found: list) -> None:
+    def _release(self, part: _Partition, found: list, now: int) -> None:
         """Emit the partition's complete matches that started before every run still going (as
         Flink's CEP does under a skip strategy: a run that started earlier may still complete
         first), the earliest first; each discards the runs and matches its skip rule says."""
@@ -360,7 +371,7 @@ class MatchRecognizeOperator(OperatorBase):
                 return
             del part.done[0]
             cut = self._cut(match, match[4][2])
-            found.append((match[4][2], part.key, self._measure_navs(match[4])))
+            found.append((now, part.key, self._measure_navs(match[4])))
             part.runs = [r for r in part.runs if r[0] >= cut]
             part.done = [m for m in part.done if m[0] >= cut]
 
@@ -474,7 +485,7 @@ class MatchRecognizeOperator(OperatorBase):
             part = self.partitions[h]
             part.runs = [r for r in part.runs if watermark - r[1] <= within]
             if part.done:
-                self._release(part, found)
+                self._release(part, found, watermark)
             if part.idle():
                 del self.partitions[h]
         self._swept = watermark
