@@ -103,6 +103,18 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("-i", "--init", action="append", default=[], metavar="FILE",
                    help="a SQL file of declarations (tables, views, functions, SET) to read first; repeatable")
     p.add_argument("--rewrites", action="store_true", help="also print the plan after each rewrite")
+
+    p = sub.add_parser("sql", parents=[common],
+                       help="the interactive SQL client: type statements, see their results (docs/client.md)")
+    p.add_argument("-i", "--init", action="append", default=[], metavar="FILE",
+                   help="a SQL file of declarations and settings to run first; repeatable")
+    p.add_argument("-f", "--file", metavar="FILE",
+                   help="run this SQL file's statements, then leave (the first error stops it)")
+    p.add_argument("--history", metavar="FILE",
+                   help="keep the typed statements here (default: CLINK_SQL_HISTORY, else ~/.clink_sql_history)")
+    p.add_argument("--no-history", action="store_true", help="keep no history file")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                   help="a setting, as SET 'KEY' = 'VALUE' would (repeatable)")
     return parser
 
 
@@ -126,6 +138,10 @@ def main(argv: list[str] | None = None) -> int:
             return _checkpoints(args)
         if args.command == "inspect":
             return _inspect(args)
+        if args.command == "sql":
+            from clink.sqlclient import main as sql_client
+
+            return sql_client(args)
         raise UsageError(f"unknown command {args.command!r}")
     except ClinkError as exc:
         if args.debug:
@@ -581,21 +597,9 @@ def _run_with_progress(job) -> None:
 
 def _print_table(table, zone: str) -> None:
     """The rows as a table; TIMESTAMP_LTZ values as the wall clock of the session time zone."""
-    from rich.console import Console
-    from rich.table import Table
+    from clink.display import print_table
 
-    from clink.runtime.connectors.print import render_text
-
-    view = Table(show_lines=False)
-    for name in table.column_names:
-        view.add_column(name)
-    columns = [render_text(table.column(i).combine_chunks(), zone).to_pylist()
-               for i in range(table.num_columns)]
-    for row in zip(*columns, strict=True) if columns else []:
-        view.add_row(*row)
-    console = Console()
-    console.print(view)
-    console.print(f"{table.num_rows} row{'s' if table.num_rows != 1 else ''}")
+    print_table(table, zone)
 
 
 if __name__ == "__main__":

@@ -43,7 +43,7 @@ class ClientBinder:
             what = "a table" if isinstance(entry, CatalogTable) else "a view"
             raise SqlError(f"{stmt.name!r} is {what}", stmt.span,
                            f"SHOW CREATE {'TABLE' if isinstance(entry, CatalogTable) else 'VIEW'} {stmt.name}")
-        text = _create_table(entry) if isinstance(entry, CatalogTable) else entry.text
+        text = create_table_text(entry) if isinstance(entry, CatalogTable) else entry.text
         return self.rows_of(("result",), [(text,)], stmt.span)
 
     def reset(self, stmt: ast.Reset) -> None:
@@ -93,8 +93,9 @@ def _table_columns(entry: CatalogTable) -> list[tuple]:
     return rows
 
 
-def _create_table(entry: CatalogTable) -> str:
-    """The table's DDL, written back from what was declared."""
+def create_table_text(entry: CatalogTable) -> str:
+    """The table's DDL, written back from what was declared (SHOW CREATE TABLE; the SQL client
+    keeps a CREATE TABLE AS table's declaration this way)."""
     info = entry.info
     physical = info.columns.names
     computed = dict(entry.computed)
