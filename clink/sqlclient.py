@@ -81,7 +81,7 @@ def split_statements(text: str) -> tuple[list[Piece], str]:
     >>> [p.text for p in pieces], rest
     (["SELECT ';' AS a"], ' -- c;\\nSELECT 2')
     """
-    code: list[str] = []
+    code: list[str] = []  # one character per character of text: comments blanked out
     pieces: list[Piece] = []
     start = 0
     segment = 0  # where the text after the last ';' begins (for END of EXECUTE STATEMENT SET)
@@ -95,7 +95,7 @@ def split_statements(text: str) -> tuple[list[Piece], str]:
                 state = ch
             elif two in ("--", "/*"):
                 state = two
-                code.append("  ")
+                code += [" ", " "]
                 i += 2
                 continue
             elif ch == ";":
@@ -120,7 +120,7 @@ def split_statements(text: str) -> tuple[list[Piece], str]:
                 state = None
         else:  # /* ... */
             if two == "*/":
-                code.append("  ")
+                code += [" ", " "]
                 state = None
                 i += 2
                 continue
