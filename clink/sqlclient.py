@@ -276,6 +276,10 @@ class SqlClient:
             text = ";\n".join(t for t, _ in inserts)
             self._update(self.session.compile(text, "<statement set>"), "<statement set>")
             return
+        refused = _unsupported(words)
+        if refused is not None:
+            what, hint = refused
+            raise SqlError(f"{what} is not supported in clink", _span(piece, name), hint)
         from clink.compiler import ast
         from clink.compiler.parse import parse_script
 
@@ -505,8 +509,31 @@ class _TableauView:
         self.tableau.close(cancelled)
 
 
+#: Statements of Flink's client that clink does not have: (first words, what, what to do instead).
+_UNSUPPORTED = (
+    (("DROP",), "DROP", "a table, view or function stays declared until the client ends: declare another "
+                        "name, or start the client again"),
+    (("ALTER",), "ALTER", "declare a new table from it: CREATE TABLE t2 WITH (...) LIKE t"),
+    (("USE",), "USE (catalogs and databases)", "name tables directly; SHOW TABLES lists them"),
+    (("SHOW", "CATALOGS"), "SHOW CATALOGS (catalogs and databases)", "SHOW TABLES"),
+    (("SHOW", "DATABASES"), "SHOW DATABASES (catalogs and databases)", "SHOW TABLES"),
+    (("SHOW", "JARS"), "SHOW JARS", "functions are Python: SHOW FUNCTIONS"),
+    (("ADD", "JAR"), "ADD JAR", "functions are Python: CREATE FUNCTION f AS 'module.function' LANGUAGE PYTHON"),
+    (("REMOVE", "JAR"), "REMOVE JAR", "functions are Python: CREATE FUNCTION f AS 'module.function' LANGUAGE PYTHON"),
+)
+
+
+def _unsupported(words: list[str]) -> tuple[str, str] | None:
+    upper = [w.upper() for w in words[:2]]
+    for first, what, hint in _UNSUPPORTED:
+        if upper[:len(first)] == list(first):
+            return what, hint
+    return None
+
+
 def _span(piece: Piece, name: str) -> Span:
-    return Span(name, piece.line, piece.col, piece.line, piece.col + len(piece.text.split("\n")[0]))
+    """The first word of the statement."""
+    return Span(name, piece.line, piece.col, piece.line, piece.col + len(piece.text.split()[0]))
 
 
 # ---------------------------------------------------------------- reading input
