@@ -33,7 +33,7 @@ from __future__ import annotations
 import pickle
 from collections import deque
 from collections.abc import Collection
-from decimal import Decimal
+from decimal import ROUND_HALF_UP, Decimal
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -511,5 +511,5 @@ def _average(values: list, typ: pa.DataType) -> Any:
         q = abs(total) // len(values)
         return q if total >= 0 else -q
     if pa.types.is_decimal(typ):
-        return (Decimal(total) / len(values)).quantize(Decimal(1).scaleb(-typ.scale))
+        return (Decimal(total) / len(values)).quantize(Decimal(1).scaleb(-typ.scale), rounding=ROUND_HALF_UP)
     return total / len(values)
