@@ -449,6 +449,9 @@ class MatchRecognize(Node):
     skip: str = "past_last"
     skip_to: int | None = None
     within: int | None = None
+    #: The ``navs`` each condition reads (one entry per variable), then those the measures read;
+    #: empty: all of them.
+    nav_uses: tuple[tuple[int, ...], ...] = ()
 
     @property
     def inputs(self) -> tuple[int, ...]:

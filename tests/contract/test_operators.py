@@ -34,6 +34,9 @@ DDL = (BENCH / "ddl.sql").read_text().replace("'events.num' = '10000000'",
                                               "'events.num' = '6000', 'batch-size' = '250'")
 CSV = "WITH ('connector' = 'filesystem', 'path' = '{out}/', 'format' = 'csv')"
 
+ORDERS = ("CREATE TABLE orders (cur STRING, amount BIGINT, ts TIMESTAMP(3), WATERMARK FOR ts AS ts - "
+          "INTERVAL '3' SECOND) WITH ('connector' = 'filesystem', 'path' = '{data}/orders.parquet', "
+          "'format' = 'parquet');\n")
 #: (the operator class it must open, the statements after the DDL); ``{out}`` is the sink folder.
 CASES = {
     "window": ("WindowAggregateOperator",
@@ -85,18 +88,26 @@ CASES = {
     "sort": ("SortOperator",
              f"CREATE TABLE o (auction BIGINT, price BIGINT, t TIMESTAMP(3)) {CSV};\n"
              "INSERT INTO o SELECT auction, price, dateTime FROM bid ORDER BY dateTime, price DESC;"),
-    # Partial matches and matches waiting for earlier ones cross checkpoints.
+    # Partial matches, and matches waiting for earlier ones, cross checkpoints (the orders' time
+    # spans 10 minutes, so the watermark releases rows all along).
     "match": ("MatchRecognizeOperator",
-              f"CREATE TABLE o (k BIGINT, p0 BIGINT, p1 BIGINT, n BIGINT, t TIMESTAMP(3)) {CSV};\n"
-              "INSERT INTO o SELECT * FROM (SELECT bidder % 40 AS k, bidder, auction, price, dateTime FROM bid) "
-              # Ties in time go by the other keys, not by arrival (which a rescale changes).
-              "MATCH_RECOGNIZE (PARTITION BY k ORDER BY dateTime, bidder, auction, price "
-              "MEASURES FIRST(A.price) AS p0, LAST(B.price) AS p1, COUNT(*) AS n, LAST(C.dateTime) AS t "
-              "PATTERN (A B{{1,3}}? C) DEFINE B AS B.price > LAST(A.price), C AS C.price < PREV(price));"),
+              ORDERS + f"CREATE TABLE o (cur STRING, a0 BIGINT, a1 BIGINT, n BIGINT, t TIMESTAMP(3)) {CSV};\n"
+              "INSERT INTO o SELECT * FROM orders MATCH_RECOGNIZE (PARTITION BY cur ORDER BY ts, amount "
+              "MEASURES FIRST(A.amount) AS a0, LAST(B.amount) AS a1, COUNT(*) AS n, LAST(C.ts) AS t "
+              "PATTERN (A B{{1,3}}? C) DEFINE B AS B.amount > LAST(A.amount), C AS C.amount < PREV(amount));"),
+    # A pattern of fixed length: matched a batch at a time; undecided starts wait across checkpoints.
+    "match-fixed": ("MatchRecognizeOperator",
+                    ORDERS + f"CREATE TABLE o (cur STRING, a0 BIGINT, a2 BIGINT, n BIGINT) {CSV};\n"
+                    "INSERT INTO o SELECT * FROM orders MATCH_RECOGNIZE (PARTITION BY cur ORDER BY ts, amount "
+                    "MEASURES A.amount AS a0, C.amount AS a2, SUM(amount) AS n "
+                    "AFTER MATCH SKIP PAST LAST ROW PATTERN (A B{{2}} C) "
+                    "DEFINE A AS A.amount > PREV(amount), B AS B.amount < A.amount, C AS C.amount > LAST(B.amount));"),
 }
+#: The cases that read the orders and rates written by the ``data`` fixture, not Nexmark's events.
+OWN_DATA = {"temporal", "match", "match-fixed"}
 KIND_OF_CASE = {"window": "window", "group": "group", "join": "join", "rank": "rank", "over": "over",
                 "over-updating": "over", "temporal": "join", "sort": "sort",
-                "match": "match"}
+                "match": "match", "match-fixed": "match"}
 
 
 @pytest.fixture(scope="module")
@@ -133,7 +144,7 @@ def _plan(text: str, name: str) -> RuntimePlan:
 
 def _job(case: str, out: Path, state: Path | None, data: Path, parallelism: int = 1) -> Job:
     text = CASES[case][1].format(out=out, data=data)
-    prefix = "" if case == "temporal" else DDL
+    prefix = "" if case in OWN_DATA else DDL
     plan = _plan(prefix + "SET 'execution.checkpointing.interval-rows' = '700';\n" + text, f"{case}.sql")
     return Job(plan, RuntimeContext(state_dir=state, stdout=io.StringIO(),
                                     config={"parallelism.default": str(parallelism)}))
@@ -264,7 +275,7 @@ def _on_ray_text(case: str, data: Path, out: Path, *, limited: bool) -> str:
     job master's clock), Nexmark events at 3,000 a second of event time, and with ``limited`` of
     wall-clock time too, so that the job runs for two seconds (its rows depend on the rate only)."""
     text = CASES[case][1].format(out=out, data=data)
-    if case == "temporal":
+    if case in OWN_DATA:
         return text
     ddl = DDL.replace("'10000'", "'3000'")
     if limited:
@@ -279,8 +290,8 @@ def test_on_ray_a_killed_worker_restarts_from_the_last_checkpoint_with_the_unint
         case: str, backend: str, tmp_path: Path, data: Path, ray_cluster) -> None:
     """The same contract on two Ray workers: one worker's process is killed (SIGKILL) once a
     checkpoint is complete; the job restarts from it and its output is a local uninterrupted run's.
-    The temporal case reads its files in well under a second, faster than a kill can be aimed:
-    for it, two workers give the rows of one process."""
+    The cases over the orders and rates files read them in well under a second, faster than a kill
+    can be aimed: for them, two workers give the rows of one process."""
     import os
     import signal
     import time
@@ -300,11 +311,11 @@ def test_on_ray_a_killed_worker_restarts_from_the_last_checkpoint_with_the_unint
                                          "state.backend": backend},
                        state_dir=str(tmp_path / "state"), workers=2, parallelism=2, fingerprint=plan.fingerprint,
                        host="127.0.0.1")
-    if case != "temporal":
+    if case not in OWN_DATA:
         while job.status()["last_checkpoint"] is None:
             assert not job.done(), f"{case}: the job ended before its first checkpoint"
             time.sleep(0.05)
         os.kill(job.worker_pids()[{"memory": 0, "sqlite": 1}[backend]], signal.SIGKILL)
     outcome = job.result()
-    assert outcome["attempts"] == (1 if case == "temporal" else 2), outcome["failures"]
+    assert outcome["attempts"] == (1 if case in OWN_DATA else 2), outcome["failures"]
     assert _output(tmp_path / "out") == expected, f"{case} on Ray ({backend})"

@@ -8,9 +8,11 @@ from __future__ import annotations
 import datetime as dt
 
 import pyarrow as pa
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from clink.runtime.operators import match_fixed
 from clink.testing import run_select
 
 QUANTIFIERS = {"": (1, 1, True), "+": (1, None, True), "*": (0, None, True), "?": (0, 1, True),
@@ -113,9 +115,19 @@ def cases(draw):
     return symbols, prices, quantifiers, conditions, skip, batch, jitter
 
 
+@pytest.mark.parametrize("path", ["auto", "runs"])
 @settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(cases())
-def test_match_recognize_matches_a_row_by_row_matcher(case) -> None:
+def test_match_recognize_matches_a_row_by_row_matcher(path: str, case) -> None:
+    """``auto``: a pattern of fixed length goes the batch path (match_fixed.py), others follow
+    runs; ``runs``: every pattern follows runs."""
+    with pytest.MonkeyPatch.context() as patch:
+        if path == "runs":
+            patch.setattr(match_fixed, "places", lambda node: None)
+        _check(case)
+
+
+def _check(case) -> None:
     symbols, prices, quantifiers, conditions, skip, batch, jitter = case
     base = dt.datetime(2026, 1, 1)
     times = [base + dt.timedelta(seconds=i) for i in range(len(prices))]

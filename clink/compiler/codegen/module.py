@@ -692,6 +692,13 @@ def _emit_plan(w: SourceWriter, plan: PhysicalPlan, schema_names: dict[int, str]
                             skip_to = f", skip_to={m.skip_to}" if m.skip_to is not None else ""
                             within = f", within={m.within}" if m.within is not None else ""
                             w.line(f"skip={m.skip!r}{skip_to}{within},")
+                            first_nav = len(m.input.schema) + len(m.derived)
+                            uses = tuple(() if e is None else
+                                         tuple(sorted(c - first_nav for c in ir.columns_used(e) if c >= first_nav))
+                                         for e in (*m.defines, *m.measures))
+                            per_define = uses[: len(m.defines)]
+                            measures_use = tuple(sorted({n for u in uses[len(m.defines):] for n in u}))
+                            w.line(f"nav_uses={(*per_define, measures_use)!r},  # per DEFINE, then MEASURES")
                             w.line(f"schema={schema_names[op.id * 10]}, {changelog(op.id)}"
                                    f"span={str(m.span or '')!r}),")
                     case RankOp(rank=rank):

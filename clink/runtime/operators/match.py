@@ -42,6 +42,7 @@ import pyarrow as pa
 
 from clink.errors import PipelineError
 from clink.runtime import compute as pc
+from clink.runtime.operators import match_fixed
 from clink.runtime.operators.base import OperatorBase
 from clink.runtime.operators.common import epoch_ms, hold, max_parallelism, open_state, set_aside_late, take_ready
 from clink.runtime.state.backend import KEY_GROUP, OperatorState, StateBackend, TableStateDescriptor
@@ -102,13 +103,24 @@ class MatchRecognizeOperator(OperatorBase):
         self._pending_schema = pa.schema(fields)
         self._runs_schema = pa.schema([pa.field("_h", pa.uint64()), pa.field("state", pa.binary()),
                                        pa.field(KEY_GROUP, pa.int32())])
-        self.descriptors = [TableStateDescriptor("pending", self._pending_schema),
-                            TableStateDescriptor("runs", self._runs_schema)]
+        # A pattern of fixed length is matched a batch at a time (match_fixed.py); any other one
+        # by following its runs.
+        place_vars = match_fixed.places(node)
+        self._fixed = None if place_vars is None else match_fixed.FixedLengthMatcher(
+            node, ctx, place_vars, input_schema, self._max_parallelism, self._where)
+        self.descriptors = [TableStateDescriptor("pending", self._pending_schema)]
+        if self._fixed is None:
+            self.descriptors.append(TableStateDescriptor("runs", self._runs_schema))
+        else:
+            self.descriptors += self._fixed.descriptors
         self.operator_id = operator_id or f"match-{node.id}"
         self.operator_state: OperatorState = open_state(backend, self._max_parallelism, self.operator_id,
                                                         self.descriptors, self._where)
         self.pending = self.operator_state.table_state("pending")
-        self.stored_runs = self.operator_state.table_state("runs")
+        if self._fixed is None:
+            self.stored_runs = self.operator_state.table_state("runs")
+        else:
+            self._fixed.open(self.operator_state)
         self._sort_keys = [("_h", "ascending", "at_end"), ("_ts", "ascending", "at_end"),
                            *((f"c{c}", "descending" if d else "ascending", "at_end") for c, d in node.order),
                            ("_seq", "ascending", "at_end")]
@@ -166,7 +178,7 @@ class MatchRecognizeOperator(OperatorBase):
         out: list[pa.RecordBatch] = []
         if held is not None:
             ordered = held.take(pc.sort_indices(held, sort_keys=self._sort_keys))
-            out = self._match(ordered)
+            out = self._match(ordered) if self._fixed is None else self._fixed.match(ordered)
         if self.node.within is not None and watermark - self._swept >= max(self.node.within // 4, 1000):
             found: list = []
             self._sweep(watermark, found)
@@ -175,6 +187,14 @@ class MatchRecognizeOperator(OperatorBase):
         return out
 
     def snapshot(self, checkpoint_id: int, directory: Path) -> tuple[list[Path], dict[str, int]]:
+        if self._fixed is not None:
+            self._fixed.save()
+        else:
+            self._save_runs()
+        self.operator_state.commit(checkpoint_id)
+        return self.operator_state.snapshot(directory), {"watermark": self.watermark, "next_seq": self._next_seq}
+
+    def _save_runs(self) -> None:
         hashes = list(self.partitions)
         blobs = [pickle.dumps((p.key, p.runs, p.done, list(p.history), p.seen), protocol=5)
                  for p in self.partitions.values()]
@@ -182,8 +202,6 @@ class MatchRecognizeOperator(OperatorBase):
         groups = group_of_hash(h, self._max_parallelism) if self.node.partition else np.zeros(len(h), np.int32)
         self.stored_runs.replace(0, pa.Table.from_arrays([pa.array(h, pa.uint64()), pa.array(blobs, pa.binary()),
                                                           pa.array(groups, pa.int32())], schema=self._runs_schema))
-        self.operator_state.commit(checkpoint_id)
-        return self.operator_state.snapshot(directory), {"watermark": self.watermark, "next_seq": self._next_seq}
 
     def restore(self, files: list[Path], meta: dict[str, int], *,
                 key_groups: Collection[int] | None = None) -> None:
@@ -192,7 +210,9 @@ class MatchRecognizeOperator(OperatorBase):
         self._swept = self.watermark
         self._next_seq = int(meta.get("next_seq", 0))
         self.partitions = {}
-        stored = self.stored_runs.get(0)
+        stored = self.stored_runs.get(0) if self._fixed is None else None
+        if self._fixed is not None:
+            self._fixed.load()
         if stored is not None:
             for h, blob in zip(stored.column("_h").to_pylist(), stored.column("state").to_pylist(), strict=True):
                 key, runs, done, history, seen = pickle.loads(blob)  # noqa: S301 - the operator's own checkpoint
@@ -410,7 +430,11 @@ class MatchRecognizeOperator(OperatorBase):
         taken = rows.take(at)
         group_of_row = {row: g for g, row, _ in plans}
         navs = []
+        wanted = set(node.nav_uses[v]) if node.nav_uses else None
         for i, nav in enumerate(node.navs):
+            if wanted is not None and i not in wanted:
+                navs.append(pa.nulls(len(attempts), nav.type))
+                continue
             navs.append(pa.array([self._nav(nav, a[1], v, values[a[2]], parts[group_of_row[a[2]]].history)
                                   for a in attempts], nav.type))
         batch = pa.RecordBatch.from_arrays([*taken.columns, *navs],
@@ -420,7 +444,10 @@ class MatchRecognizeOperator(OperatorBase):
             results[aid] = ok
 
     def _measure_navs(self, mapped: Any) -> tuple:
-        return tuple(self._nav(nav, mapped, None, None, None) for nav in self.node.navs)
+        uses = self.node.nav_uses
+        wanted = set(uses[-1]) if uses else None
+        return tuple(None if wanted is not None and i not in wanted else self._nav(nav, mapped, None, None, None)
+                     for i, nav in enumerate(self.node.navs))
 
     def _nav(self, nav: plan.Nav, mapped: Any, current: int | None, current_values: tuple | None,
              history: deque | None) -> Any:
@@ -491,7 +518,8 @@ class MatchRecognizeOperator(OperatorBase):
         self._swept = watermark
 
     def _update_state_metrics(self) -> None:
-        self.metrics["state_rows"] = self.pending.num_rows() + sum(len(p.runs) for p in self.partitions.values())
+        held = self._fixed.rows_held() if self._fixed is not None else sum(len(p.runs) for p in self.partitions.values())
+        self.metrics["state_rows"] = self.pending.num_rows() + held
         self.metrics["state_bytes"] = self.pending.memory_bytes()
 
 
