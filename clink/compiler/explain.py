@@ -101,7 +101,7 @@ def explain_logical(node: ir.Rel, indent: int = 0) -> str:
             names = node.input.schema.names
             pattern = " ".join(_pattern_term(node, t) for t in node.pattern)
             line = (f"MatchRecognize(partitionBy=[{', '.join(names[p] for p in node.partition)}], "
-                    f"orderBy=[{names[node.time]}], pattern=[{pattern}], skip=[{node.skip.upper()}"
+                    f"orderBy=[{names[node.time]}], pattern=[{pattern}], after=[SKIP {_SKIPS[node.skip]}"
                     f"{' ' + node.variables[node.skip_to] if node.skip_to is not None else ''}]"
                     f"{f', within=[{node.within} ms]' if node.within is not None else ''}, "
                     f"measures=[{', '.join(node.measure_names)}])")
@@ -251,6 +251,9 @@ def _join_state(op: JoinOp) -> str:
         big, small = ("left", "right") if op.broadcast == 1 else ("right", "left")
         return f"{big} rows where they were made, every {small} row in every subtask"
     return "both sides by key"
+
+
+_SKIPS = {"past_last": "PAST LAST ROW", "next_row": "TO NEXT ROW", "to_first": "TO FIRST", "to_last": "TO LAST"}
 
 
 def _pattern_term(node: ir.MatchRecognize, term: tuple[int, int, int | None, bool]) -> str:

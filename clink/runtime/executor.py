@@ -8,6 +8,7 @@ no half-written output appears under a final name.
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections import defaultdict
 from dataclasses import dataclass, field
@@ -466,7 +467,9 @@ class Job:
             # Windows over processing time fire as the clock passes their end.
             for node_id in self._proctime_windows:
                 if node_id not in self._ended and not self._sources_stopped:
-                    self._emit_all(node_id, self._operators[node_id].on_watermark(self.ctx.clock()))
+                    with _sql_errors():
+                        fired = self._operators[node_id].on_watermark(self.ctx.clock())
+                    self._emit_all(node_id, fired)
             # Between rounds nothing is in flight: every node has handled every element sent so
             # far, which is the point a checkpoint's barriers would align on. Once every source
             # has ended, the final checkpoint comes at the end.
@@ -653,7 +656,9 @@ class Job:
                 elif target_id in self._minibatches:
                     self._wait_in_minibatch(target_id, batch)
                 elif (operator := self._operators.get(target_id)) is not None:
-                    self._emit_all(target_id, operator.process(batch, self._channel_input[(target_id, from_id)]))
+                    with _sql_errors():
+                        out = operator.process(batch, self._channel_input[(target_id, from_id)])
+                    self._emit_all(target_id, out)
                     self._drain_late_rows(target_id, operator)
                 else:
                     raise CompilerBug(f"node {node.id} of type {type(node).__name__} cannot take a batch")
@@ -839,9 +844,13 @@ class Job:
         if getattr(node, "proctime", False):
             # Event time means nothing to processing-time windows; the end of input fires them all.
             if low >= MAX_WATERMARK:
-                self._emit_all(node_id, operator.on_watermark(low))
+                with _sql_errors():
+                    fired = operator.on_watermark(low)
+                self._emit_all(node_id, fired)
         elif operator is not None:
-            self._emit_all(node_id, operator.on_watermark(low))
+            with _sql_errors():
+                fired = operator.on_watermark(low)
+            self._emit_all(node_id, fired)
         self._emit(node_id, Watermark(low))
 
     def _is_idle(self, node_id: int) -> bool:
@@ -916,7 +925,9 @@ class Job:
         self._minibatch_since.pop(sid, None)
         batch = waiting[0] if len(waiting) == 1 else pa.concat_batches(waiting)
         operator = self._operators[sid]
-        self._emit_all(sid, operator.process(batch, 0))
+        with _sql_errors():
+            out = operator.process(batch, 0)
+        self._emit_all(sid, out)
         self._drain_late_rows(sid, operator)
 
     def _emit_all(self, node_id: int, batches: list[pa.RecordBatch]) -> None:
@@ -930,11 +941,7 @@ class Job:
         except ClinkError:
             raise
         except (EvaluationError, pa.ArrowException, ArithmeticError, ValueError, TypeError) as exc:
-            where = sql_position_of(exc)
-            message = str(exc).split("\n")[0]
-            if isinstance(exc, pa.ArrowInvalid) and "overflow" in message:
-                message = f"integer overflow: {message}"
-            raise PipelineError(message, where) from exc
+            raise PipelineError(_message(exc), sql_position_of(exc)) from exc
 
     def _end(self, node_id: int) -> None:
         """``node_id`` has no more input: close it, or pass the end downstream."""
@@ -1494,3 +1501,25 @@ def state_signature(job: Job, node_id: int) -> str:
     if node.meaning:
         readable += f" as {node.meaning}"
     return f"{readable} | {layout}"
+
+
+def _message(exc: BaseException) -> str:
+    message = str(exc).split("\n")[0]
+    if isinstance(exc, pa.ArrowInvalid) and "overflow" in message:
+        message = f"integer overflow: {message}"
+    return message
+
+
+@contextlib.contextmanager
+def _sql_errors():
+    """An operator's call: an error raised by the SQL it evaluates (a generated expression
+    function, which names its SQL) becomes a PipelineError at that SQL; others pass unchanged."""
+    try:
+        yield
+    except ClinkError:
+        raise
+    except (EvaluationError, pa.ArrowException, ArithmeticError, ValueError, TypeError) as exc:
+        where = sql_position_of(exc)
+        if where is None:
+            raise
+        raise PipelineError(_message(exc), where) from exc

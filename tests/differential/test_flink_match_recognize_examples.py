@@ -8,7 +8,7 @@ import datetime as dt
 import pyarrow as pa
 import pytest
 
-from clink.errors import ClinkError, SqlError
+from clink.errors import ClinkError, PipelineError, SqlError
 from clink.testing import run_select
 
 WATERMARK = {"Ticker": "rowtime AS rowtime - INTERVAL '1' SECOND"}
@@ -301,3 +301,12 @@ def test_a_skip_to_variable_without_rows_stops_the_job_with_a_clear_error() -> N
             PATTERN (A B* C)
             DEFINE A AS price > 0, B AS price > 100, C AS price > 0
         )""", ticker([1, 2, 3]), 1)
+
+
+def test_an_overflow_in_what_a_pattern_computes_is_a_positioned_error() -> None:
+    with pytest.raises(PipelineError) as exc:
+        _rows("""SELECT * FROM Ticker MATCH_RECOGNIZE (PARTITION BY symbol ORDER BY rowtime
+                 MEASURES SUM(A.price * 4) AS x PATTERN (A B) DEFINE B AS B.price * 2 > A.price)""",
+              ticker([2**62, 2**62, 3]), 3)
+    assert "overflow" in exc.value.message
+    assert exc.value.where is not None and "A.price * 4" in exc.value.where

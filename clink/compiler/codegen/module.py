@@ -326,9 +326,12 @@ def _emit_match_functions(w: SourceWriter, op: MatchOp) -> None:
             for e in m.derived:
                 used |= ir.columns_used(e)
             columns = _load_columns(w, used, m.input.schema)
-            codes = [emit(e, columns) if not is_constant(e) else
-                     f"K.broadcast({emit(e, columns)}, batch.num_rows, {type_py(e.type)})" for e in m.derived]
-            w.line(f"return [{', '.join(codes)}]")
+            for i, e in enumerate(m.derived):
+                code = emit(e, columns)
+                if is_constant(e):
+                    code = f"K.broadcast({code}, batch.num_rows, {type_py(e.type)})"
+                w.line(f"d{i} = {code}", span=e.span)
+            w.line(f"return [{', '.join(f'd{i}' for i in range(len(m.derived)))}]")
     for v, cond in enumerate(m.defines):
         if cond is None:
             continue
