@@ -100,6 +100,12 @@ QUERIES = [
     "SELECT k, v FROM l WHERE v > (SELECT MAX(v) FROM r WHERE k = 3) - 10",
     "SELECT s, COUNT(*) AS n FROM l WHERE v < (SELECT MIN(v) FROM r) + 5 OR k = (SELECT COUNT(*) FROM r) % 7 "
     "GROUP BY s",
+    # [NOT] IN tied to the outer query by equalities: per outer row, the values of its rows only
+    # (NOT IN: TRUE when those are none; a NULL among them or a NULL x keeps no row).
+    "SELECT k, s, v FROM l WHERE v IN (SELECT v FROM r WHERE r.k = l.k)",
+    "SELECT k, s, v FROM l WHERE k IN (SELECT k FROM r WHERE r.s = l.s AND r.v > 25)",
+    "SELECT k, s, v FROM l WHERE v NOT IN (SELECT v FROM r WHERE r.k = l.k)",
+    "SELECT k, s, v FROM l WHERE k NOT IN (SELECT k FROM r WHERE l.s = r.s AND r.v > 25) AND v < 40",
     # [NOT] EXISTS correlated by equalities: a semi (anti) join; a NULL key matches nothing.
     "SELECT k, s, v FROM l WHERE EXISTS (SELECT 1 FROM r WHERE r.k = l.k AND r.v > 25)",
     "SELECT k, s, v FROM l WHERE NOT EXISTS (SELECT * FROM r WHERE r.s = l.s AND r.k = l.k) AND v < 20",

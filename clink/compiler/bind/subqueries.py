@@ -16,8 +16,12 @@ so NOT EXISTS keeps its row, as SQL says).
 A subquery used as a value in a condition of WHERE, an aggregation without GROUP BY, is joined
 to every row (see ``_scalar_joins``).
 
-An EXISTS without such an equality, other subqueries used as values, subqueries under OR or in the
-select list, and an IN subquery that reads the query around it are refused where they are written.
+``x [NOT] IN (SELECT y FROM s WHERE s.a = outer.b AND ...)``, tied to the outer query by
+equalities, is ``EXISTS (... AND y = x)`` for IN; for NOT IN the three joins go by ``outer.b``
+too (the subquery's rows are those of the outer row's values).
+
+An EXISTS without such an equality, other subqueries used as values, and subqueries under OR or in
+the select list are refused where they are written.
 """
 
 from __future__ import annotations
@@ -72,9 +76,16 @@ class SubqueryBinder:
                 continue
             if from_ is None:
                 raise SqlError("IN (subquery) needs a FROM clause", conjunct.span)
+            correlated = self._correlated_in(conjunct)
             if conjunct.negated:
-                from_, condition = self._not_in(from_, conjunct)
+                from_, condition = self._not_in(from_, conjunct, correlated)
                 kept.append(condition)
+                continue
+            if correlated is not None:
+                # x IN (SELECT y FROM s WHERE s.a = outer.b): EXISTS (... AND y = x).
+                local, keys, item = correlated
+                exists = ast.Exists(query=attrs.evolve(conjunct.query, where=_all(local)), span=conjunct.span)
+                from_, _ = self._exists_join(from_, exists, False, [*keys, (item, conjunct.operand)])
                 continue
             from_ = self._semi_join(from_, conjunct)
         where = None
@@ -82,29 +93,15 @@ class SubqueryBinder:
             where = c if where is None else ast.And(left=where, right=c, span=c.span)
         return attrs.evolve(q, from_=from_, where=where)
 
-    def _exists_join(self, from_: ast.FromItem, e: ast.Exists, negated: bool) -> tuple[ast.FromItem, ast.Expr]:
+    def _exists_join(self, from_: ast.FromItem, e: ast.Exists, negated: bool,
+                     extra: list[tuple[ast.Expr, ast.Expr]] | None = None) -> tuple[ast.FromItem, ast.Expr]:
         """``[NOT] EXISTS (SELECT ... FROM s WHERE s.a = outer.b AND ...)``: ``from_`` joined (inner
         for EXISTS, left for NOT EXISTS) with the distinct keys ``s.a`` of the rows that pass the
         subquery's own conditions, on ``outer.b = key``; and a column that is NULL exactly for
         the rows that found no match."""
         sub = e.query
-        if (not isinstance(sub, ast.Select) or sub.from_ is None or sub.group_by or sub.having is not None
-                or sub.distinct or has_aggregate(sub.items)):
-            raise SqlError("EXISTS over this subquery is not supported yet", sub.span,
-                           "EXISTS (SELECT ... FROM t WHERE t.k = outer.k AND ...) is")
-        _, inner = self._join(sub.from_, None) if isinstance(sub.from_, ast.Join) else self.from_item(sub.from_)
-        local: list[ast.Expr] = []
-        keys: list[tuple[ast.Expr, ast.Expr]] = []
-        for c in _conjuncts(sub.where) if sub.where is not None else []:
-            if self._reads_only(c, inner):
-                local.append(c)
-            elif isinstance(c, ast.Comparison) and c.op == "=" and self._reads_only(c.left, inner):
-                keys.append((c.left, c.right))
-            elif isinstance(c, ast.Comparison) and c.op == "=" and self._reads_only(c.right, inner):
-                keys.append((c.right, c.left))
-            else:
-                raise SqlError("a condition of EXISTS that reads the outer query must be an equality of a "
-                               "subquery expression and an outer one", c.span)
+        local, keys = self._correlation(sub, "EXISTS")
+        keys += extra or []
         if not keys:
             raise SqlError("EXISTS without an equality tying it to the outer query is not supported yet", e.span,
                            "add the condition that relates the subquery's rows to the outer row (t.k = outer.k)")
@@ -126,6 +123,28 @@ class SubqueryBinder:
                         kind="left" if negated else "inner", condition=condition, span=span)
         return join, ast.FieldAccess(expr=ast.ColumnRef(name=alias, span=span), name=f"{HIDDEN}m", span=span)
 
+    def _correlation(self, sub: ast.QueryExpr, what: str) -> tuple[list[ast.Expr], list[tuple[ast.Expr, ast.Expr]]]:
+        """The conditions of ``sub``'s WHERE that read only its own FROM, and its equalities with
+        the outer query as (subquery expression, outer expression) pairs."""
+        if (not isinstance(sub, ast.Select) or sub.from_ is None or sub.group_by or sub.having is not None
+                or sub.distinct or has_aggregate(sub.items)):
+            raise SqlError(f"{what} over this subquery is not supported yet", sub.span,
+                           f"{what} (SELECT ... FROM t WHERE t.k = outer.k AND ...) is")
+        _, inner = self._join(sub.from_, None) if isinstance(sub.from_, ast.Join) else self.from_item(sub.from_)
+        local: list[ast.Expr] = []
+        keys: list[tuple[ast.Expr, ast.Expr]] = []
+        for c in _conjuncts(sub.where) if sub.where is not None else []:
+            if self._reads_only(c, inner):
+                local.append(c)
+            elif isinstance(c, ast.Comparison) and c.op == "=" and self._reads_only(c.left, inner):
+                keys.append((c.left, c.right))
+            elif isinstance(c, ast.Comparison) and c.op == "=" and self._reads_only(c.right, inner):
+                keys.append((c.right, c.left))
+            else:
+                raise SqlError(f"a condition of {what} that reads the outer query must be an equality of a "
+                               "subquery expression and an outer one", c.span)
+        return local, keys
+
     def _reads_only(self, e: ast.Expr, scope) -> bool:
         """Whether ``e`` binds in ``scope`` (reads only the subquery's own columns)."""
         errors = len(self.errors)
@@ -137,22 +156,49 @@ class SubqueryBinder:
             del self.errors[errors:]
         return True
 
-    def _not_in(self, from_: ast.FromItem, c: ast.InSubquery) -> tuple[ast.FromItem, ast.Expr]:
+    def _correlated_in(self, c: ast.InSubquery):
+        """None for a subquery of IN that stands alone; for one tied to the outer query by
+        equalities: its own conditions, the (subquery, outer) equality pairs and its value."""
+        try:
+            self._check_in_subquery(c)
+            return None
+        except SqlError as exc:
+            if not exc.message.startswith("a subquery that reads a column of the query around it"):
+                raise
+            correlated = exc
+        local, keys = self._correlation(c.query, "IN")
+        items = c.query.items
+        if not keys or len(items) != 1 or not isinstance(items[0], ast.AliasedExpr):
+            raise correlated
+        return local, keys, items[0].expr
+
+    def _not_in(self, from_: ast.FromItem, c: ast.InSubquery, correlated=None) -> tuple[ast.FromItem, ast.Expr]:
         """``x NOT IN (SELECT y ...)`` with SQL's NULL rules: TRUE when the subquery has no row;
         otherwise only for a non-NULL ``x`` equal to no ``y`` while no ``y`` is NULL. Three left
         joins find, per row, a matching value, whether the subquery has a row, and whether it has
-        a NULL (the last two on a key every row has: ``x IS NULL OR x IS NOT NULL``)."""
-        self._check_in_subquery(c)
+        a NULL (the last two on a key every row has: ``x IS NULL OR x IS NOT NULL``). A subquery
+        tied to the outer query by equalities (``correlated``) gives its rows per value of those:
+        the three joins are on them too."""
         span = c.span
         self._subqueries += 1
         alias = f"{HIDDEN}sq{self._subqueries}"
         value = ast.ColumnRef(name=f"{HIDDEN}v", span=span)
+        keys: list[tuple[ast.Expr, ast.Expr]] = []
+        if correlated is None:
+            source = ast.SubqueryRef(query=c.query, alias=f"{HIDDEN}in", columns=(f"{HIDDEN}v",), span=c.query.span)
+        else:
+            local, keys, item = correlated
+            own = (ast.AliasedExpr(expr=item, alias=f"{HIDDEN}v", span=span),
+                   *(ast.AliasedExpr(expr=inner, alias=f"{HIDDEN}k{i}", span=span)
+                     for i, (inner, _) in enumerate(keys)))
+            source = ast.SubqueryRef(query=attrs.evolve(c.query, items=own, where=_all(local)), alias=f"{HIDDEN}in",
+                                     span=c.query.span)
+        key_items = tuple(ast.AliasedExpr(expr=ast.ColumnRef(name=f"{HIDDEN}k{i}", span=span), alias=f"{HIDDEN}k{i}",
+                                          span=span) for i in range(len(keys)))
 
         def values(items: tuple[ast.SelectItem, ...], where: ast.Expr | None) -> ast.SubqueryRef:
-            return ast.SubqueryRef(query=ast.Select(
-                items=items, distinct=True, where=where, span=span,
-                from_=ast.SubqueryRef(query=c.query, alias=f"{HIDDEN}in", columns=(f"{HIDDEN}v",), span=c.query.span)),
-                alias=None, span=span)
+            return ast.SubqueryRef(query=ast.Select(items=(*items, *key_items), distinct=True, where=where, span=span,
+                                                    from_=source), alias=None, span=span)
 
         def hidden(name: str) -> ast.Expr:
             return ast.FieldAccess(expr=ast.ColumnRef(name=f"{alias}{name}", span=span), name=f"{HIDDEN}{name}",
@@ -168,8 +214,14 @@ class SubqueryBinder:
                 ("null", (ast.AliasedExpr(expr=flag, alias=f"{HIDDEN}null", span=span),),
                  ast.IsNull(operand=value, negated=False, span=span), every_row)):
             right = attrs.evolve(values(items, where), alias=f"{alias}{name}")
-            joined = ast.Join(left=joined, right=right, kind="left", span=span,
-                              condition=ast.Comparison(op="=", left=key, right=hidden(name), span=span))
+            condition: ast.Expr = ast.Comparison(op="=", left=key, right=hidden(name), span=span)
+            if keys and name != "m":
+                condition = None
+            for i, (_, outer) in enumerate(keys):
+                tie = ast.Comparison(op="=", left=outer, right=ast.FieldAccess(
+                    expr=ast.ColumnRef(name=f"{alias}{name}", span=span), name=f"{HIDDEN}k{i}", span=span), span=span)
+                condition = tie if condition is None else ast.And(left=condition, right=tie, span=span)
+            joined = ast.Join(left=joined, right=right, kind="left", span=span, condition=condition)
         empty = ast.IsNull(operand=hidden("any"), negated=False, span=span)
         found_none = ast.And(
             left=ast.And(left=ast.IsNull(operand=c.operand, negated=True, span=span),
@@ -253,6 +305,13 @@ def _outside_subqueries(node):
 def _replace(node, replaced: dict[int, ast.Expr]):
     """``node`` with the nodes whose ids ``replaced`` names put in their place."""
     return ast.rewrite(node, lambda n: replaced.get(id(n), n if isinstance(n, ast.QueryExpr) else None))
+
+
+def _all(conditions: list[ast.Expr]) -> ast.Expr | None:
+    where = None
+    for c in conditions:
+        where = c if where is None else ast.And(left=where, right=c, span=c.span)
+    return where
 
 
 def _conjuncts(e: ast.Expr) -> list[ast.Expr]:
