@@ -197,9 +197,11 @@ def test_joins_for_system_time_that_cannot_run_are_refused(sql: str, message: st
 
 @pytest.mark.parametrize("kind", ["JOIN", "LEFT JOIN"])
 @pytest.mark.parametrize("backend", ["memory", "sqlite"])
-def test_temporal_join_equals_duckdb_asof_join(tmp_path, kind: str, backend: str) -> None:
+@pytest.mark.parametrize("versioned", ["table", "view"])
+def test_temporal_join_equals_duckdb_asof_join(tmp_path, kind: str, backend: str, versioned: str) -> None:
     """Each order meets the rate of its currency valid at the order's time (the latest rate at
-    or before it): DuckDB's ASOF JOIN over the same rows."""
+    or before it): DuckDB's ASOF JOIN over the same rows. The versioned side is a table with a
+    PRIMARY KEY, or Flink's versioned view: the latest row per key of an append-only table."""
     import pyarrow.parquet as pq
 
     rng = np.random.default_rng(5)
@@ -221,11 +223,14 @@ def test_temporal_join_equals_duckdb_asof_join(tmp_path, kind: str, backend: str
         f"SET 'state.backend' = '{backend}';\n"
         "CREATE TABLE orders (cur STRING, amount BIGINT, ts TIMESTAMP(3), WATERMARK FOR ts AS ts - INTERVAL '3' "
         f"SECOND) WITH ('connector' = 'filesystem', 'path' = '{tmp_path / 'orders.parquet'}', 'format' = 'parquet');\n"
-        "CREATE TABLE rates (cur STRING, rate BIGINT, rts TIMESTAMP(3), PRIMARY KEY (cur) NOT ENFORCED, "
+        f"CREATE TABLE rates (cur STRING, rate BIGINT, rts TIMESTAMP(3), "
+        f"{'PRIMARY KEY (cur) NOT ENFORCED, ' if versioned == 'table' else ''}"
         f"WATERMARK FOR rts AS rts) WITH ('connector' = 'filesystem', 'path' = '{tmp_path / 'rates.parquet'}', "
         "'format' = 'parquet');\n"
-        f"SELECT o.cur, o.amount, o.ts, r.rate FROM orders o {kind} rates FOR SYSTEM_TIME AS OF o.ts AS r "
-        "ON o.cur = r.cur;\n")
+        "CREATE VIEW latest AS SELECT cur, rate, rts FROM (SELECT *, ROW_NUMBER() OVER (PARTITION BY cur "
+        "ORDER BY rts DESC) AS rownum FROM rates) WHERE rownum = 1;\n"
+        f"SELECT o.cur, o.amount, o.ts, r.rate FROM orders o {kind} {'rates' if versioned == 'table' else 'latest'} "
+        "FOR SYSTEM_TIME AS OF o.ts AS r ON o.cur = r.cur;\n")
     ours = clink.sql(script).to_arrow()
     con = shared_duckdb.connect()
     con.register("orders", orders)
@@ -248,6 +253,15 @@ def test_temporal_join_needs_a_versioned_table_and_its_key() -> None:
     assert "must match the versioned table's whole primary key; j is not compared" in text
     text = _refusal(ddl + "SELECT * FROM o JOIN w FOR SYSTEM_TIME AS OF o.ts ON o.k = w.k;\n")
     assert "'w' must be a table with a PRIMARY KEY and a WATERMARK" in text
+    # A view is versioned when it keeps the latest row per key by event time (rownum = 1).
+    for view in ("SELECT k, t FROM (SELECT *, ROW_NUMBER() OVER (PARTITION BY k ORDER BY t) AS rn FROM w) "
+                 "WHERE rn = 1",  # the first row, not the latest
+                 "SELECT k, t FROM (SELECT *, ROW_NUMBER() OVER (PARTITION BY k ORDER BY t DESC) AS rn FROM w) "
+                 "WHERE rn <= 2",
+                 "SELECT k, t FROM w"):
+        text = _refusal(ddl + f"CREATE VIEW u AS {view};\nSELECT * FROM o JOIN u FOR SYSTEM_TIME AS OF o.ts "
+                              "ON o.k = u.k;\n")
+        assert "or a view that keeps the latest row per key by event time" in text, view
 
 
 def test_a_table_read_twice_by_one_query_is_read_once(tables: dict[str, pa.Table]) -> None:
@@ -436,3 +450,32 @@ def test_join_of_an_updating_input_is_not_bounded_by_another_column() -> None:
     # Bounded by the window end alone, the same join is an interval join.
     explained = clink.compile(script.replace("g.last + INTERVAL '1' MINUTE", "g.we + INTERVAL '1' MINUTE")).explain()
     assert "Join INNER (interval)" in explained
+
+
+def test_flinks_versioned_view_example() -> None:
+    """Flink's versioned tables page: currency_rates is append-only (no key can be declared), the
+    deduplication view over it is a versioned table; orders meet the rate valid at their time
+    (the page's changelog of the view: Euro 114 at 09:00, 116 at 10:45, 119 at 11:15)."""
+    import datetime as dt
+
+    def at(hhmm: str) -> dt.datetime:
+        return dt.datetime.fromisoformat(f"2026-01-01 {hhmm}")
+
+    rates = pa.table({"currency": ["Yen", "Euro", "USD", "Euro", "Euro", "Pounds"],
+                      "rate": pa.array([102, 114, 1, 116, 119, 108], pa.int64()),
+                      "update_time": pa.array([at(t) for t in ("09:00", "09:00", "09:00", "10:45", "11:15", "11:49")],
+                                              pa.timestamp("ms"))})
+    orders = pa.table({"amount": pa.array([2, 1, 2, 3, 5], pa.int64()),
+                       "currency": ["Euro", "USD", "Euro", "Pounds", "Pounds"],
+                       "order_time": pa.array([at(t) for t in ("10:15", "10:30", "10:52", "11:50", "11:40")],
+                                              pa.timestamp("ms"))})
+    query = ("CREATE VIEW versioned_rates AS SELECT currency, rate, update_time FROM (SELECT *, ROW_NUMBER() OVER "
+             "(PARTITION BY currency ORDER BY update_time DESC) AS rownum FROM currency_rates) WHERE rownum = 1;\n"
+             "SELECT o.amount, o.currency, r.rate, o.amount * r.rate AS total FROM orders AS o "
+             "LEFT JOIN versioned_rates FOR SYSTEM_TIME AS OF o.order_time AS r ON r.currency = o.currency")
+    rows = run_select(query, watermarks={"orders": "order_time AS order_time - INTERVAL '15' MINUTE",
+                                         "currency_rates": "update_time AS update_time"},
+                      row_group_size=2, orders=orders, currency_rates=rates).to_pylist()
+    assert sorted((r["amount"], r["currency"], r["rate"], r["total"]) for r in rows) == sorted([
+        (2, "Euro", 114, 228), (1, "USD", 1, 1), (2, "Euro", 116, 232), (3, "Pounds", 108, 324),
+        (5, "Pounds", None, None)])

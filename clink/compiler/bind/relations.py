@@ -117,12 +117,11 @@ class RelationBinder:
             pred = self.expr(item.condition, Scope(left.columns + right.columns))
             self._raise_collected()
             on = ir.conjuncts(self._condition(pred, "ON", item.condition.span))
-        lookup, temporal = False, None
+        lookup, temporal, key = False, None, ()
         if as_of is not None:
-            lookup, temporal = self._check_temporal(item, as_of, left, right)
+            lookup, temporal, key, right = self._check_temporal(item, as_of, left, right)
         return JoinTree(columns=columns, left=left, right=right, kind=item.kind, on=tuple(on), span=item.span,
-                         lookup=lookup, temporal=temporal,
-                         primary_key=self.catalog.lookup(item.right.name).info.primary_key if temporal else ())
+                         lookup=lookup, temporal=temporal, primary_key=key)
 
     def _unnest(self, item: ast.Join) -> JoinTree:
         """``left CROSS JOIN UNNEST(expr) AS u (x)``: each row of ``left`` once per element of its
@@ -162,28 +161,38 @@ class RelationBinder:
         return JoinTree(columns=columns + added, rel=rel, span=span)
 
     def _check_temporal(self, item: ast.Join, as_of: ast.Expr, left: JoinTree,
-                        right: JoinTree) -> tuple[bool, tuple[int, int] | None]:
+                        right: JoinTree) -> tuple[bool, tuple[int, int] | None, tuple[str, ...], JoinTree]:
         """``JOIN t FOR SYSTEM_TIME AS OF l.x``: a lookup join when ``x`` is a processing-time
         attribute (``PROCTIME()``) of the left side; a temporal join against the versioned table
-        ``t`` when ``x`` is an event-time attribute and ``t`` has a watermark and a primary key.
-        Returns (lookup, (left time column, right time column) of a temporal join)."""
+        ``t`` when ``x`` is an event-time attribute and ``t`` has a watermark and a primary key,
+        or is a versioned view (``versioned_view``). Returns (lookup, (left time column, right
+        time column) of a temporal join, the versioned table's key, the right side to join)."""
         time = self.expr(as_of, Scope(left.columns))
         self._raise_collected()
         if item.kind not in ("inner", "left"):
             raise SqlError(f"a join FOR SYSTEM_TIME AS OF is INNER or LEFT, not {item.kind.upper()}", item.span)
         if isinstance(time, ir.Column) and left.rel is not None and is_proctime(left.rel, time.index):
-            return True, None
+            return True, None, (), right
         if not (isinstance(time, ir.Column) and left.columns[time.index].rowtime):
             raise SqlError("FOR SYSTEM_TIME AS OF needs a time attribute of the left side: an event-time column "
                            "(with a WATERMARK) or a processing-time one (defined as PROCTIME())", as_of.span,
                            "e.g. FROM orders o JOIN rates FOR SYSTEM_TIME AS OF o.ts AS r ON o.currency = r.currency")
-        entry = self.catalog.lookup(item.right.name) if isinstance(item.right, ast.TableRef) else None
+        name = item.right.name
+        entry = next((frame[name] for frame in reversed(self._ctes) if name in frame), None) \
+            or self.catalog.lookup(name)
+        if isinstance(entry, CatalogView) and (versioned := versioned_view(entry.rel)) is not None:
+            rel, key, version_time = versioned
+            names = rel.schema.names
+            return False, (time.index, version_time), tuple(names[k] for k in key), attrs.evolve(right, rel=rel)
         if not isinstance(entry, CatalogTable) or not entry.info.primary_key or not entry.info.watermark:
-            raise SqlError(f"a temporal join by event time needs a versioned table on the right: {item.right.name!r} "
-                           "must be a table with a PRIMARY KEY and a WATERMARK", item.right.span,
-                           "declare PRIMARY KEY (...) NOT ENFORCED and WATERMARK FOR its time column")
+            raise SqlError(f"a temporal join by event time needs a versioned table on the right: {name!r} "
+                           "must be a table with a PRIMARY KEY and a WATERMARK, or a view that keeps the latest "
+                           "row per key by event time", item.right.span,
+                           "declare PRIMARY KEY (...) NOT ENFORCED and WATERMARK FOR its time column, or CREATE VIEW "
+                           "v AS SELECT ... FROM (SELECT *, ROW_NUMBER() OVER (PARTITION BY key ORDER BY time DESC) "
+                           "AS rownum FROM t) WHERE rownum = 1")
         times = [i for i, c in enumerate(right.columns) if c.rowtime]
-        return False, (time.index, times[0])
+        return False, (time.index, times[0]), entry.info.primary_key, right
 
     def _build_join(self, tree: JoinTree, above: list[ir.Expr], depth: int) -> ir.Rel:
         """The relation of ``tree`` with the conjuncts ``above`` (over its columns) applied."""
@@ -281,6 +290,102 @@ class JoinTree:
     #: versioned table's primary key.
     temporal: tuple[int, int] | None = None
     primary_key: tuple[str, ...] = ()
+
+
+def versioned_view(rel: ir.Rel) -> tuple[ir.Rel, tuple[int, ...], int] | None:
+    """A view that keeps the latest row per key by event time, as Flink's versioned views do
+    (``SELECT ... FROM (SELECT *, ROW_NUMBER() OVER (PARTITION BY k ORDER BY time DESC) AS rownum
+    FROM t) WHERE rownum = 1``, over an append-only ``t`` with a watermark on ``time``): each row
+    of ``t`` is a new version of its key. Returns the view with the deduplication taken out (its
+    rows are the versions), the view's key columns and its version time column; None for another view."""
+    chain: list[ir.Rel] = []
+    node = rel
+    while isinstance(node, (ir.Project, ir.Calc, ir.Filter)):
+        chain.append(node)
+        node = node.input
+    if not (isinstance(node, ir.Rank) and node.function == "row_number" and len(node.order) == 1
+            and node.order[0][1] and node.limit in (None, 1) and not ir.is_updating(node.input)):
+        return None
+    rank = node
+    width = len(rank.input.schema)
+    time_col = rank.order[0][0]
+    if time_col not in _event_time_columns(rank.input):
+        return None
+    one = ir.Literal(value=1, type=pa.int64(), nullable=False, span=None)
+    limited = rank.limit == 1
+    # Rebuild the nodes above the deduplication over its input: the row number is 1 for every
+    # version; a filter on it goes (it said rownum = 1), other conditions stay.
+    below: ir.Rel = rank.input
+    # Per column of ``below``, the input column it is (for the key and the time); None: computed.
+    origin: list[int | None] = list(range(width))
+    rank_here: int | None = width if rank.emit_rank else None
+    for n in reversed(chain):
+        if isinstance(n, ir.Filter):
+            kept = []
+            for c in ir.conjuncts(n.predicate):
+                if rank_here is not None and ir.columns_used(c) == {rank_here}:
+                    if _keeps_first(c, rank_here):
+                        limited = True
+                        continue
+                    return None
+                kept.append(c)
+            if any(rank_here is not None and rank_here in ir.columns_used(c) for c in kept):
+                return None
+            if kept:
+                pred = kept[0]
+                for c in kept[1:]:
+                    pred = ir.and_(pred, c)
+                below = ir.Filter(input=below, predicate=pred, span=n.span)
+            continue
+        exprs = tuple(_replace_column(e, rank_here, one) if rank_here is not None else e for e in n.exprs)
+        if isinstance(n, ir.Calc) and n.predicate is not None:
+            return None
+        new_rank = next((i for i, e in enumerate(n.exprs) if isinstance(e, ir.Column) and e.index == rank_here), None)
+        origin = [origin[e.index] if isinstance(e, ir.Column) and e.index != rank_here else None for e in n.exprs]
+        rank_here = new_rank
+        below = ir.Project(input=below, exprs=exprs, names=n.names, span=n.span)
+    if not limited:
+        return None
+    keys = []
+    for p in rank.partition:
+        if p not in origin:
+            return None
+        keys.append(origin.index(p))
+    if time_col not in origin:
+        return None
+    return below, tuple(keys), origin.index(time_col)
+
+
+def _keeps_first(c: ir.Expr, column: int) -> bool:
+    """Whether condition ``c`` on the row number ``column`` is ``= 1``, ``<= 1`` or ``< 2``."""
+    if not (isinstance(c, ir.Call) and c.fn in ("eq", "le", "lt") and len(c.args) == 2):
+        return False
+    a, b = c.args
+    if not (isinstance(a, ir.Column) and a.index == column and isinstance(b, ir.Literal)):
+        return False
+    return (c.fn in ("eq", "le") and b.value == 1) or (c.fn == "lt" and b.value == 2)
+
+
+def _replace_column(e: ir.Expr, index: int, by: ir.Expr) -> ir.Expr:
+    return ir.transform(e, lambda n: by if isinstance(n, ir.Column) and n.index == index else n)
+
+
+def _event_time_columns(rel: ir.Rel) -> set[int]:
+    """Columns of ``rel`` that are a table's watermark column passed on as it is."""
+    match rel:
+        case ir.Scan(table=table, columns=columns):
+            if table.watermark is None:
+                return set()
+            return {i for i, c in enumerate(columns) if table.columns[c].name == table.watermark[0]}
+        case ir.Project(input=ir.Scan(table=table), names=names) if (
+                table.watermark is not None and table.watermark[0] not in table.columns.names):
+            return {names.index(table.watermark[0])}
+        case ir.Project(exprs=exprs, input=below) | ir.Calc(exprs=exprs, input=below):
+            times = _event_time_columns(below)
+            return {i for i, e in enumerate(exprs) if isinstance(e, ir.Column) and e.index in times}
+        case ir.Filter(input=below):
+            return _event_time_columns(below)
+    return set()
 
 
 def is_proctime(rel: ir.Rel, index: int) -> bool:
