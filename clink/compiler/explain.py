@@ -12,6 +12,7 @@ from clink.compiler.physical import (
     OverAggOp,
     PhysicalPlan,
     MatchOp,
+    SessionOp,
     RankOp,
     SortOp,
     SinkOp,
@@ -194,6 +195,11 @@ def explain_physical(plan: PhysicalPlan) -> str:
                 names = sort.input.schema.names
                 order = "".join(f", {names[c]}{' DESC' if d else ''}" for c, d in sort.order)
                 line = (f"[{op.id}] Sort ORDER BY {names[sort.time]}{order} as the watermark passes "
+                        f"<- [{op.input}] {op.partitioning}")
+            case SessionOp(tvf=tvf):
+                names = tvf.input.schema.names
+                line = (f"[{op.id}] SessionWindows {tvf.window.sql()} state keys=["
+                        f"{', '.join(names[p] for p in tvf.partition_by) or '(none)'}] as sessions end "
                         f"<- [{op.input}] {op.partitioning}")
             case MatchOp(match=m):
                 names = m.input.schema.names

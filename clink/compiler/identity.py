@@ -37,6 +37,7 @@ from clink.compiler.physical import (
     PhysicalOp,
     PhysicalPlan,
     MatchOp,
+    SessionOp,
     RankOp,
     SinkOp,
     SortOp,
@@ -49,7 +50,7 @@ __all__ = ["Identity", "operator_identities"]
 
 _KINDS: dict[type, str] = {WindowAggOp: "window", GroupAggOp: "group", JoinOp: "join", RankOp: "rank",
                            OverAggOp: "over", SortOp: "sort",
-                           MatchOp: "match"}
+                           MatchOp: "match", SessionOp: "session"}
 
 
 def _inputs(op: PhysicalOp) -> tuple[int, ...]:
@@ -125,6 +126,8 @@ def _ir_node(op: PhysicalOp) -> ir.Rel:
             return node
         case MatchOp(match=node):
             return node
+        case SessionOp(tvf=node):
+            return node
     raise TypeError(f"{type(op).__name__} is not a stateful operator")
 
 
@@ -163,6 +166,9 @@ def _meaning(op: PhysicalOp) -> str:
         case SortOp(sort=sort):
             order = "".join(f", {_column_sql(sort.input, c)}{' DESC' if d else ''}" for c, d in sort.order)
             return f"ORDER BY {_column_sql(sort.input, sort.time)}{order}"
+        case SessionOp(tvf=tvf):
+            partition = ", ".join(_column_sql(tvf.input, i) for i in tvf.partition_by)
+            return f"SESSION({tvf.window.gap} ms) PARTITION BY ({partition}) ON {_column_sql(tvf.input, tvf.time)}"
         case MatchOp(match=m):
             partition = ", ".join(_column_sql(m.input, i) for i in m.partition)
             pattern = " ".join(f"{m.variables[v]}{{{lo},{'' if hi is None else hi}}}{'' if g else '?'}"

@@ -492,6 +492,8 @@ class WindowTVF(Unary):
     time: int
     #: SESSION only: the input columns whose values each have their own sessions.
     partition_by: tuple[int, ...] = ()
+    #: SESSION as a relation is a stateful operator: ``SELECT /*+ UID('name') */`` names its state.
+    uid: str | None = None
 
     @functools.cached_property
     def schema(self) -> Schema:

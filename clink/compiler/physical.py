@@ -167,6 +167,25 @@ class SortOp:
 
 
 @attrs.frozen(kw_only=True)
+class SessionOp:
+    """A SESSION window table function as a relation: rows wait for their session to end; its
+    input is hash-partitioned by the PARTITION BY columns (one subtask without them)."""
+
+    id: int
+    input: int
+    tvf: ir.WindowTVF
+
+    @property
+    def schema(self) -> ir.Schema:
+        return self.tvf.schema
+
+    @property
+    def partitioning(self) -> str:
+        names = [self.tvf.input.schema.names[p] for p in self.tvf.partition_by]
+        return f"hash({', '.join(names)})" if names else "single"
+
+
+@attrs.frozen(kw_only=True)
 class MatchOp:
     """MATCH_RECOGNIZE; its input is hash-partitioned by the partition columns (all rows in one
     subtask without PARTITION BY); append-only output."""
@@ -261,7 +280,7 @@ class SinkOp:
 
 
 PhysicalOp = (SourceOp | ChainOp | ExchangeOp | PreAggOp | WindowAggOp | GroupAggOp | JoinOp | RankOp | OverAggOp
-              | SortOp | MatchOp | UnionOp | SinkOp)
+              | SortOp | MatchOp | SessionOp | UnionOp | SinkOp)
 
 
 def output_distribution(op: PhysicalOp) -> Distribution | None:
@@ -400,13 +419,17 @@ def _build_late_output(op: WindowAggOp | OverAggOp, ops: list[PhysicalOp]) -> No
     ops.append(SinkOp(id=len(ops) + 1, input=upstream, sink=attrs.evolve(sink, input=calc)))
 
 
+def _is_session(node: ir.Rel) -> bool:
+    return isinstance(node, ir.WindowTVF) and node.window.kind == "session"
+
+
 def _build(rel: ir.Rel, ops: list[PhysicalOp], *, target: str, shared: dict) -> int:
     """Add the operators that produce ``rel`` to ``ops``; return the id of the last one.
     ``shared``: the source already planned for each scan of the statement, and the (operator
     id, description) planned for each stateful subquery, by its shape."""
     steps: list[ir.Calc | ir.WindowTVF | ir.Replicate | ir.Unnest] = []
     node = rel
-    while isinstance(node, (ir.Calc, ir.WindowTVF, ir.Replicate, ir.Unnest)):
+    while isinstance(node, (ir.Calc, ir.WindowTVF, ir.Replicate, ir.Unnest)) and not _is_session(node):
         steps.append(node)
         node = node.input
     scan_predicate = None
@@ -462,6 +485,13 @@ def _build(rel: ir.Rel, ops: list[PhysicalOp], *, target: str, shared: dict) -> 
             op = SortOp(id=len(ops) + 1, input=below, sort=node)
             ops.append(op)
             upstream, table = op.id, f"order by {op.id}"
+        case ir.WindowTVF():  # SESSION: rows wait for their sessions to end
+            below = _build(node.input, ops, target="a SESSION window", shared=shared)
+            wanted = hash_by(*node.partition_by) if node.partition_by else SINGLE
+            below = _distributed(ops, below, wanted, node.input.schema)
+            op = SessionOp(id=len(ops) + 1, input=below, tvf=node)
+            ops.append(op)
+            upstream, table = op.id, f"session windows {op.id}"
         case ir.MatchRecognize():
             below = _build(node.input, ops, target="a MATCH_RECOGNIZE", shared=shared)
             wanted = hash_by(*node.partition) if node.partition else SINGLE

@@ -16,7 +16,7 @@ if TYPE_CHECKING:
     from clink.runtime.context import TaskContext
 
 __all__ = ["APPEND_ONLY", "BROADCAST", "DELETE", "FORWARD", "Distribution", "Exchange", "INSERT", "INSERT_DELETE", "ROWKIND_COLUMN", "SINGLE",
-           "UPDATE_AFTER", "UPDATE_BEFORE", "UPDATING", "AggSpec", "ChangelogMode", "Chain", "GroupAggregate", "Join", "MatchRecognize", "Nav", "Node", "OverAggregate", "Rank", "Plan", "Sink", "Sort", "Source", "TaskContext", "Union",
+           "UPDATE_AFTER", "UPDATE_BEFORE", "UPDATING", "AggSpec", "ChangelogMode", "Chain", "GroupAggregate", "Join", "MatchRecognize", "Nav", "Node", "SessionWindows", "OverAggregate", "Rank", "Plan", "Sink", "Sort", "Source", "TaskContext", "Union",
            "WindowAggregate", "WindowSpec", "hash_by"]
 
 @dataclass(frozen=True, slots=True)
@@ -396,6 +396,27 @@ class Sort(Node):
 
     def requires(self) -> tuple[Distribution, ...]:
         return (SINGLE,)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SessionWindows(Node):
+    """``TABLE(SESSION(...))`` as a relation: every row once its session (per ``partition``
+    columns, hashed; none: one subtask) has ended, i.e. once the watermark passes its last row's
+    ``time`` plus ``gap`` ms, with window_start, window_end and window_time appended (``schema``).
+    Append-only; a row whose [time, time + gap) ends at or before the watermark is late."""
+
+    input: int
+    partition: tuple[int, ...]
+    time: int
+    gap: int
+    schema: pa.Schema
+
+    @property
+    def inputs(self) -> tuple[int, ...]:
+        return (self.input,)
+
+    def requires(self) -> tuple[Distribution, ...]:
+        return (hash_by(*self.partition),) if self.partition else (SINGLE,)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

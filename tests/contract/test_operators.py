@@ -102,12 +102,17 @@ CASES = {
                     "MEASURES A.amount AS a0, C.amount AS a2, SUM(amount) AS n "
                     "AFTER MATCH SKIP PAST LAST ROW PATTERN (A B{{2}} C) "
                     "DEFINE A AS A.amount > PREV(amount), B AS B.amount < A.amount, C AS C.amount > LAST(B.amount));"),
+    # Rows wait across checkpoints for their sessions to end.
+    "session": ("SessionWindowsOperator",
+                ORDERS + f"CREATE TABLE o (cur STRING, amount BIGINT, ws TIMESTAMP(3), we TIMESTAMP(3)) {CSV};\n"
+                "INSERT INTO o SELECT cur, amount, window_start, window_end FROM TABLE(SESSION(TABLE orders "
+                "PARTITION BY cur, DESCRIPTOR(ts), INTERVAL '1' SECOND));"),
 }
 #: The cases that read the orders and rates written by the ``data`` fixture, not Nexmark's events.
-OWN_DATA = {"temporal", "match", "match-fixed"}
+OWN_DATA = {"temporal", "match", "match-fixed", "session"}
 KIND_OF_CASE = {"window": "window", "group": "group", "join": "join", "rank": "rank", "over": "over",
                 "over-updating": "over", "temporal": "join", "sort": "sort",
-                "match": "match", "match-fixed": "match"}
+                "match": "match", "match-fixed": "match", "session": "session"}
 
 
 @pytest.fixture(scope="module")

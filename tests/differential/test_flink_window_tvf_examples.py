@@ -114,3 +114,71 @@ def test_bad_window_arguments_are_refused_where_they_are(call: str, message: str
 def test_arguments_by_name_are_refused_by_other_functions() -> None:
     with pytest.raises(SqlError, match=r"arguments by name \(S => \.\.\.\) are taken by window table functions only"):
         clink.compile("SELECT UPPER(S => 'a');")
+
+
+# The SESSION section of the page (Flink 1.19+): its own Bid table, out of time order.
+_SESSION_BIDS = [("08:07", "4.00", "A"), ("08:06", "2.00", "A"), ("08:09", "5.00", "B"), ("08:08", "3.00", "A"),
+                 ("08:17", "1.00", "B")]
+
+
+@pytest.fixture(scope="module")
+def session_bid() -> pa.Table:
+    return pa.table({"bidtime": pa.array([_at(t) for t, _, _ in _SESSION_BIDS], pa.timestamp("ms")),
+                     "price": pa.array([decimal.Decimal(p) for _, p, _ in _SESSION_BIDS], pa.decimal128(10, 2)),
+                     "item": [i for _, _, i in _SESSION_BIDS]})
+
+
+def _hm(value: dt.datetime) -> str:
+    return value.strftime("%H:%M")
+
+
+@pytest.mark.parametrize("batch", [1, 2, 5])
+@pytest.mark.parametrize(("call", "printed"), [
+    ("SESSION(TABLE Bid PARTITION BY item, DESCRIPTOR(bidtime), INTERVAL '5' MINUTES)",
+     [("08:06", "2.00", "A", "08:06", "08:13"), ("08:07", "4.00", "A", "08:06", "08:13"),
+      ("08:08", "3.00", "A", "08:06", "08:13"), ("08:09", "5.00", "B", "08:09", "08:14"),
+      ("08:17", "1.00", "B", "08:17", "08:22")]),
+    ("SESSION(DATA => TABLE Bid PARTITION BY item, TIMECOL => DESCRIPTOR(bidtime), GAP => INTERVAL '5' MINUTES)",
+     [("08:06", "2.00", "A", "08:06", "08:13"), ("08:07", "4.00", "A", "08:06", "08:13"),
+      ("08:08", "3.00", "A", "08:06", "08:13"), ("08:09", "5.00", "B", "08:09", "08:14"),
+      ("08:17", "1.00", "B", "08:17", "08:22")]),
+    ("SESSION(TABLE Bid, DESCRIPTOR(bidtime), INTERVAL '5' MINUTES)",
+     [("08:06", "2.00", "A", "08:06", "08:14"), ("08:07", "4.00", "A", "08:06", "08:14"),
+      ("08:08", "3.00", "A", "08:06", "08:14"), ("08:09", "5.00", "B", "08:06", "08:14"),
+      ("08:17", "1.00", "B", "08:17", "08:22")]),
+])
+def test_session_rows_are_the_pages_tables(call: str, printed: list, batch: int, session_bid: pa.Table) -> None:
+    rows = run_select(f"SELECT * FROM TABLE({call})", watermarks=WATERMARK, row_group_size=batch,
+                      Bid=session_bid).to_pylist()
+    assert all(r["window_time"] == r["window_end"] - dt.timedelta(milliseconds=1) for r in rows)
+    assert sorted((_hm(r["bidtime"]), str(r["price"]), r["item"], _hm(r["window_start"]), _hm(r["window_end"]))
+                  for r in rows) == printed
+
+
+@pytest.mark.parametrize(("query", "printed"), [
+    ("SELECT window_start, window_end, item, SUM(price) AS total_price FROM TABLE(SESSION(TABLE Bid PARTITION BY "
+     "item, DESCRIPTOR(bidtime), INTERVAL '5' MINUTES)) GROUP BY item, window_start, window_end",
+     [("08:06", "08:13", "A", "9.00"), ("08:09", "08:14", "B", "5.00"), ("08:17", "08:22", "B", "1.00")]),
+    ("SELECT window_start, window_end, SUM(price) AS total_price FROM TABLE(SESSION(TABLE Bid, DESCRIPTOR(bidtime), "
+     "INTERVAL '5' MINUTES)) GROUP BY window_start, window_end",
+     [("08:06", "08:14", "14.00"), ("08:17", "08:22", "1.00")]),
+])
+def test_session_aggregations_are_the_pages_tables(query: str, printed: list, session_bid: pa.Table) -> None:
+    rows = run_select(query, watermarks=WATERMARK, row_group_size=1, Bid=session_bid).to_pylist()
+    got = sorted(tuple(_hm(v) if isinstance(v, dt.datetime) else str(v) for v in r.values()) for r in rows)
+    assert got == printed
+
+
+def test_window_top_n_and_dedup_over_sessions(session_bid: pa.Table) -> None:
+    """Window Top-N (the dearest bid of each item's session) and window deduplication (its first
+    bid) over the SESSION table function, as over the other window TVFs."""
+    sessions = "TABLE(SESSION(TABLE Bid PARTITION BY item, DESCRIPTOR(bidtime), INTERVAL '5' MINUTES))"
+    top = run_select(f"SELECT item, price, window_start FROM (SELECT *, ROW_NUMBER() OVER (PARTITION BY window_start, "
+                     f"window_end, item ORDER BY price DESC) AS rn FROM {sessions}) WHERE rn <= 1",
+                     watermarks=WATERMARK, row_group_size=1, Bid=session_bid).to_pylist()
+    assert sorted((r["item"], str(r["price"]), _hm(r["window_start"])) for r in top) == [
+        ("A", "4.00", "08:06"), ("B", "1.00", "08:17"), ("B", "5.00", "08:09")]
+    first = run_select(f"SELECT item, bidtime FROM (SELECT *, ROW_NUMBER() OVER (PARTITION BY window_start, "
+                       f"window_end, item ORDER BY bidtime) AS rn FROM {sessions}) WHERE rn = 1",
+                       watermarks=WATERMARK, row_group_size=1, Bid=session_bid).to_pylist()
+    assert sorted((r["item"], _hm(r["bidtime"])) for r in first) == [("A", "08:06"), ("B", "08:09"), ("B", "08:17")]

@@ -317,8 +317,9 @@ class QueryBinder:
             return self._row_number(q, rel, scope), frozenset()
         if any(isinstance(n, ast.FunctionCall) and n.over is not None for item in q.items for n in ast_walk(item)):
             return self._over_aggregate(q, rel, scope)
-        if isinstance(rel, ir.WindowTVF) and rel.window.kind == "session":
-            raise SqlError("a SESSION window is only usable with GROUP BY window_start, window_end", q.from_.span)
+        if isinstance(rel, ir.WindowTVF) and rel.window.kind == "session" and rel.input.schema[rel.time].type.tz:
+            raise SqlError("SESSION windows over a TIMESTAMP_LTZ column are only usable with GROUP BY window_start, "
+                           "window_end", q.from_.span, "aggregate them, or use a TIMESTAMP event-time column")
         exprs: list[ir.Expr] = []
         names: list[str] = []
         for item in q.items:

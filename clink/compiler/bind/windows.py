@@ -88,7 +88,8 @@ class WindowBinder:
                 raise SqlError(f"unknown column {key!r} in PARTITION BY", table_arg.span,
                                did_you_mean(key, [c.name for c in scope.columns], "columns"))
             partition.append(found[0])
-        tvf = ir.WindowTVF(input=rel, window=window, time=time, partition_by=tuple(partition), span=call.span)
+        tvf = ir.WindowTVF(input=rel, window=window, time=time, partition_by=tuple(partition), span=call.span,
+                           uid=self._uid if window.kind == "session" else None)
         columns = tuple(attrs.evolve(c, rowtime=False) for c in scope.columns)
         columns += tuple(ScopeColumn(alias, f.name, f, f.name == "window_time")
                          for f in tvf.schema.fields[len(scope.columns):])

@@ -28,6 +28,7 @@ from clink.compiler.physical import (
     PhysicalPlan,
     PreAggOp,
     MatchOp,
+    SessionOp,
     RankOp,
     SortOp,
     SinkOp,
@@ -173,6 +174,8 @@ def _emit_schemas(w: SourceWriter, plan: PhysicalPlan) -> dict[int, str]:
                 texts = [(f"SCHEMA_SORT_{op.id}", op.schema)]
             case MatchOp():
                 texts = [(f"SCHEMA_MATCH_{op.id}", op.schema)]
+            case SessionOp():
+                texts = [(f"SCHEMA_SESSION_{op.id}", op.schema)]
             case OverAggOp():
                 texts = [(f"SCHEMA_OVER_{op.id}", op.schema)]
             case UnionOp():
@@ -209,7 +212,7 @@ def changelog_modes(plan: PhysicalPlan) -> dict[int, ChangelogMode]:
                 modes[op.id] = ir.changelog_mode(rel)
             case SortOp():
                 modes[op.id] = modes[op.input]
-            case MatchOp():
+            case MatchOp() | SessionOp():
                 modes[op.id] = APPEND_ONLY
     return modes
 
@@ -668,6 +671,15 @@ def _emit_plan(w: SourceWriter, plan: PhysicalPlan, schema_names: dict[int, str]
                             w.line(_identity_py(identities[op.id]))
                             w.line(f"schema={schema_names[op.id * 10]}, {changelog(op.id)}"
                                    f"span={str(sort.span or '')!r}),")
+                    case SessionOp(tvf=tvf):
+                        names = tvf.input.schema.names
+                        w.line(f"P.SessionWindows(id={op.id}, input={op.input}, partition={tvf.partition_by!r}, "
+                               f"time={tvf.time}, gap={tvf.window.gap},  # SESSION on {names[tvf.time]}",
+                               span=tvf.span)
+                        with w.indent():
+                            w.line(_identity_py(identities[op.id]))
+                            w.line(f"schema={schema_names[op.id * 10]}, {changelog(op.id)}"
+                                   f"span={str(tvf.span or '')!r}),")
                     case MatchOp(match=m):
                         names = m.input.schema.names
                         w.line(f"P.MatchRecognize(id={op.id}, input={op.input}, partition={m.partition!r}, "

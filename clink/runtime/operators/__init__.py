@@ -17,7 +17,17 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from clink.runtime.operators.base import Operator, OperatorBase, OperatorEnv
-from clink.runtime.plan import GroupAggregate, Join, MatchRecognize, Node, OverAggregate, Rank, Sort, WindowAggregate
+from clink.runtime.plan import (
+    GroupAggregate,
+    Join,
+    MatchRecognize,
+    Node,
+    OverAggregate,
+    Rank,
+    SessionWindows,
+    Sort,
+    WindowAggregate,
+)
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -93,6 +103,20 @@ def _describe_match(node: MatchRecognize, schemas: tuple[pa.Schema, ...], operat
     layout = " ; ".join(d.signature() for d in operator.descriptors)
     return (f"MATCH_RECOGNIZE PARTITION BY ({partition}) ORDER BY {schema.field(node.time).type} "
             f"PATTERN ({pattern}) keeping ({navs}) | {layout}")
+
+
+def _open_session(node: SessionWindows, env: OperatorEnv) -> Operator:
+    from clink.runtime.operators.session import SessionWindowsOperator
+
+    return SessionWindowsOperator(node, env.task, input_schema=env.input_schemas[0], backend=env.backend,
+                                  operator_id=env.operator_id)
+
+
+def _describe_session(node: SessionWindows, schemas: tuple[pa.Schema, ...], operator: Operator) -> str:
+    (schema,) = schemas
+    partition = ", ".join(str(schema.field(p).type) for p in node.partition)
+    layout = " ; ".join(d.signature() for d in operator.descriptors)
+    return f"SESSION({node.gap} ms) PARTITION BY ({partition}) ON {schema.field(node.time).type} | {layout}"
 
 
 def _open_rank(node: Rank, env: OperatorEnv) -> Operator:
@@ -177,6 +201,7 @@ KINDS: dict[type[Node], OperatorKind] = {
     OverAggregate: OperatorKind("over", _open_over, _describe_over),
     Sort: OperatorKind("sort", _open_sort, _describe_sort),
     MatchRecognize: OperatorKind("match", _open_match, _describe_match),
+    SessionWindows: OperatorKind("session", _open_session, _describe_session),
 }
 
 
