@@ -106,6 +106,15 @@ QUERIES = [
     "SELECT k, s, v FROM l WHERE k IN (SELECT k FROM r WHERE r.s = l.s AND r.v > 25)",
     "SELECT k, s, v FROM l WHERE v NOT IN (SELECT v FROM r WHERE r.k = l.k)",
     "SELECT k, s, v FROM l WHERE k NOT IN (SELECT k FROM r WHERE l.s = r.s AND r.v > 25) AND v < 40",
+    # Subqueries used as values in the select list: a single-row aggregation joined to every row,
+    # or one per key of the outer row (a key without rows: NULL; COUNT: 0).
+    "SELECT k, v, (SELECT MAX(v) FROM r) AS m FROM l",
+    "SELECT k, (SELECT COUNT(*) FROM r WHERE r.k = l.k) AS n, (SELECT SUM(v) FROM r WHERE r.k = l.k AND r.v > 10) "
+    "AS t FROM l",
+    "SELECT k, v FROM l WHERE v > (SELECT COUNT(*) FROM r WHERE v > 1000)",
+    # EXISTS not tied to the outer row: whether the subquery has a row at all.
+    "SELECT k, s FROM l WHERE EXISTS (SELECT 1 FROM r WHERE v > 90)",
+    "SELECT k, s FROM l WHERE NOT EXISTS (SELECT 1 FROM r WHERE v > 1000)",
     # [NOT] EXISTS correlated by equalities: a semi (anti) join; a NULL key matches nothing.
     "SELECT k, s, v FROM l WHERE EXISTS (SELECT 1 FROM r WHERE r.k = l.k AND r.v > 25)",
     "SELECT k, s, v FROM l WHERE NOT EXISTS (SELECT * FROM r WHERE r.s = l.s AND r.k = l.k) AND v < 20",
@@ -176,12 +185,14 @@ def test_values_columns_take_the_common_type_of_their_rows() -> None:
     ("WITH a AS (SELECT 1 AS x) SELECT * FROM b;", "unknown table 'b'"),
     ("SELECT 1 AS x ORDER BY 2 LIMIT 1;", "ORDER BY 2: the query has 1 column"),
     ("SELECT SUM(a) OVER x FROM (VALUES (1)) AS t(a);", "unknown window 'x'"),
-    ("SELECT a FROM (VALUES (1)) AS t(a) WHERE EXISTS (SELECT 2 FROM (VALUES (2)) AS u(b));",
-     "EXISTS without an equality tying it to the outer query is not supported yet"),
+    ("SELECT a FROM (VALUES (1)) AS t(a) WHERE EXISTS (SELECT b FROM (VALUES (2)) AS u(b) WHERE b = a + 1 OR b = 2);",
+     "a condition of EXISTS that reads the outer query must be an equality"),
+    ("SELECT a, (SELECT COUNT(*) + 1 FROM (VALUES (2)) AS u(b) WHERE b = a) FROM (VALUES (1)) AS t(a);",
+     "a COUNT inside an expression of a subquery that reads the outer query is not supported yet"),
     ("SELECT a FROM (VALUES (1)) AS t(a) WHERE EXISTS (SELECT b FROM (VALUES (2)) AS u(b) WHERE b > a);",
      "a condition of EXISTS that reads the outer query must be an equality"),
     ("SELECT a FROM (VALUES (1)) AS t(a) WHERE a = 2 OR EXISTS (SELECT 2);", "EXISTS (subquery) here is not supported yet"),
-    ("SELECT (SELECT 2) AS b;", "a subquery used as a value is not supported yet"),
+    ("SELECT (SELECT 2) AS b;", "a subquery used as a value needs a FROM clause around it"),
     ("SELECT a FROM (VALUES (1)) AS t(a) WHERE a > (SELECT b FROM (VALUES (2)) AS u(b));",
      "a subquery used as a value is supported as an aggregation without GROUP BY"),
     ("SELECT a FROM (VALUES (1)) AS t(a) WHERE a = 1 OR a IN (SELECT 2);", "IN (subquery) here is not supported yet"),

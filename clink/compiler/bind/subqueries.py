@@ -47,11 +47,13 @@ class SubqueryBinder:
     """Rewrites the subqueries of a SELECT block into joins before it is bound."""
 
     def _unnest_subqueries(self, q: ast.Select) -> ast.Select:
-        for item in q.items:
-            _refuse_inside(item, "in the select list")
         for part in (*q.group_by, q.having):
             if part is not None:
                 _refuse_inside(part, "in GROUP BY or HAVING")
+        if any(isinstance(n, ast.ScalarSubquery) for item in q.items for n in _outside_subqueries(item)):
+            q = self._select_list_scalars(q)
+        for item in q.items:
+            _refuse_inside(item, "in the select list")
         if q.where is None or not any(isinstance(n, _SUBQUERY) for n in ast_walk(q.where)):
             return q
         from_ = q.from_
@@ -61,7 +63,22 @@ class SubqueryBinder:
             if isinstance(conjunct, ast.Exists) or negated:
                 if from_ is None:
                     raise SqlError("EXISTS (subquery) needs a FROM clause", conjunct.span)
-                from_, marker = self._exists_join(from_, conjunct.operand if negated else conjunct, negated)
+                exists = conjunct.operand if negated else conjunct
+                if not self._correlated_exists(exists):
+                    # Not tied to the outer row: whether the subquery has a row at all, a count
+                    # joined to every row like a subquery used as a value.
+                    span = exists.span
+                    count = ast.ScalarSubquery(query=ast.Select(
+                        items=(ast.AliasedExpr(expr=ast.FunctionCall(name="COUNT", args=(), star=True, span=span),
+                                               alias=None, span=span),),
+                        from_=ast.SubqueryRef(query=exists.query, alias=f"{HIDDEN}e", span=span), span=span),
+                        span=span)
+                    test = ast.Comparison(op="=" if negated else ">", left=count,
+                                          right=ast.Literal(kind="int", value=0, span=span), span=span)
+                    from_, test = self._scalar_joins(from_, test, [count], anchor=self._anchor(from_, span))
+                    kept.append(test)
+                    continue
+                from_, marker = self._exists_join(from_, exists, negated)
                 if negated:
                     kept.append(ast.IsNull(operand=marker, negated=False, span=conjunct.span))
                 continue
@@ -229,20 +246,108 @@ class SubqueryBinder:
             right=ast.IsNull(operand=hidden("null"), negated=False, span=span), span=span)
         return joined, ast.Or(left=empty, right=found_none, span=span)
 
-    def _scalar_joins(self, from_: ast.FromItem, conjunct: ast.Expr,
-                      scalars: list[ast.ScalarSubquery]) -> tuple[ast.FromItem, ast.Expr]:
+    def _correlated_exists(self, e: ast.Exists) -> bool:
+        """Whether the subquery of ``e`` reads the query around it (else it binds alone)."""
+        errors = len(self.errors)
+        try:
+            self._query(e.query)
+        except (SqlError, SqlErrors, Unresolved):
+            return True
+        finally:
+            del self.errors[errors:]
+        return False
+
+    def _anchor(self, from_: ast.FromItem, span) -> ast.Expr:
+        """A column of ``from_`` (any), to build a key every row has from."""
+        _, scope = self._join(from_, None) if isinstance(from_, ast.Join) else self.from_item(from_)
+        column = next((c for c in scope.columns if not is_hidden(c.qualifier)), scope.columns[0])
+        if column.qualifier is None:
+            return ast.ColumnRef(name=column.name, span=span)
+        return ast.FieldAccess(expr=ast.ColumnRef(name=column.qualifier, span=span), name=column.name, span=span)
+
+    def _select_list_scalars(self, q: ast.Select) -> ast.Select:
+        """Subqueries used as values in the select list: a single-row aggregation is joined to
+        every row (as in WHERE); one tied to the outer row by equalities is aggregated per key
+        and joined on it (left: a key without rows gives NULL, or 0 for a COUNT)."""
+        if q.from_ is None:
+            first = next(n for item in q.items for n in _outside_subqueries(item) if isinstance(n, ast.ScalarSubquery))
+            raise SqlError("a subquery used as a value needs a FROM clause around it", first.span)
+        from_ = q.from_
+        items = []
+        for item in q.items:
+            scalars = [n for n in _outside_subqueries(item) if isinstance(n, ast.ScalarSubquery)]
+            if not scalars:
+                items.append(item)
+                continue
+            replaced: dict[int, ast.Expr] = {}
+            plain = []
+            for sub in scalars:
+                if self._correlated_exists(ast.Exists(query=sub.query, span=sub.span)):
+                    from_, replaced[id(sub)] = self._correlated_scalar(from_, sub)
+                else:
+                    plain.append(sub)
+            if plain:
+                from_, _ = self._scalar_joins(from_, item.expr, plain, anchor=self._anchor(from_, item.span),
+                                              replaced=replaced)
+            new = _replace(item.expr, replaced)
+            # A value joined in keeps the name the subquery's column gives it, as Flink names it.
+            items.append(attrs.evolve(item, expr=new, alias=item.alias or (
+                f"EXPR${q.items.index(item)}" if isinstance(item.expr, ast.ScalarSubquery) else None)))
+        return attrs.evolve(q, items=tuple(items), from_=from_)
+
+    def _correlated_scalar(self, from_: ast.FromItem, sub: ast.ScalarSubquery) -> tuple[ast.FromItem, ast.Expr]:
+        """``(SELECT agg(...) FROM s WHERE s.k = outer.k AND ...)``: the aggregation per key, left
+        joined on it; a key without rows gives NULL, which for a bare COUNT is 0."""
+        q = sub.query
+        if (not isinstance(q, ast.Select) or len(q.items) != 1 or not isinstance(q.items[0], ast.AliasedExpr)
+                or not has_aggregate(q.items) or q.group_by or q.distinct):
+            raise SqlError("a subquery used as a value that reads the outer query is supported as an aggregation "
+                           "without GROUP BY (one row, one column)", sub.span,
+                           "e.g. (SELECT COUNT(*) FROM o WHERE o.k = t.k)")
+        local, keys = self._correlation(attrs.evolve(q, items=(ast.AliasedExpr(
+            expr=ast.Literal(kind="int", value=1, span=sub.span), alias=None, span=sub.span),)), "a subquery")
+        value = q.items[0].expr
+        counting = isinstance(value, ast.FunctionCall) and value.name == "COUNT"
+        if any(isinstance(n, ast.FunctionCall) and n.name == "COUNT" for n in ast_walk(value)) and not counting:
+            raise SqlError("a COUNT inside an expression of a subquery that reads the outer query is not supported "
+                           "yet (it is not NULL for a key without rows)", sub.span,
+                           "select the COUNT alone and compute with it outside")
+        self._subqueries += 1
+        alias = f"{HIDDEN}sq{self._subqueries}"
+        span = sub.span
+        items = (*(ast.AliasedExpr(expr=inner, alias=f"{HIDDEN}k{i}", span=span) for i, (inner, _) in enumerate(keys)),
+                 ast.AliasedExpr(expr=value, alias=f"{HIDDEN}s", span=span))
+        grouped = ast.Select(items=items, from_=q.from_, where=_all(local), group_by=tuple(k for k, _ in keys),
+                             span=q.span)
+        condition = None
+        for i, (_, outer) in enumerate(keys):
+            c = ast.Comparison(op="=", left=outer, right=ast.FieldAccess(
+                expr=ast.ColumnRef(name=alias, span=span), name=f"{HIDDEN}k{i}", span=span), span=span)
+            condition = c if condition is None else ast.And(left=condition, right=c, span=span)
+        joined = ast.Join(left=from_, right=ast.SubqueryRef(query=grouped, alias=alias, span=span), kind="left",
+                          condition=condition, span=span)
+        result: ast.Expr = ast.FieldAccess(expr=ast.ColumnRef(name=alias, span=span), name=f"{HIDDEN}s", span=span)
+        if counting:
+            result = ast.FunctionCall(name="COALESCE", args=(result, ast.Literal(kind="int", value=0, span=span)),
+                                      span=span)
+        return joined, result
+
+    def _scalar_joins(self, from_: ast.FromItem, conjunct: ast.Expr, scalars: list[ast.ScalarSubquery], *,
+                      anchor: ast.Expr | None = None,
+                      replaced: dict[int, ast.Expr] | None = None) -> tuple[ast.FromItem, ast.Expr]:
         """A condition of WHERE with subqueries used as values (``price > (SELECT AVG(price)
         FROM bid)``): each must be an aggregation without GROUP BY (one row, one column); its row
         is joined to every row (left, so that its value is NULL before it has one) on a key
         every row has, built from a column the condition reads; the condition reads its value."""
-        anchors = [n for n in _outside_subqueries(conjunct) if isinstance(n, (ast.ColumnRef, ast.FieldAccess))]
-        if not anchors:
-            raise SqlError("a subquery used as a value is supported in a condition that also reads a column",
-                           scalars[0].span)
-        anchor = anchors[0]
+        if anchor is None:
+            anchors = [n for n in _outside_subqueries(conjunct) if isinstance(n, (ast.ColumnRef, ast.FieldAccess))]
+            if not anchors:
+                raise SqlError("a subquery used as a value is supported in a condition that also reads a column",
+                               scalars[0].span)
+            anchor = anchors[0]
         every_row = ast.Or(left=ast.IsNull(operand=anchor, negated=False, span=anchor.span),
                            right=ast.IsNull(operand=anchor, negated=True, span=anchor.span), span=anchor.span)
-        replaced: dict[int, ast.Expr] = {}
+        replaced = {} if replaced is None else replaced
         for sub in scalars:
             q = sub.query
             if (not isinstance(q, ast.Select) or q.group_by or len(q.items) != 1 or q.distinct
@@ -258,7 +363,12 @@ class SubqueryBinder:
             key = ast.FieldAccess(expr=ast.ColumnRef(name=alias, span=span), name=f"{HIDDEN}k", span=span)
             from_ = ast.Join(left=from_, right=right, kind="left", span=span,
                              condition=ast.Comparison(op="=", left=every_row, right=key, span=span))
-            replaced[id(sub)] = ast.FieldAccess(expr=ast.ColumnRef(name=alias, span=span), name=f"{HIDDEN}s", span=span)
+            value: ast.Expr = ast.FieldAccess(expr=ast.ColumnRef(name=alias, span=span), name=f"{HIDDEN}s", span=span)
+            if isinstance(q.items[0].expr, ast.FunctionCall) and q.items[0].expr.name == "COUNT":
+                # Before the subquery has a row (none of its rows yet) its COUNT is 0, as SQL says.
+                value = ast.FunctionCall(name="COALESCE", args=(value, ast.Literal(kind="int", value=0, span=span)),
+                                         span=span)
+            replaced[id(sub)] = value
         return from_, _replace(conjunct, replaced)
 
     def _check_in_subquery(self, c: ast.InSubquery) -> None:
