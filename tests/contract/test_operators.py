@@ -64,6 +64,12 @@ CASES = {
              "WITH ('connector' = 'sqlite', 'path' = '{out}.db');\n"
              "INSERT INTO o SELECT auction, price, rn FROM (SELECT auction, price, ROW_NUMBER() OVER "
              "(PARTITION BY auction ORDER BY price DESC, dateTime) AS rn FROM bid) WHERE rn <= 3;"),
+    # A Top-N of a GROUP BY's counts: every row kept, a retracted one gives its place back.
+    "rank-updating": ("RankOperator",
+                      "CREATE TABLE o (a BIGINT, n BIGINT, rn BIGINT, PRIMARY KEY (rn) NOT ENFORCED) "
+                      "WITH ('connector' = 'sqlite', 'path' = '{out}.db');\n"
+                      "INSERT INTO o SELECT a, n, rn FROM (SELECT a, n, ROW_NUMBER() OVER (ORDER BY n DESC, a) AS rn "
+                      "FROM (SELECT auction % 20 AS a, COUNT(*) AS n FROM bid GROUP BY auction % 20)) WHERE rn <= 3;"),
     "over": ("OverAggregateOperator",
              f"CREATE TABLE o (bidder BIGINT, price BIGINT, recent BIGINT) {CSV};\n"
              "INSERT INTO o SELECT bidder, price, SUM(price) OVER (PARTITION BY bidder ORDER BY dateTime "
@@ -110,7 +116,8 @@ CASES = {
 }
 #: The cases that read the orders and rates written by the ``data`` fixture, not Nexmark's events.
 OWN_DATA = {"temporal", "match", "match-fixed", "session"}
-KIND_OF_CASE = {"window": "window", "group": "group", "join": "join", "rank": "rank", "over": "over",
+KIND_OF_CASE = {"window": "window", "group": "group", "join": "join", "rank": "rank", "rank-updating": "rank",
+                "over": "over",
                 "over-updating": "over", "temporal": "join", "sort": "sort",
                 "match": "match", "match-fixed": "match", "session": "session"}
 

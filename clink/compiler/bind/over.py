@@ -12,7 +12,7 @@ from clink.compiler import ast, ir
 from clink.compiler import types as T
 from clink.compiler.bind.aggregates import agg_sql, aggregate_signature
 from clink.compiler.bind.subqueries import is_hidden
-from clink.compiler.bind.scope import Scope, ast_walk, derive_name, unique_names, updating_reason
+from clink.compiler.bind.scope import Scope, ast_walk, derive_name, unique_names
 from clink.compiler.rewrite.bound_interval_joins import duration_ms
 from clink.errors import SqlError
 
@@ -33,10 +33,6 @@ class OverBinder:
             raise SqlError(f"{call.name}() takes no arguments", call.span)
         if over.frame is not None:
             raise SqlError(f"{call.name}() OVER (...) takes no frame (ROWS/RANGE ...)", over.span)
-        if ir.is_updating(rel):
-            producer = ir.updating_source(rel)
-            raise SqlError(f"{call.name}() over an updating input is not supported yet", call.span,
-                           f"the input produces updates: {updating_reason(producer, producer.span)}")
         if not over.order_by:
             raise SqlError(f"{call.name}() needs ORDER BY in its OVER (...)", over.span,
                            "e.g. OVER (PARTITION BY auction ORDER BY price DESC)")

@@ -167,7 +167,7 @@ class QueryBinder:
             rel, rowtime = self._query(attrs.evolve(inner, items=inner.items + extra))
         if q.limit is None:
             return self._sorted(q, rel, rowtime, order, visible)
-        _check_orderable(rel, order, "ORDER BY ... LIMIT", q.span)
+        _check_orderable(rel, order, "ORDER BY ... LIMIT", q.span, updating=True)
         if q.limit == 0:
             never = ir.Literal(value=False, type=pa.bool_(), nullable=False, span=q.span)
             top: ir.Rel = ir.Filter(input=rel, predicate=never, span=q.span)
@@ -345,9 +345,11 @@ class QueryBinder:
         return ir.Project(input=rel, exprs=tuple(exprs), names=unique, span=q.span), rowtime
 
 
-def _check_orderable(rel: ir.Rel, order: list[tuple[int, bool]], what: str, span: Span | None) -> None:
-    """Refuse to order an updating query, or by a nested column."""
-    if ir.is_updating(rel):
+def _check_orderable(rel: ir.Rel, order: list[tuple[int, bool]], what: str, span: Span | None, *,
+                     updating: bool = False) -> None:
+    """Refuse to order an updating query (unless ``updating``: a Top-N keeps up with it), or by a
+    nested column."""
+    if ir.is_updating(rel) and not updating:
         producer = ir.updating_source(rel)
         raise SqlError(f"{what} over an updating query is not supported yet", span,
                        f"the query produces updates: {updating_reason(producer, producer.span)}")

@@ -17,9 +17,12 @@ A batch is processed in four vectorized steps:
 4. the rows that left are stored with count -1 (they net away at the next merge), those that
    entered with +1.
 
-Only append-only inputs are taken (the compiler refuses an updating one): a partition's rows
-beyond its top N can then never come back, so they need not be kept. Partitions are told apart
-by the 64-bit hash of their columns.
+Over an append-only input a partition's rows beyond its top N can never come back, so they are
+not kept. Over an updating input (a GROUP BY's counts ranked, say) a retraction can bring one
+back: every row is kept, as Flink's retractable Top-N does, and a batch is applied to the rows of
+the partitions it touches (its inserts added, each retraction removing one stored or new row
+with its values), the top N numbered before and after, and the difference emitted. Partitions
+are told apart by the 64-bit hash of their columns.
 """
 
 from __future__ import annotations
@@ -32,7 +35,7 @@ import pyarrow as pa
 from clink.runtime import compute as pc
 from clink.runtime.operators.common import max_parallelism, open_state, updating_input
 from clink.runtime.operators.rows import KeyedRows, NumberedRowsOperator, plain_array
-from clink.runtime.plan import APPEND_ONLY, DELETE, INSERT, ROWKIND_COLUMN, ChangelogMode
+from clink.runtime.plan import APPEND_ONLY, DELETE, INSERT, ROWKIND_COLUMN, UPDATE_AFTER, ChangelogMode
 from clink.runtime.state.backend import OperatorState, StateBackend
 from clink.runtime.state.keygroups import hash_columns
 
@@ -57,8 +60,9 @@ class RankOperator(NumberedRowsOperator):
         self.metrics: dict[str, int] = ctx.metrics
         for name in ("state_rows", "state_bytes"):
             self.metrics.setdefault(name, 0)
-        if updating_input(input_mode, input_schema, self._where):
-            raise ValueError(f"{self._where}: the input is updating; Top-N takes append-only input")
+        self.updating = updating_input(input_mode, input_schema, self._where)
+        if self.updating:
+            input_schema = pa.schema(list(input_schema)[:-1])
         if node.function not in ("row_number", "rank", "dense_rank"):
             raise ValueError(f"{self._where}: rows are numbered by row_number, rank or dense_rank, not {node.function!r}")
         if node.limit < 1:
@@ -92,6 +96,8 @@ class RankOperator(NumberedRowsOperator):
         n = batch.num_rows
         if n == 0:
             return []
+        if self.updating:
+            return self._process_updating(batch)
         seq = np.arange(self._next_seq, self._next_seq + n, dtype=np.int64)
         self._next_seq += n
         columns = [*(batch.column(i) for i in range(self.width)), pa.array(seq)]
@@ -155,6 +161,80 @@ class RankOperator(NumberedRowsOperator):
         self.rows.store_rows(both, new, 1, now)
         self._update_state_metrics()
         return out
+
+    def _process_updating(self, batch: pa.RecordBatch) -> list[pa.RecordBatch]:
+        """A batch of an updating input: every row of a partition is kept, so a retracted row's
+        place in the top N goes to the next one."""
+        n = batch.num_rows
+        kinds = batch.column(self.width)
+        adds = pc.is_in(kinds, value_set=pa.array([INSERT, UPDATE_AFTER])).to_numpy(zero_copy_only=False)
+        seq = np.arange(self._next_seq, self._next_seq + n, dtype=np.int64)
+        self._next_seq += n
+        columns = [*(batch.column(i) for i in range(self.width)), pa.array(seq)]
+        khash = hash_columns([columns[p] for p in self.node.partition], n)
+        stored = self._live_rows(np.unique(khash))
+        old_count = 0 if stored is None else stored.num_rows
+        names = [*(f"c{i}" for i in range(self.width)), "_seq", "_khash"]
+        added = pa.table([*columns, pa.array(khash)], names=names).filter(pa.array(adds))
+        if old_count:
+            old = pa.table([*(plain_array(stored.column(i)) for i in range(self.width + 1)),
+                            plain_array(stored.column("_khash"))], names=names)
+            both = pa.concat_tables([old, added]).combine_chunks()
+        else:
+            both = added
+        total = both.num_rows
+        is_old = np.zeros(total, dtype=bool)
+        is_old[:old_count] = True
+        # Each retraction removes one row with its values (the oldest: equal rows look alike).
+        removed = np.zeros(total, dtype=bool)
+        retracted = ~adds
+        if retracted.any() and total:
+            values = hash_columns([both.column(i) for i in range(self.width)], total)
+            gone = hash_columns([batch.column(i).filter(pa.array(retracted)) for i in range(self.width)],
+                                int(retracted.sum()))
+            wanted, counts = np.unique(gone, return_counts=True)
+            order = np.lexsort((both.column("_seq").to_numpy(), values))
+            sorted_values = values[order]
+            first = np.r_[True, sorted_values[1:] != sorted_values[:-1]]
+            position = np.arange(total) - np.maximum.accumulate(np.where(first, np.arange(total), 0))
+            at = np.searchsorted(wanted, sorted_values)
+            hit = (at < len(wanted)) & (wanted[np.minimum(at, len(wanted) - 1)] == sorted_values)
+            take = np.zeros(total, dtype=bool)
+            take[hit] = position[hit] < counts[at[hit]]
+            removed[order] = take
+        alive = ~removed
+        old_rank = self._ranks(both, is_old)
+        new_rank = self._ranks(both, alive)
+        limit = self.node.limit
+        was_in = is_old & (old_rank <= limit)
+        now_in = alive & (new_rank <= limit)
+        moved = (old_rank != new_rank) if self.node.emit_rank else np.zeros(total, dtype=bool)
+        retract = np.flatnonzero(was_in & (~now_in | moved))
+        emit = np.flatnonzero(now_in & (~was_in | moved))
+        out = self._changes(both, retract, old_rank, emit, new_rank)
+        now = int(self.ctx.runtime.clock())
+        self.rows.store_rows(both, np.flatnonzero(is_old & removed), -1, now)
+        self.rows.store_rows(both, np.flatnonzero(~is_old & alive), 1, now)
+        self._update_state_metrics()
+        return out
+
+    def _ranks(self, both: pa.Table, rows: np.ndarray) -> np.ndarray:
+        """The number of each row of ``both`` among the ``rows`` of its partition (a large number
+        for the others)."""
+        ranks = np.full(both.num_rows, np.iinfo(np.int64).max, dtype=np.int64)
+        index = np.flatnonzero(rows)
+        if not len(index):
+            return ranks
+        part = both.take(pa.array(index))
+        order = index[pc.sort_indices(part, sort_keys=self._sort_keys).to_numpy()]
+        hashes = both.column("_khash").to_numpy()[order]
+        starts = np.r_[True, hashes[1:] != hashes[:-1]]
+        if self.node.function == "row_number":
+            position = np.arange(len(order), dtype=np.int64)
+            ranks[order] = position - np.maximum.accumulate(np.where(starts, position, 0)) + 1
+        else:
+            ranks[order] = self._numbers(both, order, starts)
+        return ranks
 
     # -- helpers ---------------------------------------------------------------------------------
 
