@@ -480,7 +480,7 @@ FUNCTIONS: dict[str, Binder] = {
 #: clear message rather than "unknown function".
 AGGREGATES = frozenset({
     "COUNT", "SUM", "MIN", "MAX", "AVG", "FIRST_VALUE", "LAST_VALUE", "STDDEV_POP", "STDDEV_SAMP",
-    "VAR_POP", "VAR_SAMP", "LISTAGG", "ROW_NUMBER", "RANK", "DENSE_RANK", "COLLECT",
+    "VAR_POP", "VAR_SAMP", "ROW_NUMBER", "RANK", "DENSE_RANK",
 })
 
 #: Table functions, which appear in ``FROM TABLE(...)``.

@@ -313,8 +313,6 @@ def aggregate_signature(e: ast.FunctionCall, args: list[ir.Expr]) -> tuple[str, 
         return "count_star", pa.int64(), False
     if name in ("ROW_NUMBER", "RANK", "DENSE_RANK"):
         raise SqlError(f"{name} needs OVER (...), which is not supported yet", span)
-    if name in ("LISTAGG", "COLLECT"):
-        raise SqlError(f"aggregate function {name} is not supported yet", span)
     if len(args) != 1:
         raise SqlError(f"{name} takes 1 argument, got {len(args)}", e.span)
     (arg,) = args

@@ -282,6 +282,12 @@ class ExprBinder:
         binder = FUNCTIONS.get(e.name)
         udf = self._udf(e.name, span) if binder is None or self.functions.get(e.name) is not None else None
         if binder is None and udf is None:
+            # Imported here: ``python -m clink.compiler.catalogue`` runs that module as __main__.
+            from clink.compiler import catalogue
+
+            if (entry := catalogue.unsupported(e.name)) is not None:
+                message, hint = catalogue.refusal(e.name, entry)
+                raise SqlError(message, span, hint)
             known = sorted({*FUNCTIONS, *self.udfs, *(n.upper() for n in self.functions.names())})
             raise SqlError(f"unknown function {e.name}", span, did_you_mean(e.name, known, "functions"))
         if e.distinct or e.star or e.over is not None:
