@@ -7,6 +7,7 @@ returns NULL when any argument is NULL, as SQL functions do.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 
 import attrs
@@ -431,6 +432,469 @@ def _current(fn: str, typ: pa.DataType) -> Binder:
     return bind
 
 
+# ---------------------------------------------------------------- more of Flink's catalogue
+
+
+def _call(fn: str, args: list[ir.Expr], typ: pa.DataType, span: Span, params: tuple = (),
+          nullable: bool | None = None) -> ir.Expr:
+    return ir.Call(fn=fn, args=tuple(args), params=params, type=typ,
+                   nullable=_nullable(args) if nullable is None else nullable, span=span)
+
+
+def _strings(name: str, args: list[ir.Expr]) -> list[ir.Expr]:
+    for i, a in enumerate(args, 1):
+        _need(name, a, T.is_string, "a STRING", i)
+    return [cast_to(a, pa.string()) for a in args]
+
+
+def _integer_literal(name: str, arg: ir.Expr, position: int) -> int | None:
+    value = _literal(name, arg, position, "integer")
+    if value is not None and (not isinstance(value, int) or isinstance(value, bool)):
+        raise SqlError(f"argument {position} of {name} must be an integer", arg.span)
+    return value
+
+
+def _string_literal(name: str, arg: ir.Expr, position: int, what: str = "string") -> str | None:
+    value = _literal(name, arg, position, what)
+    if value is not None and not isinstance(value, str):
+        raise SqlError(f"argument {position} of {name} must be a {what}", arg.span)
+    return value
+
+
+def _null(typ: pa.DataType, span: Span) -> ir.Expr:
+    return ir.Literal(value=None, type=typ, span=span)
+
+
+def _double_of(fn: str, arity: int = 1) -> Binder:
+    """A function of numbers giving a DOUBLE, run by the Arrow kernel ``fn`` (or a ``K.F`` one)."""
+    def bind(name: str, args: list[ir.Expr], span: Span) -> ir.Expr:
+        _arity(name, args, span, arity)
+        for i, a in enumerate(args, 1):
+            _need(name, a, T.is_numeric, "a number", i)
+        return _call(fn, [cast_to(a, pa.float64()) for a in args], pa.float64(), span)
+
+    return bind
+
+
+def _log(name: str, args: list[ir.Expr], span: Span) -> ir.Expr:
+    """LOG(x) is LN(x); LOG(base, x) the logarithm to ``base`` (Flink fails on a base <= 1)."""
+    _arity(name, args, span, 1, 2)
+    for i, a in enumerate(args, 1):
+        _need(name, a, T.is_numeric, "a number", i)
+    doubles = [cast_to(a, pa.float64()) for a in args]
+    return _call("ln" if len(args) == 1 else "log", doubles, pa.float64(), span)
+
+
+def _constant(value: float) -> Binder:
+    def bind(name: str, args: list[ir.Expr], span: Span) -> ir.Expr:
+        _arity(name, args, span, 0)
+        return ir.Literal(value=value, type=pa.float64(), nullable=False, span=span)
+
+    return bind
+
+
+def _sign(name: str, args: list[ir.Expr], span: Span) -> ir.Expr:
+    _arity(name, args, span, 1)
+    _need(name, args[0], T.is_numeric, "a number", 1)
+    typ = args[0].type if not T.is_null(args[0].type) else pa.float64()
+    return _call("sign", [cast_to(args[0], typ)], typ, span)
+
+
+def _truncate(name: str, args: list[ir.Expr], span: Span) -> ir.Expr:
+    _arity(name, args, span, 1, 2)
+    _need(name, args[0], T.is_numeric, "a number", 1)
+    digits = _integer_literal(name, args[1], 2) if len(args) == 2 else 0
+    typ = args[0].type if not T.is_null(args[0].type) else pa.float64()
+    if digits is None:
+        return _null(typ, span)
+    return _call("truncate", [cast_to(args[0], typ)], typ, span, (digits,), args[0].nullable)
+
+
+def _bin(name: str, args: list[ir.Expr], span: Span) -> ir.Expr:
+    _arity(name, args, span, 1)
+    _need(name, args[0], T.is_integer, "an integer", 1)
+    return _call("bin", [cast_to(args[0], pa.int64())], pa.string(), span)
+
+
+def _hex(name: str, args: list[ir.Expr], span: Span) -> ir.Expr:
+    _arity(name, args, span, 1)
+    _need(name, args[0], lambda t: T.is_integer(t) or T.is_string(t), "an integer or a STRING", 1)
+    arg = args[0] if not T.is_null(args[0].type) else cast_to(args[0], pa.string())
+    return _call("hex", [arg], pa.string(), span)
+
+
+def _repeat(name: str, args: list[ir.Expr], span: Span) -> ir.Expr:
+    _arity(name, args, span, 2)
+    (text,) = _strings(name, args[:1])
+    _need(name, args[1], T.is_integer, "an integer", 2)
+    return _call("repeat", [text, cast_to(args[1], pa.int64())], pa.string(), span)
+
+
+def _regex_literal(name: str, arg: ir.Expr, position: int) -> str | None:
+    regex = _string_literal(name, arg, position, "regular expression")
+    if regex is None:
+        return None
+    try:
+        # Checked now so that a bad pattern fails at compile time, not on the first batch.
+        pc.match_substring_regex(pa.array([""], pa.string()), pattern=regex)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as e:
+        reason = str(e).split(": ", 1)[-1]
+        raise SqlError(f"invalid regular expression for {name}: {reason}", arg.span,
+                       "clink uses RE2 syntax: lookarounds, backreferences and possessive quantifiers "
+                       "are not available") from None
+    return regex
+
+
+def _regexp(name: str, args: list[ir.Expr], span: Span) -> ir.Expr:
+    _arity(name, args, span, 2)
+    (text,) = _strings(name, args[:1])
+    regex = _regex_literal(name, args[1], 2)
+    if regex is None:
+        return _null(pa.bool_(), span)
+    return _call("regexp", [text], pa.bool_(), span, (regex,), args[0].nullable)
+
+
+def java_replacement(text: str) -> str:
+    r"""A Java regex replacement (``$1`` for a group, ``\$`` for a dollar) in RE2's form (``\1``)."""
+    out, i = [], 0
+    while i < len(text):
+        c = text[i]
+        if c == "\\" and i + 1 < len(text):
+            nxt = text[i + 1]
+            out.append("\\\\" if nxt == "\\" else nxt)
+            i += 2
+        elif c == "$" and i + 1 < len(text) and text[i + 1].isdigit():
+            j = i + 1
+            while j < len(text) and text[j].isdigit():
+                j += 1
+            out.append("\\" + text[i + 1:j])
+            i = j
+        else:
+            out.append(c)
+            i += 1
+    return "".join(out)
+
+
+def _regexp_replace(name: str, args: list[ir.Expr], span: Span) -> ir.Expr:
+    _arity(name, args, span, 3)
+    (text,) = _strings(name, args[:1])
+    regex = _regex_literal(name, args[1], 2)
+    replacement = _string_literal(name, args[2], 3)
+    if regex is None or replacement is None:
+        return _null(pa.string(), span)
+    return _call("regexp_replace", [text], pa.string(), span, (regex, java_replacement(replacement)),
+                 args[0].nullable)
+
+
+def _concat_ws(name: str, args: list[ir.Expr], span: Span) -> ir.Expr:
+    if len(args) < 2:
+        raise SqlError(f"{name} takes a separator and at least 1 string", span)
+    strings = _strings(name, args)
+    return _call("concat_ws", strings, pa.string(), span, nullable=args[0].nullable)
+
+
+def _pad(left: bool) -> Binder:
+    def bind(name: str, args: list[ir.Expr], span: Span) -> ir.Expr:
+        _arity(name, args, span, 3)
+        (text,) = _strings(name, args[:1])
+        length = _integer_literal(name, args[1], 2)
+        padding = _string_literal(name, args[2], 3)
+        if length is None or padding is None or length < 0 or padding == "":
+            # Flink gives NULL for a negative length and for an empty padding.
+            return _null(pa.string(), span)
+        return _call("pad", [text], pa.string(), span, (length, padding, left), args[0].nullable)
+
+    return bind
+
+
+def _string_to(fn: str, typ: pa.DataType, params: tuple = ()) -> Binder:
+    def bind(name: str, args: list[ir.Expr], span: Span) -> ir.Expr:
+        _arity(name, args, span, 1)
+        return _call(fn, _strings(name, args), typ, span, params)
+
+    return bind
+
+
+def _chr(name: str, args: list[ir.Expr], span: Span) -> ir.Expr:
+    _arity(name, args, span, 1)
+    _need(name, args[0], T.is_integer, "an integer", 1)
+    return _call("chr", [cast_to(args[0], pa.int64())], pa.string(), span)
+
+
+def _instr(name: str, args: list[ir.Expr], span: Span) -> ir.Expr:
+    """INSTR(s, needle); LOCATE(needle, s [, start]) and POSITION(needle IN s) are the same search."""
+    if name == "INSTR":
+        _arity(name, args, span, 2)
+        text, needle_arg, start = args[0], args[1], 1
+    else:
+        _arity(name, args, span, 2, 3)
+        needle_arg, text = args[0], args[1]
+        start = _integer_literal(name, args[2], 3) if len(args) == 3 else 1
+    (text,) = _strings(name, [text])
+    position = 2 if name == "INSTR" else 1
+    needle = _string_literal(name, needle_arg, position)
+    if needle is None or start is None:
+        return _null(pa.int32(), span)
+    return _call("locate", [text], pa.int32(), span, (needle, start), text.nullable)
+
+
+def _left_right(fn: str) -> Binder:
+    def bind(name: str, args: list[ir.Expr], span: Span) -> ir.Expr:
+        _arity(name, args, span, 2)
+        (text,) = _strings(name, args[:1])
+        n = _integer_literal(name, args[1], 2)
+        if n is None:
+            return _null(pa.string(), span)
+        return _call(fn, [text], pa.string(), span, (n,), args[0].nullable)
+
+    return bind
+
+
+def _ifnull(name: str, args: list[ir.Expr], span: Span) -> ir.Expr:
+    """IFNULL(x, replacement): NULL only when the replacement is."""
+    _arity(name, args, span, 2)
+    typ = common_of(name, args)
+    return ir.Call(fn="coalesce", args=tuple(cast_to(a, typ) for a in args), type=typ,
+                   nullable=args[1].nullable, span=span)
+
+
+def _is_kind(kind: str) -> Binder:
+    def bind(name: str, args: list[ir.Expr], span: Span) -> ir.Expr:
+        _arity(name, args, span, 1)
+        return _call("is_kind", _strings(name, args), pa.bool_(), span, (kind,), False)
+
+    return bind
+
+
+def _extreme(fn: str) -> Binder:
+    def bind(name: str, args: list[ir.Expr], span: Span) -> ir.Expr:
+        if not args:
+            raise SqlError(f"{name} takes at least 1 argument", span)
+        typ = common_of(name, args)
+        if pt.is_struct(typ) or pt.is_list(typ) or pt.is_map(typ) or pt.is_boolean(typ):
+            raise SqlError(f"{name} cannot compare {T.sql_name(typ)} values", span)
+        if T.is_null(typ):
+            return _null(pa.int32(), span)
+        return _call(fn, [cast_to(a, typ) for a in args], typ, span)
+
+    return bind
+
+
+_SHA2 = {224: "sha224", 256: "sha256", 384: "sha384", 512: "sha512"}
+
+
+def _hash(algorithm: str | None) -> Binder:
+    def bind(name: str, args: list[ir.Expr], span: Span) -> ir.Expr:
+        _arity(name, args, span, 1 if algorithm else 2)
+        (text,) = _strings(name, args[:1])
+        chosen = algorithm
+        if chosen is None:
+            bits = _integer_literal(name, args[1], 2)
+            if bits is None:
+                return _null(pa.string(), span)
+            if bits not in _SHA2:
+                raise SqlError(f"SHA2 takes a bit length of 224, 256, 384 or 512, got {bits}", args[1].span)
+            chosen = _SHA2[bits]
+        return _call("hash", [text], pa.string(), span, (chosen,), args[0].nullable)
+
+    return bind
+
+
+def _typeof(name: str, args: list[ir.Expr], span: Span) -> ir.Expr:
+    """TYPEOF(x): the SQL type of ``x`` (with NOT NULL when it cannot be NULL), a constant."""
+    _arity(name, args, span, 1, 2)
+    (arg,) = args[:1]
+    text = T.sql_name(arg.type) if not T.is_null(arg.type) else "NULL"
+    if not arg.nullable:
+        text += " NOT NULL"
+    return ir.Literal(value=text, type=pa.string(), nullable=False, span=span)
+
+
+def _current_database(name: str, args: list[ir.Expr], span: Span) -> ir.Expr:
+    """CURRENT_DATABASE(): clink has one database, named as Flink's default one."""
+    _arity(name, args, span, 0)
+    return ir.Literal(value="default_database", type=pa.string(), nullable=False, span=span)
+
+
+def _map_part(keys: bool) -> Binder:
+    def bind(name: str, args: list[ir.Expr], span: Span) -> ir.Expr:
+        _arity(name, args, span, 1)
+        (arg,) = args
+        if not pt.is_map(arg.type):
+            raise SqlError(f"{name} takes a MAP, got {T.sql_name(arg.type)}", arg.span)
+        part = arg.type.key_type if keys else arg.type.item_type
+        return _call("map_part", [arg], pa.list_(part), span, (keys,))
+
+    return bind
+
+
+def _element(name: str, args: list[ir.Expr], span: Span) -> ir.Expr:
+    _arity(name, args, span, 1)
+    (arg,) = args
+    if not pt.is_list(arg.type):
+        raise SqlError(f"{name} takes an ARRAY, got {T.sql_name(arg.type)}", arg.span)
+    return _call("element", [arg], arg.type.value_type, span, nullable=True)
+
+
+TIME_UNITS = ("MILLISECOND", "SECOND", "MINUTE", "HOUR", "DAY", "WEEK", "MONTH", "QUARTER", "YEAR")
+
+
+def time_unit(name: str, arg: ir.Expr | str, span: Span) -> str:
+    """The unit word of TIMESTAMPADD, TIMESTAMPDIFF and FLOOR / CEIL(... TO unit)."""
+    word = arg.upper() if isinstance(arg, str) else None
+    if word is None and isinstance(arg, ir.Literal) and isinstance(arg.value, str):
+        word = arg.value.upper()
+    word = {"SQL_TSI_" + u: u for u in TIME_UNITS}.get(word, word) if word else None
+    word = {"YEARS": "YEAR", "MONTHS": "MONTH", "DAYS": "DAY", "HOURS": "HOUR", "MINUTES": "MINUTE",
+            "SECONDS": "SECOND", "MILLISECONDS": "MILLISECOND"}.get(word, word) if word else None
+    if word not in TIME_UNITS:
+        raise SqlError(f"{name} takes a time unit here", getattr(arg, "span", span),
+                       f"units: {', '.join(TIME_UNITS)}")
+    return word
+
+
+def _temporal(name: str, arg: ir.Expr, position: int) -> ir.Expr:
+    t = arg.type
+    if not (pt.is_timestamp(t) or pt.is_date(t) or T.is_null(t)):
+        raise SqlError(f"argument {position} of {name} must be a TIMESTAMP or a DATE, got {T.sql_name(t)}", arg.span)
+    return cast_to(arg, pa.timestamp("ms")) if T.is_null(t) else arg
+
+
+def timestampadd(unit: str, args: list[ir.Expr], span: Span) -> ir.Expr:
+    """TIMESTAMPADD(unit, n, ts): ``ts`` moved by ``n`` units, in ``ts``'s type (a DATE stays a
+    DATE, for units of a day or more)."""
+    name = "TIMESTAMPADD"
+    if len(args) != 2:
+        raise SqlError(f"{name} takes a unit and 2 arguments, got {len(args) + 1}", span)
+    _need(name, args[0], T.is_integer, "an integer", 2)
+    ts = _temporal(name, args[1], 3)
+    if pt.is_date(ts.type) and unit in ("MILLISECOND", "SECOND", "MINUTE", "HOUR"):
+        raise SqlError(f"{name} of {unit} to a DATE is not supported", args[1].span, "CAST the DATE AS TIMESTAMP")
+    if pt.is_timestamp(ts.type) and ts.type.tz is not None and unit in ("MONTH", "QUARTER", "YEAR"):
+        raise SqlError(f"{name} of {unit}s to a TIMESTAMP_LTZ is not supported", args[1].span,
+                       "CAST it AS TIMESTAMP(3) (its wall clock in the session time zone) first")
+    return _call("timestampadd", [cast_to(args[0], pa.int64()), ts], ts.type, span, (unit,))
+
+
+def timestampdiff(unit: str, args: list[ir.Expr], span: Span) -> ir.Expr:
+    """TIMESTAMPDIFF(unit, a, b): whole units from ``a`` to ``b`` (INT)."""
+    name = "TIMESTAMPDIFF"
+    if len(args) != 2:
+        raise SqlError(f"{name} takes a unit and 2 arguments, got {len(args) + 1}", span)
+    a, b = (wall_clock(_temporal(name, x, i)) for i, x in ((2, args[0]), (3, args[1])))
+    return _call("timestampdiff", [a, b], pa.int32(), span, (unit,))
+
+
+def _unit_first(bind_rest: Callable[[str, list[ir.Expr], Span], ir.Expr]) -> Binder:
+    def bind(name: str, args: list[ir.Expr], span: Span) -> ir.Expr:
+        if not args:
+            raise SqlError(f"{name} takes a unit and 2 arguments", span)
+        return bind_rest(time_unit(name, args[0], span), args[1:], span)
+
+    return bind
+
+
+#: Java date-time pattern letters a parser reads, as regular-expression groups.
+_JAVA_PARSE = (
+    ("yyyy", r"(?P<y>[0-9]{4})"), ("MM", r"(?P<M>[0-9]{1,2})"), ("M", r"(?P<M>[0-9]{1,2})"),
+    ("dd", r"(?P<d>[0-9]{1,2})"), ("d", r"(?P<d>[0-9]{1,2})"), ("HH", r"(?P<H>[0-9]{1,2})"),
+    ("H", r"(?P<H>[0-9]{1,2})"), ("mm", r"(?P<m>[0-9]{1,2})"), ("m", r"(?P<m>[0-9]{1,2})"),
+    ("ss", r"(?P<s>[0-9]{1,2})"), ("s", r"(?P<s>[0-9]{1,2})"), ("SSS", r"(?P<S>[0-9]{3})"),
+    ("XXX", r"(?P<X>Z|[+-][0-9]{2}:[0-9]{2})"), ("XX", r"(?P<X>Z|[+-][0-9]{4})"), ("X", r"(?P<X>Z|[+-][0-9]{2}(?:[0-9]{2})?)"),
+)
+
+
+def java_to_regex(pattern: str) -> str:
+    """A Java date-time pattern (as TO_TIMESTAMP, TO_DATE and UNIX_TIMESTAMP take it) as a regular
+    expression with a named group per field; ValueError names a letter it cannot read."""
+    import re
+
+    out, i, seen = [], 0, set()
+    while i < len(pattern):
+        c = pattern[i]
+        if c == "'":
+            end = pattern.find("'", i + 1)
+            end = len(pattern) if end < 0 else end
+            out.append(re.escape(pattern[i + 1:end] or "'"))
+            i = end + 1
+            continue
+        for java, group in _JAVA_PARSE:
+            if pattern.startswith(java, i) and not pattern.startswith(java + java[0], i):
+                if java[0] in seen:
+                    raise ValueError(f"the pattern letter {java[0]!r} appears twice")
+                seen.add(java[0])
+                out.append(group)
+                i += len(java)
+                break
+        else:
+            if c.isalpha():
+                run = len(pattern) - len(pattern[i:].lstrip(c))
+                raise ValueError(f"the pattern letters {pattern[i:i + run]!r} are not supported "
+                                 "(supported: yyyy MM dd HH mm ss SSS X, text in '...')")
+            out.append(re.escape(c))
+            i += 1
+    return "".join(out)
+
+
+def _pattern_arg(name: str, args: list[ir.Expr], default: str) -> str | None:
+    fmt = _string_literal(name, args[1], 2, "format string") if len(args) == 2 else default
+    if fmt is None:
+        return None
+    try:
+        return java_to_regex(fmt)
+    except ValueError as exc:
+        raise SqlError(f"unsupported {name} pattern {fmt!r}: {exc}", args[1].span) from None
+
+
+def _to_timestamp(name: str, args: list[ir.Expr], span: Span) -> ir.Expr:
+    """TO_TIMESTAMP(s [, format]): TIMESTAMP(3); NULL when ``s`` does not spell one. Without a
+    format, ``s`` is read as CAST reads it (a fraction of a second allowed)."""
+    _arity(name, args, span, 1, 2)
+    (text,) = _strings(name, args[:1])
+    if len(args) == 1:
+        return ir.Call(fn="cast", args=(text,), params=(True,), type=pa.timestamp("ms"), nullable=True, span=span)
+    regex = _pattern_arg(name, args, "")
+    if regex is None:
+        return _null(pa.timestamp("ms"), span)
+    return _call("to_timestamp", [text], pa.timestamp("ms"), span, (regex,), True)
+
+
+def _to_date(name: str, args: list[ir.Expr], span: Span) -> ir.Expr:
+    _arity(name, args, span, 1, 2)
+    (text,) = _strings(name, args[:1])
+    regex = _pattern_arg(name, args, "yyyy-MM-dd")
+    if regex is None:
+        return _null(pa.date32(), span)
+    return _call("to_date", [text], pa.date32(), span, (regex,), True)
+
+
+def _unix_timestamp(name: str, args: list[ir.Expr], span: Span) -> ir.Expr:
+    """UNIX_TIMESTAMP(): processing time in epoch seconds; UNIX_TIMESTAMP(s [, format]): the
+    epoch seconds ``s`` names in the session time zone (Long.MIN_VALUE when it does not parse)."""
+    _arity(name, args, span, 0, 2)
+    if not args:
+        return _call("unix_now", [], pa.int64(), span, nullable=False)
+    (text,) = _strings(name, args[:1])
+    regex = _pattern_arg(name, args, "yyyy-MM-dd HH:mm:ss")
+    if regex is None:
+        return _null(pa.int64(), span)
+    return _call("unix_timestamp", [text], pa.int64(), span, (regex,), args[0].nullable)
+
+
+def _from_unixtime(name: str, args: list[ir.Expr], span: Span) -> ir.Expr:
+    """FROM_UNIXTIME(n [, format]): epoch seconds as text, in the session time zone."""
+    _arity(name, args, span, 1, 2)
+    _need(name, args[0], T.is_numeric, "a number of seconds", 1)
+    fmt = _string_literal(name, args[1], 2, "format string") if len(args) == 2 else "yyyy-MM-dd HH:mm:ss"
+    if fmt is None or T.is_null(args[0].type):
+        return _null(pa.string(), span)
+    try:
+        strftime, millis = java_to_strftime(fmt)
+    except ValueError as exc:
+        raise SqlError(f"unsupported {name} pattern {fmt!r}: {exc}", args[1].span) from None
+    return _call("from_unixtime", [args[0]], pa.string(), span, (strftime, millis))
+
+
 FUNCTIONS: dict[str, Binder] = {
     "UPPER": _string_fn("upper"),
     "LOWER": _string_fn("lower"),
@@ -474,7 +938,113 @@ FUNCTIONS: dict[str, Binder] = {
     "CARDINALITY": _cardinality,
     # The processing time of each row: a processing-time attribute (lookup joins).
     "PROCTIME": _current("proctime", pa.timestamp("ms", tz="UTC")),
+    "CURRENT_ROW_TIMESTAMP": _current("proctime", pa.timestamp("ms", tz="UTC")),
+    "LN": _double_of("ln"),
+    "LOG": _log,
+    "LOG10": _double_of("log10"),
+    "LOG2": _double_of("log2"),
+    "EXP": _double_of("exp"),
+    "SIN": _double_of("sin"),
+    "SINH": _double_of("sinh"),
+    "COS": _double_of("cos"),
+    "COSH": _double_of("cosh"),
+    "TAN": _double_of("tan"),
+    "TANH": _double_of("tanh"),
+    "COT": _double_of("cot"),
+    "ASIN": _double_of("asin"),
+    "ACOS": _double_of("acos"),
+    "ATAN": _double_of("atan"),
+    "ATAN2": _double_of("atan2", 2),
+    "DEGREES": _double_of("degrees"),
+    "RADIANS": _double_of("radians"),
+    "SIGN": _sign,
+    "PI": _constant(math.pi),
+    "E": _constant(math.e),
+    "TRUNCATE": _truncate,
+    "BIN": _bin,
+    "HEX": _hex,
+    "REPEAT": _repeat,
+    "REGEXP": _regexp,
+    "REGEXP_REPLACE": _regexp_replace,
+    "INITCAP": _string_to("initcap", pa.string()),
+    "CONCAT_WS": _concat_ws,
+    "LPAD": _pad(True),
+    "RPAD": _pad(False),
+    "TO_BASE64": _string_to("to_base64", pa.string()),
+    "FROM_BASE64": _string_to("from_base64", pa.string()),
+    "ASCII": _string_to("ascii", pa.int32()),
+    "CHR": _chr,
+    "INSTR": _instr,
+    "LOCATE": _instr,
+    "POSITION": _instr,
+    "LEFT": _left_right("left"),
+    "RIGHT": _left_right("right"),
+    "REVERSE": _string_to("reverse", pa.string()),
+    "IFNULL": _ifnull,
+    "IS_ALPHA": _is_kind("alpha"),
+    "IS_DIGIT": _is_kind("digit"),
+    "IS_DECIMAL": _is_kind("decimal"),
+    "GREATEST": _extreme("greatest"),
+    "LEAST": _extreme("least"),
+    "MD5": _hash("md5"),
+    "SHA1": _hash("sha1"),
+    "SHA224": _hash("sha224"),
+    "SHA256": _hash("sha256"),
+    "SHA384": _hash("sha384"),
+    "SHA512": _hash("sha512"),
+    "SHA2": _hash(None),
+    "TYPEOF": _typeof,
+    "CURRENT_DATABASE": _current_database,
+    "MAP_KEYS": _map_part(True),
+    "MAP_VALUES": _map_part(False),
+    "ELEMENT": _element,
+    "TIMESTAMPADD": _unit_first(timestampadd),
+    "TIMESTAMPDIFF": _unit_first(timestampdiff),
+    "TO_TIMESTAMP": _to_timestamp,
+    "TO_DATE": _to_date,
+    "UNIX_TIMESTAMP": _unix_timestamp,
+    "FROM_UNIXTIME": _from_unixtime,
 }
+
+def _is_distinct(name: str, args: list[ir.Expr], span: Span) -> ir.Expr:
+    """``a IS DISTINCT FROM b``: ``a <> b`` where NULL equals NULL; never NULL."""
+    typ = common_of(name, args)
+    if pt.is_struct(typ) or pt.is_list(typ) or pt.is_map(typ):
+        raise SqlError(f"cannot compare {T.sql_name(typ)} values", span)
+    return _call("is_distinct", [cast_to(a, typ) for a in args], pa.bool_(), span, nullable=False)
+
+
+def _floor_to(ceil: bool) -> Binder:
+    """FLOOR / CEIL(x TO unit): a TIMESTAMP or DATE rounded to a whole unit, in its own type."""
+    def bind(name: str, args: list[ir.Expr], span: Span) -> ir.Expr:
+        word = "CEIL" if ceil else "FLOOR"
+        arg = args[0]
+        unit = time_unit(f"{word}(... TO unit)", args[1], span)
+        t = arg.type
+        if pt.is_timestamp(t) and t.tz is not None:
+            raise SqlError(f"{word}(... TO {unit}) of a TIMESTAMP_LTZ is not supported", arg.span,
+                           "CAST it AS TIMESTAMP(3) (its wall clock in the session time zone) first")
+        if not (pt.is_timestamp(t) or pt.is_date(t) or T.is_null(t)):
+            raise SqlError(f"{word}(... TO {unit}) takes a TIMESTAMP or a DATE, got {T.sql_name(t)}", arg.span)
+        if pt.is_date(t) and unit in ("MILLISECOND", "SECOND", "MINUTE", "HOUR"):
+            raise SqlError(f"{word}(... TO {unit}) of a DATE is the DATE itself", span, "write the DATE, or CAST "
+                           "it AS TIMESTAMP")
+        arg = cast_to(arg, pa.timestamp("ms")) if T.is_null(t) else arg
+        return _call("floor_to", [arg], arg.type, span, (unit, ceil))
+
+    return bind
+
+
+#: Functions written as syntax (``a IS DISTINCT FROM b``, ``FLOOR(ts TO DAY)``): the parser gives
+#: them names a call cannot spell.
+SYNTAX: dict[str, Binder] = {
+    "IS DISTINCT FROM": _is_distinct,
+    "FLOOR TO": _floor_to(False),
+    "CEIL TO": _floor_to(True),
+}
+
+#: Functions whose first argument is a time unit word (``TIMESTAMPADD(DAY, 1, ts)``).
+UNIT_FIRST = frozenset({"TIMESTAMPADD", "TIMESTAMPDIFF"})
 
 #: Aggregate and window functions: recognised so that using one outside GROUP BY / OVER gets a
 #: clear message rather than "unknown function".

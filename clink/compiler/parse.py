@@ -866,6 +866,33 @@ class _Builder(Transformer):
     def is_false(self, meta, children):
         return ast.IsBool(operand=children[0], value=False, negated="not" in children, span=self._span(meta))
 
+    def is_unknown(self, meta, children):
+        # A BOOLEAN's UNKNOWN is its NULL.
+        return ast.IsNull(operand=children[0], negated="not" in children, span=self._span(meta))
+
+    def is_distinct(self, meta, children):
+        left, right = [c for c in _strip_keywords(children) if c != "not"]
+        span = self._span(meta)
+        call = ast.FunctionCall(name="IS DISTINCT FROM", args=(left, right), span=span)
+        return ast.Not(operand=call, span=span) if "not" in children else call
+
+    def position(self, meta, children):
+        call, needle, text = [c for c in children if not (isinstance(c, Token) and c.type == "IN")]
+        return ast.FunctionCall(name="POSITION", args=(needle, text), name_span=self._tspan(call),
+                                span=self._span(meta))
+
+    def floor_ceil(self, meta, children):
+        call, operand, *rest = [c for c in children if not (isinstance(c, Token) and c.type == "TO")]
+        word = str(call).rstrip("( \t\r\n").upper()
+        name = "FLOOR" if word == "FLOOR" else "CEIL"
+        span = self._span(meta)
+        if not rest:
+            return ast.FunctionCall(name=word, args=(operand,), name_span=self._tspan(call), span=span)
+        (unit,) = rest
+        unit_literal = ast.Literal(kind="string", value=str(unit), span=span)
+        return ast.FunctionCall(name=f"{name} TO", args=(operand, unit_literal), name_span=self._tspan(call),
+                                span=span)
+
     def between(self, meta, children):
         operand, low, high = [c for c in _strip_keywords(children) if c != "not"]
         return ast.Between(operand=operand, low=low, high=high, negated="not" in children,

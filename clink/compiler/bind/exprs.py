@@ -19,7 +19,9 @@ from clink.compiler.catalog import nearest
 from clink.compiler.functions import (
     AGGREGATES,
     FUNCTIONS,
+    SYNTAX,
     TABLE_FUNCTIONS,
+    UNIT_FIRST,
     arithmetic,
     cast_to,
     common_of,
@@ -279,7 +281,7 @@ class ExprBinder:
             return ir.Call(fn="__window__", args=(), params=(which,), type=typ, nullable=False, span=e.span)
         if e.name in TABLE_FUNCTIONS:
             raise SqlError(f"{e.name} is a table function: use it in FROM TABLE({e.name}(...))", span)
-        binder = FUNCTIONS.get(e.name)
+        binder = FUNCTIONS.get(e.name) or SYNTAX.get(e.name)
         udf = self._udf(e.name, span) if binder is None or self.functions.get(e.name) is not None else None
         if binder is None and udf is None:
             # Imported here: ``python -m clink.compiler.catalogue`` runs that module as __main__.
@@ -292,7 +294,12 @@ class ExprBinder:
             raise SqlError(f"unknown function {e.name}", span, did_you_mean(e.name, known, "functions"))
         if e.distinct or e.star or e.over is not None:
             raise SqlError(f"{e.name} is a scalar function: DISTINCT, * and OVER do not apply", e.span)
-        args = [self._expr(a, scope) for a in e.args]
+        if udf is None and e.name in UNIT_FIRST and e.args and isinstance(e.args[0], ast.ColumnRef):
+            # TIMESTAMPADD(DAY, ...): the unit is a word, not a column.
+            unit = ir.Literal(value=e.args[0].name, type=pa.string(), nullable=False, span=e.args[0].span)
+            args = [unit, *(self._expr(a, scope) for a in e.args[1:])]
+        else:
+            args = [self._expr(a, scope) for a in e.args]
         if udf is not None:
             return udfs.bind_call(udf, args, e.span)
         return binder(e.name, args, e.span)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import datetime as dt
 import decimal
+import math
 from collections.abc import Callable
 
 import pyarrow as pa
@@ -93,6 +94,11 @@ def _k_params(name: str) -> Emitter:
 def _k_memo(name: str) -> Emitter:
     """A kernel that keeps what it computed per value in the task's memo (``TaskContext.memo``)."""
     return lambda e, a: f"K.{name}({', '.join([*a, *(repr(p) for p in e.params)])}, memo=ctx.memo)"
+
+
+def _f(name: str) -> Emitter:
+    """A kernel of ``clink/runtime/functions.py``: the arguments, then the call's fixed parameters."""
+    return lambda e, a: f"K.F.{name}({', '.join([*a, *(repr(p) for p in e.params)])})"
 
 
 def _arith(checked: str, plain: str) -> Emitter:
@@ -201,6 +207,58 @@ EMITTERS: dict[str, Emitter] = {
     "current_date": lambda e, a: "K.current_date(ctx)",
     "current_time": lambda e, a: "K.current_time(ctx)",
     "udf": _udf,
+    # Flink's other built-in functions (clink/runtime/functions.py, or Arrow kernels as they are).
+    "ln": _pc("ln"),
+    "log": _f("log"),
+    "log10": _pc("log10"),
+    "log2": _pc("log2"),
+    "exp": _pc("exp"),
+    "sin": _pc("sin"),
+    "sinh": _pc("sinh"),
+    "cos": _pc("cos"),
+    "cosh": _pc("cosh"),
+    "tan": _pc("tan"),
+    "tanh": _pc("tanh"),
+    "cot": _f("cot"),
+    "asin": _pc("asin"),
+    "acos": _pc("acos"),
+    "atan": _pc("atan"),
+    "atan2": _pc("atan2"),
+    "degrees": lambda e, a: f"pc.multiply({a[0]}, pa.scalar({180 / math.pi!r}))",
+    "radians": lambda e, a: f"pc.multiply({a[0]}, pa.scalar({math.pi / 180!r}))",
+    "sign": _f("sign"),
+    "truncate": _f("truncate"),
+    "bin": _f("bin_"),
+    "hex": _f("hex_"),
+    "repeat": _f("repeat"),
+    "regexp": _f("regexp"),
+    "regexp_replace": _f("regexp_replace"),
+    "initcap": _f("initcap"),
+    "concat_ws": _f("concat_ws"),
+    "pad": _f("pad"),
+    "to_base64": _f("to_base64"),
+    "from_base64": _f("from_base64"),
+    "ascii": _f("ascii_"),
+    "chr": _f("chr_"),
+    "locate": _f("locate"),
+    "left": _f("left"),
+    "right": _f("right"),
+    "reverse": _pc("utf8_reverse"),
+    "is_kind": _f("is_kind"),
+    "greatest": _f("greatest"),
+    "least": _f("least"),
+    "hash": _f("hash_text"),
+    "map_part": _f("map_part"),
+    "element": _f("element"),
+    "timestampadd": lambda e, a: f"K.F.timestampadd({e.params[0]!r}, {a[0]}, {a[1]})",
+    "timestampdiff": lambda e, a: f"K.F.timestampdiff({e.params[0]!r}, {a[0]}, {a[1]})",
+    "to_timestamp": _f("to_timestamp"),
+    "is_distinct": _f("is_distinct"),
+    "floor_to": _f("floor_to"),
+    "to_date": _f("to_date"),
+    "unix_timestamp": lambda e, a: f"K.F.unix_timestamp({a[0]}, {e.params[0]!r}, ctx.time_zone)",
+    "unix_now": lambda e, a: "K.F.unix_now(ctx.now())",
+    "from_unixtime": lambda e, a: f"K.F.from_unixtime({a[0]}, {e.params[0]!r}, {e.params[1]!r}, ctx.time_zone)",
     # Constructors build a column of n values from their items (columns or constants).
     "make_array": lambda e, a: f"K.make_array([{', '.join(a)}], batch.num_rows, {type_py(e.type)})",
     "make_map": lambda e, a: f"K.make_map([{', '.join(a)}], batch.num_rows, {type_py(e.type)})",
