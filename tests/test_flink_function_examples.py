@@ -124,6 +124,58 @@ EXAMPLES: list[tuple[str, object]] = [
     ("SHA256('hello')", "2cf24dba5fb0a30e26e83b2ac5b9e29e1b161e5c1fa7425e73043362938b9824"),
     ("SHA2('hello', 224)", "ea09ae9cc6768c50fcee903ed054556e5bfc8347907f12598aa24193"),
     ("CURRENT_DATABASE()", "default_database"),
+    # JSON (Flink writes JSON compactly, as Jackson does: its '[1, 2]' example comes out '[1,2]')
+    ("'1' IS JSON", True),
+    ("'[]' IS JSON", True),
+    ("'{}' IS JSON", True),
+    ("'\"abc\"' IS JSON", True),
+    ("'abc' IS JSON", False),
+    ("CAST(NULL AS STRING) IS JSON", False),
+    ("'1' IS JSON SCALAR", True),
+    ("'1' IS JSON ARRAY", False),
+    ("'1' IS JSON OBJECT", False),
+    ("'{}' IS JSON SCALAR", False),
+    ("'{}' IS JSON ARRAY", False),
+    ("'{}' IS JSON OBJECT", True),
+    ("'abc' IS NOT JSON", True),
+    ("JSON_EXISTS('{\"a\": true}', '$.a')", True),
+    ("JSON_EXISTS('{\"a\": true}', '$.b')", False),
+    ("JSON_EXISTS('{\"a\": [{ \"b\": 1 }]}', '$.a[0].b')", True),
+    ("JSON_EXISTS('{\"a\": true}', 'strict $.b' TRUE ON ERROR)", True),
+    ("JSON_EXISTS('{\"a\": true}', 'strict $.b' FALSE ON ERROR)", False),
+    ("JSON_STRING(CAST(NULL AS INT))", None),
+    ("JSON_STRING(1)", "1"),
+    ("JSON_STRING(TRUE)", "true"),
+    ("JSON_STRING('Hello, World!')", '"Hello, World!"'),
+    ("JSON_STRING(ARRAY[1, 2])", "[1,2]"),
+    ("JSON_VALUE('{\"a\": true}', '$.a')", "true"),
+    ("JSON_VALUE('{\"a\": true}', '$.a' RETURNING BOOLEAN)", True),
+    ("JSON_VALUE('{\"a\": true}', 'lax $.b' DEFAULT FALSE ON EMPTY)", "false"),
+    ("JSON_VALUE('{\"a\": true}', 'strict $.b' DEFAULT FALSE ON ERROR)", "false"),
+    ("JSON_VALUE('{\"a.b\": [0.998,0.996]}','$.[\"a.b\"][0]' RETURNING DOUBLE)", 0.998),
+    ("JSON_VALUE('{\"contains blank\": \"right\"}', 'strict $.[''contains blank'']' NULL ON EMPTY "
+     "DEFAULT 'wrong' ON ERROR)", "right"),
+    ("JSON_QUERY('{ \"a\": { \"b\": 1 } }', '$.a')", '{"b":1}'),
+    ("JSON_QUERY('[1, 2]', '$')", "[1,2]"),
+    ("JSON_QUERY(CAST(NULL AS STRING), '$')", None),
+    ("JSON_QUERY('{\"a\":[{\"c\":\"c1\"},{\"c\":\"c2\"}]}', 'lax $.a[*].c')", '["c1","c2"]'),
+    ("JSON_QUERY('{}', '$' WITH CONDITIONAL ARRAY WRAPPER)", "[{}]"),
+    ("JSON_QUERY('[1, 2]', '$' WITH CONDITIONAL ARRAY WRAPPER)", "[1,2]"),
+    ("JSON_QUERY('[1, 2]', '$' WITH UNCONDITIONAL ARRAY WRAPPER)", "[[1,2]]"),
+    ("JSON_QUERY('1', '$')", None),
+    ("JSON_QUERY('1', '$' WITH CONDITIONAL ARRAY WRAPPER)", "[1]"),
+    ("JSON_QUERY('{}', 'lax $.invalid' EMPTY OBJECT ON EMPTY)", "{}"),
+    ("JSON_QUERY('{}', 'strict $.invalid' EMPTY ARRAY ON ERROR)", "[]"),
+    ("JSON_OBJECT()", "{}"),
+    ("JSON_OBJECT('K1' VALUE 'V1', 'K2' VALUE 'V2')", '{"K1":"V1","K2":"V2"}'),
+    ("JSON_OBJECT(KEY 'K1' VALUE CAST(NULL AS STRING) NULL ON NULL)", '{"K1":null}'),
+    ("JSON_OBJECT(KEY 'K1' VALUE CAST(NULL AS STRING) ABSENT ON NULL)", "{}"),
+    ("JSON_OBJECT(KEY 'K1' VALUE JSON_OBJECT(KEY 'K2' VALUE 'V'))", '{"K1":{"K2":"V"}}'),
+    ("JSON_ARRAY()", "[]"),
+    ("JSON_ARRAY(1, '2')", '[1,"2"]'),
+    ("JSON_ARRAY(CAST(NULL AS STRING) NULL ON NULL)", "[null]"),
+    ("JSON_ARRAY(CAST(NULL AS STRING) ABSENT ON NULL)", "[]"),
+    ("JSON_ARRAY(JSON_ARRAY(1))", "[[1]]"),
 ]
 
 
@@ -166,6 +218,20 @@ def test_examples_over_a_column() -> None:
 def test_mistakes_are_refused_where_written(expr: str, message: str) -> None:
     with pytest.raises(SqlError, match=message.replace("(", r"\(").replace(")", r"\)").replace("?", r"\?")):
         clink.compile(f"SELECT {expr} FROM (VALUES (1)) AS t (x)")
+
+
+def test_json_error_behaviours_fail_the_pipeline() -> None:
+    with pytest.raises(PipelineError, match="JSON_VALUE: the path 'strict \\$.b' finds"):
+        clink.sql("SELECT JSON_VALUE('{}', 'strict $.b' ERROR ON ERROR) FROM (VALUES (1)) AS t (x)").to_arrow()
+    with pytest.raises(PipelineError, match="JSON_QUERY: the path"):
+        clink.sql("SELECT JSON_QUERY('{}', 'lax $.b' ERROR ON EMPTY) FROM (VALUES (1)) AS t (x)").to_arrow()
+
+
+def test_a_json_path_is_checked_at_compile_time() -> None:
+    with pytest.raises(SqlError, match="deep scan"):
+        clink.compile("SELECT JSON_VALUE('{}', '$..a') FROM (VALUES (1)) AS t (x)")
+    with pytest.raises(SqlError, match="a key of JSON_OBJECT must not be NULL"):
+        clink.compile("SELECT JSON_OBJECT(KEY CAST(NULL AS STRING) VALUE 1) FROM (VALUES (1)) AS t (x)")
 
 
 def test_log_with_a_base_of_one_fails_the_pipeline() -> None:

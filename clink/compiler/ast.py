@@ -230,6 +230,21 @@ class Cast(Expr):
 
 
 @attrs.frozen(kw_only=True)
+class JsonCall(Expr):
+    """JSON_VALUE, JSON_QUERY, JSON_EXISTS, JSON_OBJECT, JSON_ARRAY or ``IS JSON``, with the words
+    of their SQL/JSON clauses in ``options`` (``("on_empty", "DEFAULT")``, ``("wrapper",
+    "CONDITIONAL")``, ...), the type of RETURNING and the expressions of DEFAULT ... ON EMPTY / ON
+    ERROR (``("EMPTY", expr)``). JSON_OBJECT's ``args`` alternate keys and values."""
+
+    name: str
+    args: tuple[Expr, ...]
+    options: tuple[tuple[str, str], ...] = ()
+    returning: pa.DataType | None = None
+    defaults: tuple[tuple[str, Expr], ...] = ()
+    name_span: Span | None = _extra_span
+
+
+@attrs.frozen(kw_only=True)
 class Extract(Expr):
     unit: str
     operand: Expr

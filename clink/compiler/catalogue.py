@@ -343,19 +343,36 @@ ENTRIES: tuple[Entry, ...] = (
     no("collection", "MAP_FROM_ARRAYS(array_of_keys, array_of_values)", "not implemented", "MAP_FROM_ARRAYS",
        instead="MAP[key1, value1, ...]"),
     # ---------------------------------------------------------------- json
-    no("json", "string IS [NOT] JSON [VALUE | SCALAR | ARRAY | OBJECT]", "not implemented yet"),
-    no("json", "JSON_EXISTS(jsonValue, path [{TRUE | FALSE | UNKNOWN | ERROR} ON ERROR])",
-       "not implemented yet", "JSON_EXISTS"),
-    no("json", "JSON_STRING(value)", "not implemented yet", "JSON_STRING"),
-    no("json", "JSON_VALUE(jsonValue, path [RETURNING type] [... ON EMPTY] [... ON ERROR])",
-       "not implemented yet", "JSON_VALUE"),
-    no("json", "JSON_QUERY(jsonValue, path [... WRAPPER] [... ON EMPTY] [... ON ERROR])",
-       "not implemented yet", "JSON_QUERY"),
-    no("json", "JSON_OBJECT([[KEY] key VALUE value]* [{NULL | ABSENT} ON NULL])", "not implemented yet",
-       "JSON_OBJECT"),
+    yes("json", "string IS [NOT] JSON [VALUE | SCALAR | ARRAY | OBJECT]",
+        "BOOLEAN, never NULL: whether the string is JSON (of that kind; VALUE, the default, is any); FALSE "
+        "for NULL. NaN and Infinity are not JSON, as in Flink"),
+    yes("json", "JSON_EXISTS(jsonValue, path [{TRUE | FALSE | UNKNOWN | ERROR} ON ERROR])",
+        "BOOLEAN: whether the path finds a value that is not JSON's null; FALSE ON ERROR by default. A path "
+        "is `[lax | strict] $` then `.name`, `['name']`, `[n]`, `[n, m]`, `[*]`, `.*`; without a mode it is "
+        "strict (a miss is an error), as in Flink. The path must be a constant and is checked at compile time",
+        "JSON_EXISTS"),
+    yes("json", "JSON_STRING(value)",
+        "STRING: the value as JSON text (strings quoted, ARRAY as an array, MAP and ROW as objects); NULL for "
+        "NULL. Dates and times are refused (CAST them AS STRING)", "JSON_STRING"),
+    yes("json", "JSON_VALUE(jsonValue, path [RETURNING type] [... ON EMPTY] [... ON ERROR])",
+        "the scalar the path finds, as STRING or the RETURNING type (one CAST reads from text). Nothing found "
+        "(in lax mode also an object or array) is EMPTY; text that is not JSON, a strict miss, a non-scalar "
+        "and a value that does not convert are ERROR; each gives NULL (the default), fails the pipeline "
+        "(ERROR), or gives its DEFAULT expression", "JSON_VALUE"),
+    yes("json", "JSON_QUERY(jsonValue, path [... WRAPPER] [... ON EMPTY] [... ON ERROR])",
+        "STRING: the object or array the path finds as compact JSON text (`[1,2]`); WITH [UNCONDITIONAL] "
+        "ARRAY WRAPPER wraps what it finds in an array, WITH CONDITIONAL ARRAY WRAPPER unless it is one; a "
+        "scalar must be wrapped. ON EMPTY / ON ERROR: NULL (the default), EMPTY ARRAY, EMPTY OBJECT or ERROR",
+        "JSON_QUERY"),
+    yes("json", "JSON_OBJECT([[KEY] key VALUE value]* [{NULL | ABSENT} ON NULL])",
+        "STRING: a JSON object of the pairs in their order; keys are non-NULL string constants; NULL ON NULL "
+        "by default; a value made by JSON_OBJECT or JSON_ARRAY goes in as JSON, not as a string",
+        "JSON_OBJECT"),
     no("json", "JSON_OBJECTAGG([KEY] key VALUE value [{NULL | ABSENT} ON NULL])",
        "JSON aggregates are not implemented", "JSON_OBJECTAGG"),
-    no("json", "JSON_ARRAY([value]* [{NULL | ABSENT} ON NULL])", "not implemented yet", "JSON_ARRAY"),
+    yes("json", "JSON_ARRAY([value]* [{NULL | ABSENT} ON NULL])",
+        "STRING: a JSON array of the values; ABSENT ON NULL by default; nested JSON_OBJECT / JSON_ARRAY go in "
+        "as JSON", "JSON_ARRAY"),
     no("json", "JSON_ARRAYAGG(items [{NULL | ABSENT} ON NULL])", "JSON aggregates are not implemented",
        "JSON_ARRAYAGG"),
     # ---------------------------------------------------------------- value construction and access

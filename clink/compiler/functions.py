@@ -1059,3 +1059,119 @@ TABLE_FUNCTIONS = frozenset({"TUMBLE", "HOP", "CUMULATE", "SESSION"})
 
 def with_span(expr: ir.Expr, span: Span) -> ir.Expr:
     return attrs.evolve(expr, span=span)
+
+
+# ---------------------------------------------------------------- JSON
+
+
+def _json_path(name: str, arg: ir.Expr, position: int) -> str | None:
+    from clink.runtime import jsonpath
+
+    spec = _string_literal(name, arg, position, "JSON path")
+    if spec is None:
+        return None
+    try:
+        jsonpath.parse(spec)
+    except ValueError as exc:
+        raise SqlError(f"invalid JSON path for {name}: {exc}", arg.span) from None
+    return spec
+
+
+def _json_input(name: str, arg: ir.Expr) -> ir.Expr:
+    if not (T.is_string(arg.type) or T.is_null(arg.type)):
+        raise SqlError(f"{name} reads JSON text: a STRING, got {T.sql_name(arg.type)}", arg.span,
+                       "write the value with JSON_STRING(...) first")
+    return cast_to(arg, pa.string())
+
+
+#: The types JSON_VALUE can give (RETURNING), as Flink lists them, and the other scalars CAST reads.
+def _json_returning(t: pa.DataType) -> bool:
+    return T.is_string(t) or pt.is_boolean(t) or T.is_numeric(t) or pt.is_date(t) or pt.is_timestamp(t)
+
+
+def bind_json(name: str, args: list[ir.Expr], options: dict[str, str], returning: pa.DataType | None,
+              defaults: dict[str, ir.Expr], span: Span) -> ir.Expr:
+    """The SQL/JSON functions: JSON_VALUE, JSON_QUERY, JSON_EXISTS, IS JSON, JSON_OBJECT, JSON_ARRAY."""
+    if name == "IS JSON":
+        (arg,) = args
+        return _call("is_json", [_json_input("IS JSON", arg)], pa.bool_(), span, (options.get("kind", "VALUE"),),
+                     False)
+    if name in ("JSON_VALUE", "JSON_QUERY", "JSON_EXISTS"):
+        text, spec = _json_input(name, args[0]), _json_path(name, args[1], 2)
+        if name == "JSON_EXISTS":
+            if spec is None:
+                return _null(pa.bool_(), span)
+            return _call("json_exists", [text], pa.bool_(), span, (spec, options.get("on_error", "FALSE")), True)
+        if name == "JSON_QUERY":
+            if spec is None:
+                return _null(pa.string(), span)
+            return _call("json_query", [text], pa.string(), span,
+                         (spec, options.get("wrapper", "WITHOUT"), options.get("on_empty", "NULL"),
+                          options.get("on_error", "NULL")), True)
+        to = returning or pa.string()
+        if not _json_returning(to):
+            raise SqlError(f"JSON_VALUE cannot return {T.sql_name(to)}", span,
+                           "RETURNING takes a STRING, BOOLEAN, number, DATE or TIMESTAMP type")
+        if spec is None:
+            return _null(to, span)
+        values = []
+        for which in ("EMPTY", "ERROR"):
+            default = defaults.get(f"on_{which.lower()}")
+            if default is None:
+                values.append(_null(to, span))
+                continue
+            if not T.can_cast(default.type, to):
+                raise SqlError(f"the DEFAULT ... ON {which} of JSON_VALUE must be a {T.sql_name(to)}, got "
+                               f"{T.sql_name(default.type)}", default.span)
+            if pt.is_boolean(default.type) and T.is_string(to):
+                # As JSON writes it, like the values JSON_VALUE finds: 'false', not CAST's 'FALSE'.
+                values.append(_call("json_string", [default], pa.string(), default.span))
+            else:
+                values.append(cast_to(default, to))
+        return _call("json_value", [text, *values], to, span,
+                     (spec, to, options.get("on_empty", "NULL"), options.get("on_error", "NULL")), True)
+    keep_null = options.get("on_null", "NULL" if name == "JSON_OBJECT" else "ABSENT") == "NULL"
+    if name == "JSON_OBJECT":
+        keys, values = args[0::2], args[1::2]
+        names = []
+        for k in keys:
+            key = _string_literal(name, k, 1, "key string")
+            if key is None:
+                raise SqlError("a key of JSON_OBJECT must not be NULL", k.span)
+            names.append(key)
+    else:
+        values, names = args, []
+    for v in values:
+        _json_writable(name, v)
+    raw = tuple(isinstance(v, ir.Call) and v.fn in ("json_object", "json_array") for v in values)
+    fn = "json_object" if name == "JSON_OBJECT" else "json_array"
+    params = (tuple(names), raw, keep_null) if name == "JSON_OBJECT" else (raw, keep_null)
+    return _call(fn, list(values), pa.string(), span, params, False)
+
+
+def _json_writable(name: str, v: ir.Expr) -> None:
+    def ok(t: pa.DataType) -> bool:
+        if T.is_string(t) or pt.is_boolean(t) or T.is_numeric(t) or T.is_null(t):
+            return True
+        if pt.is_list(t):
+            return ok(t.value_type)
+        if pt.is_map(t):
+            return T.is_string(t.key_type) and ok(t.item_type)
+        if pt.is_struct(t):
+            return all(ok(t.field(i).type) for i in range(t.num_fields))
+        return False
+
+    if not ok(v.type):
+        raise SqlError(f"{name} cannot write {T.sql_name(v.type)} as JSON", v.span, "CAST it AS STRING first")
+
+
+def _json_string(name: str, args: list[ir.Expr], span: Span) -> ir.Expr:
+    """JSON_STRING(value): ``value`` as JSON text; NULL for NULL."""
+    _arity(name, args, span, 1)
+    _json_writable(name, args[0])
+    if T.is_null(args[0].type):
+        return _null(pa.string(), span)
+    return _call("json_string", args, pa.string(), span)
+
+
+FUNCTIONS["JSON_STRING"] = _json_string

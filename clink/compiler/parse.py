@@ -893,6 +893,91 @@ class _Builder(Transformer):
         return ast.FunctionCall(name=f"{name} TO", args=(operand, unit_literal), name_span=self._tspan(call),
                                 span=span)
 
+    def is_json(self, meta, children):
+        operand = children[0]
+        kind = next((c for c in children[1:] if isinstance(c, tuple)), ("kind", "VALUE"))
+        span = self._span(meta)
+        call = ast.JsonCall(name="IS JSON", args=(operand,), options=(kind,), span=span)
+        return ast.Not(operand=call, span=span) if "not" in children else call
+
+    def json_kind(self, meta, children):
+        return ("kind", children[0].type)
+
+    def _json(self, meta, children, name: str) -> ast.JsonCall:
+        call, *parts = children
+        args, options, defaults, returning = [], [], [], None
+        for p in parts:
+            if isinstance(p, ast.Expr):
+                args.append(p)
+            elif isinstance(p, tuple) and p[0] == "returning":
+                returning = p[1]
+            elif isinstance(p, tuple) and p[0] == "pair":
+                args += [p[1], p[2]]
+            elif isinstance(p, tuple) and p[0] == "default":
+                options.append((p[1], "DEFAULT"))
+                defaults.append((p[1], p[2]))
+            elif isinstance(p, tuple):
+                options.append(p)
+        return ast.JsonCall(name=name, args=tuple(args), options=tuple(options), returning=returning,
+                            defaults=tuple(defaults), name_span=self._tspan(call), span=self._span(meta))
+
+    def json_value(self, meta, children):
+        return self._json(meta, children, "JSON_VALUE")
+
+    def json_query(self, meta, children):
+        return self._json(meta, children, "JSON_QUERY")
+
+    def json_exists(self, meta, children):
+        return self._json(meta, children, "JSON_EXISTS")
+
+    def json_object(self, meta, children):
+        return self._json(meta, children, "JSON_OBJECT")
+
+    def json_array(self, meta, children):
+        return self._json(meta, children, "JSON_ARRAY")
+
+    def json_returning(self, meta, children):
+        return ("returning", _strip_keywords(children)[0])
+
+    def json_value_on(self, meta, children):
+        action, *rest = children
+        which = "on_empty" if rest[-1].type == "EMPTY" else "on_error"
+        if action[0] == "DEFAULT":
+            return ("default", which, action[1])
+        return (which, action[0])
+
+    def json_null(self, meta, children):
+        return ("NULL", None)
+
+    def json_error(self, meta, children):
+        return ("ERROR", None)
+
+    def json_default(self, meta, children):
+        return ("DEFAULT", _strip_keywords(children)[0])
+
+    def json_without_wrapper(self, meta, children):
+        return ("wrapper", "WITHOUT")
+
+    def json_with_wrapper(self, meta, children):
+        conditional = any(isinstance(c, Token) and c.type == "CONDITIONAL" for c in children)
+        return ("wrapper", "CONDITIONAL" if conditional else "UNCONDITIONAL")
+
+    def json_query_on(self, meta, children):
+        words = [c.type for c in children]
+        on = words.index("ON")
+        which = "on_empty" if words[-1] == "EMPTY" else "on_error"
+        return (which, " ".join(words[:on]))
+
+    def json_exists_on(self, meta, children):
+        return ("on_error", children[0].type)
+
+    def json_pair(self, meta, children):
+        key, value = _strip_keywords(children)
+        return ("pair", key, value)
+
+    def json_on_null(self, meta, children):
+        return ("on_null", children[0].type)
+
     def between(self, meta, children):
         operand, low, high = [c for c in _strip_keywords(children) if c != "not"]
         return ast.Between(operand=operand, low=low, high=high, negated="not" in children,

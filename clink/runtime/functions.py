@@ -537,3 +537,219 @@ def floor_to(a: Value, unit: str, ceil: bool) -> Value:
         out = pc.ceil_temporal(ts, **options) if ceil else pc.floor_temporal(ts, **options)
         return pc.cast(out, pa.date32())
     return pc.ceil_temporal(a, **options) if ceil else pc.floor_temporal(a, **options)
+
+
+# ---------------------------------------------------------------- JSON
+#
+# The functions that read JSON text parse it in Python: Arrow has no kernel for JSON text. They
+# run once per distinct value of the batch (``_each_distinct`` dictionary-encodes it first), so a
+# column whose documents repeat is parsed a few times, not once per row.
+
+
+def _json_context(text: str, spec: str) -> tuple[bool, Any]:
+    """(failed, found) of Flink's path evaluation: strict mode fails on text that is not JSON and
+    on a path that finds nothing; lax mode finds None instead."""
+    from clink.runtime import jsonpath
+
+    path = jsonpath.parse(spec)
+    lax = path[0] == "lax"
+    try:
+        doc = jsonpath.loads(text)
+    except ValueError:
+        return (False, None) if lax else (True, None)
+    try:
+        return False, jsonpath.evaluate(doc, path)
+    except jsonpath.JsonPathError:
+        return (False, None) if lax else (True, None)
+
+
+def _scalar(value: Any) -> bool:
+    return not isinstance(value, (dict, list))
+
+
+def is_json(a: Value, kind: str) -> Value:
+    """``s IS JSON [VALUE | SCALAR | ARRAY | OBJECT]``: FALSE for NULL and for text that is not JSON."""
+    from clink.runtime import jsonpath
+
+    def check(text: str) -> bool:
+        try:
+            doc = jsonpath.loads(text)
+        except ValueError:
+            return False
+        return {"VALUE": True, "SCALAR": _scalar(doc), "ARRAY": isinstance(doc, list),
+                "OBJECT": isinstance(doc, dict)}[kind]
+
+    return pc.fill_null(_each_distinct(a, check, pa.bool_()), False)
+
+
+def json_exists(a: Value, spec: str, on_error: str) -> Value:
+    """JSON_EXISTS(s, path [... ON ERROR]): whether the path finds a (non-null) value."""
+    def exists(text: str) -> bool | None:
+        failed, found = _json_context(text, spec)
+        if not failed:
+            return found is not None
+        if on_error == "ERROR":
+            raise EvaluationError(f"JSON_EXISTS: the path {spec!r} finds nothing in {text!r}")
+        return {"TRUE": True, "FALSE": False, "UNKNOWN": None}[on_error]
+
+    return _each_distinct(a, exists, pa.bool_())
+
+
+def _scalar_text(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return value if isinstance(value, str) else repr(value) if isinstance(value, float) else str(value)
+
+
+_OK, _EMPTY, _ERROR = 0, 1, 2
+
+
+def json_value(a: Value, on_empty_default: Value, on_error_default: Value, spec: str, to: pa.DataType,
+               on_empty: str, on_error: str) -> Value:
+    """JSON_VALUE(s, path [RETURNING type] [... ON EMPTY] [... ON ERROR]): the scalar the path
+    finds, as ``to``. Nothing found (or, in lax mode, an object or array) is EMPTY; text that is not
+    JSON, a strict path that finds nothing or a non-scalar, and a value that does not convert to
+    ``to`` are ERROR. Each then gives NULL, fails the pipeline, or gives its DEFAULT."""
+    from clink.runtime.kernels import cast
+
+    def value(text: str) -> dict:
+        failed, found = _json_context(text, spec)
+        if failed:
+            return {"s": _ERROR, "v": None}
+        if found is None or (_scalar(found) is False and jsonpath_mode(spec) == "lax"):
+            return {"s": _EMPTY, "v": None}
+        if not _scalar(found):
+            return {"s": _ERROR, "v": None}
+        return {"s": _OK, "v": _scalar_text(found)}
+
+    parts = _each_distinct(a, value, pa.struct([pa.field("s", pa.int8()), pa.field("v", pa.string())]))
+    status, text = pc.struct_field(parts, [0]), pc.struct_field(parts, [1])
+    typed = cast(text, to, try_=True) if to != pa.string() else text
+    # A value that does not convert to the type asked for is an error too.
+    status = pc.if_else(pc.and_(pc.equal(status, pa.scalar(_OK, pa.int8())), pc.is_null(typed)),
+                        pa.scalar(_ERROR, pa.int8()), status)
+    for code, behaviour, default in ((_EMPTY, on_empty, on_empty_default), (_ERROR, on_error, on_error_default)):
+        hit = pc.fill_null(pc.equal(status, pa.scalar(code, pa.int8())), False)
+        if behaviour == "ERROR" and pc.any(hit).as_py():
+            raise EvaluationError(f"JSON_VALUE: the path {spec!r} finds "
+                                  f"{'nothing' if code == _EMPTY else 'no scalar of the type asked for'}")
+        if behaviour == "DEFAULT":
+            typed = pc.if_else(hit, default, typed)
+    return typed
+
+
+def jsonpath_mode(spec: str) -> str:
+    from clink.runtime import jsonpath
+
+    return jsonpath.parse(spec)[0]
+
+
+_QUERY_BEHAVIOUR = {"NULL": None, "EMPTY ARRAY": "[]", "EMPTY OBJECT": "{}"}
+
+
+def json_query(a: Value, spec: str, wrapper: str, on_empty: str, on_error: str) -> Value:
+    """JSON_QUERY(s, path [wrapper] [... ON EMPTY] [... ON ERROR]): what the path finds, as JSON
+    text; a scalar must be wrapped (WITH [CONDITIONAL | UNCONDITIONAL] ARRAY WRAPPER) to be given."""
+    from clink.runtime import jsonpath
+
+    lax = jsonpath_mode(spec) == "lax"
+
+    def behave(behaviour: str, text: str, what: str) -> str | None:
+        if behaviour == "ERROR":
+            raise EvaluationError(f"JSON_QUERY: the path {spec!r} finds {what} in {text!r}")
+        return _QUERY_BEHAVIOUR[behaviour]
+
+    def query(text: str) -> str | None:
+        failed, found = _json_context(text, spec)
+        if failed:
+            return behave(on_error, text, "nothing")
+        if found is None:
+            return behave(on_empty, text, "nothing")
+        if wrapper == "UNCONDITIONAL" or (wrapper == "CONDITIONAL" and not isinstance(found, list)):
+            found = [found]
+        if _scalar(found):
+            return behave(on_empty, text, "a scalar") if lax else behave(on_error, text, "a scalar")
+        return jsonpath.dumps(found)
+
+    return _each_distinct(a, query, pa.string())
+
+
+def json_text(a: Value) -> Value:
+    """Each value as JSON text (NULL stays NULL): strings quoted and escaped, numbers and booleans
+    as they are, ARRAY as a JSON array, MAP and ROW as JSON objects."""
+    from clink.runtime import jsonpath
+
+    t = a.type
+    if isinstance(a, pa.Scalar):
+        return json_text(_array(a))[0]
+    arr = _array(a)
+    if pa.types.is_string(t):
+        return _each_distinct(arr, jsonpath.dumps, pa.string())
+    if pa.types.is_boolean(t):
+        return pc.if_else(arr, pa.scalar("true"), pa.scalar("false"))
+    if pa.types.is_integer(t) or pa.types.is_decimal(t):
+        return pc.cast(arr, pa.string())
+    if pa.types.is_floating(t):
+        return _each_distinct(arr, lambda v: repr(float(v)), pa.string())
+    if pa.types.is_null(t):
+        return pa.nulls(len(arr), pa.string())
+    if pa.types.is_list(t) or pa.types.is_map(t):
+        offsets = np.frombuffer(arr.buffers()[1], np.int32)[arr.offset:arr.offset + len(arr) + 1]
+        if pa.types.is_map(t):
+            keys = json_text(pc.cast(arr.keys, pa.string()))
+            items = pc.fill_null(json_text(arr.items), "null")
+            elements = pc.binary_join_element_wise(keys, items, ":")
+        else:
+            elements = pc.fill_null(json_text(arr.values), "null")
+        lists = pa.ListArray.from_arrays(pa.array(offsets, pa.int32()), elements,
+                                         mask=pc.is_null(arr) if arr.null_count else None)
+        inner = pc.binary_join(lists, ",")
+        return pc.binary_join_element_wise("[" if pa.types.is_list(t) else "{", inner,
+                                           "]" if pa.types.is_list(t) else "}", "")
+    if pa.types.is_struct(t):
+        members = [pc.binary_join_element_wise(jsonpath.dumps(t.field(i).name),
+                                               pc.fill_null(json_text(pc.struct_field(arr, [i])), "null"), ":")
+                   for i in range(t.num_fields)]
+        inner = pc.binary_join_element_wise(*members, ",") if members else pa.scalar("")
+        out = pc.binary_join_element_wise("{", inner, "}", "")
+        return pc.if_else(pc.is_valid(arr), out, pa.scalar(None, pa.string()))
+    raise EvaluationError(f"cannot write {t} as JSON")
+
+
+def _join_present(parts: list[Value], sep: str) -> Value:
+    """The non-NULL parts joined by ``sep`` ('' when all are NULL, or there are none)."""
+    if not parts:
+        return pa.scalar("", pa.string())
+    return concat_ws(pa.scalar(sep), *parts)
+
+
+def json_object(*args: Any) -> Value:
+    """JSON_OBJECT(KEY k VALUE v, ...): ``args`` are the values, then the keys, the per-value flag
+    "is JSON already" and whether NULL values are kept (NULL ON NULL) or left out (ABSENT ON NULL)."""
+    *values, keys, raw, keep_null = args
+    from clink.runtime import jsonpath
+
+    members = []
+    for value, key, is_raw in zip(values, keys, raw, strict=True):
+        text = value if is_raw else json_text(value)
+        if keep_null:
+            text = pc.fill_null(text, "null") if not isinstance(text, pa.Scalar) else (
+                text if text.is_valid else pa.scalar("null"))
+        members.append(pc.binary_join_element_wise(jsonpath.dumps(key) + ":", text, ""))
+    inner = _join_present(members, ",")
+    return pc.binary_join_element_wise("{", inner, "}", "")
+
+
+def json_array(*args: Any) -> Value:
+    """JSON_ARRAY(v, ...): ``args`` are the values, then the per-value flag "is JSON already" and
+    whether NULL values are kept (NULL ON NULL) or left out (ABSENT ON NULL)."""
+    *values, raw, keep_null = args
+    elements = []
+    for value, is_raw in zip(values, raw, strict=True):
+        text = value if is_raw else json_text(value)
+        if keep_null:
+            text = pc.fill_null(text, "null") if not isinstance(text, pa.Scalar) else (
+                text if text.is_valid else pa.scalar("null"))
+        elements.append(text)
+    inner = _join_present(elements, ",")
+    return pc.binary_join_element_wise("[", inner, "]", "")

@@ -24,6 +24,7 @@ from __future__ import annotations
 import base64
 import datetime as dt
 import decimal
+import json
 import re
 from collections import Counter
 from collections.abc import Callable
@@ -124,6 +125,16 @@ def _none_or(f: Callable[[Any], Any]) -> Callable[[Any], Any]:
 _DECIMAL_TEXT = re.compile(r"[+-]?([0-9]+(\.[0-9]*)?|\.[0-9]+)([eE][+-]?[0-9]+)?")
 
 
+def _is_json(text: str | None, kind: Callable[[Any], bool]) -> bool:
+    if text is None:
+        return False
+    try:
+        value = json.loads(text, parse_constant=lambda c: (_ for _ in ()).throw(ValueError(c)))
+    except ValueError:
+        return False
+    return kind(value)
+
+
 def _locate(needle: str, s: str | None, start: int) -> int | None:
     if s is None:
         return None
@@ -217,6 +228,27 @@ CASES: list[tuple[str, str, Reference]] = [
      "TO_TIMESTAMP(DATE_FORMAT(ts, 'yyyy-MM-dd HH:mm:ss')), "
      "TO_TIMESTAMP(DATE_FORMAT(ts, 'yyyy/MM/dd HH:mm:ss.SSS'), 'yyyy/MM/dd HH:mm:ss.SSS'), TO_DATE(s) FROM t",
      "SELECT id, CAST(ts AS DATE), dt, date_trunc('second', ts), ts, NULL FROM t"),
+    # -- JSON: documents made from the columns (JSON_OBJECT is DuckDB's json_object with NULL ON NULL)
+    ("json_object_array",
+     "SELECT id, JSON_OBJECT('i' VALUE i, 's' VALUE s, 'd' VALUE d, 'f' VALUE flag), "
+     "JSON_ARRAY(i, s NULL ON NULL), JSON_ARRAY(j, s), JSON_STRING(r), JSON_STRING(s) FROM t",
+     "SELECT id, json_object('i', i, 's', s, 'd', d, 'f', flag), json_array(i, s), "
+     "CASE WHEN j IS NULL AND s IS NULL THEN '[]' WHEN j IS NULL THEN json_array(s) "
+     "WHEN s IS NULL THEN json_array(j) ELSE json_array(j, s) END, to_json(r), to_json(s) FROM t"),
+    ("json_value_query_exists",
+     "SELECT id, JSON_VALUE(doc, '$.s'), JSON_VALUE(doc, '$.i' RETURNING INT), JSON_VALUE(doc, '$.d' RETURNING DOUBLE), "
+     "JSON_VALUE(doc, 'lax $.missing' DEFAULT 'none' ON EMPTY), JSON_QUERY(doc, '$.a'), JSON_QUERY(doc, 'lax $.a[*]'), "
+     "JSON_VALUE(doc, '$.a[1]' RETURNING INT), JSON_EXISTS(doc, '$.i'), JSON_EXISTS(doc, '$.a[5]') "
+     "FROM (SELECT id, JSON_OBJECT('i' VALUE i, 's' VALUE s, 'd' VALUE d, 'a' VALUE JSON_ARRAY(j, i NULL ON NULL)) "
+     "AS doc FROM t) AS q",
+     "SELECT id, json_extract_string(doc, '$.s'), CAST(json_extract(doc, '$.i') AS INT), "
+     "CAST(json_extract(doc, '$.d') AS DOUBLE), 'none', json_extract(doc, '$.a'), json_extract(doc, '$.a'), "
+     "CAST(json_extract(doc, '$.a[1]') AS INT), i IS NOT NULL, FALSE "
+     "FROM (SELECT id, i, json_object('i', i, 's', s, 'd', d, 'a', json_array(j, i)) AS doc FROM t) AS q"),
+    ("is_json", "SELECT id, s IS JSON, s IS JSON SCALAR, s IS NOT JSON OBJECT, CONCAT('[', s, ']') IS JSON ARRAY FROM t",
+     _python(lambda r: (_is_json(r["s"], lambda v: True), _is_json(r["s"], lambda v: not isinstance(v, (dict, list))),
+                        not _is_json(r["s"], lambda v: isinstance(v, dict)),
+                        _is_json(None if r["s"] is None else f"[{r['s']}]", lambda v: isinstance(v, list))), "s")),
     ("unix_timestamp_from_unixtime",
      "SELECT id, UNIX_TIMESTAMP(DATE_FORMAT(ts, 'yyyy-MM-dd HH:mm:ss')), FROM_UNIXTIME(b * 1000), "
      "FROM_UNIXTIME(b, 'yyyy/MM/dd HH') FROM t",

@@ -23,6 +23,7 @@ from clink.compiler.functions import (
     TABLE_FUNCTIONS,
     UNIT_FIRST,
     arithmetic,
+    bind_json,
     cast_to,
     common_of,
     extract,
@@ -181,6 +182,10 @@ class ExprBinder:
                 return extract(unit, self._expr(operand, scope), e.span)
             case ast.Case():
                 return self._case(e, scope)
+            case ast.JsonCall(name=name, args=args, options=options, returning=returning, defaults=defaults):
+                bound = [self._expr(a, scope) for a in args]
+                bound_defaults = {which: self._expr(d, scope) for which, d in defaults}
+                return bind_json(name, bound, dict(options), returning, bound_defaults, e.name_span or e.span)
             case ast.CurrentTime(kind=kind):
                 fn, typ = {
                     "CURRENT_TIMESTAMP": ("current_timestamp", pa.timestamp("ms", tz="UTC")),
