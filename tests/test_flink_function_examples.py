@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import datetime as dt
 import decimal
+import re
 
 import pyarrow as pa
 import pytest
@@ -232,6 +233,26 @@ def test_a_json_path_is_checked_at_compile_time() -> None:
         clink.compile("SELECT JSON_VALUE('{}', '$..a') FROM (VALUES (1)) AS t (x)")
     with pytest.raises(SqlError, match="a key of JSON_OBJECT must not be NULL"):
         clink.compile("SELECT JSON_OBJECT(KEY CAST(NULL AS STRING) VALUE 1) FROM (VALUES (1)) AS t (x)")
+
+
+@pytest.mark.parametrize(("query", "message"), [
+    ("SELECT s, LISTAGG(s) FROM t GROUP BY s", "LISTAGG(...) is not supported in a GROUP BY without a window yet"),
+    ("SELECT s, COLLECT(n) FROM t GROUP BY s", "COLLECT(...) is not supported in a GROUP BY without a window yet"),
+    ("SELECT LISTAGG(s, n) FROM t", "the separator of LISTAGG must be a constant string"),
+    ("SELECT LISTAGG(n) FROM t", "LISTAGG joins strings, got BIGINT"),
+])
+def test_listagg_and_collect_are_refused_where_they_cannot_run(query: str, message: str) -> None:
+    with pytest.raises(SqlError, match=re.escape(message)):
+        clink.compile("CREATE TABLE t (s STRING, n BIGINT) WITH ('connector' = 'push');\n" + query)
+
+
+def test_listagg_and_collect_over_a_window() -> None:
+    table = pa.table({"ts": pa.array([0, 1000, 2000, 61_000], pa.timestamp("ms")), "s": ["a", None, "b", "a"]})
+    out = run_select("SELECT window_start, LISTAGG(s), LISTAGG(s, '; '), COLLECT(s) FROM TABLE(TUMBLE(TABLE t, "
+                     "DESCRIPTOR(ts), INTERVAL '1' MINUTE)) GROUP BY window_start, window_end", t=table,
+                     watermarks={"t": "ts AS ts"})
+    assert sorted((r["EXPR$1"], r["EXPR$2"], r["EXPR$3"]) for r in out.to_pylist()) == [
+        ("a", "a", [("a", 1)]), ("a,b", "a; b", [("a", 1), ("b", 1)])]
 
 
 def test_log_with_a_base_of_one_fails_the_pipeline() -> None:

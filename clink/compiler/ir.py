@@ -620,13 +620,15 @@ def window_origin(rel: Rel, index: int, *,
 @attrs.frozen(kw_only=True)
 class AggCall:
     """An aggregate over the input of a WindowAggregate: ``fn`` (count_star, count, sum, ...)
-    reading column ``arg``, counting only rows where column ``filter`` is TRUE."""
+    reading column ``arg``, counting only rows where column ``filter`` is TRUE; ``param``: a
+    constant the function takes (LISTAGG's separator)."""
 
     fn: str
     arg: int | None
     type: pa.DataType
     nullable: bool
     filter: int | None = None
+    param: str | None = None
     sql: str = attrs.field(default="", eq=False)
 
 

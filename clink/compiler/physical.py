@@ -341,7 +341,7 @@ def runtime_window(node: ir.WindowAggregate):
     from clink.runtime import plan as P
 
     window = node.window
-    aggs = tuple(P.AggSpec(fn=a.fn, arg=a.arg, type=a.type, filter=a.filter, name=n)
+    aggs = tuple(P.AggSpec(fn=a.fn, arg=a.arg, type=a.type, filter=a.filter, name=n, param=a.param)
                  for a, n in zip(node.aggs, node.agg_names, strict=True))
     spec = P.WindowSpec(kind=window.kind, **{k: getattr(window, k) for k in ("size", "slide", "offset", "gap",
                                                                         "attached") if getattr(window, k)})

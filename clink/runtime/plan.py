@@ -230,10 +230,11 @@ class AggSpec:
     """One aggregate of a window aggregation.
 
     ``fn``: count_star, count, count_distinct, sum, min, max, avg, first_value, last_value,
-    stddev_pop, stddev_samp, var_pop, var_samp. ``arg``: the input column it reads (None for
-    count_star). ``filter``: an input BOOLEAN column; only rows where it is TRUE count
-    (``FILTER (WHERE ...)``). ``type``: the result type. NULL arguments are skipped; an
-    aggregate over no non-NULL value is NULL (COUNT: 0).
+    stddev_pop, stddev_samp, var_pop, var_samp, listagg, collect. ``arg``: the input column it
+    reads (None for count_star). ``filter``: an input BOOLEAN column; only rows where it is TRUE
+    count (``FILTER (WHERE ...)``). ``type``: the result type. NULL arguments are skipped; an
+    aggregate over no non-NULL value is NULL (COUNT: 0; COLLECT: an empty map). ``param``:
+    LISTAGG's separator.
     """
 
     fn: str
@@ -241,6 +242,7 @@ class AggSpec:
     type: pa.DataType
     filter: int | None = None
     name: str = ""
+    param: str | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

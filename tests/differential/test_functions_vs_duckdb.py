@@ -277,3 +277,37 @@ def test_matches_reference(clink_sql: str, reference: Reference, table: pa.Table
 def test_case_ids_are_unique() -> None:
     ids = [c[0] for c in CASES]
     assert len(ids) == len(set(ids))
+
+
+# ---------------------------------------------------------------- LISTAGG and COLLECT over windows
+
+# Every row arrives before the watermark passes its window (the lateness allowed is the whole
+# table's span), so each window holds its rows in arrival order: the file's, by id.
+_EVERY_ROW = {"t": "ts AS ts - INTERVAL '3000' DAY"}
+_DAILY = "FROM TABLE(TUMBLE(TABLE t, DESCRIPTOR(ts), INTERVAL '1' DAY)) GROUP BY j, window_start, window_end"
+
+
+def test_listagg_over_windows_matches_duckdb(table: pa.Table) -> None:
+    ours = run_select(f"SELECT j, window_start, LISTAGG(s), LISTAGG(s, ' | ') FILTER (WHERE i > 0), COUNT(*) {_DAILY}",
+                      row_group_size=BATCH_ROWS, watermarks=_EVERY_ROW, t=table)
+    theirs = duckdb_rows(
+        "SELECT j, date_trunc('day', ts), string_agg(s, ',' ORDER BY id), "
+        "string_agg(s, ' | ' ORDER BY id) FILTER (WHERE i > 0), count(*) FROM t WHERE ts IS NOT NULL "
+        "GROUP BY j, date_trunc('day', ts)", table)
+    got = Counter(tuple(normalize(v) for v in row.values()) for row in ours.to_pylist())
+    assert got == theirs, describe(got, theirs)
+
+
+def test_collect_over_windows_counts_each_value(table: pa.Table) -> None:
+    ours = run_select(f"SELECT j, window_start, COLLECT(s), COLLECT(i) {_DAILY}", row_group_size=BATCH_ROWS,
+                      watermarks=_EVERY_ROW, t=table)
+    got = Counter((r["j"], r["window_start"], tuple(sorted(r["EXPR$2"])), tuple(sorted(r["EXPR$3"])))
+                  for r in ours.to_pylist())
+    con_rows = duckdb_rows("SELECT j, date_trunc('day', ts), map_entries(histogram(s)), map_entries(histogram(i)) "
+                           "FROM t WHERE ts IS NOT NULL GROUP BY j, date_trunc('day', ts)", table)
+    want = Counter()
+    for (j, day, s_hist, i_hist), count in con_rows.items():
+        # map_entries gives {key, value} structs, which ``normalize`` made (("key", k), ("value", v)).
+        entries = lambda h: tuple(sorted((dict(e)["key"], dict(e)["value"]) for e in (h or ())))  # noqa: E731
+        want[(j, day, entries(s_hist), entries(i_hist))] += count
+    assert got == want, describe(got, want)

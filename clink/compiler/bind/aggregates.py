@@ -221,8 +221,8 @@ class AggregateBinder:
             raise SqlError(f"FILTER needs a BOOLEAN condition, got {T.sql_name(condition.type)}", e.filter.span)
         arg = context.add_input(args[0]) if args else None
         filter_ = context.add_input(cast_to(condition, pa.bool_())) if condition is not None else None
-        call = ir.AggCall(fn=fn, arg=arg, filter=filter_, type=typ, nullable=nullable,
-                          sql=agg_sql(e))
+        call = ir.AggCall(fn=fn, arg=arg, filter=filter_, type=typ, nullable=nullable, sql=agg_sql(e),
+                          param=listagg_separator(args) if fn == "listagg" else None)
         if context.group_input is not None:
             if fn not in GROUP_AGGREGATES:
                 raise SqlError(f"{agg_sql(e)} is not supported in a GROUP BY without a window yet", span,
@@ -313,6 +313,13 @@ def aggregate_signature(e: ast.FunctionCall, args: list[ir.Expr]) -> tuple[str, 
         return "count_star", pa.int64(), False
     if name in ("ROW_NUMBER", "RANK", "DENSE_RANK"):
         raise SqlError(f"{name} needs OVER (...), which is not supported yet", span)
+    if name == "LISTAGG" and len(args) in (1, 2):
+        if e.distinct:
+            raise SqlError("LISTAGG(DISTINCT ...) is not supported yet", e.span)
+        if not (T.is_string(args[0].type) or T.is_null(args[0].type)):
+            raise SqlError(f"LISTAGG joins strings, got {T.sql_name(args[0].type)}", args[0].span, "CAST it AS STRING")
+        listagg_separator(args)
+        return "listagg", pa.string(), True
     if len(args) != 1:
         raise SqlError(f"{name} takes 1 argument, got {len(args)}", e.span)
     (arg,) = args
@@ -336,7 +343,23 @@ def aggregate_signature(e: ast.FunctionCall, args: list[ir.Expr]) -> tuple[str, 
             return name.lower(), t if not T.is_null(t) else pa.int32(), True
         case "FIRST_VALUE" | "LAST_VALUE":
             return name.lower(), t if not T.is_null(t) else pa.int32(), True
+        case "COLLECT":
+            # Flink's MULTISET<T> is a MAP<T, INT> here: each distinct value and how many rows hold it.
+            if pt.is_struct(t) or pt.is_list(t) or pt.is_map(t) or T.is_null(t):
+                raise SqlError(f"COLLECT of {T.sql_name(t)} values is not supported", arg.span,
+                               "COLLECT takes scalar values (they become the keys of a MAP)")
+            return "collect", pa.map_(t, pa.int32()), False
     raise SqlError(f"aggregate function {name} is not supported yet", span)
+
+
+def listagg_separator(args: list[ir.Expr]) -> str:
+    """LISTAGG's separator: its second argument, a constant string (',' when left out)."""
+    if len(args) < 2:
+        return ","
+    sep = args[1]
+    if not isinstance(sep, ir.Literal) or not isinstance(sep.value, str):
+        raise SqlError("the separator of LISTAGG must be a constant string", sep.span)
+    return sep.value
 
 
 def agg_sql(e: ast.FunctionCall) -> str:

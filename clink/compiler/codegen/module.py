@@ -385,6 +385,8 @@ def _agg_py(agg: ir.AggCall, name: str) -> str:
     if agg.filter is not None:
         parts.append(f"filter={agg.filter}")
     parts.append(f"name={name!r}")
+    if agg.param is not None:
+        parts.append(f"param={agg.param!r}")
     return f"P.AggSpec({', '.join(parts)})"
 
 

@@ -9,7 +9,8 @@ Python; loops run over windows or aggregates only.
 Partial tables use internal column names: ``_k<j>`` for the keys, ``_key_group``, ``_ws`` (the
 start, session windows only), then per aggregate ``i`` one to three of ``_a<i>_n`` (count),
 ``_a<i>_s`` (sum), ``_a<i>_q`` (sum of squares), ``_a<i>_x`` (min / max / first / last value) and
-``_a<i>_d`` (the distinct values, a list). While a table is in flight it may also carry ``_w``
+``_a<i>_d`` (the distinct values, a list) or ``_a<i>_l`` (every value in arrival order, a list:
+LISTAGG and COLLECT). While a table is in flight it may also carry ``_w``
 (the window end) and ``_t`` (whether the row holds data from the batch being processed).
 
 Over a TIMESTAMP_LTZ time column (an instant), windows are aligned on the wall clock of the
@@ -65,7 +66,8 @@ _SESSION_BUCKET = 1000
 _MERGE_ROWS = 1 << 19
 
 _AGG_FUNCTIONS = frozenset({"count_star", "count", "count_distinct", "sum", "min", "max", "avg", "first_value",
-                            "last_value", "stddev_pop", "stddev_samp", "var_pop", "var_samp"})
+                            "last_value", "stddev_pop", "stddev_samp", "var_pop", "var_samp", "listagg",
+                            "collect"})
 _VARIANCE = frozenset({"stddev_pop", "stddev_samp", "var_pop", "var_samp"})
 _VALUE_FN = {"min": "min", "max": "max", "first_value": "first", "last_value": "last"}
 #: The aggregates whose partials per key and pane merge into the same result as the rows would
@@ -123,9 +125,9 @@ class WindowAggregateOperator(OperatorBase):
                              f"expected {expected} (keys, window_start, window_end, window_time, aggregates)")
         # Pre-aggregating per slide (pane) and then copying each pane's partial to every window
         # that covers it is much cheaper than copying rows, but within a batch it loses the
-        # arrival order across panes that FIRST_VALUE / LAST_VALUE need.
+        # arrival order across panes that FIRST_VALUE / LAST_VALUE (and LISTAGG's order) need.
         self._by_pane = self._kind in ("hop", "cumulate") and not any(
-            a.fn in ("first_value", "last_value") for a in node.aggs)
+            a.fn in ("first_value", "last_value", "listagg") for a in node.aggs)
         self.operator_id = operator_id or f"window-{node.id}"
         self.descriptor = TableStateDescriptor("windows", self._partial_schema(input_schema))
         self.operator_state: OperatorState = open_state(backend, self._max_parallelism, self.operator_id,
@@ -251,6 +253,7 @@ class WindowAggregateOperator(OperatorBase):
         self._post: list[tuple] = []       # group_by aggregations over partials
         self._post_names: list[tuple[str, str]] = []
         self._distinct: list[str] = []     # partial columns holding lists of distinct values
+        self._lists: list[str] = []        # partial columns holding lists of every value (LISTAGG, COLLECT)
         # Sessions merge partials from different windows, whose parts are not in arrival order:
         # there FIRST_VALUE / LAST_VALUE also keep the arrival number of their value (``_a<i>_o``)
         # and merging picks by it. (value column, order column, pick the lowest order?)
@@ -280,6 +283,15 @@ class WindowAggregateOperator(OperatorBase):
                 self._pre_names.append((d, f"{v}_distinct"))
                 self._distinct.append(d)
                 self._partials.append(d)
+                continue
+            elif agg.fn in ("listagg", "collect"):
+                # Every value, in the order the rows came (NULLs too: the list's length is the
+                # rows'; they are dropped when the window fires).
+                lst = f"_a{i}_l"
+                self._pre.append((v, "list"))
+                self._pre_names.append((lst, f"{v}_list"))
+                self._lists.append(lst)
+                self._partials.append(lst)
                 continue
             elif agg.fn == "sum":
                 self._pre.append((v, "sum", _SUM_OPTIONS))
@@ -626,7 +638,7 @@ class WindowAggregateOperator(OperatorBase):
         if touched:
             post.append((_TOUCHED, "max"))
         gid = None
-        if self._distinct or self._ordered:
+        if self._distinct or self._ordered or self._lists:
             gid, n_groups = _group_ids([table[c] for c in group], table.num_rows)
             table = table.append_column(_GID, pa.array(gid))
             group.append(_GID)
@@ -643,6 +655,9 @@ class WindowAggregateOperator(OperatorBase):
                 cols[partial] = out[named[partial]]
             elif partial in picks:
                 cols[partial] = picks[partial]
+            elif partial in self._lists:
+                assert gid is not None
+                cols[partial] = _concat_lists(table[partial], gid, n_groups).take(out[_GID])
             else:
                 assert gid is not None
                 lists = _distinct_lists(table[partial], gid, n_groups)
@@ -716,6 +731,10 @@ class WindowAggregateOperator(OperatorBase):
                 return t[s] if t[s].type == type_ else K.cast(t[s], type_)  # fails on INT overflow
             case "min" | "max" | "first_value" | "last_value":
                 return _cast(t[x], type_)
+            case "listagg":
+                return _listagg(t[f"_a{i}_l"], agg.param if agg.param is not None else ",")
+            case "collect":
+                return _collect(t[f"_a{i}_l"], type_)
             case "avg":
                 count = t[n]
                 # NULL sum exactly when the count is 0; the divisor 1 only avoids a division error.
@@ -782,6 +801,54 @@ def _group_ids(columns: list[pa.Array | pa.ChunkedArray], num_rows: int) -> tupl
         cardinality *= size
     unique, inverse = np.unique(ids, return_inverse=True)
     return inverse.reshape(-1).astype(np.int64), len(unique)
+
+
+def _concat_lists(lists: pa.ChunkedArray, gid: np.ndarray, n_groups: int) -> pa.ListArray:
+    """Per group id, the values of the lists of the rows with that id, one list after another in
+    row order (partials are held in arrival order, so a window's values stay in arrival order)."""
+    lists = lists.combine_chunks() if isinstance(lists, pa.ChunkedArray) else lists
+    values = pc.list_flatten(lists)
+    groups = gid[pc.list_parent_indices(lists).to_numpy(zero_copy_only=False)]
+    order = np.argsort(groups, kind="stable")
+    offsets = np.zeros(n_groups + 1, dtype=np.int32)
+    np.cumsum(np.bincount(groups, minlength=n_groups), out=offsets[1:])
+    return pa.ListArray.from_arrays(pa.array(offsets), pc.take(values, pa.array(order)))
+
+
+def _without_nulls(lists: pa.ChunkedArray | pa.ListArray) -> tuple[pa.Array, np.ndarray, np.ndarray]:
+    """(the non-NULL values of ``lists``, each one's list, the number of lists)."""
+    lists = lists.combine_chunks() if isinstance(lists, pa.ChunkedArray) else lists
+    values = pc.list_flatten(lists)
+    parents = pc.list_parent_indices(lists).to_numpy(zero_copy_only=False)
+    valid = pc.is_valid(values).to_numpy(zero_copy_only=False)
+    return pc.filter(values, pa.array(valid)), parents[valid], len(lists)
+
+
+def _listagg(lists: pa.ChunkedArray, separator: str) -> pa.Array:
+    """LISTAGG: each list's non-NULL strings joined by ``separator``; NULL where there are none."""
+    values, parents, n = _without_nulls(lists)
+    counts = np.bincount(parents, minlength=n)
+    offsets = np.zeros(n + 1, dtype=np.int32)
+    np.cumsum(counts, out=offsets[1:])
+    joined = pc.binary_join(pa.ListArray.from_arrays(pa.array(offsets), pc.cast(values, pa.string())), separator)
+    return pc.if_else(pa.array(counts > 0), joined, pa.scalar(None, pa.string()))
+
+
+def _collect(lists: pa.ChunkedArray, type_: pa.MapType) -> pa.Array:
+    """COLLECT: per list, a map from each distinct non-NULL value to how many times it occurs
+    (Flink's MULTISET), keys in the order they first occur."""
+    values, parents, n = _without_nulls(lists)
+    counted = pa.table({"p": pa.array(parents, pa.int64()), "v": values}).group_by(
+        ["p", "v"], use_threads=False).aggregate([([], "count_all")])
+    p = counted["p"].to_numpy()
+    order = np.argsort(p, kind="stable")
+    offsets = np.zeros(n + 1, dtype=np.int32)
+    np.cumsum(np.bincount(p, minlength=n), out=offsets[1:])
+    keys = pc.take(counted["v"], pa.array(order)).combine_chunks() if counted.num_rows else pa.array(
+        [], type_.key_type)
+    items = pc.cast(pc.take(counted["count_all"], pa.array(order)), pa.int32()).combine_chunks() \
+        if counted.num_rows else pa.array([], pa.int32())
+    return pa.MapArray.from_arrays(pa.array(offsets), pc.cast(keys, type_.key_type), items)
 
 
 def _distinct_lists(lists: pa.ChunkedArray, gid: np.ndarray, n_groups: int) -> pa.ListArray:
