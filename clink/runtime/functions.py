@@ -210,10 +210,18 @@ def pad(a: Value, length: int, padding: str, left: bool) -> Value:
     """LPAD / RPAD(s, n, pad): ``s`` padded with repeats of ``pad`` to ``n`` characters, or cut to
     ``n`` when longer. The compiler makes ``n`` < 0 and an empty ``pad`` NULL, as Flink."""
     cut = pc.utf8_slice_codeunits(a, 0, length)
+    if len(padding) == 1:
+        return pc.utf8_lpad(cut, width=length, padding=padding) if left else pc.utf8_rpad(cut, width=length,
+                                                                                            padding=padding)
     need = pc.subtract(pa.scalar(length, pa.int64()), pc.cast(pc.utf8_length(cut), pa.int64()))
-    times = -(-length // len(padding))
-    prefixes = pa.array([(padding * times)[:k] for k in range(length + 1)], pa.string())
-    fill = pc.take(prefixes, pc.cast(need, pa.int64())) if not isinstance(need, pa.Scalar) else prefixes[need.as_py()]
+    arr = _array(need)
+    counts = np.asarray(pc.fill_null(arr, 0).to_numpy(zero_copy_only=False), np.int64)
+    # The padding each row needs, made once per distinct amount (strings of similar lengths need few).
+    amounts, index = np.unique(counts, return_inverse=True)
+    times = -(-int(amounts.max(initial=0)) // len(padding))
+    fills = pa.array([(padding * times)[:k] for k in amounts.tolist()], pa.string())
+    fill = pc.take(fills, pa.array(index.reshape(-1).astype(np.int32)))
+    fill = _like(fill, need)
     parts = (fill, cut) if left else (cut, fill)
     return pc.binary_join_element_wise(*parts, "")
 
