@@ -202,7 +202,7 @@ def test_values_columns_take_the_common_type_of_their_rows() -> None:
     ("SELECT a FROM (VALUES (1)) AS t(a) WINDOW x AS (ORDER BY a), x AS (ORDER BY a);", "window 'x' is defined twice"),
     ("SELECT DISTINCT 1 AS x ORDER BY 1 + 1 LIMIT 1;", "ORDER BY here names a column of the result"),
     ("CREATE VIEW c AS SELECT 1 AS x UNION SELECT 2;\nSELECT x FROM c ORDER BY x;",
-     "ORDER BY over an updating query is not supported yet"),
+     "ORDER BY without LIMIT must start with an event-time column"),
     ("SELECT 1 AS x ORDER BY x;", "ORDER BY without LIMIT must start with an event-time column"),
 ])
 def test_bad_query_forms_are_refused_where_they_are_written(text: str, message: str) -> None:
