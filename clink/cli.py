@@ -141,7 +141,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "sql":
             from clink.sqlclient import main as sql_client
 
-            return sql_client(args)
+            return sql_client(args, read_sql=_read_sql, settings=_settings(args.set))
         raise UsageError(f"unknown command {args.command!r}")
     except ClinkError as exc:
         if args.debug:

@@ -666,19 +666,19 @@ def history_path(option: str | None, disabled: bool) -> Path | None:
     return Path.home() / ".clink_sql_history"
 
 
-def main(args) -> int:
-    """``clink sql [-i INIT]... [-f FILE] [--history FILE | --no-history] [--set K=V]...``."""
-    from clink.cli import _read_sql, _settings
-
-    client = SqlClient(debug=getattr(args, "debug", False), settings=_settings(args.set))
+def main(args, *, read_sql: Callable[[str, dict[str, str]], tuple[str, str]], settings: dict[str, str]) -> int:
+    """``clink sql [-i INIT]... [-f FILE] [--history FILE | --no-history] [--set K=V]...``; the
+    command line gives how it reads a SQL file (name and text, or a UsageError) and the settings
+    of ``--set``, checked."""
+    client = SqlClient(debug=getattr(args, "debug", False), settings=settings)
     for path in args.init:
         sources: dict[str, str] = {}
-        name, text = _read_sql(path, sources)
+        name, text = read_sql(path, sources)
         if not _run_init(client, text, name):
             return 2
     if args.file:
         sources = {}
-        name, text = _read_sql(args.file, sources)
+        name, text = read_sql(args.file, sources)
         try:
             return 0 if run_script(client, text, name, stop_on_error=True) else 1
         except SystemExit as exc:

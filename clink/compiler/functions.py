@@ -466,7 +466,7 @@ def _null(typ: pa.DataType, span: Span) -> ir.Expr:
 
 
 def _double_of(fn: str, arity: int = 1) -> Binder:
-    """A function of numbers giving a DOUBLE, run by the Arrow kernel ``fn`` (or a ``K.F`` one)."""
+    """A function of numbers giving a DOUBLE, run by the Arrow kernel ``fn`` (or an ``F`` one, runtime/functions.py)."""
     def bind(name: str, args: list[ir.Expr], span: Span) -> ir.Expr:
         _arity(name, args, span, arity)
         for i, a in enumerate(args, 1):

@@ -1,6 +1,6 @@
 """Kernels of Flink's built-in scalar functions that ``pyarrow.compute`` does not give as they are.
 
-Generated code calls them as ``K.F.<name>`` (``kernels`` imports this module as ``F``). Each
+Generated code calls them as ``F.<name>`` (it imports this module as ``F``). Each
 works on whole arrays (or a scalar, for an expression that reads no column). Where Arrow has no
 kernel at all (hashes, base64, Java's ``Long.toBinaryString``), the function runs once per
 *distinct* value of the batch (``_each_distinct``) and the results are taken back out by position.

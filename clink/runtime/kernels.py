@@ -18,16 +18,11 @@ import pyarrow as pa
 
 from clink.errors import EvaluationError
 from clink.runtime import compute as pc
-from clink.runtime import functions
 from clink.runtime.context import TaskContext
 from clink.runtime.memo import ValueMemo
 from clink.runtime.timezone import epoch_ms, from_local, local_ms, to_local
 
 Value = pa.Array | pa.ChunkedArray | pa.Scalar
-
-#: The kernels of Flink's other built-in functions: generated code calls them as ``K.F.<name>``.
-F = functions
-
 
 def filter(batch: pa.RecordBatch, keep: Value, used: tuple[int, ...] | None = None,  # noqa: A001
            fields: dict[int, tuple[int, ...]] | None = None) -> pa.RecordBatch:

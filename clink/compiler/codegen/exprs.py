@@ -98,7 +98,7 @@ def _k_memo(name: str) -> Emitter:
 
 def _f(name: str) -> Emitter:
     """A kernel of ``clink/runtime/functions.py``: the arguments, then the call's fixed parameters."""
-    return lambda e, a: f"K.F.{name}({', '.join([*a, *(repr(p) for p in e.params)])})"
+    return lambda e, a: f"F.{name}({', '.join([*a, *(repr(p) for p in e.params)])})"
 
 
 def _arith(checked: str, plain: str) -> Emitter:
@@ -250,23 +250,23 @@ EMITTERS: dict[str, Emitter] = {
     "hash": _f("hash_text"),
     "map_part": _f("map_part"),
     "element": _f("element"),
-    "timestampadd": lambda e, a: f"K.F.timestampadd({e.params[0]!r}, {a[0]}, {a[1]})",
-    "timestampdiff": lambda e, a: f"K.F.timestampdiff({e.params[0]!r}, {a[0]}, {a[1]})",
+    "timestampadd": lambda e, a: f"F.timestampadd({e.params[0]!r}, {a[0]}, {a[1]})",
+    "timestampdiff": lambda e, a: f"F.timestampdiff({e.params[0]!r}, {a[0]}, {a[1]})",
     "to_timestamp": _f("to_timestamp"),
     "is_distinct": _f("is_distinct"),
     "is_json": _f("is_json"),
     "json_exists": _f("json_exists"),
     "json_query": _f("json_query"),
-    "json_value": lambda e, a: (f"K.F.json_value({', '.join(a)}, {e.params[0]!r}, {type_py(e.params[1])}, "
+    "json_value": lambda e, a: (f"F.json_value({', '.join(a)}, {e.params[0]!r}, {type_py(e.params[1])}, "
                                 f"{e.params[2]!r}, {e.params[3]!r})"),
     "json_string": _f("json_text"),
     "json_object": _f("json_object"),
     "json_array": _f("json_array"),
     "floor_to": _f("floor_to"),
     "to_date": _f("to_date"),
-    "unix_timestamp": lambda e, a: f"K.F.unix_timestamp({a[0]}, {e.params[0]!r}, ctx.time_zone)",
-    "unix_now": lambda e, a: "K.F.unix_now(ctx.now())",
-    "from_unixtime": lambda e, a: f"K.F.from_unixtime({a[0]}, {e.params[0]!r}, {e.params[1]!r}, ctx.time_zone)",
+    "unix_timestamp": lambda e, a: f"F.unix_timestamp({a[0]}, {e.params[0]!r}, ctx.time_zone)",
+    "unix_now": lambda e, a: "F.unix_now(ctx.now())",
+    "from_unixtime": lambda e, a: f"F.from_unixtime({a[0]}, {e.params[0]!r}, {e.params[1]!r}, ctx.time_zone)",
     # Constructors build a column of n values from their items (columns or constants).
     "make_array": lambda e, a: f"K.make_array([{', '.join(a)}], batch.num_rows, {type_py(e.type)})",
     "make_map": lambda e, a: f"K.make_map([{', '.join(a)}], batch.num_rows, {type_py(e.type)})",

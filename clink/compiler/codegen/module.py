@@ -64,6 +64,7 @@ def generate_module(plan: PhysicalPlan, *, name: str, sources: dict[str, str], f
     w.line("import pyarrow as pa")
     w.line()
     w.line("from clink.runtime import compute as pc  # noqa: F401  (Arrow kernels)")
+    w.line("from clink.runtime import functions as F  # noqa: F401  (Flink's other built-in functions)")
     w.line("from clink.runtime import kernels as K  # noqa: F401")
     w.line("from clink.runtime import plan as P")
     refs = _udf_refs(plan)

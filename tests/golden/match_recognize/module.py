@@ -44,6 +44,7 @@ import decimal  # noqa: F401  (DECIMAL literals)
 import pyarrow as pa
 
 from clink.runtime import compute as pc  # noqa: F401  (Arrow kernels)
+from clink.runtime import functions as F  # noqa: F401  (Flink's other built-in functions)
 from clink.runtime import kernels as K  # noqa: F401
 from clink.runtime import plan as P
 
