@@ -514,9 +514,6 @@ _UNSUPPORTED = (
     (("DROP",), "DROP", "a table, view or function stays declared until the client ends: declare another "
                         "name, or start the client again"),
     (("ALTER",), "ALTER", "declare a new table from it: CREATE TABLE t2 WITH (...) LIKE t"),
-    (("USE",), "USE (catalogs and databases)", "name tables directly; SHOW TABLES lists them"),
-    (("SHOW", "CATALOGS"), "SHOW CATALOGS (catalogs and databases)", "SHOW TABLES"),
-    (("SHOW", "DATABASES"), "SHOW DATABASES (catalogs and databases)", "SHOW TABLES"),
     (("SHOW", "JARS"), "SHOW JARS", "functions are Python: SHOW FUNCTIONS"),
     (("ADD", "JAR"), "ADD JAR", "functions are Python: CREATE FUNCTION f AS 'module.function' LANGUAGE PYTHON"),
     (("REMOVE", "JAR"), "REMOVE JAR", "functions are Python: CREATE FUNCTION f AS 'module.function' LANGUAGE PYTHON"),

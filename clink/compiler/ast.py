@@ -568,6 +568,19 @@ class Describe(Statement):
 
 
 @attrs.frozen(kw_only=True)
+class Use(Statement):
+    """``USE CATALOG name`` (``kind`` ``CATALOG``) or ``USE name`` (``DATABASE``)."""
+
+    kind: str
+    name: str
+
+
+@attrs.frozen(kw_only=True)
+class CreateCatalog(Statement):
+    name: str
+
+
+@attrs.frozen(kw_only=True)
 class Reset(Statement):
     """``RESET ['key']``: a setting (or all) back to its default."""
 

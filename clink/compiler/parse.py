@@ -439,8 +439,25 @@ class _Builder(Transformer):
         return ast.Query(query=children[0], span=self._span(meta))
 
     def show_list(self, meta, children):
-        what = next(c for c in children if isinstance(c, Token) and c.type in ("TABLES", "VIEWS", "FUNCTIONS"))
+        what = next(c for c in children if isinstance(c, Token)
+                    and c.type in ("TABLES", "VIEWS", "FUNCTIONS", "CATALOGS", "DATABASES"))
         return ast.Show(what=what.type, span=self._span(meta))
+
+    def show_current(self, meta, children):
+        what = next(c for c in children if isinstance(c, Token) and c.type in ("CATALOG", "DATABASE"))
+        return ast.Show(what=f"CURRENT {what.type}", span=self._span(meta))
+
+    def use_catalog(self, meta, children):
+        (name,) = _strip_keywords(children)
+        return ast.Use(kind="CATALOG", name=str(name), span=self._span(meta))
+
+    def use_database(self, meta, children):
+        (name,) = _strip_keywords(children)
+        return ast.Use(kind="DATABASE", name=str(name), span=self._span(meta))
+
+    def create_catalog(self, meta, children):
+        name = next(c for c in _strip_keywords(children) if isinstance(c, _Name))
+        return ast.CreateCatalog(name=str(name), span=self._span(meta))
 
     def show_create(self, meta, children):
         kind = next(c for c in children if isinstance(c, Token) and c.type in ("TABLE", "VIEW"))

@@ -358,5 +358,5 @@ def test_what_clink_does_not_have_is_refused_with_what_to_do(tmp_path: Path) -> 
     done = sql_client(tmp_path, stdin="DROP TABLE t;\n  USE db1;\nSELECT 5 AS five;\n")
     assert done.returncode == 0
     assert "<input>:1:1: error: DROP is not supported in clink\n 1 | DROP TABLE t;\n   | ^^^^\nhint: " in done.stdout
-    assert "<input>:1:3: error: USE (catalogs and databases) is not supported in clink" in done.stdout
+    assert "<input>:1:3: error: database 'db1' does not exist: clink has one catalog, default_catalog" in done.stdout
     assert last_table(done.stdout, "1 row in set") == [["five"], ["5"]]

@@ -27,6 +27,23 @@ def test_show_lists_tables_views_and_functions() -> None:
     assert clink.sql("SHOW VIEWS;").to_arrow().num_rows == 0
 
 
+def test_one_catalog_and_one_database_named_as_flinks_defaults() -> None:
+    assert clink.sql("SHOW CATALOGS;").to_arrow().to_pylist() == [{"catalog name": "default_catalog"}]
+    assert clink.sql("SHOW DATABASES;").to_arrow().to_pylist() == [{"database name": "default_database"}]
+    assert _rows("SHOW CURRENT CATALOG;") == [("default_catalog",)]
+    assert _rows("USE CATALOG default_catalog;\nUSE default_database;\nSHOW CURRENT DATABASE;") == [
+        ("default_database",)]
+    # The words stay usable as names.
+    assert _rows("SELECT 1 AS catalog, 2 AS `database`, 3 AS use;") == [(1, 2, 3)]
+    for text, message, col in (("USE db1;", "database 'db1' does not exist: clink has one catalog", 1),
+                               ("USE CATALOG hive;", "catalog 'hive' does not exist", 1),
+                               ("CREATE CATALOG c WITH ('type' = 'hive');", "CREATE CATALOG c: clink has one catalog",
+                                1)):
+        with pytest.raises(SqlError, match=message) as exc:
+            clink.sql(DDL + text)
+        assert exc.value.span is not None and exc.value.span.line == 4 and exc.value.span.col == col
+
+
 def test_describe_shows_flinks_columns() -> None:
     table = clink.sql(DDL + "DESCRIBE Bid;").to_arrow()
     assert table.column_names == ["name", "type", "null", "key", "extras", "watermark"]

@@ -19,8 +19,21 @@ from clink.runtime.settings import SETTINGS, close_settings
 _STRING = pa.string()
 
 
+#: The one catalog and database, named as Flink names its defaults.
+DEFAULT_CATALOG = "default_catalog"
+DEFAULT_DATABASE = "default_database"
+
+
 class ClientBinder:
     def show(self, stmt: ast.Show) -> ir.Rel:
+        if stmt.what == "CATALOGS":
+            return self.rows_of(("catalog name",), [(DEFAULT_CATALOG,)], stmt.span)
+        if stmt.what == "DATABASES":
+            return self.rows_of(("database name",), [(DEFAULT_DATABASE,)], stmt.span)
+        if stmt.what == "CURRENT CATALOG":
+            return self.rows_of(("current catalog name",), [(DEFAULT_CATALOG,)], stmt.span)
+        if stmt.what == "CURRENT DATABASE":
+            return self.rows_of(("current database name",), [(DEFAULT_DATABASE,)], stmt.span)
         if stmt.what == "TABLES":
             return self.rows_of(("table name",), [(n,) for n in sorted(self.catalog.tables)], stmt.span)
         if stmt.what == "VIEWS":
@@ -45,6 +58,15 @@ class ClientBinder:
                            f"SHOW CREATE {'TABLE' if isinstance(entry, CatalogTable) else 'VIEW'} {stmt.name}")
         text = create_table_text(entry) if isinstance(entry, CatalogTable) else entry.text
         return self.rows_of(("result",), [(text,)], stmt.span)
+
+    def use(self, stmt: ast.Use) -> None:
+        """``USE CATALOG default_catalog`` and ``USE default_database`` name what is in use;
+        another name is refused."""
+        current = DEFAULT_CATALOG if stmt.kind == "CATALOG" else DEFAULT_DATABASE
+        if stmt.name != current:
+            raise SqlError(f"{stmt.kind.lower()} {stmt.name!r} does not exist: clink has one catalog, "
+                           f"{DEFAULT_CATALOG}, holding one database, {DEFAULT_DATABASE}", stmt.span,
+                           "name tables directly; SHOW TABLES lists them")
 
     def reset(self, stmt: ast.Reset) -> None:
         if stmt.key is None:

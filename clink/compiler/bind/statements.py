@@ -11,7 +11,7 @@ import attrs
 from clink.compiler import ast, ir, udfs
 from clink.compiler import types as T
 from clink.compiler.bind.aggregates import AggContext, AggregateBinder
-from clink.compiler.bind.client import ClientBinder
+from clink.compiler.bind.client import DEFAULT_CATALOG, DEFAULT_DATABASE, ClientBinder
 from clink.compiler.bind.ddl import DdlBinder
 from clink.compiler.bind.exprs import ExprBinder
 from clink.compiler.bind.match import MatchBinder
@@ -116,6 +116,13 @@ class Binder(DdlBinder, ClientBinder, QueryBinder, SubqueryBinder, RelationBinde
             case ast.Reset():
                 self.reset(stmt)
                 result = None
+            case ast.Use():
+                self.use(stmt)
+                result = None
+            case ast.CreateCatalog():
+                raise SqlError(f"CREATE CATALOG {stmt.name}: clink has one catalog, {DEFAULT_CATALOG}, holding one "
+                               f"database, {DEFAULT_DATABASE}", stmt.span,
+                               "declare the tables with CREATE TABLE; their WITH options say where their data is")
             case ast.Explain():
                 inner = self.statement(stmt.statement)
                 assert inner is not None
