@@ -1,7 +1,7 @@
 """clink: a streaming SQL engine that is a library first and a cluster second.
 
 The public surface is small: ``clink.sql``, ``clink.compile``, ``clink.load``, ``Result``,
-``Plan``, ``clink.udf`` with ``FunctionRegistry`` (Python functions in SQL), and the error classes. ``import clink`` loads neither the compiler nor lark; they are
+``Plan``, ``clink.udf``, ``clink.udaf`` and ``clink.udtf`` with ``FunctionRegistry`` (Python functions in SQL), and the error classes. ``import clink`` loads neither the compiler nor lark; they are
 imported the first time SQL is compiled.
 """
 
@@ -23,9 +23,10 @@ from clink.errors import (  # noqa: E402
 )
 
 if TYPE_CHECKING:
-    from clink.api import FunctionRegistry, Plan, Result, compile, load, sql, udf
+    from clink.api import AggregateFunction, FunctionRegistry, Plan, Result, compile, load, sql, udaf, udf, udtf
 
 __all__ = [
+    "AggregateFunction",
     "ClinkError",
     "CompilerBug",
     "ConnectorError",
@@ -41,10 +42,12 @@ __all__ = [
     "compile",
     "load",
     "sql",
+    "udaf",
     "udf",
+    "udtf",
 ]
 
-_API = {"sql", "compile", "load", "Result", "Plan", "udf", "FunctionRegistry"}
+_API = {"sql", "compile", "load", "Result", "Plan", "udf", "udaf", "udtf", "AggregateFunction", "FunctionRegistry"}
 
 
 def __getattr__(name: str) -> Any:

@@ -21,6 +21,7 @@ from clink.runtime.context import RuntimeContext, system_clock_ms
 from clink.runtime.executor import Job, Metrics
 from clink.runtime.loader import load_generated, load_plan_file
 from clink.runtime.plan import Plan as _RuntimePlan
+from clink.runtime.udaf import AggregateFunction, udaf, udtf
 from clink.runtime.udf import FunctionRegistry, ScalarFunction, udf
 
 #: What ``functions=`` accepts: a registry, or UDFs (plain callables are passed to ``clink.udf``).
@@ -29,7 +30,7 @@ Functions = FunctionRegistry | Iterable[ScalarFunction | Callable[..., Any]]
 if TYPE_CHECKING:
     from clink.embedded import EmbeddedJob
 
-__all__ = ["FunctionRegistry", "Plan", "Result", "compile", "load", "sql", "udf"]
+__all__ = ["AggregateFunction", "FunctionRegistry", "Plan", "Result", "compile", "load", "sql", "udaf", "udf", "udtf"]
 
 
 class Plan:

@@ -385,6 +385,15 @@ class TableFunctionRef(FromItem):
 
 
 @attrs.frozen(kw_only=True)
+class LateralTable(FromItem):
+    """``LATERAL TABLE(f(args)) [AS alias (columns)]`` after CROSS JOIN, a comma, or ``LEFT JOIN ... ON
+    TRUE``: the rows the table function ``f`` gives for each row to its left."""
+
+    call: FunctionCall
+    columns: tuple[str, ...] | None = None
+
+
+@attrs.frozen(kw_only=True)
 class Unnest(FromItem):
     """``UNNEST(expr) [WITH ORDINALITY] [AS alias (columns)]`` after CROSS JOIN (or a comma): a row
     per element of the array (or entry of the map) ``expr`` of each row to its left."""

@@ -111,6 +111,10 @@ def explain_logical(node: ir.Rel, indent: int = 0) -> str:
                     f"{', ordinality=[true]' if node.ordinality else ''})")
         case ir.Replicate():
             line = f"Replicate(times=[{node.input.schema.names[node.count]}])"
+        case ir.Lateral():
+            args = ", ".join(node.input.schema.names[i] for i in node.args)
+            line = (f"Lateral(function=[{node.fn.name}({args})], as=[{', '.join(node.names)}]"
+                    f"{', outer=[true]' if node.outer else ''})")
         case ir.Scan():
             line = f"Scan(table=[{node.table.name}], columns=[{', '.join(node.schema.names)}]"
             if node.predicate is not None:
@@ -237,6 +241,8 @@ def chain_kinds(op: ChainOp) -> list[str]:
             kinds.append(f"Unnest {step.input.schema.names[step.column]}")
         elif isinstance(step, ir.Replicate):
             kinds.append(f"Repeat by {step.input.schema.names[step.count]}")
+        elif isinstance(step, ir.Lateral):
+            kinds.append(f"Lateral {step.fn.name}")
         else:
             kinds.append("Filter -> Project" if step.predicate is not None else "Project")
     return kinds

@@ -123,6 +123,8 @@ class UdfRef:
     vectorized: bool
     module: str | None = None
     attribute: str | None = None
+    #: ``scalar``, ``aggregate`` or ``table``.
+    kind: str = "scalar"
     #: The CREATE FUNCTION statement, shown next to the import in the generated module.
     span: Span | None = attrs.field(default=None, eq=False, repr=False)
 
@@ -581,6 +583,26 @@ class Unnest(Unary):
 
 
 @attrs.frozen(kw_only=True)
+class Lateral(Unary):
+    """Every row of ``input`` (its first ``keep`` columns) joined with each row that the Python
+    table function ``fn`` gives for the values of its columns ``args``; with ``outer`` (``LEFT
+    JOIN LATERAL TABLE(...) ON TRUE``), a row for which it gives none is kept once, with NULLs.
+    ``names``/``types``: the function's columns, as the query names them."""
+
+    fn: UdfRef
+    args: tuple[int, ...]
+    keep: int
+    names: tuple[str, ...]
+    types: tuple[pa.DataType, ...]
+    outer: bool = False
+
+    @functools.cached_property
+    def schema(self) -> Schema:
+        kept = self.input.schema.fields[: self.keep]
+        return Schema(kept + tuple(Field(n, t, True) for n, t in zip(self.names, self.types, strict=True)))
+
+
+@attrs.frozen(kw_only=True)
 class Replicate(Unary):
     """Every row of ``input`` as many times as its column ``count`` says (none for 0 or fewer),
     without that column: the rows ``INTERSECT ALL`` and ``EXCEPT ALL`` keep, from the number of
@@ -630,6 +652,11 @@ class AggCall:
     filter: int | None = None
     param: str | None = None
     sql: str = attrs.field(default="", eq=False)
+    #: A Python aggregate function (``fn`` is ``udaf``): where to find it, the columns of its
+    #: arguments, and its accumulator (a struct of its fields, kept in state).
+    udf: UdfRef | None = None
+    args: tuple[int, ...] = ()
+    accumulator: pa.StructType | None = None
 
 
 @attrs.frozen(kw_only=True)

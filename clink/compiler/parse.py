@@ -716,6 +716,13 @@ class _Builder(Transformer):
         columns = parts[2][1] if len(parts) > 2 else None
         return ast.SubqueryRef(query=parts[0], alias=alias, columns=columns, span=self._span(meta))
 
+    def lateral_table_ref(self, meta, children):
+        parts = _strip_keywords(children)
+        call, names = parts[0], parts[1:]
+        alias = str(names[0]) if names else None
+        columns = names[1][1] if len(names) > 1 else None
+        return ast.LateralTable(call=call, alias=alias, columns=columns, span=self._span(meta))
+
     def table_function_ref(self, meta, children):
         parts = _strip_keywords(children)
         alias = str(parts[1]) if len(parts) > 1 else None

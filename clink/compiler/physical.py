@@ -34,7 +34,7 @@ class ChainOp:
     id: int
     input: int
     scan_predicate: ir.Expr | None
-    steps: tuple[ir.Calc | ir.WindowTVF | ir.Replicate | ir.Unnest, ...]
+    steps: tuple[ir.Calc | ir.WindowTVF | ir.Replicate | ir.Unnest | ir.Lateral, ...]
     input_schema: ir.Schema
     table: str
     target: str
@@ -427,9 +427,9 @@ def _build(rel: ir.Rel, ops: list[PhysicalOp], *, target: str, shared: dict) -> 
     """Add the operators that produce ``rel`` to ``ops``; return the id of the last one.
     ``shared``: the source already planned for each scan of the statement, and the (operator
     id, description) planned for each stateful subquery, by its shape."""
-    steps: list[ir.Calc | ir.WindowTVF | ir.Replicate | ir.Unnest] = []
+    steps: list[ir.Calc | ir.WindowTVF | ir.Replicate | ir.Unnest | ir.Lateral] = []
     node = rel
-    while isinstance(node, (ir.Calc, ir.WindowTVF, ir.Replicate, ir.Unnest)) and not _is_session(node):
+    while isinstance(node, (ir.Calc, ir.WindowTVF, ir.Replicate, ir.Unnest, ir.Lateral)) and not _is_session(node):
         steps.append(node)
         node = node.input
     scan_predicate = None

@@ -22,7 +22,11 @@ from clink.compiler import types as T
 from clink.compiler.catalog import nearest
 from clink.compiler.functions import cast_to
 from clink.errors import ClinkError, Span, SqlError
+from clink.runtime.udaf import AggregateUdf, TableUdf
 from clink.runtime.udf import ScalarFunction, udf
+
+#: The kinds of Python function, by the class that defines one.
+_KINDS = ((ScalarFunction, "scalar"), (AggregateUdf, "aggregate"), (TableUdf, "table"))
 
 
 @attrs.frozen(kw_only=True)
@@ -33,6 +37,18 @@ class BoundUdf:
     returns: pa.DataType
     #: One entry per parameter (None: any type), or None when the number of arguments is free.
     arg_types: tuple[pa.DataType | None, ...] | None
+    #: ``scalar``, ``aggregate`` (``clink.udaf``) or ``table`` (``clink.udtf``).
+    kind: str = "scalar"
+    #: An aggregate function's accumulator: a struct of its fields.
+    accumulator: pa.StructType | None = None
+    #: A table function's columns (its ``returns`` is a struct of them).
+    columns: tuple[tuple[str, pa.DataType], ...] = ()
+    #: An aggregate function that can take rows away again (has ``retract``).
+    retractable: bool = False
+
+    @property
+    def what(self) -> str:
+        return {"scalar": "function", "aggregate": "aggregate function", "table": "table function"}[self.kind]
 
 
 def parse_type(text: str, span: Span | None, what: str) -> pa.DataType:
@@ -48,18 +64,34 @@ def parse_type(text: str, span: Span | None, what: str) -> pa.DataType:
                        "write it as in CREATE TABLE: 'BIGINT', 'STRING', 'DECIMAL(10, 2)', 'ARRAY<INT>'") from None
 
 
-def bind_function(f: ScalarFunction, ref: ir.UdfRef, span: Span | None) -> BoundUdf:
-    returns = parse_type(f.returns, span, f"the return type of function {ref.name}")
+def bind_function(f: ScalarFunction | AggregateUdf | TableUdf, ref: ir.UdfRef, span: Span | None) -> BoundUdf:
     arg_types = None
     if f.arg_types is not None:
         arg_types = tuple(None if t is None else parse_type(t, span, f"argument {i} of function {ref.name}")
                           for i, t in enumerate(f.arg_types, 1))
+    if isinstance(f, AggregateUdf):
+        returns = parse_type(f.returns, span, f"the result type of aggregate function {ref.name}")
+        fields = [pa.field(n, parse_type(t, span, f"the type of accumulator field {n!r} of {ref.name}"))
+                  for n, t in f.accumulator]
+        return BoundUdf(ref=ref, returns=returns, arg_types=arg_types, kind="aggregate",
+                        accumulator=pa.struct(fields), retractable=f.retractable)
+    if isinstance(f, TableUdf):
+        columns = tuple((n, parse_type(t, span, f"the type of column {n!r} of table function {ref.name}"))
+                        for n, t in f.columns)
+        return BoundUdf(ref=ref, returns=pa.struct([pa.field(n, t) for n, t in columns]), arg_types=arg_types,
+                        kind="table", columns=columns)
+    returns = parse_type(f.returns, span, f"the return type of function {ref.name}")
     return BoundUdf(ref=ref, returns=returns, arg_types=arg_types)
 
 
-def registry_function(f: ScalarFunction, span: Span | None) -> BoundUdf:
+def kind_of(f: Any) -> str:
+    return next(kind for cls, kind in _KINDS if isinstance(f, cls))
+
+
+def registry_function(f: ScalarFunction | AggregateUdf | TableUdf, span: Span | None) -> BoundUdf:
     """A UDF from the caller's ``FunctionRegistry``: looked up by name when the plan runs."""
-    return bind_function(f, ir.UdfRef(name=f.name, vectorized=f.vectorized), span)
+    ref = ir.UdfRef(name=f.name, vectorized=getattr(f, "vectorized", True), kind=kind_of(f))
+    return bind_function(f, ref, span)
 
 
 def create_function(stmt: ast.CreateFunction) -> BoundUdf:
@@ -70,8 +102,11 @@ def create_function(stmt: ast.CreateFunction) -> BoundUdf:
     path, span = stmt.path, stmt.path_span or stmt.span
     module, attribute, target = _import(path, span, stmt.name)
     hint = f"decorate it with @clink.udf(returns='...') in {module}"
-    if isinstance(target, ScalarFunction):
+    if isinstance(target, (ScalarFunction, AggregateUdf, TableUdf)):
         f = target
+    elif isinstance(target, type) and callable(getattr(target, "accumulate", None)):
+        raise SqlError(f"'{path}' is a class with an accumulate method, but not an aggregate function clink can "
+                       "type", span, f"decorate it with @clink.udaf(returns='...', accumulator={{...}}) in {module}")
     elif callable(target) and not isinstance(target, type):
         try:
             f = udf(target, name=stmt.name)
@@ -79,7 +114,8 @@ def create_function(stmt: ast.CreateFunction) -> BoundUdf:
             raise SqlError(f"function {stmt.name} ('{path}'): {exc}", span, hint) from None
     else:
         raise SqlError(f"'{path}' is a {type(target).__name__}, not a function", span, hint)
-    ref = ir.UdfRef(name=stmt.name, vectorized=f.vectorized, module=module, attribute=attribute, span=stmt.span)
+    ref = ir.UdfRef(name=stmt.name, vectorized=getattr(f, "vectorized", True), module=module, attribute=attribute,
+                    kind=kind_of(f), span=stmt.span)
     return bind_function(f, ref, span)
 
 
@@ -127,11 +163,17 @@ def _import_failed(path: str, module: str, exc: BaseException, span: Span) -> Sq
 
 def bind_call(f: BoundUdf, args: list[ir.Expr], span: Span) -> ir.Expr:
     """A call of ``f``: arguments checked against its annotated types (and cast to them)."""
+    args = check_args(f, args, span)
+    return ir.Call(fn="udf", args=tuple(args), params=(f.ref,), type=f.returns, nullable=True, span=span)
+
+
+def check_args(f: BoundUdf, args: list[ir.Expr], span: Span) -> list[ir.Expr]:
+    """The arguments of a call of ``f``, checked against its declared types and cast to them."""
     name = f.ref.name
     if f.arg_types is not None:
         if len(args) != len(f.arg_types):
             want = len(f.arg_types)
-            raise SqlError(f"function {name} takes {want} argument{'s' if want != 1 else ''}, got {len(args)}", span)
+            raise SqlError(f"{f.what} {name} takes {want} argument{'s' if want != 1 else ''}, got {len(args)}", span)
         checked = []
         for i, (arg, want_type) in enumerate(zip(args, f.arg_types, strict=True), 1):
             if want_type is not None and arg.type != want_type:
@@ -143,5 +185,4 @@ def bind_call(f: BoundUdf, args: list[ir.Expr], span: Span) -> ir.Expr:
             checked.append(arg)
         args = checked
     # NULL-typed arguments still need a concrete Arrow type to be passed as arrays.
-    args = [cast_to(a, pa.string()) if T.is_null(a.type) else a for a in args]
-    return ir.Call(fn="udf", args=tuple(args), params=(f.ref,), type=f.returns, nullable=True, span=span)
+    return [cast_to(a, pa.string()) if T.is_null(a.type) else a for a in args]

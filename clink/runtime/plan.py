@@ -243,6 +243,12 @@ class AggSpec:
     filter: int | None = None
     name: str = ""
     param: str | None = None
+    #: ``fn`` ``udaf``: a Python aggregate function (``clink.udaf``), or its name in the job's
+    #: ``RuntimeContext.functions``; the input columns of its arguments; its accumulator's fields
+    #: (a struct type), held in state.
+    function: Any = None
+    args: tuple[int, ...] = ()
+    accumulator: pa.StructType | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

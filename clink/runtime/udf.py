@@ -179,9 +179,11 @@ class FunctionRegistry:
         return registry
 
     def register(self, function: ScalarFunction | Callable[..., Any]) -> ScalarFunction:
-        f = function if isinstance(function, ScalarFunction) else udf(function)
+        from clink.runtime.udaf import AggregateUdf, TableUdf
+
+        f = function if isinstance(function, (ScalarFunction, AggregateUdf, TableUdf)) else udf(function)
         existing = self._functions.get(f.name.upper())
-        if existing is not None and existing.fn is not f.fn:
+        if existing is not None and existing is not f and getattr(existing, "fn", existing) is not getattr(f, "fn", f):
             raise UsageError(f"two functions are named {f.name}: give one another name with clink.udf(name=...)")
         self._functions[f.name.upper()] = f
         return f

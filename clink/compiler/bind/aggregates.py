@@ -9,7 +9,7 @@ import attrs
 import pyarrow as pa
 import pyarrow.types as pt
 
-from clink.compiler import ast, ir
+from clink.compiler import ast, ir, udfs
 from clink.compiler import types as T
 from clink.compiler.bind.exprs import WINDOW_PROPERTY
 from clink.compiler.bind.scope import Scope, ast_walk, derive_name, unique_names
@@ -202,9 +202,11 @@ class AggregateBinder:
         # The result has no event time: an update is not an event at a time.
         return self._select_over_aggregate(q, agg_rel, bound, having, rebase), frozenset()
 
-    def _aggregate_call(self, e: ast.FunctionCall, scope: Scope) -> ir.Expr:
+    def _aggregate_call(self, e: ast.FunctionCall, scope: Scope, python: udfs.BoundUdf | None = None) -> ir.Expr:
         context = self._agg
         span = e.name_span or e.span
+        if python is not None:
+            return self._python_aggregate_call(e, scope, python)
         if context is None:
             raise SqlError(f"aggregate function {e.name} is not allowed here", span,
                            "aggregates belong in the SELECT list or HAVING of a GROUP BY query")
@@ -231,6 +233,41 @@ class AggregateBinder:
                 raise SqlError(f"{e.name} over an updating input is not supported yet", span,
                                "its input is itself a GROUP BY without a window, whose rows are revised")
         return ir.Call(fn="__agg__", args=(), params=(context.add_agg(call),), type=typ, nullable=nullable,
+                       span=e.span)
+
+
+    def _python_aggregate_call(self, e: ast.FunctionCall, scope: Scope, f: udfs.BoundUdf) -> ir.Expr:
+        """A call of a Python aggregate function (``clink.udaf``): its arguments (checked against
+        its declared types) become input columns of the aggregation."""
+        context = self._agg
+        span = e.name_span or e.span
+        if context is None:
+            raise SqlError(f"aggregate function {e.name} is not allowed here", span,
+                           "aggregates belong in the SELECT list or HAVING of a GROUP BY query")
+        if e.distinct or e.star:
+            raise SqlError(f"{e.name}({'DISTINCT ...' if e.distinct else '*'}) is not supported for a Python "
+                           "aggregate function", e.span, f"write {e.name}(x, ...)")
+        if context.inside:
+            raise SqlError(f"aggregate function {e.name} inside another aggregate", span)
+        context.inside = True
+        try:
+            args = [self._expr(a, scope) for a in e.args]
+            condition = self._expr(e.filter, scope) if e.filter is not None else None
+        finally:
+            context.inside = False
+        args = udfs.check_args(f, args, e.span)
+        if condition is not None and not (pt.is_boolean(condition.type) or T.is_null(condition.type)):
+            raise SqlError(f"FILTER needs a BOOLEAN condition, got {T.sql_name(condition.type)}", e.filter.span)
+        if context.group_input is not None and ir.is_updating(context.group_input) and not f.retractable:
+            raise SqlError(f"the Python aggregate function {e.name} has no retract method, and its input is "
+                           "updating (rows are revised, so some must be taken away again)", span,
+                           f"give {f.ref.name} a retract(acc, groups, *args) method, or aggregate an append-only "
+                           "input")
+        columns = tuple(context.add_input(a) for a in args)
+        filter_ = context.add_input(cast_to(condition, pa.bool_())) if condition is not None else None
+        call = ir.AggCall(fn="udaf", arg=None, args=columns, filter=filter_, type=f.returns, nullable=True,
+                          udf=f.ref, accumulator=f.accumulator, sql=agg_sql(e))
+        return ir.Call(fn="__agg__", args=(), params=(context.add_agg(call),), type=f.returns, nullable=True,
                        span=e.span)
 
 
@@ -368,8 +405,9 @@ def agg_sql(e: ast.FunctionCall) -> str:
     return f"{e.name}({'DISTINCT ' if e.distinct else ''}...)"
 
 
-def has_aggregate(items: tuple[ast.SelectItem, ...]) -> bool:
+def has_aggregate(items: tuple[ast.SelectItem, ...], udaf: Callable[[str], bool] = lambda name: False) -> bool:
+    """Whether the SELECT list calls an aggregate (``udaf``: whether a name is a Python one)."""
     # An aggregate with OVER (...) is an OVER window function, not a grouping aggregate.
     return any(isinstance(n, ast.FunctionCall) and n.over is None
-               and (n.name in AGGREGATES or WINDOW_PROPERTY.fullmatch(n.name))
+               and (n.name in AGGREGATES or WINDOW_PROPERTY.fullmatch(n.name) or udaf(n.name))
                for item in items for n in ast_walk(item))

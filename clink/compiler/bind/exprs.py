@@ -13,6 +13,7 @@ import pyarrow as pa
 import pyarrow.types as pt
 
 from clink.compiler import ast, ir, udfs
+from clink.runtime.udaf import AggregateUdf
 from clink.compiler import types as T
 from clink.compiler.bind.scope import Scope, Unresolved, did_you_mean
 from clink.compiler.catalog import nearest
@@ -272,6 +273,15 @@ class ExprBinder:
 
     def _call(self, e: ast.FunctionCall, scope: Scope) -> ir.Expr:
         span = e.name_span or e.span
+        python = self._udf(e.name, span) if not is_builtin(e.name) else None
+        if python is not None and python.kind == "aggregate":
+            if e.over is not None:
+                raise SqlError(f"the Python aggregate function {e.name} cannot be used with OVER (...) yet",
+                               e.over.span, "use it in a GROUP BY, or a window aggregation (TUMBLE, HOP, CUMULATE)")
+            return self._aggregate_call(e, scope, python)
+        if python is not None and python.kind == "table":
+            raise SqlError(f"{e.name} is a table function: it gives rows, not a value", span,
+                           f"join it in FROM: FROM t, LATERAL TABLE({e.name}(...)) AS u (a, b)")
         if e.over is not None and self._over is not None and e.name in AGGREGATES:
             return self._over_call(e, scope)
         if e.over is not None:
@@ -308,6 +318,14 @@ class ExprBinder:
         if udf is not None:
             return udfs.bind_call(udf, args, e.span)
         return binder(e.name, args, e.span)
+
+    def _is_udaf(self, name: str) -> bool:
+        """Whether ``name`` is a Python aggregate function known to this binder."""
+        if is_builtin(name):
+            return False
+        if name.upper() in self.udfs:
+            return self.udfs[name.upper()].kind == "aggregate"
+        return isinstance(self.functions.get(name), AggregateUdf)
 
     def _udf(self, name: str, span: Span) -> udfs.BoundUdf | None:
         if name in self.udfs:

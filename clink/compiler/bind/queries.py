@@ -311,7 +311,7 @@ class QueryBinder:
                 # A filter on a ROW_NUMBER's row number is a Top-N, which the rewrite limit_ranks
                 # completes; one that keeps no row is refused here, before the select list.
                 top_n(rel)
-        if q.group_by or q.having is not None or has_aggregate(q.items):
+        if q.group_by or q.having is not None or has_aggregate(q.items, self._is_udaf):
             return self._aggregate(q, rel, scope)
         if any(is_row_number(item) for item in q.items):
             return self._row_number(q, rel, scope), frozenset()

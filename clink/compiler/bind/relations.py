@@ -8,13 +8,15 @@ import attrs
 import pyarrow as pa
 import pyarrow.types as pt
 
-from clink.compiler import ast, ir
+from clink.compiler import ast, ir, udfs
 from clink.compiler import types as T
 from clink.compiler.bind.scope import Scope, ScopeColumn, did_you_mean
 from clink.compiler.catalog import CatalogTable, CatalogView
 from clink.compiler.functions import TABLE_FUNCTIONS, cast_to
 from clink.compiler.rewrite.limit_ranks import check_ranks_limited
+from clink.compiler.bind.exprs import is_builtin
 from clink.errors import Span, SqlError
+from clink.runtime.udaf import TableUdf
 
 
 class RelationBinder:
@@ -53,6 +55,9 @@ class RelationBinder:
                 return tree.rel, Scope(tree.columns)
             case ast.MatchRecognize():
                 return self._match_recognize(item)
+            case ast.LateralTable():
+                raise SqlError("LATERAL TABLE(...) is joined to the table whose rows it reads", item.span,
+                               f"FROM t, LATERAL TABLE({item.call.name}(t.x)) AS u (a, b)")
             case ast.TableFunctionRef(call=call):
                 if call.name in TABLE_FUNCTIONS:
                     return self._window_tvf(call, item.alias)
@@ -100,6 +105,8 @@ class RelationBinder:
     def _join_tree(self, item: ast.FromItem) -> JoinTree:
         if isinstance(item, ast.Join) and isinstance(item.right, ast.Unnest):
             return self._unnest(item)
+        if isinstance(item, ast.Join) and isinstance(item.right, ast.LateralTable):
+            return self._lateral(item)
         if not isinstance(item, ast.Join):
             rel, scope = self.from_item(item)
             # A ROW_NUMBER in a join's input takes its limit from within the input: conditions the
@@ -135,6 +142,54 @@ class RelationBinder:
         columns = tuple(attrs.evolve(c, field=f, rowtime=False)
                         for c, f in zip(left.columns, left_rel.schema.fields, strict=True))
         return self._unnest_over(left_rel, columns, unnest, item.span)
+
+    def _lateral(self, item: ast.Join) -> JoinTree:
+        """``left, LATERAL TABLE(f(args)) AS u (a, b)`` (or ``CROSS JOIN`` / ``JOIN ... ON TRUE``):
+        each row of ``left`` once per row the Python table function ``f`` gives for it; ``LEFT
+        JOIN LATERAL TABLE(...) ON TRUE`` also keeps, once with NULLs, a row it gives none for."""
+        lateral: ast.LateralTable = item.right
+        call = lateral.call
+        on_true = isinstance(item.condition, ast.Literal) and item.condition.value is True
+        if item.kind not in ("inner", "left") or (item.condition is not None and not on_true) or (
+                item.kind == "left" and not on_true):
+            raise SqlError("LATERAL TABLE(...) is joined with a comma, CROSS JOIN, or [LEFT] JOIN ... ON TRUE",
+                           item.condition.span if item.condition is not None and not on_true else item.span,
+                           "filter its rows in WHERE: FROM t, LATERAL TABLE(f(t.x)) AS u (a) WHERE u.a > 0")
+        span = call.name_span or call.span
+        f = self._udf(call.name, span) if not is_builtin(call.name) else None
+        if f is None or f.kind != "table":
+            known = sorted(n for n, u in self.udfs.items() if u.kind == "table")
+            known += sorted(g.name.upper() for g in self.functions if isinstance(g, TableUdf))
+            what = "a built-in function" if is_builtin(call.name) else (
+                f"a Python {f.what}" if f is not None else "not a known function")
+            raise SqlError(f"{call.name} is {what}, not a table function", span,
+                           did_you_mean(call.name, known, "table functions") if known else
+                           "define one with @clink.udtf(columns={...}) and pass it in functions=[...], or "
+                           "CREATE FUNCTION ... LANGUAGE PYTHON")
+        if call.distinct or call.star or call.over is not None or call.filter is not None:
+            raise SqlError(f"{call.name} is a table function: DISTINCT, *, FILTER and OVER do not apply", call.span)
+        left = self._join_tree(item.left)
+        left_rel = self._build_join(left, [], 0)
+        columns = tuple(attrs.evolve(c, field=f_) for c, f_ in zip(left.columns, left_rel.schema.fields, strict=True))
+        if ir.is_updating(left_rel):
+            raise SqlError("LATERAL TABLE over an updating query is not supported yet", lateral.span)
+        args = [self.expr(a, Scope(columns)) for a in call.args]
+        self._raise_collected()
+        args = udfs.check_args(f, args, call.span)
+        names = lateral.columns or tuple(n for n, _ in f.columns)
+        if len(names) != len(f.columns):
+            raise SqlError(f"table function {call.name} gives {len(f.columns)} column(s); {len(names)} name(s) given",
+                           lateral.span)
+        width = len(left_rel.schema)
+        exprs = tuple(ir.Column(index=i, name=g.name, type=g.type, nullable=g.nullable, span=None)
+                      for i, g in enumerate(left_rel.schema.fields)) + tuple(args)
+        below = ir.Project(input=left_rel, exprs=exprs,
+                           names=(*left_rel.schema.names, *(f"$arg{i}" for i in range(len(args)))), span=lateral.span)
+        rel = ir.Lateral(input=below, fn=f.ref, args=tuple(range(width, width + len(args))), keep=width,
+                         names=tuple(names), types=tuple(t for _, t in f.columns), outer=item.kind == "left",
+                         span=lateral.span)
+        added = tuple(ScopeColumn(lateral.alias, g.name, g) for g in rel.schema.fields[width:])
+        return JoinTree(columns=columns + added, rel=rel, span=item.span)
 
     def _unnest_over(self, left_rel: ir.Rel, columns: tuple[ScopeColumn, ...], unnest: ast.Unnest,
                      span: Span | None) -> JoinTree:

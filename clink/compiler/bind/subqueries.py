@@ -144,7 +144,7 @@ class SubqueryBinder:
         """The conditions of ``sub``'s WHERE that read only its own FROM, and its equalities with
         the outer query as (subquery expression, outer expression) pairs."""
         if (not isinstance(sub, ast.Select) or sub.from_ is None or sub.group_by or sub.having is not None
-                or sub.distinct or has_aggregate(sub.items)):
+                or sub.distinct or has_aggregate(sub.items, self._is_udaf)):
             raise SqlError(f"{what} over this subquery is not supported yet", sub.span,
                            f"{what} (SELECT ... FROM t WHERE t.k = outer.k AND ...) is")
         _, inner = self._join(sub.from_, None) if isinstance(sub.from_, ast.Join) else self.from_item(sub.from_)
@@ -351,7 +351,7 @@ class SubqueryBinder:
         for sub in scalars:
             q = sub.query
             if (not isinstance(q, ast.Select) or q.group_by or len(q.items) != 1 or q.distinct
-                    or not isinstance(q.items[0], ast.AliasedExpr) or not has_aggregate(q.items)):
+                    or not isinstance(q.items[0], ast.AliasedExpr) or not has_aggregate(q.items, self._is_udaf)):
                 raise SqlError("a subquery used as a value is supported as an aggregation without GROUP BY "
                                "(one row, one column)", sub.span, "e.g. (SELECT AVG(price) FROM bid)")
             self._subqueries += 1

@@ -9,6 +9,7 @@ import re
 from collections.abc import Mapping
 
 import attrs
+import pyarrow as pa
 import pyarrow.types as pt
 
 from clink._version import __version__
@@ -70,6 +71,8 @@ def generate_module(plan: PhysicalPlan, *, name: str, sources: dict[str, str], f
     refs = _udf_refs(plan)
     if refs:
         w.line("from clink.runtime import udf as U")
+    if any(r.kind != "scalar" for r in refs):
+        w.line("from clink.runtime import udaf as UA")
     w.line()
     imported = [r for r in refs if r.module is not None]
     if imported:
@@ -131,10 +134,15 @@ def _udf_refs(plan: PhysicalPlan) -> list[ir.UdfRef]:
             if op.scan_predicate is not None:
                 exprs.append(op.scan_predicate)
             for step in op.steps:
+                if isinstance(step, ir.Lateral):
+                    exprs.append(ir.Call(fn="udf", args=(), params=(step.fn,), type=pa.null(), span=None))
                 if isinstance(step, ir.Calc):
                     exprs.extend(step.exprs)
                     if step.predicate is not None:
                         exprs.append(step.predicate)
+        if isinstance(op, (WindowAggOp, GroupAggOp)):
+            exprs += [ir.Call(fn="udf", args=(), params=(a.udf,), type=pa.null(), span=None)
+                      for a in op.agg.aggs if a.udf is not None]
     refs: dict[str, ir.UdfRef] = {}
     for expr in exprs:
         for node in ir.walk(expr):
@@ -241,7 +249,7 @@ def _schema_py(schema: ir.Schema, *, multiline: bool = False, rowkind: bool = Fa
 def _var(name: str, taken: set[str]) -> str:
     base = re.sub(r"\W", "_", name)
     if not base or base[0].isdigit() or keyword.iskeyword(base) or hasattr(builtins, base) or base in {
-            "pa", "pc", "K", "P", "U", "dt", "decimal", "batch", "ctx", "keep", "n"}:
+            "pa", "pc", "K", "P", "U", "UA", "dt", "decimal", "batch", "ctx", "keep", "n"}:
         base = f"c_{base}"
     var, i = base, 1
     while var in taken:
@@ -276,6 +284,16 @@ def _emit_chain(w: SourceWriter, op: ChainOp, schema_names: dict[int, str]) -> N
             if isinstance(step, ir.Unnest):
                 w.line(f"batch = K.unnest(batch, {step.column}, {step.ordinality})  # a row per element of "
                        f"{step.input.schema.names[step.column]}", span=step.span)
+                if last:
+                    w.line(f"return pa.RecordBatch.from_arrays(batch.columns, schema={schema_names[op.id * 10]})")
+                schema = step.schema
+                continue
+            if isinstance(step, ir.Lateral):
+                ref = step.fn
+                fn = ref.constant if ref.module is not None else f"ctx.function({ref.name!r})"
+                types = ", ".join(type_py(t) for t in step.types)
+                w.line(f"batch = UA.lateral({fn}, {ref.name!r}, batch, {list(step.args)}, {step.keep}, [{types}]"
+                       f"{', outer=True' if step.outer else ''})  # rows of {ref.name} for each row", span=step.span)
                 if last:
                     w.line(f"return pa.RecordBatch.from_arrays(batch.columns, schema={schema_names[op.id * 10]})")
                 schema = step.schema
@@ -385,6 +403,12 @@ def _agg_py(agg: ir.AggCall, name: str) -> str:
     parts = [f"fn={agg.fn!r}", f"arg={agg.arg}", f"type={type_py(agg.type)}"]
     if agg.filter is not None:
         parts.append(f"filter={agg.filter}")
+    if agg.udf is not None:
+        # A Python aggregate function: imported when the module loads, or found by name in the
+        # job's RuntimeContext.functions when the operator starts.
+        ref = agg.udf
+        parts += [f"args={agg.args!r}", f"function={ref.constant if ref.module is not None else repr(ref.name)}",
+                  f"accumulator={type_py(agg.accumulator)}"]
     parts.append(f"name={name!r}")
     if agg.param is not None:
         parts.append(f"param={agg.param!r}")

@@ -78,7 +78,8 @@ def _prune(node: ir.Rel, needed: set[int]) -> tuple[ir.Rel, dict[int, int]]:
             return attrs.evolve(node, input=new_child, time=mapping[time],
                                 order=tuple((mapping[c], d) for c, d in order)), mapping
         case ir.WindowAggregate(input=child) | ir.GroupAggregate(input=child) | ir.Replicate(input=child) \
-                | ir.Unnest(input=child) | ir.MatchRecognize(input=child):
+                | ir.Unnest(input=child) | ir.MatchRecognize(input=child) \
+                | ir.Lateral(input=child):
             # Its input was built for it (keys, time, arguments; a count): every column is used.
             new_child, mapping = _prune(child, set(range(len(child.schema))))
             assert all(k == v for k, v in mapping.items())
