@@ -1135,3 +1135,22 @@ def assign_windows(batch: pa.RecordBatch, time: int, spec, zone: str = "UTC") ->
                window_time]
     names = [*batch.schema.names, "window_start", "window_end", "window_time"]
     return pa.RecordBatch.from_arrays(columns, names=names)
+
+
+def group_ids(columns: list[pa.Array | pa.ChunkedArray], num_rows: int) -> tuple[np.ndarray, int]:
+    """A dense id (0 .. n-1) per row such that rows get the same id exactly when all ``columns``
+    are equal (NULL equals NULL), and the number of ids."""
+    ids = np.zeros(num_rows, dtype=np.int64)
+    cardinality = 1
+    for col in columns:
+        if isinstance(col, pa.ChunkedArray):
+            col = col.combine_chunks()
+        encoded = pc.dictionary_encode(col, null_encoding="encode")
+        size = max(len(encoded.dictionary), 1)
+        if cardinality * size >= 2**62:
+            _, ids = np.unique(ids, return_inverse=True)
+            cardinality = int(ids.max()) + 1 if len(ids) else 1
+        ids = ids * size + encoded.indices.to_numpy(zero_copy_only=False).astype(np.int64)
+        cardinality *= size
+    unique, inverse = np.unique(ids, return_inverse=True)
+    return inverse.reshape(-1).astype(np.int64), len(unique)

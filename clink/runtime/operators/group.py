@@ -74,6 +74,7 @@ from clink.runtime.state.backend import (
     ValueStateDescriptor,
 )
 from clink.runtime.state.keygroups import hash_columns, key_groups
+from clink.runtime.udaf import AggregateRunner, AggregateUdf, resolve
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -83,7 +84,7 @@ if TYPE_CHECKING:
 
 __all__ = ["GroupAggregateOperator"]
 
-_FUNCTIONS = ("count_star", "count", "count_distinct", "sum", "avg", "min", "max")
+_FUNCTIONS = ("count_star", "count", "count_distinct", "sum", "avg", "min", "max", "udaf")
 _ROWS = "rows"
 _POSITION = "_p"
 #: The accumulator field that holds a key's last update time (with a state TTL).
@@ -147,7 +148,8 @@ class GroupAggregateOperator(OperatorBase):
             key_schema = pa.schema([(f"k{j}", input_schema.field(k).type) for j, k in enumerate(node.keys)])
         else:  # a global aggregate: one key, the same for every row
             key_schema = pa.schema([("all", pa.bool_())])
-        value_type = pa.struct(self._fields)
+        # Python aggregate functions' accumulators come after the fields group_by merges.
+        value_type = pa.struct(self._fields + self._udaf_fields)
         self.operator_id = operator_id or f"group-{node.id}"
         self.descriptor = ValueStateDescriptor("groups", key_schema, value_type)
         self._distinct = [_DistinctCounts(f"distinct{j}", arg, aggs, self._keys, key_schema, input_schema,
@@ -178,7 +180,10 @@ class GroupAggregateOperator(OperatorBase):
                 now = int(self.ctx.runtime.clock())
                 old = self._unexpired(old, now)
             new = self._merge(old, delta)
-            out = self._apply(keys, old, new)
+            udafs = self._run_udafs(batch, keys, old) if self._udafs else None
+            for _, _, names, (_, after) in udafs or ():
+                new.update(zip(names, after, strict=True))
+            out = self._apply(keys, old, new, udafs)
             if self.ttl_ms is not None and now >= self._next_sweep:
                 self._sweep(now)
         self._update_state_metrics()
@@ -282,11 +287,17 @@ class GroupAggregateOperator(OperatorBase):
         self._fields: list[pa.Field] = [pa.field(_ROWS, pa.int64())]
         self._aggregations: list[tuple] = [(_ROWS, "sum")]
         self._distinct_args: dict[int, list[int]] = {}
+        #: Python aggregate functions (``udaf``): (aggregate index, runner, its state field names).
+        self._udafs: list[tuple[int, AggregateRunner, list[str]]] = []
+        self._udaf_fields: list[pa.Field] = []
         width = len(input_schema) - self._updating
         for i, agg in enumerate(self.node.aggs):
             what = f"{self._where}: aggregate {i} ({agg.fn})"
             if agg.fn not in _FUNCTIONS:
                 raise ValueError(f"{what} is not supported without a window; expected one of {', '.join(_FUNCTIONS)}")
+            if agg.fn == "udaf":
+                self._plan_udaf(i, agg, what, width)
+                continue
             if agg.fn != "count_star" and (agg.arg is None or not 0 <= agg.arg < width):
                 raise ValueError(f"{what} needs an argument column, got {agg.arg!r}")
             if agg.fn in ("min", "max") and self._updating:
@@ -314,6 +325,20 @@ class GroupAggregateOperator(OperatorBase):
             elif agg.fn in ("min", "max"):
                 self._fields.append(pa.field(x, input_schema.field(agg.arg).type))
                 self._aggregations.append((x, agg.fn))
+
+    def _plan_udaf(self, i: int, agg: plan.AggSpec, what: str, width: int) -> None:
+        f = resolve(agg.function, self.ctx)
+        if not isinstance(f, AggregateUdf):
+            raise ValueError(f"{what}: {agg.function!r} is not a Python aggregate function (clink.udaf)")
+        if any(not 0 <= a < width for a in agg.args) or agg.accumulator is None:
+            raise ValueError(f"{what}: needs argument columns of the input and an accumulator type")
+        if self._updating and not f.retractable:
+            raise ValueError(f"{what}: aggregate function {f.name} has no retract method, and the input is an "
+                             f"updating stream (its last column is {ROWKIND_COLUMN!r})")
+        runner = AggregateRunner(f, agg.accumulator, agg.type)
+        names = [f"a{i}_u_{name}" for name in runner.names]
+        self._udaf_fields += [pa.field(n, agg.accumulator.field(j).type) for j, n in enumerate(names)]
+        self._udafs.append((i, runner, names))
 
     @staticmethod
     def _sum_type(what: str, type_: pa.DataType) -> pa.DataType:
@@ -351,8 +376,8 @@ class GroupAggregateOperator(OperatorBase):
         negate = None if retract is None else pa.array(retract)
         for i, agg in enumerate(self.node.aggs):
             n_name, s_name, x_name = (f"a{i}_{p}" for p in "nsx")
-            if agg.fn == "count_star" and agg.filter is None:
-                continue
+            if (agg.fn == "count_star" and agg.filter is None) or agg.fn == "udaf":
+                continue  # the row count is the result; Python aggregates run in _run_udafs
             if agg.fn == "count_distinct":
                 # A row adds nothing itself: the changes come from the value counts, below.
                 cols[f"a{i}_d"] = pa.array(np.zeros(n, np.int64))
@@ -428,7 +453,7 @@ class GroupAggregateOperator(OperatorBase):
         m = len(old)
         positions = np.arange(m, dtype=np.int64)
         cols: dict[str, pa.Array] = {_POSITION: pa.array(np.concatenate([positions, positions]))}
-        for f, previous in zip(self._fields, old.flatten(), strict=True):
+        for f, previous in zip(self._fields, old.flatten()[: len(self._fields)], strict=True):
             change = delta[f.name]
             cols[f.name] = pa.concat_arrays([previous, change if change.type == f.type else pc.cast(change, f.type)])
         merged = pa.table(cols).group_by(_POSITION, use_threads=False).aggregate(self._aggregations)
@@ -447,14 +472,57 @@ class GroupAggregateOperator(OperatorBase):
                 new[f.name] = pc.if_else(empty, pc.cast(_ZERO, f.type), new[f.name])
         return new
 
-    def _apply(self, keys: list[pa.Array], old: pa.StructArray, new: dict[str, pa.Array]) -> list[pa.RecordBatch]:
-        """Store the new accumulators and return the changelog rows for them."""
+    def _run_udafs(self, batch: pa.RecordBatch, keys: list[pa.Array], old: pa.StructArray) -> list[tuple]:
+        """Run the Python aggregate functions over ``batch``: each key's accumulators (new ones
+        for a key not held) get the rows that count, added with ``accumulate`` and those
+        retracted (``-U`` / ``-D``) taken away with ``retract``, all the batch's rows of all its
+        keys in one call each. Returns, per function, (index, runner, field names, (the
+        accumulators before, after)), each a list of arrays in the order of ``keys``."""
+        m, n = len(old), batch.num_rows
+        if self.node.keys:
+            row_keys = [_normalize_key(batch.column(k)) for k in self.node.keys]
+            # One id over the distinct keys and the rows together: a row's id is its key's.
+            ids, _ = K.group_ids([pa.concat_arrays([k, r]) for k, r in zip(keys, row_keys, strict=True)], m + n)
+            position = np.empty(m + n, np.int64)
+            position[ids[:m]] = np.arange(m, dtype=np.int64)
+            groups = position[ids[m:]]
+        else:
+            groups = np.zeros(n, np.int64)
+        retract = np.zeros(n, bool)
+        if self._updating:
+            kinds = pc.is_in(batch.column(batch.num_columns - 1), value_set=_RETRACTING)
+            retract = pc.fill_null(kinds, False).to_numpy(zero_copy_only=False)
+        held = pc.is_valid(old)
+        stored = dict(zip([f.name for f in self._fields + self._udaf_fields], old.flatten(), strict=True))
+        out = []
+        for i, runner, names in self._udafs:
+            agg = self.node.aggs[i]
+            fresh = runner.fresh(m)
+            acc = {name: pc.if_else(held, stored[field], fresh[name]) for name, field in
+                   zip(runner.names, names, strict=True)}
+            before = [acc[name] for name in runner.names]
+            counted = np.ones(n, bool)
+            if agg.filter is not None:
+                counted = pc.fill_null(batch.column(agg.filter), False).to_numpy(zero_copy_only=False)
+            args = [batch.column(a) for a in agg.args]
+            for rows, taking_away in ((counted & ~retract, False), (counted & retract, True)):
+                if rows.any():
+                    picks = pa.array(rows)
+                    acc = runner.accumulate(acc, groups[rows], [pc.filter(a, picks) for a in args], taking_away)
+            out.append((i, runner, names, (before, [acc[name] for name in runner.names])))
+        return out
+
+    def _apply(self, keys: list[pa.Array], old: pa.StructArray, new: dict[str, pa.Array],
+               udafs: list[tuple] | None = None) -> list[pa.RecordBatch]:
+        """Store the new accumulators and return the changelog rows for them (``udafs``: what
+        ``_run_udafs`` gave)."""
         m = len(old)
+        fields = self._fields + self._udaf_fields
         existed = pc.is_valid(old).to_numpy(zero_copy_only=False)
         alive = new[_ROWS].to_numpy() > 0
         write = existed | alive
         if write.any():
-            values = pa.StructArray.from_arrays([new[f.name] for f in self._fields], fields=self._fields,
+            values = pa.StructArray.from_arrays([new[f.name] for f in fields], fields=fields,
                                                 mask=pa.array(~alive))
             stored = keys
             if not write.all():  # keys that came and went within the batch: nothing to store
@@ -469,7 +537,10 @@ class GroupAggregateOperator(OperatorBase):
         after = self._results(new)
         kept = existed & alive
         if kept.any() or deleted.any():
-            before = self._results(dict(zip((f.name for f in self._fields), old.flatten(), strict=True)))
+            previous = dict(zip((f.name for f in fields), old.flatten(), strict=True))
+            for _, _, names, (accs, _) in udafs or ():
+                previous.update(zip(names, accs, strict=True))
+            before = self._results(previous)
             changed = kept & ~np.logical_and.reduce([_same(b, a) for b, a in zip(before, after, strict=True)],
                                                     axis=0, initial=True)
         else:
@@ -508,6 +579,9 @@ class GroupAggregateOperator(OperatorBase):
                     value = pc.if_else(pc.greater(acc[n], _ZERO), acc[s], pa.scalar(None, acc[s].type))
                 case "avg":
                     value = _average(acc[s], acc[n], type_)
+                case "udaf":
+                    runner, names = next((r, f) for j, r, f in self._udafs if j == i)
+                    value = runner.value({name: acc[field] for name, field in zip(runner.names, names, strict=True)})
                 case _:
                     value = acc[x]
             # K.cast: a SUM that no longer fits its INT (Flink keeps the argument's type) fails

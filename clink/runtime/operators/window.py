@@ -42,6 +42,7 @@ from clink.runtime.state.backend import OperatorState, StateBackend, TableStateD
 from clink.runtime.state.keygroups import key_groups
 from clink.runtime.state.window_state import KEY_GROUP, WINDOW_END, WindowState, split_by_window
 from clink.runtime.timezone import epoch_ms, local_ms, local_watermark
+from clink.runtime.udaf import AggregateRunner, AggregateUdf, resolve
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -67,7 +68,7 @@ _MERGE_ROWS = 1 << 19
 
 _AGG_FUNCTIONS = frozenset({"count_star", "count", "count_distinct", "sum", "min", "max", "avg", "first_value",
                             "last_value", "stddev_pop", "stddev_samp", "var_pop", "var_samp", "listagg",
-                            "collect"})
+                            "collect", "udaf"})
 _VARIANCE = frozenset({"stddev_pop", "stddev_samp", "var_pop", "var_samp"})
 _VALUE_FN = {"min": "min", "max": "max", "first_value": "first", "last_value": "last"}
 #: The aggregates whose partials per key and pane merge into the same result as the rows would
@@ -260,10 +261,22 @@ class WindowAggregateOperator(OperatorBase):
         self._ordered: list[tuple[str, str, bool]] = []
         self._seq = 0
         self._partials: list[str] = []
+        #: Python aggregate functions: (aggregate index, runner, partial column per accumulator field).
+        self._udafs: list[tuple[int, AggregateRunner, list[str]]] = []
         count_all = False
         for i, agg in enumerate(aggs):
             if agg.fn not in _AGG_FUNCTIONS:
                 raise ValueError(f"window aggregate {self.node.id}: unknown aggregate function {agg.fn!r}")
+            if agg.fn == "udaf":
+                f = resolve(agg.function, self.ctx)
+                if not isinstance(f, AggregateUdf) or agg.accumulator is None:
+                    raise ValueError(f"window aggregate {self.node.id}: aggregate {i} is not a Python aggregate "
+                                     f"function (clink.udaf) with an accumulator type: {agg.function!r}")
+                runner = AggregateRunner(f, agg.accumulator, agg.type)
+                columns = [f"_a{i}_u_{name}" for name in runner.names]
+                self._udafs.append((i, runner, columns))
+                self._partials += columns
+                continue
             if agg.fn != "count_star" and agg.arg is None:
                 raise ValueError(f"window aggregate {self.node.id}: {agg.fn} needs an argument column")
             v, q = f"_v{i}", f"_q{i}"
@@ -378,6 +391,14 @@ class WindowAggregateOperator(OperatorBase):
             if agg.fn == "count_star" and agg.filter is None:
                 continue
             keep = None if agg.filter is None else pc.fill_null(batch.column(agg.filter), False)
+            if agg.fn == "udaf":
+                # The arguments as they are (the function decides what a NULL means), and which
+                # rows the FILTER lets it see.
+                for j, a in enumerate(agg.args):
+                    cols[f"_u{i}_{j}"] = batch.column(a)
+                if keep is not None:
+                    cols[f"_f{i}"] = keep
+                continue
             if agg.fn == "count_star":
                 assert keep is not None
                 cols[f"_v{i}"] = pc.if_else(keep, True, pa.scalar(None, pa.bool_()))
@@ -397,7 +418,13 @@ class WindowAggregateOperator(OperatorBase):
 
     def _preaggregate(self, table: pa.Table, by: list[str]) -> pa.Table:
         """One partial row per distinct (keys, ``by``) of ``table``, with its key group."""
-        out = table.group_by([*self._keys, *by], use_threads=False).aggregate(self._pre)
+        group = [*self._keys, *by]
+        gid = None
+        if self._udafs:
+            gid, n_groups = K.group_ids([table[c] for c in group], table.num_rows)
+            table = table.append_column(_GID, pa.array(gid))
+            group.append(_GID)
+        out = table.group_by(group, use_threads=False).aggregate(self._pre)
         cols: dict[str, pa.ChunkedArray | pa.Array] = {k: out[k] for k in self._keys}
         cols[KEY_GROUP] = pa.array(key_groups([out[k] for k in self._keys], self._max_parallelism,
                                               num_rows=out.num_rows))
@@ -405,6 +432,18 @@ class WindowAggregateOperator(OperatorBase):
             cols[name] = out[name]
         for partial, column in self._pre_names:
             cols[partial] = out[column]
+        if gid is not None:
+            picks = out[_GID]
+            for i, runner, columns in self._udafs:
+                rows = None if self.node.aggs[i].filter is None else table[f"_f{i}"].combine_chunks()
+                args = [table[f"_u{i}_{j}"].combine_chunks() for j in range(len(self.node.aggs[i].args))]
+                groups = gid
+                if rows is not None:
+                    args = [pc.filter(a, rows) for a in args]
+                    groups = gid[rows.to_numpy(zero_copy_only=False)]
+                acc = runner.partials(n_groups, groups, args)
+                for name, column in zip(runner.names, columns, strict=True):
+                    cols[column] = acc[name].take(picks)
         return pa.table(cols)
 
     # -- time windows ----------------------------------------------------------------------------
@@ -566,7 +605,7 @@ class WindowAggregateOperator(OperatorBase):
             keys = [pa.chunked_array(old[k].chunks + [cols[k]], type=cols[k].type) for k in self._keys]
             starts = np.concatenate([old[_START].to_numpy(), ts])
             ends = np.concatenate([old[_END].to_numpy(), ts + gap])
-        gid, _ = _group_ids(keys, len(starts))
+        gid, _ = K.group_ids(keys, len(starts))
         session_start, session_end = _merge_intervals(gid, starts, ends)
 
         cols[_START] = pa.array(session_start[n_old:])
@@ -638,14 +677,20 @@ class WindowAggregateOperator(OperatorBase):
         if touched:
             post.append((_TOUCHED, "max"))
         gid = None
-        if self._distinct or self._ordered or self._lists:
-            gid, n_groups = _group_ids([table[c] for c in group], table.num_rows)
+        if self._distinct or self._ordered or self._lists or self._udafs:
+            gid, n_groups = K.group_ids([table[c] for c in group], table.num_rows)
             table = table.append_column(_GID, pa.array(gid))
             group.append(_GID)
         out = table.group_by(group, use_threads=False).aggregate(post)
         cols: dict[str, pa.ChunkedArray | pa.Array] = {c: out[c] for c in group if c != _GID}
         named = dict(self._post_names)
         picks = {}
+        for _, runner, columns in self._udafs:
+            assert gid is not None
+            other = {name: table[column].combine_chunks() for name, column in zip(runner.names, columns, strict=True)}
+            acc = runner.merge(runner.fresh(n_groups), gid, other)
+            picks.update({column: acc[name].take(out[_GID]) for name, column in zip(runner.names, columns,
+                                                                                     strict=True)})
         for value, order, lowest in self._ordered:
             assert gid is not None
             rows = _pick_by_order(table[order], gid, n_groups, lowest).take(out[_GID])
@@ -735,6 +780,10 @@ class WindowAggregateOperator(OperatorBase):
                 return _listagg(t[f"_a{i}_l"], agg.param if agg.param is not None else ",")
             case "collect":
                 return _collect(t[f"_a{i}_l"], type_)
+            case "udaf":
+                runner, columns = next((r, c) for j, r, c in self._udafs if j == i)
+                return runner.value({name: t[column].combine_chunks()
+                                     for name, column in zip(runner.names, columns, strict=True)})
             case "avg":
                 count = t[n]
                 # NULL sum exactly when the count is 0; the divisor 1 only avoids a division error.
@@ -782,25 +831,6 @@ def _sort_by_end(table: pa.Table) -> pa.Table:
     if len(ends) < 2 or (ends[1:] >= ends[:-1]).all():
         return table
     return table.take(np.argsort(ends, kind="stable"))
-
-
-def _group_ids(columns: list[pa.Array | pa.ChunkedArray], num_rows: int) -> tuple[np.ndarray, int]:
-    """A dense id (0 .. n-1) per row such that rows get the same id exactly when all ``columns``
-    are equal (NULL equals NULL), and the number of ids."""
-    ids = np.zeros(num_rows, dtype=np.int64)
-    cardinality = 1
-    for col in columns:
-        if isinstance(col, pa.ChunkedArray):
-            col = col.combine_chunks()
-        encoded = pc.dictionary_encode(col, null_encoding="encode")
-        size = max(len(encoded.dictionary), 1)
-        if cardinality * size >= 2**62:
-            _, ids = np.unique(ids, return_inverse=True)
-            cardinality = int(ids.max()) + 1 if len(ids) else 1
-        ids = ids * size + encoded.indices.to_numpy(zero_copy_only=False).astype(np.int64)
-        cardinality *= size
-    unique, inverse = np.unique(ids, return_inverse=True)
-    return inverse.reshape(-1).astype(np.int64), len(unique)
 
 
 def _concat_lists(lists: pa.ChunkedArray, gid: np.ndarray, n_groups: int) -> pa.ListArray:
