@@ -145,6 +145,10 @@ def _aggs(aggs: tuple[ir.AggCall, ...], rel: ir.Rel) -> str:
             text = "COUNT(*)"
         elif a.fn == "count_distinct":
             text = f"COUNT(DISTINCT {_column_sql(rel, a.arg)})"
+        elif a.fn == "udaf":
+            # The accumulator's fields are part of what the state means: a changed one is refused.
+            fields = ", ".join(f"{f.name} {f.type}" for f in a.accumulator)
+            text = f"{a.udf.name}({', '.join(_column_sql(rel, i) for i in a.args)}) [accumulator {fields}]"
         else:
             text = f"{a.fn.upper()}({'' if a.arg is None else _column_sql(rel, a.arg)})"
         if a.filter is not None:

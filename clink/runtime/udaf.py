@@ -54,7 +54,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from clink.errors import UsageError
+from clink.errors import PipelineError, UsageError
 from clink.runtime import compute as pc
 from clink.runtime.udf import UdfError, _show, type_name
 
@@ -128,6 +128,10 @@ def udaf(cls: Any = None, *, returns: str | None = None, accumulator: Mapping[st
     """
     if cls is None:
         return lambda c: udaf(c, returns=returns, accumulator=accumulator, args=args, name=name)
+    if isinstance(cls, AggregateUdf):  # another name or signature for a defined function
+        return udaf(cls.impl, returns=returns or cls.returns, name=name or cls.name,
+                    accumulator=cls.accumulator if accumulator is None else accumulator,
+                    args=cls.arg_types if args is None else args)
     impl = cls() if isinstance(cls, type) else cls
     sql_name = name or getattr(cls, "__name__", None) or type(impl).__name__
     if not sql_name.isidentifier():
@@ -192,13 +196,15 @@ def udtf(fn: Callable[..., Any] | None = None, *, columns: Mapping[str, str] | N
 class AggregateRunner:
     """Calls an ``AggregateUdf`` for an operator: accumulators as dicts of Arrow arrays of the
     types in ``acc_type`` (a struct type, as the plan gives it), results of ``type``; every
-    answer the function gives is checked (fields, length, types) and its exceptions are
-    reported as a ``UdfError`` that names it."""
+    answer the function gives is checked (fields, length, types); a failure, or an exception of
+    the function, is a ``PipelineError`` that names it and ``where``, the aggregation's SQL."""
 
-    __slots__ = ("f", "name", "acc_type", "type", "names", "_initial")
+    __slots__ = ("f", "name", "acc_type", "type", "names", "where", "_initial")
 
-    def __init__(self, f: AggregateUdf, acc_type: pa.StructType, type_: pa.DataType) -> None:
+    def __init__(self, f: AggregateUdf, acc_type: pa.StructType, type_: pa.DataType, where: str | None = None) -> None:
         self.f = f
+        #: The SQL position of the aggregation, named by the ``PipelineError`` a failure raises.
+        self.where = where
         self.name = f.name
         self.acc_type = acc_type
         self.type = type_
@@ -209,11 +215,11 @@ class AggregateRunner:
                              f"was compiled with {self.names}: compile the plan again")
         initial = self._call("create_accumulator")
         if not isinstance(initial, Mapping):
-            raise UdfError(f"aggregate function {f.name}: create_accumulator returned a "
+            raise self._error(f"aggregate function {f.name}: create_accumulator returned a "
                            f"{type(initial).__name__}, not a dict of field values")
         unknown = set(initial) - set(self.names)
         if unknown:
-            raise UdfError(f"aggregate function {f.name}: create_accumulator gave fields {sorted(unknown)} that the "
+            raise self._error(f"aggregate function {f.name}: create_accumulator gave fields {sorted(unknown)} that the "
                            f"accumulator does not declare (it has {self.names})")
         self._initial = [pa.scalar(initial.get(n), acc_type.field(n).type) for n in self.names]
 
@@ -221,7 +227,11 @@ class AggregateRunner:
         try:
             return getattr(self.f.impl, method)(*args)
         except Exception as exc:
-            raise UdfError(f"aggregate function {self.name}: {method} raised {type_name(exc)}: {exc}") from exc
+            raise PipelineError(f"aggregate function {self.name}: {method} raised {type_name(exc)}: {exc}",
+                                self.where) from exc
+
+    def _error(self, message: str) -> PipelineError:
+        return PipelineError(message, self.where)
 
     def fresh(self, n: int) -> dict[str, pa.Array]:
         """``n`` new accumulators (``create_accumulator``'s values)."""
@@ -230,11 +240,11 @@ class AggregateRunner:
 
     def _checked(self, method: str, out: Any, n: int) -> dict[str, pa.Array]:
         if not isinstance(out, Mapping):
-            raise UdfError(f"aggregate function {self.name}: {method} returned a {type(out).__name__}, not a dict "
+            raise self._error(f"aggregate function {self.name}: {method} returned a {type(out).__name__}, not a dict "
                            f"of the accumulator's fields ({', '.join(self.names)})")
         missing = [name for name in self.names if name not in out]
         if missing:
-            raise UdfError(f"aggregate function {self.name}: {method} returned no field {', '.join(missing)}")
+            raise self._error(f"aggregate function {self.name}: {method} returned no field {', '.join(missing)}")
         return {name: self._array(method, f"field {name}", out[name], n, self.acc_type.field(name).type)
                 for name in self.names}
 
@@ -247,10 +257,10 @@ class AggregateRunner:
             elif values.type != type_:
                 values = pc.cast(values, type_)
         except (pa.ArrowException, TypeError, ValueError) as exc:
-            raise UdfError(f"aggregate function {self.name}: {method} gave {what} values that are not "
+            raise self._error(f"aggregate function {self.name}: {method} gave {what} values that are not "
                            f"{type_}: {exc}") from exc
         if len(values) != n:
-            raise UdfError(f"aggregate function {self.name}: {method} gave {len(values)} values of {what} for "
+            raise self._error(f"aggregate function {self.name}: {method} gave {len(values)} values of {what} for "
                            f"{n} groups (one per group)")
         return values
 

@@ -259,7 +259,7 @@ class AggregateBinder:
         if condition is not None and not (pt.is_boolean(condition.type) or T.is_null(condition.type)):
             raise SqlError(f"FILTER needs a BOOLEAN condition, got {T.sql_name(condition.type)}", e.filter.span)
         if context.group_input is not None and ir.is_updating(context.group_input) and not f.retractable:
-            raise SqlError(f"the Python aggregate function {e.name} has no retract method, and its input is "
+            raise SqlError(f"the Python aggregate function {f.ref.name} has no retract method, and its input is "
                            "updating (rows are revised, so some must be taken away again)", span,
                            f"give {f.ref.name} a retract(acc, groups, *args) method, or aggregate an append-only "
                            "input")

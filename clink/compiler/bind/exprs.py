@@ -276,12 +276,12 @@ class ExprBinder:
         python = self._udf(e.name, span) if not is_builtin(e.name) else None
         if python is not None and python.kind == "aggregate":
             if e.over is not None:
-                raise SqlError(f"the Python aggregate function {e.name} cannot be used with OVER (...) yet",
+                raise SqlError(f"the Python aggregate function {python.ref.name} cannot be used with OVER (...) yet",
                                e.over.span, "use it in a GROUP BY, or a window aggregation (TUMBLE, HOP, CUMULATE)")
             return self._aggregate_call(e, scope, python)
         if python is not None and python.kind == "table":
-            raise SqlError(f"{e.name} is a table function: it gives rows, not a value", span,
-                           f"join it in FROM: FROM t, LATERAL TABLE({e.name}(...)) AS u (a, b)")
+            raise SqlError(f"{python.ref.name} is a table function: it gives rows, not a value", span,
+                           f"join it in FROM: FROM t, LATERAL TABLE({python.ref.name}(...)) AS u (a, b)")
         if e.over is not None and self._over is not None and e.name in AGGREGATES:
             return self._over_call(e, scope)
         if e.over is not None:

@@ -162,7 +162,7 @@ class RelationBinder:
             known += sorted(g.name.upper() for g in self.functions if isinstance(g, TableUdf))
             what = "a built-in function" if is_builtin(call.name) else (
                 f"a Python {f.what}" if f is not None else "not a known function")
-            raise SqlError(f"{call.name} is {what}, not a table function", span,
+            raise SqlError(f"{f.ref.name if f is not None else call.name} is {what}, not a table function", span,
                            did_you_mean(call.name, known, "table functions") if known else
                            "define one with @clink.udtf(columns={...}) and pass it in functions=[...], or "
                            "CREATE FUNCTION ... LANGUAGE PYTHON")

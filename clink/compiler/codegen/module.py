@@ -293,7 +293,7 @@ def _emit_chain(w: SourceWriter, op: ChainOp, schema_names: dict[int, str]) -> N
                 fn = ref.constant if ref.module is not None else f"ctx.function({ref.name!r})"
                 types = ", ".join(type_py(t) for t in step.types)
                 w.line(f"batch = UA.lateral({fn}, {ref.name!r}, batch, {list(step.args)}, {step.keep}, [{types}]"
-                       f"{', outer=True' if step.outer else ''})  # rows of {ref.name} for each row", span=step.span)
+                       f"{', outer=True' if step.outer else ''})", span=step.span)
                 if last:
                     w.line(f"return pa.RecordBatch.from_arrays(batch.columns, schema={schema_names[op.id * 10]})")
                 schema = step.schema

@@ -335,7 +335,7 @@ class GroupAggregateOperator(OperatorBase):
         if self._updating and not f.retractable:
             raise ValueError(f"{what}: aggregate function {f.name} has no retract method, and the input is an "
                              f"updating stream (its last column is {ROWKIND_COLUMN!r})")
-        runner = AggregateRunner(f, agg.accumulator, agg.type)
+        runner = AggregateRunner(f, agg.accumulator, agg.type, where=getattr(self.node, "span", None) or None)
         names = [f"a{i}_u_{name}" for name in runner.names]
         self._udaf_fields += [pa.field(n, agg.accumulator.field(j).type) for j, n in enumerate(names)]
         self._udafs.append((i, runner, names))

@@ -272,7 +272,7 @@ class WindowAggregateOperator(OperatorBase):
                 if not isinstance(f, AggregateUdf) or agg.accumulator is None:
                     raise ValueError(f"window aggregate {self.node.id}: aggregate {i} is not a Python aggregate "
                                      f"function (clink.udaf) with an accumulator type: {agg.function!r}")
-                runner = AggregateRunner(f, agg.accumulator, agg.type)
+                runner = AggregateRunner(f, agg.accumulator, agg.type, where=getattr(self.node, "span", None) or None)
                 columns = [f"_a{i}_u_{name}" for name in runner.names]
                 self._udafs.append((i, runner, columns))
                 self._partials += columns
