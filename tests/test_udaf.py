@@ -61,7 +61,7 @@ class wavg(clink.AggregateFunction):
         return pa.array(acc["total"].to_numpy() / np.where(empty, 1.0, weight), mask=empty)
 
 
-@clink.udaf(returns="DOUBLE", accumulator={"lo": "DOUBLE", "hi": "DOUBLE"})
+@clink.udaf(returns="DOUBLE", accumulator={"lo": "DOUBLE", "hi": "DOUBLE"}, args=("DOUBLE",))
 class spread:
     """MAX(x) - MIN(x): accumulators that start NULL, kept with Arrow's grouped min and max.
     It cannot take a row away, so it has no retract."""
@@ -484,3 +484,23 @@ def test_create_function_in_another_language_is_refused(function_package: Path, 
     with pytest.raises(SqlError, match=f"functions in {language} are not supported") as e:
         clink.compile(f"CREATE FUNCTION f AS 'com.example.Agg' LANGUAGE {language}", name="f.sql")
     assert e.value.hint == "write LANGUAGE PYTHON" and str(e.value.span).startswith("f.sql:1:")
+
+
+@pytest.mark.parametrize("data", DATA)
+def test_python_aggregates_in_grouping_sets_see_the_rows_of_each_set(data: pa.Table) -> None:
+    """An argument that is also a grouping expression keeps its values in the sets without it."""
+    got = ours("SELECT k, g, spread(k) AS sp, wavg(x, w) AS wa FROM t GROUP BY GROUPING SETS ((k, g), (g), ())", data)
+    want = duck(f"SELECT k, g, MAX(k) - MIN(k), {WAVG_DUCK} FROM t GROUP BY GROUPING SETS ((k, g), (g), ())", data)
+    shared_duckdb.assert_same_rows(got, want)
+
+
+def test_rows_of_a_table_function_keep_their_event_time_for_windows() -> None:
+    got = ours("CREATE TEMPORARY VIEW lt AS SELECT ts, word FROM t, LATERAL TABLE(words(s)) AS u(word, size);\n"
+               "SELECT CAST(window_end AS BIGINT) AS we, COUNT(*) AS n, COUNT(DISTINCT word) AS d "
+               "FROM TABLE(TUMBLE(TABLE lt, DESCRIPTOR(ts), INTERVAL '10' SECOND)) GROUP BY window_start, window_end",
+               DENSE, watermark=True)
+    got = got.set_column(0, "we", pc.multiply(got["we"], 1000))
+    want = duck(f"SELECT {MS} - {MS} % 10000 + 10000 AS we, COUNT(*), COUNT(DISTINCT wd) FROM t, "
+                "unnest(string_split(s, ' ')) AS u(wd) WHERE wd <> '' GROUP BY we", DENSE)
+    assert len(want) > 10
+    shared_duckdb.assert_same_rows(got, want)

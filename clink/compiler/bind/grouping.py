@@ -12,6 +12,7 @@ function, keep ``window_start, window_end`` in every set: each branch is a windo
 from __future__ import annotations
 
 import itertools
+from collections.abc import Callable
 
 import attrs
 
@@ -53,10 +54,12 @@ def grouping_sets(q: ast.Select) -> list[tuple[ast.Expr, ...]] | None:
     return sets
 
 
-def branch(q: ast.Select, grouping: tuple[ast.Expr, ...], every: list[ast.Expr]) -> ast.Select:
-    """The SELECT block of one grouping set: its keys, the others NULL, GROUPING(...) constant."""
+def branch(q: ast.Select, grouping: tuple[ast.Expr, ...], every: list[ast.Expr],
+           udaf: Callable[[str], bool] = lambda name: False) -> ast.Select:
+    """The SELECT block of one grouping set: its keys, the others NULL, GROUPING(...) constant.
+    ``udaf``: whether a name is a Python aggregate function (whose arguments, too, are kept)."""
     missing = [e for e in every if e not in grouping]
-    rewrite = _Rewrite(grouping, missing)
+    rewrite = _Rewrite(grouping, missing, udaf)
     return attrs.evolve(q, group_by=grouping, items=tuple(rewrite(i) for i in q.items),
                         having=rewrite(q.having) if q.having is not None else None)
 
@@ -83,6 +86,7 @@ def plain_grouping(q: ast.Select) -> ast.Select:
 class _Rewrite:
     grouping: tuple[ast.Expr, ...]
     missing: list[ast.Expr]
+    udaf: Callable[[str], bool] = lambda name: False
 
     def __call__(self, node):
         return ast.rewrite(node, self._visit)
@@ -92,7 +96,7 @@ class _Rewrite:
             return ast.Literal(kind="null", value=None, span=node.span)
         if isinstance(node, ast.FunctionCall) and node.name in _BITS:
             return self._bits(node)
-        if isinstance(node, ast.FunctionCall) and node.name in AGGREGATES:
+        if isinstance(node, ast.FunctionCall) and (node.name in AGGREGATES or self.udaf(node.name)):
             return node  # an aggregate's arguments are the rows', never NULLed
         return None
 
