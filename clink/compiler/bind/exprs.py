@@ -13,7 +13,6 @@ import pyarrow as pa
 import pyarrow.types as pt
 
 from clink.compiler import ast, ir, udfs
-from clink.runtime.udaf import AggregateUdf
 from clink.compiler import types as T
 from clink.compiler.bind.scope import Scope, Unresolved, did_you_mean
 from clink.compiler.catalog import nearest
@@ -30,6 +29,7 @@ from clink.compiler.functions import (
     extract,
 )
 from clink.errors import Span, SqlError
+from clink.runtime.udaf import AggregateUdf
 
 _INTERVAL_MS = {
     "MILLISECOND": 1, "SECOND": 1000, "MINUTE": 60_000, "HOUR": 3_600_000, "DAY": 86_400_000,
