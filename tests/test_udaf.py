@@ -139,7 +139,7 @@ def _events(null_rate: float, seed: int) -> pa.Table:
 DENSE = _events(0.0, 3)
 SPARSE = _events(0.6, 4)  # NULL-heavy: most groups see few pairs of x and w both present
 DATA = [pytest.param(DENSE, id="dense"), pytest.param(SPARSE, id="null_heavy")]
-PARALLELISM = [pytest.param("1", id="p1"), pytest.param("4", id="p4")]
+PARALLELISM = [pytest.param("1", id="p1"), pytest.param("4", id="p4", marks=pytest.mark.parallel)]
 WAVG_DUCK = ("SUM(x * w) FILTER (WHERE x IS NOT NULL AND w IS NOT NULL) / "
              "SUM(w) FILTER (WHERE x IS NOT NULL AND w IS NOT NULL)")
 
