@@ -471,6 +471,9 @@ def test_the_generated_module_imports_them_by_path(function_package: Path) -> No
     assert "batch = UA.lateral(UDF_UPTO, 'upto', batch, [1], 1, [pa.int64()])  # q.sql:4:30  LATERAL TABLE(upto(k))" \
         in source
     assert "function=UDF_COUNT_EVEN, accumulator=pa.struct([pa.field('n', pa.int64())])" in source
+    explained = clink.compile(text, name="q.sql").explain()
+    assert "Lateral(function=[upto($arg0)], as=[i])" in explained
+    assert "aggs=[count_even(__arg0)]" in explained
 
 
 def test_create_function_of_an_undecorated_aggregate_class_says_how_to_fix_it(function_package: Path) -> None:

@@ -153,6 +153,8 @@ def _join_condition(node: ir.Join) -> str:
 def _agg_sql(a: ir.AggCall, names: tuple[str, ...]) -> str:
     name = {"count_star": "COUNT", "count_distinct": "COUNT"}.get(a.fn, a.fn.upper())
     inner = "*" if a.arg is None else ("DISTINCT " if a.fn == "count_distinct" else "") + names[a.arg]
+    if a.udf is not None:  # a Python aggregate function, by its SQL name
+        name, inner = a.udf.name, ", ".join(names[i] for i in a.args)
     text = f"{name}({inner})"
     if a.filter is not None:
         text += f" FILTER (WHERE {names[a.filter]})"
