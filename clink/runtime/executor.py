@@ -467,7 +467,7 @@ class Job:
             # Windows over processing time fire as the clock passes their end.
             for node_id in self._proctime_windows:
                 if node_id not in self._ended and not self._sources_stopped:
-                    with _sql_errors():
+                    with _sql_errors(self._node_of[node_id]):
                         fired = self._operators[node_id].on_watermark(self.ctx.clock())
                     self._emit_all(node_id, fired)
             # Between rounds nothing is in flight: every node has handled every element sent so
@@ -656,7 +656,7 @@ class Job:
                 elif target_id in self._minibatches:
                     self._wait_in_minibatch(target_id, batch)
                 elif (operator := self._operators.get(target_id)) is not None:
-                    with _sql_errors():
+                    with _sql_errors(node):
                         out = operator.process(batch, self._channel_input[(target_id, from_id)])
                     self._emit_all(target_id, out)
                     self._drain_late_rows(target_id, operator)
@@ -844,11 +844,11 @@ class Job:
         if getattr(node, "proctime", False):
             # Event time means nothing to processing-time windows; the end of input fires them all.
             if low >= MAX_WATERMARK:
-                with _sql_errors():
+                with _sql_errors(node):
                     fired = operator.on_watermark(low)
                 self._emit_all(node_id, fired)
         elif operator is not None:
-            with _sql_errors():
+            with _sql_errors(node):
                 fired = operator.on_watermark(low)
             self._emit_all(node_id, fired)
         self._emit(node_id, Watermark(low))
@@ -925,7 +925,7 @@ class Job:
         self._minibatch_since.pop(sid, None)
         batch = waiting[0] if len(waiting) == 1 else pa.concat_batches(waiting)
         operator = self._operators[sid]
-        with _sql_errors():
+        with _sql_errors(self._node_of[sid]):
             out = operator.process(batch, 0)
         self._emit_all(sid, out)
         self._drain_late_rows(sid, operator)
@@ -1511,15 +1511,19 @@ def _message(exc: BaseException) -> str:
 
 
 @contextlib.contextmanager
-def _sql_errors():
+def _sql_errors(node: Node):
     """An operator's call: an error raised by the SQL it evaluates (a generated expression
-    function, which names its SQL) becomes a PipelineError at that SQL; others pass unchanged."""
+    function, which names its SQL) becomes a PipelineError at that SQL; a value the operator
+    cannot compute itself (an aggregate's overflow) one at the operator's SQL; others (bugs) pass
+    unchanged."""
     try:
         yield
     except ClinkError:
         raise
     except (EvaluationError, pa.ArrowException, ArithmeticError, ValueError, TypeError) as exc:
         where = sql_position_of(exc)
+        if where is None and isinstance(exc, (EvaluationError, pa.ArrowInvalid, ArithmeticError)) and node.span:
+            where = node.span
         if where is None:
             raise
         raise PipelineError(_message(exc), where) from exc

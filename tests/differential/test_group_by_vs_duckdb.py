@@ -290,3 +290,14 @@ def test_state_ttl_is_read_from_set_and_applies_to_count_distinct() -> None:
         with_ttl = clink.sql("SET 'table.exec.state.ttl' = '1 h';\n" + base + select)
         plain = clink.sql(base + select)
         assert sorted(with_ttl.to_arrow().to_pylist(), key=repr) == sorted(plain.to_arrow().to_pylist(), key=repr)
+
+
+def test_an_aggregate_that_overflows_its_type_fails_at_the_aggregations_sql() -> None:
+    """SUM of an INT is an INT (Flink's type); past its range the pipeline fails with the
+    position of the aggregation, not a raw traceback."""
+    from clink.errors import PipelineError
+
+    t = pa.table({"k": pa.array([1, 1, 1], pa.int64()), "v": pa.array([2**31 - 1, 2**31 - 1, 5], pa.int32())})
+    with pytest.raises(PipelineError, match="cannot CAST 4294967299 to INT") as exc:
+        run_select("SELECT k, SUM(v) AS s FROM t GROUP BY k", t=t)
+    assert exc.value.span is not None and exc.value.span.file == "test.sql"
