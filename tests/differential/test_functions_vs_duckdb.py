@@ -287,7 +287,7 @@ _EVERY_ROW = {"t": "ts AS ts - INTERVAL '3000' DAY"}
 _DAILY = "FROM TABLE(TUMBLE(TABLE t, DESCRIPTOR(ts), INTERVAL '1' DAY)) GROUP BY j, window_start, window_end"
 
 
-def test_listagg_over_windows_matches_duckdb(table: pa.Table) -> None:
+def test_listagg_over_windows_matches_duckdb(table: pa.Table, path: str) -> None:
     ours = run_select(f"SELECT j, window_start, LISTAGG(s), LISTAGG(s, ' | ') FILTER (WHERE i > 0), COUNT(*) {_DAILY}",
                       row_group_size=BATCH_ROWS, watermarks=_EVERY_ROW, t=table)
     theirs = duckdb_rows(
@@ -295,6 +295,14 @@ def test_listagg_over_windows_matches_duckdb(table: pa.Table) -> None:
         "string_agg(s, ' | ' ORDER BY id) FILTER (WHERE i > 0), count(*) FROM t WHERE ts IS NOT NULL "
         "GROUP BY j, date_trunc('day', ts)", table)
     got = Counter(tuple(normalize(v) for v in row.values()) for row in ours.to_pylist())
+    if path != "local:1":
+        # LISTAGG joins values in arrival order, and rows read by several source subtasks arrive
+        # interleaved (as in Flink, the order is then not defined): compare the values joined.
+        def values(rows: Counter) -> Counter:
+            return Counter(tuple(tuple(sorted(v.split(sep))) if isinstance(v, str) else v
+                                 for v, sep in zip(row, (None, None, ",", " | ", None), strict=True))
+                           for row in rows.elements())
+        got, theirs = values(got), values(theirs)
     assert got == theirs, describe(got, theirs)
 
 
