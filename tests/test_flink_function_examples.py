@@ -42,6 +42,15 @@ EXAMPLES: list[tuple[str, object]] = [
     ("POSITION('b' IN 'abc')", 2),
     ("POSITION('x' IN 'abc')", 0),
     ("LTRIM(' This is a test String.')", "This is a test String."),
+    # TRIM, SUBSTRING and OVERLAY in their SQL-standard spellings, as Flink's reference writes them.
+    ("TRIM(BOTH ' ' FROM ' hello ')", "hello"),
+    ("TRIM(LEADING 'x' FROM 'xxhixx')", "hixx"),
+    ("TRIM(TRAILING 'x' FROM 'xxhixx')", "xxhi"),
+    ("TRIM(BOTH FROM '  a  ')", "a"),
+    ("SUBSTRING('hello world' FROM 7)", "world"),
+    ("SUBSTRING('hello world' FROM 1 FOR 5)", "hello"),
+    ("OVERLAY('This is an old string' PLACING ' new' FROM 10 FOR 5)", "This is a new string"),
+    ("OVERLAY('abcdefg' PLACING 'XY' FROM 3)", "abXYefg"),
     ("RTRIM('This is a test String. ')", "This is a test String."),
     ("REPEAT('This is a test String.', 2)", "This is a test String.This is a test String."),
     ("REGEXP_REPLACE('foobar', 'oo|ar', '')", "fb"),
@@ -215,6 +224,9 @@ def test_examples_over_a_column() -> None:
     ("TO_DATE('2020', 'yyyy QQ')", "unsupported TO_DATE pattern 'yyyy QQ': the pattern letters 'QQ' are not "
                                    "supported"),
     ("TIMESTAMPADD(HOUR, 1, DATE '2020-01-01')", "TIMESTAMPADD of HOUR to a DATE is not supported"),
+    ("'abc' SIMILAR TO 'a%'", "SIMILAR TO is not supported"),
+    ("OVERLAY('abc' PLACING 'x' FROM x)", "the position of OVERLAY must be a constant integer"),
+    ("TRIM(BOTH CAST(x AS STRING) FROM 'abc')", "argument 2 of TRIM must be a constant string"),
 ])
 def test_mistakes_are_refused_where_written(expr: str, message: str) -> None:
     with pytest.raises(SqlError, match=message.replace("(", r"\(").replace(")", r"\)").replace("?", r"\?")):

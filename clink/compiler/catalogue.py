@@ -158,21 +158,21 @@ ENTRIES: tuple[Entry, ...] = (
         "CHAR_LENGTH", "CHARACTER_LENGTH"),
     yes("string", "UPPER(string), LOWER(string)", "STRING", "UPPER", "LOWER"),
     yes("string", "POSITION(string1 IN string2)", "as LOCATE(string1, string2)", "POSITION"),
-    yes("string", "TRIM(string)",
-        "`string` without leading and trailing spaces; the forms `TRIM([BOTH | LEADING | TRAILING] "
-        "chars FROM string)` are not accepted (write LTRIM / RTRIM)", "TRIM"),
+    yes("string", "TRIM(string), TRIM([BOTH | LEADING | TRAILING] [string1] FROM string2)",
+        "`string` without leading and trailing spaces; the FROM form removes the characters of the "
+        "constant `string1` (a space when left out) from both ends, the start or the end", "TRIM"),
     yes("string", "LTRIM(string), RTRIM(string)", "without leading / trailing spaces", "LTRIM", "RTRIM"),
     yes("string", "REPEAT(string, int)", "STRING: `string` `int` times; '' for 0 or less", "REPEAT"),
     yes("string", "REGEXP_REPLACE(string1, string2, string3)",
         "every match of the regex replaced; `$1` in the replacement is a group. Constant regex and "
         "replacement, RE2 syntax checked at compile time", "REGEXP_REPLACE"),
-    no("string", "OVERLAY(string1 PLACING string2 FROM int1 [FOR int2])",
-       "the PLACING syntax is not implemented",
-       instead="CONCAT(SUBSTRING(s, 1, int1 - 1), string2, SUBSTRING(s, int1 + int2))"),
+    yes("string", "OVERLAY(string1 PLACING string2 FROM int1 [FOR int2])",
+        "`string1` with its `int2` characters from the `int1`-th (as many as a constant `string2` has, "
+        "when FOR is left out) replaced by `string2`; constant positions", "OVERLAY"),
     yes("string", "SUBSTRING(string, int1 [, int2]), SUBSTR(string, int1 [, int2])",
         "1-based, constant positions, as Flink reads them: a start of 0 is the first character; a negative "
         "start counts from the end (`SUBSTRING('hello', -3, 2)` is `'ll'`); a start outside the string gives "
-        "`''`. The form `SUBSTRING(s FROM i FOR n)` is not accepted", "SUBSTRING", "SUBSTR"),
+        "`''`; also written `SUBSTRING(s FROM i [FOR n])`", "SUBSTRING", "SUBSTR"),
     yes("string", "REPLACE(string1, string2, string3)",
         "every `string2` replaced; constant `string2` and `string3`; an empty `string2` leaves `string1` as it "
         "is", "REPLACE"),

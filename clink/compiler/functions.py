@@ -90,6 +90,25 @@ def _char_length(name: str, args: list[ir.Expr], span: Span) -> ir.Expr:
                    nullable=_nullable(args), span=span)
 
 
+def _trim_fn(fn: str) -> Binder:
+    """TRIM / LTRIM / RTRIM of spaces, or (from ``TRIM([BOTH | LEADING | TRAILING] chars FROM s)``)
+    of the characters of a constant string."""
+    def bind(name: str, args: list[ir.Expr], span: Span) -> ir.Expr:
+        _arity(name, args, span, 1, 2)
+        _need(name, args[0], T.is_string, "a STRING", 1)
+        params: tuple = ()
+        if len(args) == 2:
+            chars = _literal(name, args[1], 2, "string")
+            if chars is None:
+                return ir.Literal(value=None, type=pa.string(), nullable=True, span=span)
+            if not isinstance(chars, str):
+                raise SqlError(f"the characters {name} removes must be a string", args[1].span)
+            params = (chars,)
+        return ir.Call(fn=fn, args=(cast_to(args[0], pa.string()),), params=params, type=pa.string(),
+                       nullable=args[0].nullable, span=span)
+    return bind
+
+
 def _substring(name: str, args: list[ir.Expr], span: Span) -> ir.Expr:
     _arity(name, args, span, 2, 3)
     _need(name, args[0], T.is_string, "a STRING", 1)
@@ -898,9 +917,9 @@ def _from_unixtime(name: str, args: list[ir.Expr], span: Span) -> ir.Expr:
 FUNCTIONS: dict[str, Binder] = {
     "UPPER": _string_fn("upper"),
     "LOWER": _string_fn("lower"),
-    "TRIM": _string_fn("trim"),
-    "LTRIM": _string_fn("ltrim"),
-    "RTRIM": _string_fn("rtrim"),
+    "TRIM": _trim_fn("trim"),
+    "LTRIM": _trim_fn("ltrim"),
+    "RTRIM": _trim_fn("rtrim"),
     "CHAR_LENGTH": _char_length,
     "CHARACTER_LENGTH": _char_length,
     "SUBSTRING": _substring,

@@ -905,6 +905,63 @@ class _Builder(Transformer):
         return ast.FunctionCall(name="POSITION", args=(needle, text), name_span=self._tspan(call),
                                 span=self._span(meta))
 
+    def substring(self, meta, children):
+        call, *args = [c for c in children if not (isinstance(c, Token) and c.type in ("FROM", "FOR"))]
+        return ast.FunctionCall(name="SUBSTRING", args=tuple(args), name_span=self._tspan(call), span=self._span(meta))
+
+    def trim(self, meta, children):
+        call, operand = children
+        return ast.FunctionCall(name="TRIM", args=(operand,), name_span=self._tspan(call), span=self._span(meta))
+
+    def trim_side(self, meta, children):
+        return ("side", children[0].type)
+
+    def trim_from(self, meta, children):
+        """``TRIM([BOTH | LEADING | TRAILING] [chars] FROM s)``: Flink's TRIM, LTRIM or RTRIM of
+        ``chars`` (a space when left out)."""
+        parts = [c for c in children if not (isinstance(c, Token) and c.type == "FROM")]
+        call, rest = parts[0], parts[1:]
+        side = next((p[1] for p in rest if isinstance(p, tuple)), "BOTH")
+        values = [p for p in rest if not isinstance(p, tuple)]
+        span = self._span(meta)
+        chars = values[0] if len(values) == 2 else ast.Literal(kind="string", value=" ", span=span)
+        name = {"BOTH": "TRIM", "LEADING": "LTRIM", "TRAILING": "RTRIM"}[side]
+        return ast.FunctionCall(name=name, args=(values[-1], chars), name_span=self._tspan(call), span=span)
+
+    def overlay(self, meta, children):
+        """``OVERLAY(s PLACING r FROM i [FOR n])``: ``s`` with its ``n`` characters from the
+        ``i``-th (as many as ``r`` has, by default) replaced by ``r`` — the substrings before and
+        after around ``r``. Positions are constants, as SUBSTRING's are."""
+        call, text, replacement, start, *length = [c for c in children if not (
+            isinstance(c, Token) and c.type in ("PLACING", "FROM", "FOR"))]
+        span = self._span(meta)
+
+        def constant(e: ast.Expr, what: str) -> int:
+            if not (isinstance(e, ast.Literal) and e.kind == "int"):
+                raise SqlError(f"the {what} of OVERLAY must be a constant integer", e.span)
+            return e.value
+
+        first = constant(start, "position")
+        if length:
+            count = constant(length[0], "length")
+        elif isinstance(replacement, ast.Literal) and replacement.kind == "string":
+            count = len(replacement.value)
+        else:
+            raise SqlError("OVERLAY without FOR needs a constant replacement (its length is how many characters "
+                           "go)", replacement.span, "add FOR n")
+
+        def number(n: int) -> ast.Literal:
+            return ast.Literal(kind="int", value=n, span=span)
+
+        before = ast.FunctionCall(name="SUBSTRING", args=(text, number(1), number(max(first - 1, 0))), span=span)
+        after = ast.FunctionCall(name="SUBSTRING", args=(text, number(max(first, 1) + count)), span=span)
+        return ast.FunctionCall(name="CONCAT", args=(before, replacement, after), name_span=self._tspan(call),
+                                span=span)
+
+    def similar_to(self, meta, children):
+        raise SqlError("SIMILAR TO is not supported", self._span(meta),
+                       "write REGEXP(s, 'pattern') with a Java regular expression, or LIKE")
+
     def floor_ceil(self, meta, children):
         call, operand, *rest = [c for c in children if not (isinstance(c, Token) and c.type == "TO")]
         word = str(call).rstrip("( \t\r\n").upper()
