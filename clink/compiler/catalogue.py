@@ -408,9 +408,9 @@ ENTRIES: tuple[Entry, ...] = (
     yes("aggregate", "STDDEV_POP(expression), STDDEV_SAMP(expression), VAR_POP(expression), "
         "VAR_SAMP(expression)", "in window aggregations", "STDDEV_POP", "STDDEV_SAMP", "VAR_POP", "VAR_SAMP"),
     yes("aggregate", "COLLECT([ALL] expression)",
-        "in window aggregations: Flink's MULTISET as a MAP<T, INT>, each distinct non-NULL value and how "
-        "many rows hold it (an empty map when there is none); DISTINCT, and COLLECT in a GROUP BY without a "
-        "window or OVER, are refused", "COLLECT"),
+        "Flink's MULTISET as a MAP<T, INT>, each distinct non-NULL value and how many rows hold it (an "
+        "empty map when there is none); in window aggregations and GROUP BY (over an updating input too). "
+        "DISTINCT, and COLLECT with OVER, are refused", "COLLECT"),
     no("aggregate", "VARIANCE([ALL | DISTINCT] expression)", "not implemented", "VARIANCE",
        instead="VAR_SAMP(expression)"),
     yes("aggregate", "RANK(), DENSE_RANK(), ROW_NUMBER()",
@@ -421,9 +421,9 @@ ENTRIES: tuple[Entry, ...] = (
     yes("aggregate", "FIRST_VALUE(expression), LAST_VALUE(expression)", "in window aggregations",
         "FIRST_VALUE", "LAST_VALUE"),
     yes("aggregate", "LISTAGG(expression [, separator])",
-        "in window aggregations: STRING, the non-NULL strings in arrival order joined by the separator (a "
-        "constant, ',' by default); NULL when there is none. In a GROUP BY without a window or OVER it is "
-        "refused", "LISTAGG"),
+        "STRING, the non-NULL strings in arrival order joined by the separator (a constant, ',' by default); "
+        "NULL when there is none. In window aggregations and GROUP BY; over an updating input or with OVER "
+        "it is refused (a value joined in cannot be taken out)", "LISTAGG"),
     no("aggregate", "CUME_DIST()", "not implemented", "CUME_DIST"),
     no("aggregate", "PERCENT_RANK()", "not implemented", "PERCENT_RANK"),
     no("aggregate", "NTILE(n)", "not implemented", "NTILE"),

@@ -225,6 +225,8 @@ class AggregateBinder:
         filter_ = context.add_input(cast_to(condition, pa.bool_())) if condition is not None else None
         call = ir.AggCall(fn=fn, arg=arg, filter=filter_, type=typ, nullable=nullable, sql=agg_sql(e),
                           param=listagg_separator(args) if fn == "listagg" else None)
+        if context.group_input is not None and fn in ("listagg", "collect"):
+            return self._builtin_group_aggregate(e, fn, typ, args, filter_, context)
         if context.group_input is not None:
             if fn not in GROUP_AGGREGATES:
                 raise SqlError(f"{agg_sql(e)} is not supported in a GROUP BY without a window yet", span,
@@ -235,6 +237,30 @@ class AggregateBinder:
         return ir.Call(fn="__agg__", args=(), params=(context.add_agg(call),), type=typ, nullable=nullable,
                        span=e.span)
 
+
+    def _builtin_group_aggregate(self, e: ast.FunctionCall, fn: str, typ: pa.DataType, args: list[ir.Expr],
+                                 filter_: int | None, context) -> ir.Expr:
+        """LISTAGG and COLLECT in a GROUP BY without a window: aggregate functions of the ``udaf``
+        contract (``runtime/builtin_aggregates.py``), whose accumulators the group operator keeps
+        (LISTAGG cannot take a value back, so not over an updating input)."""
+        span = e.name_span or e.span
+        if fn == "listagg" and ir.is_updating(context.group_input):
+            raise SqlError("LISTAGG over an updating input is not supported yet", span,
+                           "its input is itself revised (a GROUP BY, a join ...), and a value joined into the text "
+                           "cannot be taken out again; COLLECT can")
+        columns = [context.add_input(args[0])]
+        if fn == "listagg":
+            separator = ir.Literal(value=listagg_separator(args), type=pa.string(), nullable=False, span=e.span)
+            columns.append(context.add_input(separator))
+            accumulator = pa.struct([pa.field("text", pa.string())])
+        else:
+            accumulator = pa.struct([pa.field("bag", typ)])
+        name = fn.upper()
+        ref = ir.UdfRef(name=name, vectorized=True, module="clink.runtime.builtin_aggregates", attribute=name,
+                        kind="aggregate")
+        call = ir.AggCall(fn="udaf", arg=None, args=tuple(columns), filter=filter_, type=typ, nullable=True,
+                          udf=ref, accumulator=accumulator, sql=agg_sql(e))
+        return ir.Call(fn="__agg__", args=(), params=(context.add_agg(call),), type=typ, nullable=True, span=e.span)
 
     def _python_aggregate_call(self, e: ast.FunctionCall, scope: Scope, f: udfs.BoundUdf) -> ir.Expr:
         """A call of a Python aggregate function (``clink.udaf``): its arguments (checked against

@@ -804,7 +804,14 @@ def _average(total: pa.Array, count: pa.Array, type_: pa.DataType) -> pa.Array:
 
 
 def _same(a: pa.Array, b: pa.Array) -> np.ndarray:
-    """Per row, whether ``a`` and ``b`` hold the same result (NULL is the same as NULL, NaN as NaN)."""
+    """Per row, whether ``a`` and ``b`` hold the same result (NULL is the same as NULL, NaN as NaN);
+    maps, lists and rows (COLLECT, Python aggregates) compare entry by entry."""
+    t = a.type
+    if pa.types.is_map(t):
+        entries = pa.list_(pa.struct([pa.field("key", t.key_type, nullable=False), pa.field("value", t.item_type)]))
+        return _same(a.cast(entries), b.cast(entries))
+    if pa.types.is_struct(t) or pa.types.is_list(t) or pa.types.is_large_list(t):
+        return _same_nested(a, b)
     equal = pc.fill_null(pc.equal(a, b), False).to_numpy(zero_copy_only=False)
     both_null = ~pc.is_valid(a).to_numpy(zero_copy_only=False) & ~pc.is_valid(b).to_numpy(zero_copy_only=False)
     same = equal | both_null
@@ -822,3 +829,26 @@ def _type_bytes(type_: pa.DataType) -> int:
         return max(type_.bit_width // 8, 1)
     except ValueError:  # variable width
         return _VARIABLE_BYTES
+
+
+def _same_nested(a: pa.Array, b: pa.Array) -> np.ndarray:
+    """``_same`` of rows or lists: every field, or equal lengths and every element the same."""
+    valid_a = pc.is_valid(a).to_numpy(zero_copy_only=False)
+    valid_b = pc.is_valid(b).to_numpy(zero_copy_only=False)
+    if pa.types.is_struct(a.type):
+        same = np.logical_and.reduce([_same(pc.struct_field(a, [i]), pc.struct_field(b, [i]))
+                                      for i in range(a.type.num_fields)] or [np.ones(len(a), dtype=bool)])
+        return np.where(valid_a & valid_b, same, ~valid_a & ~valid_b)
+    length_a = pc.fill_null(pc.list_value_length(a), 0).to_numpy(zero_copy_only=False)
+    length_b = pc.fill_null(pc.list_value_length(b), 0).to_numpy(zero_copy_only=False)
+    same = valid_a & valid_b & (length_a == length_b)
+    rows = np.flatnonzero(same & (length_a > 0))
+    if len(rows):
+        counts = length_a[rows]
+        first = np.cumsum(counts) - counts
+        step = np.arange(int(counts.sum()), dtype=np.int64) - np.repeat(first, counts)
+        at_a = np.repeat(a.offsets.to_numpy()[rows], counts) + step
+        at_b = np.repeat(b.offsets.to_numpy()[rows], counts) + step
+        differ = ~_same(a.values.take(pa.array(at_a)), b.values.take(pa.array(at_b)))
+        same[rows] = np.add.reduceat(differ.astype(np.int64), first) == 0
+    return same | (~valid_a & ~valid_b)
