@@ -330,6 +330,17 @@ def test_vectorized_table_function_feeds_an_aggregation(data: pa.Table) -> None:
     shared_duckdb.assert_same_rows(got, want)
 
 
+@pytest.mark.parametrize("data", DATA)
+def test_table_functions_over_an_updating_input_carry_each_rows_kind(data: pa.Table) -> None:
+    """Over a GROUP BY's results: an update's old row takes its rows away again, its new row
+    brings new ones (row-wise, vectorized, and LEFT JOIN LATERAL's padded rows alike)."""
+    grouped = "(SELECT k, COUNT(*) % 4 AS n, MAX(g) AS top FROM t GROUP BY k)"
+    got = ours(f"SELECT k, i FROM {grouped}, LATERAL TABLE(upto(n)) AS r(i)", data)
+    shared_duckdb.assert_same_rows(got, duck(f"SELECT k, i FROM {grouped}, unnest(range(1, n + 1)) AS r(i)", data))
+    got = ours(f"SELECT k, u.word FROM {grouped} LEFT JOIN LATERAL TABLE(words(top)) AS u(word, size) ON TRUE", data)
+    shared_duckdb.assert_same_rows(got, duck(f"SELECT k, top FROM {grouped}", data))
+
+
 def test_table_function_columns_keep_their_declared_names_without_aliases() -> None:
     got = ours("SELECT word, size FROM t, LATERAL TABLE(words(s)) WHERE id < 20", DENSE)
     assert got.column_names == ["word", "size"]

@@ -141,6 +141,17 @@ def unnest(batch: pa.RecordBatch, column: int, ordinality: bool) -> pa.RecordBat
     return pa.RecordBatch.from_arrays(columns, names=names)
 
 
+def move_column(batch: pa.RecordBatch, source: int, target: int) -> pa.RecordBatch:
+    """``batch`` with its column ``source`` moved to place ``target`` (-1: last): how a chain keeps
+    an updating stream's row kind beside a step that adds or drops columns."""
+    columns, names = list(batch.columns), list(batch.schema.names)
+    column, name = columns.pop(source), names.pop(source)
+    target = len(columns) if target == -1 else target
+    columns.insert(target, column)
+    names.insert(target, name)
+    return pa.RecordBatch.from_arrays(columns, names=names)
+
+
 def replicate(batch: pa.RecordBatch, count: int) -> pa.RecordBatch:
     """Each row of ``batch`` as many times as its column ``count`` says (none for 0 or fewer, or
     NULL), without that column; the copies of a row are next to each other."""

@@ -350,6 +350,11 @@ def test_flinks_in_example() -> None:
      "SELECT s, u.x FROM l, unnest([v, v + 1]) AS u(x) WHERE u.x > 10"),
     ("SELECT x, COUNT(*) AS n FROM l CROSS JOIN UNNEST(ARRAY[k, k]) AS u (x) GROUP BY x",
      "SELECT u.x, COUNT(*) AS n FROM l, unnest([k, k]) AS u(x) GROUP BY u.x"),
+    # Over an updating input: each element row carries its row's kind (an update's old elements go).
+    ("SELECT k, x, pos FROM (SELECT k, ARRAY[COUNT(*), SUM(v)] AS a FROM l GROUP BY k) CROSS JOIN UNNEST(a) "
+     "WITH ORDINALITY AS u (x, pos)",
+     "SELECT k, u.x, u.pos FROM (SELECT k, [COUNT(*), SUM(v)] AS a FROM l GROUP BY k), "
+     "unnest(a) WITH ORDINALITY AS u(x, pos)"),
 ])
 def test_arrays_maps_rows_and_unnest_equal_duckdb(tables: dict[str, pa.Table], ours: str, theirs: str) -> None:
     got = run_select(ours, row_group_size=97, **tables)

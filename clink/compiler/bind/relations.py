@@ -171,8 +171,6 @@ class RelationBinder:
         left = self._join_tree(item.left)
         left_rel = self._build_join(left, [], 0)
         columns = tuple(attrs.evolve(c, field=f_) for c, f_ in zip(left.columns, left_rel.schema.fields, strict=True))
-        if ir.is_updating(left_rel):
-            raise SqlError("LATERAL TABLE over an updating query is not supported yet", lateral.span)
         args = [self.expr(a, Scope(columns)) for a in call.args]
         self._raise_collected()
         args = udfs.check_args(f, args, call.span)
@@ -198,8 +196,6 @@ class RelationBinder:
         self._raise_collected()
         if not (pt.is_list(value.type) or pt.is_map(value.type)):
             raise SqlError(f"UNNEST takes an ARRAY or a MAP, got {T.sql_name(value.type)}", unnest.expr.span)
-        if ir.is_updating(left_rel):
-            raise SqlError("UNNEST over an updating query is not supported yet", unnest.span)
         width = 2 if pt.is_map(value.type) else 1
         defaults = ("key", "value") if width == 2 else ("EXPR$0",)
         wanted = width + unnest.ordinality

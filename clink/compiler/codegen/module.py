@@ -284,6 +284,8 @@ def _emit_chain(w: SourceWriter, op: ChainOp, schema_names: dict[int, str]) -> N
             if isinstance(step, ir.Unnest):
                 w.line(f"batch = K.unnest(batch, {step.column}, {step.ordinality})  # a row per element of "
                        f"{step.input.schema.names[step.column]}", span=step.span)
+                if op.updating:  # each row's kind, carried along, goes back to the end
+                    w.line(f"batch = K.move_column(batch, {step.column}, -1)")
                 if last:
                     w.line(f"return pa.RecordBatch.from_arrays(batch.columns, schema={schema_names[op.id * 10]})")
                 schema = step.schema
@@ -292,8 +294,14 @@ def _emit_chain(w: SourceWriter, op: ChainOp, schema_names: dict[int, str]) -> N
                 ref = step.fn
                 fn = ref.constant if ref.module is not None else f"ctx.function({ref.name!r})"
                 types = ", ".join(type_py(t) for t in step.types)
-                w.line(f"batch = UA.lateral({fn}, {ref.name!r}, batch, {list(step.args)}, {step.keep}, [{types}]"
+                args, keep = list(step.args), step.keep
+                if op.updating:  # each row's kind rides along with the columns kept, then goes back to the end
+                    w.line(f"batch = K.move_column(batch, {len(step.input.schema)}, {step.keep})")
+                    args, keep = [a + 1 if a >= step.keep else a for a in args], step.keep + 1
+                w.line(f"batch = UA.lateral({fn}, {ref.name!r}, batch, {args}, {keep}, [{types}]"
                        f"{', outer=True' if step.outer else ''})", span=step.span)
+                if op.updating:
+                    w.line(f"batch = K.move_column(batch, {step.keep}, -1)")
                 if last:
                     w.line(f"return pa.RecordBatch.from_arrays(batch.columns, schema={schema_names[op.id * 10]})")
                 schema = step.schema
