@@ -310,3 +310,17 @@ def test_an_overflow_in_what_a_pattern_computes_is_a_positioned_error() -> None:
               ticker([2**62, 2**62, 3]), 3)
     assert "overflow" in exc.value.message
     assert exc.value.where is not None and "A.price * 4" in exc.value.where
+
+
+@BATCHES
+def test_match_rowtime_is_an_event_time_for_a_window_after_the_match(batch: int) -> None:
+    """As Flink's page says, MATCH_ROWTIME() gives a time attribute subsequent windows can use:
+    three rising prices end at :41 of three minutes, one match per one-minute window."""
+    table = ticker([1, 2, 3, 1, 2, 3, 1, 2, 3, 9], step=dt.timedelta(seconds=20))
+    rows = _rows("""CREATE VIEW ups AS SELECT * FROM Ticker MATCH_RECOGNIZE (PARTITION BY symbol ORDER BY rowtime
+        MEASURES MATCH_ROWTIME() AS t, LAST(C.price) AS p
+        PATTERN (A B C) DEFINE B AS B.price > A.price, C AS C.price > B.price);
+      SELECT window_start, COUNT(*) AS n, SUM(p) AS s FROM TABLE(TUMBLE(TABLE ups, DESCRIPTOR(t), INTERVAL '1' MINUTE))
+      GROUP BY window_start, window_end""", table, batch)
+    assert sorted((r["window_start"].strftime("%H:%M"), r["n"], r["s"]) for r in rows) == [
+        ("10:00", 1, 3), ("10:01", 1, 3), ("10:02", 1, 3)]

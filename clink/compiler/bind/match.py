@@ -130,7 +130,11 @@ class MatchBinder:
             derived=tuple(derived), navs=tuple(nav_nodes), defines=tuple(bound_defines), measures=measures,
             measure_names=tuple(measure_names), skip=item.skip, skip_to=skip_to, within=within, span=item.span)
         qualifier = item.alias
-        return node, Scope(tuple(ScopeColumn(qualifier, f.name, f) for f in node.schema.fields))
+        # MATCH_ROWTIME() is an event-time attribute, as in Flink: windows and interval joins may
+        # follow on it (a match comes out once the watermark has passed its last row).
+        rowtime = {str(m.alias) for m in item.measures
+                   if isinstance(m.expr, ast.FunctionCall) and m.expr.name == "MATCH_ROWTIME"}
+        return node, Scope(tuple(ScopeColumn(qualifier, f.name, f, f.name in rowtime) for f in node.schema.fields))
 
     def _match_column(self, e: ast.Expr, scope: Scope, clause: str) -> int:
         bound = self.expr(e, scope)
