@@ -217,6 +217,17 @@ def decimal_arith(op: str, a: Value, b: Value, to: pa.DataType) -> Value:
             return fast
     n = len(a) if not isinstance(a, pa.Scalar) else len(b)
     a, b = _tight(a, n), _tight(b, n)
+    try:
+        return _decimal_arrow(op, a, b, to)
+    except pa.ArrowInvalid as exc:
+        if "precision out of range" not in str(exc):
+            raise
+        # The exact result needs more than decimal256's 76 digits (DECIMAL(37, 37) * DECIMAL(37,
+        # 37) has 74 after the point): computed per row with Python's decimal, which has no bound.
+        return _decimal_python(op, a, b, to)
+
+
+def _decimal_arrow(op: str, a: pa.Array, b: pa.Array, to: pa.DataType) -> pa.Array:
     if op in ("divide", "mod"):
         zero = pc.fill_null(pc.equal(b, pa.scalar(0, b.type)), False)
         b = pc.if_else(zero, pa.scalar(1, b.type), b)
@@ -237,6 +248,35 @@ def decimal_arith(op: str, a: Value, b: Value, to: pa.DataType) -> Value:
             out = pc.subtract(a, pc.multiply(_tight(whole, n), b))
         out = pc.if_else(zero, pa.scalar(None, out.type), out)
     return fit_decimal(out, to)
+
+
+def _decimal_python(op: str, a: pa.Array, b: pa.Array, to: pa.DataType) -> pa.Array:
+    """``decimal_arith`` one row at a time, exactly: for results wider than Arrow's decimals."""
+    scale = to.scale if pa.types.is_decimal(to) else 0
+    quantum = decimal.Decimal(1).scaleb(-scale)
+    limit = decimal.Decimal(10) ** ((to.precision - scale) if pa.types.is_decimal(to) else 18)
+    out = []
+    with decimal.localcontext() as context:
+        context.prec = 400
+        for x, y in zip(a.to_pylist(), b.to_pylist(), strict=True):
+            if x is None or y is None or (op in ("divide", "mod") and y == 0):
+                out.append(None)
+                continue
+            if op == "add":
+                r = x + y
+            elif op == "subtract":
+                r = x - y
+            elif op == "multiply":
+                r = x * y
+            elif op == "divide":
+                r = x / y
+            else:
+                r = x - y * (x / y).to_integral_value(rounding=decimal.ROUND_DOWN)
+            r = r.quantize(quantum, rounding=decimal.ROUND_HALF_UP)
+            out.append(r if abs(r) < limit else None)
+    if pa.types.is_decimal(to):
+        return pa.array(out, to)
+    return pa.array([None if v is None else int(v) for v in out], to)
 
 
 _INT64_ROOM = 1 << 62

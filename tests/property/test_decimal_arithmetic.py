@@ -44,3 +44,18 @@ def test_decimal_arithmetic_is_exact_with_flinks_types(left, right, op) -> None:
     out = run_select(f"SELECT a {op} b AS v FROM t", t=table)
     assert out.schema.field("v").type == to
     assert out.column("v").to_pylist() == [_expected(op, a, b, to) for a, b in zip(lv[:n], rv[:n], strict=True)]
+
+
+def test_a_product_wider_than_arrows_decimals_is_still_exact() -> None:
+    """DECIMAL(37, 37) * DECIMAL(37, 37) has 74 digits after the point, past decimal256's 76 in
+    all: computed exactly anyway (also when every value is NULL), and rounded to Flink's type."""
+    t = pa.table({"a": pa.array([decimal.Decimal("0.1234567890123456789012345678901234567"), None],
+                                pa.decimal128(37, 37)),
+                  "b": pa.array([decimal.Decimal("-0.5"), None], pa.decimal128(37, 37))})
+    out = run_select("SELECT a * b AS p FROM t", t=t)
+    to = out.schema.field("p").type
+    exact = decimal.Decimal("0.1234567890123456789012345678901234567") * decimal.Decimal("-0.5")
+    assert out.to_pylist() == [{"p": exact.quantize(decimal.Decimal(1).scaleb(-to.scale),
+                                                    rounding=decimal.ROUND_HALF_UP)}, {"p": None}]
+    nulls = pa.table({"a": pa.nulls(2, pa.decimal128(37, 37)), "b": pa.nulls(2, pa.decimal128(37, 37))})
+    assert run_select("SELECT a * b AS p FROM t", t=nulls).to_pylist() == [{"p": None}, {"p": None}]
