@@ -54,8 +54,10 @@ def test_a_product_wider_than_arrows_decimals_is_still_exact() -> None:
                   "b": pa.array([decimal.Decimal("-0.5"), None], pa.decimal128(37, 37))})
     out = run_select("SELECT a * b AS p FROM t", t=t)
     to = out.schema.field("p").type
-    exact = decimal.Decimal("0.1234567890123456789012345678901234567") * decimal.Decimal("-0.5")
-    assert out.to_pylist() == [{"p": exact.quantize(decimal.Decimal(1).scaleb(-to.scale),
-                                                    rounding=decimal.ROUND_HALF_UP)}, {"p": None}]
+    with decimal.localcontext() as context:
+        context.prec = 100
+        exact = decimal.Decimal("0.1234567890123456789012345678901234567") * decimal.Decimal("-0.5")
+        want = exact.quantize(decimal.Decimal(1).scaleb(-to.scale), rounding=decimal.ROUND_HALF_UP)
+    assert out.to_pylist() == [{"p": want}, {"p": None}]
     nulls = pa.table({"a": pa.nulls(2, pa.decimal128(37, 37)), "b": pa.nulls(2, pa.decimal128(37, 37))})
     assert run_select("SELECT a * b AS p FROM t", t=nulls).to_pylist() == [{"p": None}, {"p": None}]
