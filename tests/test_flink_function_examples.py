@@ -42,6 +42,15 @@ EXAMPLES: list[tuple[str, object]] = [
     ("POSITION('b' IN 'abc')", 2),
     ("POSITION('x' IN 'abc')", 0),
     ("LTRIM(' This is a test String.')", "This is a test String."),
+    # Collections.
+    ("ARRAY_CONTAINS(ARRAY[1, 2, 3], 2)", True),
+    ("ARRAY_CONTAINS(ARRAY[1, CAST(NULL AS INT)], CAST(NULL AS INT))", True),
+    ("ARRAY_POSITION(ARRAY['a', 'b', 'b'], 'b')", 2),
+    ("ARRAY_POSITION(ARRAY['a'], 'z')", 0),
+    ("ARRAY_REMOVE(ARRAY[1, 2, 1, 3], 1)", [2, 3]),
+    ("ARRAY_REVERSE(ARRAY[1, 2, 3])", [3, 2, 1]),
+    ("ARRAY_DISTINCT(ARRAY[3, 1, 3, 2, 1])", [3, 1, 2]),
+    ("MAP_FROM_ARRAYS(ARRAY['a', 'b'], ARRAY[1, 2])", [("a", 1), ("b", 2)]),
     # TRIM, SUBSTRING and OVERLAY in their SQL-standard spellings, as Flink's reference writes them.
     ("TRIM(BOTH ' ' FROM ' hello ')", "hello"),
     ("TRIM(LEADING 'x' FROM 'xxhixx')", "hixx"),

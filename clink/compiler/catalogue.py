@@ -331,17 +331,22 @@ ENTRIES: tuple[Entry, ...] = (
         "ELEMENT"),
     yes("collection", "map '[' value ']'",
         "the value for the key; NULL if absent; the key must be a constant"),
-    no("collection", "ARRAY_CONTAINS(haystack, needle)", "not implemented", "ARRAY_CONTAINS",
-       instead="EXISTS over CROSS JOIN UNNEST(haystack)"),
-    no("collection", "ARRAY_DISTINCT(haystack)", "not implemented", "ARRAY_DISTINCT"),
-    no("collection", "ARRAY_POSITION(haystack, needle)", "not implemented", "ARRAY_POSITION",
-       instead="UNNEST(haystack) WITH ORDINALITY"),
-    no("collection", "ARRAY_REMOVE(haystack, needle)", "not implemented", "ARRAY_REMOVE"),
-    no("collection", "ARRAY_REVERSE(haystack)", "not implemented", "ARRAY_REVERSE"),
+    yes("collection", "ARRAY_CONTAINS(haystack, needle)",
+        "BOOLEAN: whether an element equals `needle` (cast to the element type; a NULL needle finds a NULL "
+        "element); NULL for a NULL array", "ARRAY_CONTAINS"),
+    yes("collection", "ARRAY_DISTINCT(haystack)", "each element once (NULL too), in the order they first come; "
+        "NULL for a NULL array", "ARRAY_DISTINCT"),
+    yes("collection", "ARRAY_POSITION(haystack, needle)", "INT: the 1-based position of the first element "
+        "equal to `needle`, 0 if none; NULL if either is NULL", "ARRAY_POSITION"),
+    yes("collection", "ARRAY_REMOVE(haystack, needle)", "without the elements equal to `needle` (a NULL "
+        "needle removes NULLs), in their order; NULL for a NULL array", "ARRAY_REMOVE"),
+    yes("collection", "ARRAY_REVERSE(haystack)", "the elements in reverse order; NULL for a NULL array",
+        "ARRAY_REVERSE"),
     yes("collection", "MAP_KEYS(map)", "ARRAY of the keys, in the map's order", "MAP_KEYS"),
     yes("collection", "MAP_VALUES(map)", "ARRAY of the values, in the map's order", "MAP_VALUES"),
-    no("collection", "MAP_FROM_ARRAYS(array_of_keys, array_of_values)", "not implemented", "MAP_FROM_ARRAYS",
-       instead="MAP[key1, value1, ...]"),
+    yes("collection", "MAP_FROM_ARRAYS(array_of_keys, array_of_values)", "the MAP of each key to the value at "
+        "its place; NULL if either array is NULL; arrays of different lengths, or a NULL key, fail the "
+        "pipeline", "MAP_FROM_ARRAYS"),
     # ---------------------------------------------------------------- json
     yes("json", "string IS [NOT] JSON [VALUE | SCALAR | ARRAY | OBJECT]",
         "BOOLEAN, never NULL: whether the string is JSON (of that kind; VALUE, the default, is any); FALSE "

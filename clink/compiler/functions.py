@@ -747,6 +747,52 @@ def _map_part(keys: bool) -> Binder:
     return bind
 
 
+def _array_arg(name: str, arg: ir.Expr) -> pa.DataType:
+    if not pt.is_list(arg.type):
+        raise SqlError(f"{name} takes an ARRAY, got {T.sql_name(arg.type)}", arg.span)
+    return arg.type.value_type
+
+
+def _array_needle(fn: str) -> Binder:
+    """ARRAY_CONTAINS, ARRAY_POSITION and ARRAY_REMOVE: an array and a value of its elements' type
+    (cast to it)."""
+    def bind(name: str, args: list[ir.Expr], span: Span) -> ir.Expr:
+        _arity(name, args, span, 2)
+        haystack, needle = args
+        element = _array_arg(name, haystack)
+        if not (T.is_null(needle.type) or needle.type == element
+                or (T.is_numeric(needle.type) and T.is_numeric(element))
+                or (T.is_string(needle.type) and T.is_string(element))):
+            raise SqlError(f"{name} looks for a {T.sql_name(element)} in this array, got {T.sql_name(needle.type)}",
+                           needle.span, "CAST the value to the array's element type")
+        needle = cast_to(needle, element)
+        if fn == "array_contains":
+            return _call(fn, [haystack, needle], pa.bool_(), span, nullable=haystack.nullable)
+        if fn == "array_position":
+            return _call(fn, [haystack, needle], pa.int32(), span)
+        return _call(fn, [haystack, needle], haystack.type, span, nullable=haystack.nullable)
+
+    return bind
+
+
+def _array_of(fn: str) -> Binder:
+    """ARRAY_REVERSE and ARRAY_DISTINCT: an array of the same type."""
+    def bind(name: str, args: list[ir.Expr], span: Span) -> ir.Expr:
+        _arity(name, args, span, 1)
+        _array_arg(name, args[0])
+        return _call(fn, args, args[0].type, span)
+
+    return bind
+
+
+def _map_from_arrays(name: str, args: list[ir.Expr], span: Span) -> ir.Expr:
+    _arity(name, args, span, 2)
+    keys, values = _array_arg(name, args[0]), _array_arg(name, args[1])
+    if pt.is_nested(keys) or T.is_null(keys):
+        raise SqlError(f"{name}: the keys must be of a scalar type, got {T.sql_name(keys)}", args[0].span)
+    return _call("map_from_arrays", args, pa.map_(keys, values), span)
+
+
 def _element(name: str, args: list[ir.Expr], span: Span) -> ir.Expr:
     _arity(name, args, span, 1)
     (arg,) = args
@@ -1017,6 +1063,12 @@ FUNCTIONS: dict[str, Binder] = {
     "MAP_KEYS": _map_part(True),
     "MAP_VALUES": _map_part(False),
     "ELEMENT": _element,
+    "ARRAY_CONTAINS": _array_needle("array_contains"),
+    "ARRAY_POSITION": _array_needle("array_position"),
+    "ARRAY_REMOVE": _array_needle("array_remove"),
+    "ARRAY_REVERSE": _array_of("array_reverse"),
+    "ARRAY_DISTINCT": _array_of("array_distinct"),
+    "MAP_FROM_ARRAYS": _map_from_arrays,
     "TIMESTAMPADD": _unit_first(timestampadd),
     "TIMESTAMPDIFF": _unit_first(timestampdiff),
     "TO_TIMESTAMP": _to_timestamp,

@@ -354,6 +354,122 @@ def element(a: Value) -> Value:
     return element_at(a, pa.scalar(1, pa.int64()))
 
 
+def _lists(a: Value, n: int | None = None) -> pa.Array:
+    if isinstance(a, pa.Scalar):
+        return pa.array([a.as_py()] * (n or 1), a.type)
+    return a.combine_chunks() if isinstance(a, pa.ChunkedArray) else a
+
+
+def _n(*values: Value) -> int:
+    return next((len(v) for v in values if not isinstance(v, pa.Scalar)), 1)
+
+
+def _elements(lists: pa.Array) -> tuple[np.ndarray, pa.Array, np.ndarray, np.ndarray]:
+    """The elements of ``lists``: the list of each (its row), the elements, and per list where
+    its elements start among them and how many it has (0 for NULL)."""
+    parents = pc.list_parent_indices(lists).to_numpy(zero_copy_only=False)
+    flat = pc.list_flatten(lists)
+    counts = pc.fill_null(pc.list_value_length(lists), 0).to_numpy(zero_copy_only=False).astype(np.int64)
+    starts = np.cumsum(counts) - counts
+    return parents, flat, starts, counts
+
+
+def _matches(flat: pa.Array, parents: np.ndarray, needle: Value) -> np.ndarray:
+    """Per element, whether it equals its row's ``needle``; a NULL needle finds NULL elements."""
+    if isinstance(needle, pa.Scalar):
+        if not needle.is_valid:
+            return ~_valid(flat)
+        return pc.fill_null(pc.equal(flat, needle.cast(flat.type)), False).to_numpy(zero_copy_only=False)
+    per = _array(needle).cast(flat.type).take(pa.array(parents))
+    equal = pc.fill_null(pc.equal(flat, per), False).to_numpy(zero_copy_only=False)
+    return equal | (~_valid(per) & ~_valid(flat))
+
+
+def _rebuilt(lists: pa.Array, keep: np.ndarray, parents: np.ndarray, flat: pa.Array, n: int,
+             order: np.ndarray | None = None) -> pa.Array:
+    """``lists`` with only the elements ``keep`` (in ``order`` if given); NULL lists stay NULL."""
+    index = np.flatnonzero(keep) if order is None else order
+    counts = np.bincount(parents[index], minlength=n)
+    offsets = np.concatenate(([0], np.cumsum(counts))).astype(np.int32)
+    out = pa.ListArray.from_arrays(pa.array(offsets), flat.take(pa.array(index)), type=lists.type,
+                                   mask=pc.is_null(lists))
+    return out
+
+
+def array_contains(haystack: Value, needle: Value) -> Value:
+    """ARRAY_CONTAINS: whether an element equals ``needle`` (a NULL needle finds a NULL element);
+    NULL for a NULL array."""
+    n = _n(haystack, needle)
+    lists = _lists(haystack, n)
+    parents, flat, _, _ = _elements(lists)
+    found = np.bincount(parents[_matches(flat, parents, needle)], minlength=n) > 0
+    return _like(pa.array(found, mask=~_valid(lists)), haystack, needle)
+
+
+def array_position(haystack: Value, needle: Value) -> Value:
+    """ARRAY_POSITION: the 1-based position of the first element equal to ``needle``, 0 if none;
+    NULL if either is NULL."""
+    n = _n(haystack, needle)
+    lists = _lists(haystack, n)
+    parents, flat, starts, _ = _elements(lists)
+    hit = _matches(flat, parents, needle) & _valid(flat)
+    position = np.zeros(n, dtype=np.int64)
+    at = np.flatnonzero(hit)[::-1]  # last to first: the first occurrence is written last
+    position[parents[at]] = at - starts[parents[at]] + 1
+    missing = ~_valid(lists) | ~_valid(_lists(needle, n))
+    return _like(pa.array(position.astype(np.int32), mask=missing), haystack, needle)
+
+
+def array_remove(haystack: Value, needle: Value) -> Value:
+    """ARRAY_REMOVE: without the elements equal to ``needle`` (a NULL needle removes NULLs), in
+    their order; NULL for a NULL array."""
+    n = _n(haystack, needle)
+    lists = _lists(haystack, n)
+    parents, flat, _, _ = _elements(lists)
+    return _like(_rebuilt(lists, ~_matches(flat, parents, needle), parents, flat, n), haystack, needle)
+
+
+def array_reverse(haystack: Value) -> Value:
+    """ARRAY_REVERSE: the elements in reverse order; NULL for a NULL array."""
+    lists = _lists(haystack)
+    parents, flat, starts, counts = _elements(lists)
+    place = np.arange(len(flat), dtype=np.int64) - starts[parents]
+    order = starts[parents] + counts[parents] - 1 - place
+    return _like(_rebuilt(lists, None, parents, flat, len(lists), order=order), haystack)
+
+
+def array_distinct(haystack: Value) -> Value:
+    """ARRAY_DISTINCT: each element once (NULL too), at its first place; NULL for a NULL array."""
+    lists = _lists(haystack)
+    parents, flat, _, _ = _elements(lists)
+    if not len(flat):
+        return haystack
+    table = pa.table({"p": parents, "v": flat, "i": np.arange(len(flat), dtype=np.int64)})
+    firsts = np.sort(table.group_by(["p", "v"], use_threads=False).aggregate([("i", "min")])["i_min"].to_numpy())
+    return _like(_rebuilt(lists, None, parents, flat, len(lists), order=firsts), haystack)
+
+
+def map_from_arrays(keys: Value, values: Value) -> Value:
+    """MAP_FROM_ARRAYS: the map of ``keys[i]`` to ``values[i]``; NULL if either array is NULL. The
+    arrays must have equal lengths and the keys no NULL."""
+    n = _n(keys, values)
+    k, v = _lists(keys, n), _lists(values, n)
+    valid = _valid(k) & _valid(v)
+    lk = pc.fill_null(pc.list_value_length(k), 0).to_numpy(zero_copy_only=False)
+    lv = pc.fill_null(pc.list_value_length(v), 0).to_numpy(zero_copy_only=False)
+    if (valid & (lk != lv)).any():
+        raise EvaluationError("MAP_FROM_ARRAYS of arrays of different lengths")
+    k = pc.if_else(pa.array(valid), k, pa.nulls(n, k.type))
+    v = pc.if_else(pa.array(valid), v, pa.nulls(n, v.type))
+    flat_keys, flat_values = pc.list_flatten(k), pc.list_flatten(v)
+    if flat_keys.null_count:
+        raise EvaluationError("MAP_FROM_ARRAYS with a NULL key")
+    counts = np.where(valid, lk, 0)
+    offsets = np.concatenate(([0], np.cumsum(counts))).astype(np.int32)
+    out = pa.MapArray.from_arrays(pa.array(offsets, mask=np.append(~valid, False)), flat_keys, flat_values)
+    return _like(out, keys, values)
+
+
 # ---------------------------------------------------------------- date and time
 
 

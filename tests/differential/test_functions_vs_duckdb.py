@@ -70,6 +70,11 @@ def _initcap(s: str | None) -> str | None:
     return "".join(out)
 
 
+def _contains(items: list, needle: Any) -> bool:
+    """Flink's ARRAY_CONTAINS of a non-NULL array: a NULL needle finds a NULL element."""
+    return any(x is None for x in items) if needle is None else needle in items
+
+
 def _add_months(day: dt.date, months: int) -> dt.date:
     index = day.year * 12 + day.month - 1 + months
     year, month = divmod(index, 12)
@@ -194,6 +199,18 @@ CASES: list[tuple[str, str, Reference]] = [
     ("left_right", "SELECT id, LEFT(s, 3), RIGHT(s, 2), LEFT(s, -1), RIGHT(s, 0) FROM t",
      "SELECT id, left(s, 3), right(s, 2), CASE WHEN s IS NOT NULL THEN '' END, "
      "CASE WHEN s IS NOT NULL THEN '' END FROM t"),
+    # -- collections: arrays built from the columns (NULLs among the elements), a Python reference
+    # written from Flink's definitions (DuckDB's list functions treat NULL needles otherwise).
+    ("array_functions",
+     "SELECT id, ARRAY_CONTAINS(ARRAY[i, j, i + 1], j), ARRAY_CONTAINS(ARRAY[i, j], CAST(NULL AS BIGINT)), "
+     "ARRAY_POSITION(ARRAY[i, j, j], j), ARRAY_REMOVE(ARRAY[i, j, i], i), ARRAY_REVERSE(ARRAY[i, j, 7]), "
+     "ARRAY_DISTINCT(ARRAY[i, j, i, j]) FROM t",
+     _python(lambda r: (_contains([r["i"], r["j"], _none_or(lambda n: n + 1)(r["i"])], r["j"]),
+                        _contains([r["i"], r["j"]], None),
+                        None if r["j"] is None else ([r["i"], r["j"], r["j"]].index(r["j"]) + 1),
+                        [x for x in [r["i"], r["j"], r["i"]] if x != r["i"] or (x is None) != (r["i"] is None)],
+                        [7, r["j"], r["i"]],
+                        list(dict.fromkeys([r["i"], r["j"], r["i"], r["j"]]))), "i", "j")),
     # -- conditional
     ("ifnull", "SELECT id, IFNULL(i, j), IFNULL(s, 'none') FROM t", "SELECT id, ifnull(i, j), ifnull(s, 'none') FROM t"),
     ("is_kind", "SELECT id, IS_ALPHA(s), IS_DIGIT(s), IS_DECIMAL(s) FROM t",
