@@ -245,7 +245,7 @@ def _decimal_arrow(op: str, a: pa.Array, b: pa.Array, to: pa.DataType) -> pa.Arr
         out = pc.divide(a, b)
         if op == "mod":
             whole = pc.cast(out, pa.decimal256(max(1, out.type.precision - out.type.scale), 0), safe=False)
-            out = pc.subtract(a, pc.multiply(_tight(whole, n), b))
+            out = pc.subtract(a, pc.multiply(_tight(whole, len(whole)), b))
         out = pc.if_else(zero, pa.scalar(None, out.type), out)
     return fit_decimal(out, to)
 
