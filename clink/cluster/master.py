@@ -295,6 +295,10 @@ def job_error(text: str) -> ClinkError:
                                            errors.IncompatibleCheckpoint)}
     head, _, rest = text.partition(": ")
     kind, _, message = rest.partition(": ") if head.startswith("worker ") else (head, "", rest)
+    if kind == "PipelineError" and "\n  while evaluating " in message:
+        # Where in the SQL it failed, as the error's own text carries it across processes.
+        message, _, where = message.partition("\n  while evaluating ")
+        return errors.PipelineError(message, where)
     if kind in kinds and message:
         return kinds[kind](message)
     return JobFailed(text)
