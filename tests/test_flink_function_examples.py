@@ -280,3 +280,14 @@ def test_log_with_a_base_of_one_fails_the_pipeline() -> None:
     # Flink fails rather than answer: LOG(1, x) has no value.
     with pytest.raises(PipelineError, match="the base of LOG"):
         clink.sql("SELECT LOG(x, 8) FROM (VALUES (1)) AS t (x)").to_arrow()
+
+
+def test_variance_is_var_samp() -> None:
+    """VARIANCE, Flink's synonym of VAR_SAMP: the same value in a window aggregation."""
+    table = pa.table({"ts": pa.array([0, 1000, 2000, 61_000, 62_000], pa.timestamp("ms")),
+                      "x": pa.array([1.0, 2.0, 4.0, 3.0, None])})
+    rows = run_select("SELECT window_start, VARIANCE(x) AS v, VAR_SAMP(x) AS s FROM TABLE(TUMBLE(TABLE t, "
+                      "DESCRIPTOR(ts), INTERVAL '1' MINUTE)) GROUP BY window_start, window_end",
+                      watermarks={"t": "ts AS ts"}, t=table).to_pylist()
+    assert [(r["v"], r["s"]) for r in sorted(rows, key=lambda r: r["window_start"])] == [
+        (pytest.approx(7 / 3), pytest.approx(7 / 3)), (None, None)]

@@ -416,8 +416,8 @@ ENTRIES: tuple[Entry, ...] = (
         "Flink's MULTISET as a MAP<T, INT>, each distinct non-NULL value and how many rows hold it (an "
         "empty map when there is none); in window aggregations and GROUP BY (over an updating input too). "
         "DISTINCT, and COLLECT with OVER, are refused", "COLLECT"),
-    no("aggregate", "VARIANCE([ALL | DISTINCT] expression)", "not implemented", "VARIANCE",
-       instead="VAR_SAMP(expression)"),
+    yes("aggregate", "VARIANCE([ALL | DISTINCT] expression)",
+        "VAR_SAMP's synonym, where VAR_SAMP runs (in window aggregations); DISTINCT is refused", "VARIANCE"),
     yes("aggregate", "RANK(), DENSE_RANK(), ROW_NUMBER()",
         "OVER (PARTITION BY ... ORDER BY ...) as Top-N or deduplication (see [Top-N](#top-n-and-deduplication-"
         "row_number-rank-dense_rank))", "RANK", "DENSE_RANK", "ROW_NUMBER"),

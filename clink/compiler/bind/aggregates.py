@@ -396,9 +396,11 @@ def aggregate_signature(e: ast.FunctionCall, args: list[ir.Expr]) -> tuple[str, 
             if not (T.is_numeric(t) or T.is_null(t)):
                 raise SqlError(f"SUM needs a number, got {T.sql_name(t)}", arg.span)
             return "sum", T.aggregate_type(name, t), True
-        case "AVG" | "STDDEV_POP" | "STDDEV_SAMP" | "VAR_POP" | "VAR_SAMP":
+        case "AVG" | "STDDEV_POP" | "STDDEV_SAMP" | "VAR_POP" | "VAR_SAMP" | "VARIANCE":
             if not (T.is_numeric(t) or T.is_null(t)):
                 raise SqlError(f"{name} needs a number, got {T.sql_name(t)}", arg.span)
+            if name == "VARIANCE":  # Flink's synonym of VAR_SAMP
+                name = "VAR_SAMP"
             return name.lower(), T.aggregate_type(name, t), True
         case "MIN" | "MAX":
             if pt.is_struct(t) or pt.is_list(t) or pt.is_map(t):
