@@ -42,6 +42,17 @@ EXAMPLES: list[tuple[str, object]] = [
     ("POSITION('b' IN 'abc')", 2),
     ("POSITION('x' IN 'abc')", 0),
     ("LTRIM(' This is a test String.')", "This is a test String."),
+    # Flink's reference: PARSE_URL, STR_TO_MAP, ENCODE / DECODE.
+    ("PARSE_URL('http://facebook.com/path1/p.php?k1=v1&k2=v2#Ref1', 'HOST')", "facebook.com"),
+    ("PARSE_URL('http://facebook.com/path1/p.php?k1=v1&k2=v2#Ref1', 'QUERY', 'k1')", "v1"),
+    ("PARSE_URL('http://facebook.com/path1/p.php?k1=v1&k2=v2#Ref1', 'QUERY')", "k1=v1&k2=v2"),
+    ("PARSE_URL('http://facebook.com/path1/p.php?k1=v1&k2=v2#Ref1', 'FILE')", "/path1/p.php?k1=v1&k2=v2"),
+    ("PARSE_URL('http://user:pw@host:8080/p#frag', 'USERINFO')", "user:pw"),
+    ("PARSE_URL('no protocol', 'HOST')", None),
+    ("STR_TO_MAP('a=1,b=2,a=3,c')", [("a", "3"), ("b", "2"), ("c", None)]),
+    ("STR_TO_MAP('k1:v1;k2:v2', ';', ':')", [("k1", "v1"), ("k2", "v2")]),
+    ("DECODE(ENCODE('héllo', 'UTF-16BE'), 'UTF-16BE')", "héllo"),
+    ("ENCODE('é', 'ISO-8859-1')", b"\xe9"),
     # Collections.
     ("ARRAY_CONTAINS(ARRAY[1, 2, 3], 2)", True),
     ("ARRAY_CONTAINS(ARRAY[1, CAST(NULL AS INT)], CAST(NULL AS INT))", True),
@@ -234,6 +245,11 @@ def test_examples_over_a_column() -> None:
                                    "supported"),
     ("TIMESTAMPADD(HOUR, 1, DATE '2020-01-01')", "TIMESTAMPADD of HOUR to a DATE is not supported"),
     ("'abc' SIMILAR TO 'a%'", "SIMILAR TO is not supported"),
+    ("DECODE(CAST('a' AS BYTES), 'EBCDIC')", "DECODE takes one of the character sets"),
+    ("PARSE_URL('http://a', 'PORT')", "PARSE_URL takes one of the parts"),
+    ("PARSE_URL('http://a', 'HOST', 'k')", "PARSE_URL takes a key only with QUERY"),
+    ("STR_TO_MAP('a', '(', '=')", "invalid regular expression for STR_TO_MAP"),
+    ("STR_TO_MAP('a', ',')", "STR_TO_MAP takes both delimiters or neither"),
     ("OVERLAY('abc' PLACING 'x' FROM x)", "the position of OVERLAY must be a constant integer"),
     ("TRIM(BOTH CAST(x AS STRING) FROM 'abc')", "argument 2 of TRIM must be a constant string"),
 ])
@@ -291,3 +307,13 @@ def test_variance_is_var_samp() -> None:
                       watermarks={"t": "ts AS ts"}, t=table).to_pylist()
     assert [(r["v"], r["s"]) for r in sorted(rows, key=lambda r: r["window_start"])] == [
         (pytest.approx(7 / 3), pytest.approx(7 / 3)), (None, None)]
+
+
+def test_string_parsers_over_a_column_with_nulls() -> None:
+    """PARSE_URL and STR_TO_MAP read each distinct value once; NULL stays NULL."""
+    table = pa.table({"u": ["http://a.com/x?q=1", None, "http://a.com/x?q=1", "https://b.org/"],
+                      "m": ["x=1", "y=2,x=3", None, ""]})
+    rows = run_select("SELECT PARSE_URL(u, 'HOST') AS h, PARSE_URL(u, 'QUERY', 'q') AS q, STR_TO_MAP(m) AS mm "
+                      "FROM t", t=table).to_pylist()
+    assert rows == [{"h": "a.com", "q": "1", "mm": [("x", "1")]}, {"h": None, "q": None, "mm": [("y", "2"), ("x", "3")]},
+                    {"h": "a.com", "q": "1", "mm": None}, {"h": "b.org", "q": None, "mm": [("", None)]}]

@@ -201,10 +201,10 @@ ENTRIES: tuple[Entry, ...] = (
     yes("string", "CHR(int)",
         "STRING: the Latin-1 character of `int` modulo 256 (`CHR(353)` is 'a'); '' for a negative number",
         "CHR"),
-    no("string", "DECODE(binary, string)", "not implemented", "DECODE",
-       instead="CAST(binary AS STRING), which reads UTF-8"),
-    no("string", "ENCODE(string1, string2)", "not implemented", "ENCODE",
-       instead="CAST(string AS BYTES), which writes UTF-8"),
+    yes("string", "DECODE(binary, string)", "STRING: the bytes read in the character set `string`, a constant: "
+        "'US-ASCII', 'ISO-8859-1', 'UTF-8', 'UTF-16BE', 'UTF-16LE' or 'UTF-16'", "DECODE"),
+    yes("string", "ENCODE(string1, string2)", "BYTES: `string1` written in the character set `string2` (as "
+        "DECODE's)", "ENCODE"),
     yes("string", "INSTR(string1, string2)",
         "INT: the 1-based character position of the first `string2` in `string1`, 0 if none; constant "
         "`string2`", "INSTR"),
@@ -215,8 +215,9 @@ ENTRIES: tuple[Entry, ...] = (
     yes("string", "LOCATE(string1, string2 [, int])",
         "INT: the position of `string1` in `string2` at or after character `int` (default 1); 0 if none "
         "or `int` < 1; constant `string1` and `int`", "LOCATE"),
-    no("string", "PARSE_URL(string1, string2 [, string3])", "not implemented", "PARSE_URL",
-       instead="REGEXP_EXTRACT, e.g. REGEXP_EXTRACT(url, '^[a-z]+://([^/:?#]+)', 1) for the host"),
+    yes("string", "PARSE_URL(string1, string2 [, string3])",
+        "the part `string2` (HOST, PATH, QUERY, REF, PROTOCOL, FILE, AUTHORITY, USERINFO; a constant) of the "
+        "URL `string1`, or with `string3` that QUERY parameter's value; NULL where there is none", "PARSE_URL"),
     yes("string", "REGEXP(string1, string2)",
         "BOOLEAN: whether some (maybe empty) part of `string1` matches; constant regex, RE2 syntax",
         "REGEXP"),
@@ -225,8 +226,10 @@ ENTRIES: tuple[Entry, ...] = (
         "the piece at 0-based `int` of `string1` split on `string2`; NULL if there is none (an empty string "
         "has none, a negative index never matches); a separator at either end gives an empty first or last "
         "piece; constant separator and index", "SPLIT_INDEX"),
-    no("string", "STR_TO_MAP(string1 [, string2, string3])", "not implemented", "STR_TO_MAP",
-       instead="SPLIT_INDEX to take pieces of the string"),
+    yes("string", "STR_TO_MAP(string1 [, string2, string3])",
+        "MAP<STRING, STRING>: `string1` split into entries on `string2` and each into key and value on the "
+        "first `string3` (constant regular expressions, ',' and '=' by default); an entry without one has a "
+        "NULL value; a key given twice keeps its last value", "STR_TO_MAP"),
     # ---------------------------------------------------------------- temporal
     yes("temporal", "DATE string, TIME string, TIMESTAMP string",
         "literals: `DATE '2024-01-31'`, `TIME '12:30:00'`, `TIMESTAMP '2024-01-31 12:30:00.250'`"),

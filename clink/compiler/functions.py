@@ -145,6 +145,73 @@ def _replace(name: str, args: list[ir.Expr], span: Span) -> ir.Expr:
                    type=pa.string(), nullable=args[0].nullable, span=span)
 
 
+def _str_to_map(name: str, args: list[ir.Expr], span: Span) -> ir.Expr:
+    """STR_TO_MAP(s [, pair delimiter, key-value delimiter]): constant regular expressions (',' and
+    '=' by default), checked here."""
+    import re
+
+    _arity(name, args, span, 1, 3)
+    if len(args) == 2:
+        raise SqlError(f"{name} takes both delimiters or neither", span)
+    _need(name, args[0], T.is_string, "a STRING", 1)
+    delimiters = [",", "="]
+    for i, a in enumerate(args[1:], 2):
+        value = _literal(name, a, i, "string")
+        if not isinstance(value, str):
+            raise SqlError(f"argument {i} of {name} must be a string", a.span)
+        try:
+            re.compile(value)
+        except re.error as exc:
+            raise SqlError(f"invalid regular expression for {name}: {exc}", a.span) from None
+        delimiters[i - 2] = value
+    return ir.Call(fn="str_to_map", args=(cast_to(args[0], pa.string()),), params=tuple(delimiters),
+                   type=pa.map_(pa.string(), pa.string()), nullable=args[0].nullable, span=span)
+
+
+def _charset(name: str, arg: ir.Expr, position: int) -> str:
+    from clink.runtime.functions import _CHARSETS
+
+    value = _literal(name, arg, position, "string")
+    if not isinstance(value, str) or value.upper() not in _CHARSETS:
+        raise SqlError(f"{name} takes one of the character sets {', '.join(_CHARSETS)}", arg.span)
+    return value.upper()
+
+
+def _decode(name: str, args: list[ir.Expr], span: Span) -> ir.Expr:
+    _arity(name, args, span, 2)
+    _need(name, args[0], lambda t: pt.is_binary(t) or pt.is_large_binary(t), "a BYTES value", 1)
+    return ir.Call(fn="decode", args=(cast_to(args[0], pa.binary()),), params=(_charset(name, args[1], 2),),
+                   type=pa.string(), nullable=args[0].nullable, span=span)
+
+
+def _encode(name: str, args: list[ir.Expr], span: Span) -> ir.Expr:
+    _arity(name, args, span, 2)
+    _need(name, args[0], T.is_string, "a STRING", 1)
+    return ir.Call(fn="encode", args=(cast_to(args[0], pa.string()),), params=(_charset(name, args[1], 2),),
+                   type=pa.binary(), nullable=args[0].nullable, span=span)
+
+
+_URL_PARTS = ("HOST", "PATH", "QUERY", "REF", "PROTOCOL", "FILE", "AUTHORITY", "USERINFO")
+
+
+def _parse_url(name: str, args: list[ir.Expr], span: Span) -> ir.Expr:
+    _arity(name, args, span, 2, 3)
+    _need(name, args[0], T.is_string, "a STRING", 1)
+    part = _literal(name, args[1], 2, "string")
+    if not isinstance(part, str) or part.upper() not in _URL_PARTS:
+        raise SqlError(f"{name} takes one of the parts {', '.join(_URL_PARTS)}", args[1].span)
+    params: tuple = (part.upper(),)
+    if len(args) == 3:
+        if part.upper() != "QUERY":
+            raise SqlError(f"{name} takes a key only with QUERY", args[2].span)
+        key = _literal(name, args[2], 3, "string")
+        if not isinstance(key, str):
+            raise SqlError(f"argument 3 of {name} must be a string", args[2].span)
+        params += (key,)
+    return ir.Call(fn="parse_url", args=(cast_to(args[0], pa.string()),), params=params, type=pa.string(),
+                   nullable=True, span=span)
+
+
 def _split_index(name: str, args: list[ir.Expr], span: Span) -> ir.Expr:
     _arity(name, args, span, 3)
     _need(name, args[0], T.is_string, "a STRING", 1)
@@ -973,6 +1040,10 @@ FUNCTIONS: dict[str, Binder] = {
     "CONCAT": _concat,
     "REPLACE": _replace,
     "SPLIT_INDEX": _split_index,
+    "STR_TO_MAP": _str_to_map,
+    "DECODE": _decode,
+    "ENCODE": _encode,
+    "PARSE_URL": _parse_url,
     "REGEXP_EXTRACT": _regexp_extract,
     "ABS": _numeric_same("abs"),
     "ROUND": _round,

@@ -335,6 +335,66 @@ def hash_text(a: Value, algorithm: str) -> Value:
     return _each_distinct(a, lambda v: hashlib.new(algorithm, v.encode()).hexdigest(), pa.string())
 
 
+def str_to_map(a: Value, pairs: str, pair: str) -> Value:
+    """STR_TO_MAP: ``a`` split into entries on the regex ``pairs``, each into key and value on the
+    first match of the regex ``pair`` (no match: the value is NULL); a key given twice keeps its
+    last value, as Flink's map does."""
+    import re
+
+    pairs_re, pair_re = re.compile(pairs), re.compile(pair)
+
+    def parse(text: str) -> list[tuple[str, str | None]]:
+        out: dict[str, str | None] = {}
+        for entry in pairs_re.split(text):
+            key, *value = pair_re.split(entry, maxsplit=1)
+            out[key] = value[0] if value else None
+        return list(out.items())
+
+    return _each_distinct(a, parse, pa.map_(pa.string(), pa.string()))
+
+
+_CHARSETS = {"US-ASCII": "ascii", "ISO-8859-1": "latin-1", "UTF-8": "utf-8", "UTF-16BE": "utf-16-be",
+             "UTF-16LE": "utf-16-le", "UTF-16": "utf-16"}
+
+
+def decode(a: Value, charset: str) -> Value:
+    """DECODE(binary, charset): the bytes read in one of Flink's six character sets."""
+    codec = _CHARSETS[charset.upper()]
+    return _each_distinct(a, lambda v: v.decode(codec, errors="replace"), pa.string())
+
+
+def encode(a: Value, charset: str) -> Value:
+    """ENCODE(string, charset): the string written in one of Flink's six character sets."""
+    codec = _CHARSETS[charset.upper()]
+    return _each_distinct(a, lambda v: v.encode(codec, errors="replace"), pa.binary())
+
+
+def parse_url(a: Value, part: str, key: str | None = None) -> Value:
+    """PARSE_URL: a part of a URL (HOST, PATH, QUERY, REF, PROTOCOL, FILE, AUTHORITY, USERINFO), as
+    Java's URL names them; with a key, that QUERY parameter's value. NULL where the URL has none."""
+    from urllib.parse import parse_qs, urlsplit
+
+    def take(url: str) -> str | None:
+        try:
+            u = urlsplit(url)
+        except ValueError:
+            return None
+        if not u.scheme:
+            return None  # Java's URL needs a protocol
+        if part == "QUERY" and key is not None:
+            values = parse_qs(u.query, keep_blank_values=True).get(key)
+            return values[0] if values else None
+        found = {
+            "HOST": u.hostname, "PATH": u.path, "QUERY": u.query or None, "REF": u.fragment or None,
+            "PROTOCOL": u.scheme, "FILE": u.path + (f"?{u.query}" if u.query else ""),
+            "AUTHORITY": u.netloc or None,
+            "USERINFO": u.netloc.rpartition("@")[0] if "@" in u.netloc else None,
+        }[part]
+        return found
+
+    return _each_distinct(a, take, pa.string())
+
+
 def map_part(a: Value, keys: bool) -> Value:
     """MAP_KEYS / MAP_VALUES: the keys or values of each map as an ARRAY."""
     arr = _array(a)
