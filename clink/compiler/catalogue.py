@@ -424,8 +424,13 @@ ENTRIES: tuple[Entry, ...] = (
     yes("aggregate", "RANK(), DENSE_RANK(), ROW_NUMBER()",
         "OVER (PARTITION BY ... ORDER BY ...) as Top-N or deduplication (see [Top-N](#top-n-and-deduplication-"
         "row_number-rank-dense_rank))", "RANK", "DENSE_RANK", "ROW_NUMBER"),
-    no("aggregate", "LEAD(expression [, offset] [, default])", "not implemented", "LEAD"),
-    no("aggregate", "LAG(expression [, offset] [, default])", "not implemented", "LAG"),
+    no("aggregate", "LEAD(expression [, offset] [, default])",
+       "reads rows after the current one, which a stream has not seen yet", "LEAD",
+       instead="LAG over the other order, or a self-join"),
+    yes("aggregate", "LAG(expression [, offset] [, default])",
+        "OVER (PARTITION BY ... ORDER BY time): `expression` of the row `offset` (1) rows before in the "
+        "partition, else `default` (NULL); constant offset and default. Beside other OVER aggregates their "
+        "window must be ROWS BETWEEN n PRECEDING AND CURRENT ROW with n >= offset", "LAG"),
     yes("aggregate", "FIRST_VALUE(expression), LAST_VALUE(expression)", "in window aggregations",
         "FIRST_VALUE", "LAST_VALUE"),
     yes("aggregate", "LISTAGG(expression [, separator])",

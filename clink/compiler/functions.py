@@ -1192,7 +1192,7 @@ UNIT_FIRST = frozenset({"TIMESTAMPADD", "TIMESTAMPDIFF"})
 #: clear message rather than "unknown function".
 AGGREGATES = frozenset({
     "COUNT", "SUM", "MIN", "MAX", "AVG", "FIRST_VALUE", "LAST_VALUE", "STDDEV_POP", "STDDEV_SAMP",
-    "VAR_POP", "VAR_SAMP", "VARIANCE", "ROW_NUMBER", "RANK", "DENSE_RANK", "LISTAGG", "COLLECT",
+    "VAR_POP", "VAR_SAMP", "VARIANCE", "LAG", "ROW_NUMBER", "RANK", "DENSE_RANK", "LISTAGG", "COLLECT",
 })
 
 #: Table functions, which appear in ``FROM TABLE(...)``.

@@ -650,7 +650,7 @@ class AggCall:
     type: pa.DataType
     nullable: bool
     filter: int | None = None
-    param: str | None = None
+    param: Any = None
     sql: str = attrs.field(default="", eq=False)
     #: A Python aggregate function (``fn`` is ``udaf``): where to find it, the columns of its
     #: arguments, and its accumulator (a struct of its fields, kept in state).

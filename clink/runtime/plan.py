@@ -234,7 +234,8 @@ class AggSpec:
     reads (None for count_star). ``filter``: an input BOOLEAN column; only rows where it is TRUE
     count (``FILTER (WHERE ...)``). ``type``: the result type. NULL arguments are skipped; an
     aggregate over no non-NULL value is NULL (COUNT: 0; COLLECT: an empty map). ``param``:
-    LISTAGG's separator.
+    LISTAGG's separator; for ``lag`` (OVER only: the value ``offset`` rows before the current
+    one in its partition, else ``default``), (offset, default).
     """
 
     fn: str
@@ -242,7 +243,7 @@ class AggSpec:
     type: pa.DataType
     filter: int | None = None
     name: str = ""
-    param: str | None = None
+    param: Any = None
     #: ``fn`` ``udaf``: a Python aggregate function (``clink.udaf``), or its name in the job's
     #: ``RuntimeContext.functions``; the input columns of its arguments; its accumulator's fields
     #: (a struct type), held in state.

@@ -58,6 +58,10 @@ ROWS_QUERIES = [
     ("SELECT ts, v - AVG(v) OVER (PARTITION BY k ORDER BY ts ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) "
      "AS diff, MAX(v) OVER (PARTITION BY k ORDER BY ts ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS top "
      "FROM ev"),
+    # LAG: the value 1 (or 3, else -1) rows before in the partition; beside a ROWS window reaching that far.
+    ("SELECT k, ts, v, LAG(v) OVER (PARTITION BY k ORDER BY ts) AS p1, LAG(f, 3, -1.0) OVER (PARTITION BY k "
+     "ORDER BY ts) AS p3 FROM ev"),
+    "SELECT k, ts, LAG(v, 2) OVER w AS p, SUM(v) OVER w AS s FROM ev",
 ]
 RANGE_QUERIES = [
     ("SELECT k, ts, SUM(v) OVER (PARTITION BY k ORDER BY ts RANGE BETWEEN INTERVAL '3' SECOND PRECEDING AND "
@@ -123,6 +127,11 @@ DDL = ("CREATE TABLE t (k INT, v INT, ts TIMESTAMP(3), p TIMESTAMP(3), WATERMARK
     ("SUM(v) OVER (PARTITION BY k ORDER BY p)", "OVER (ORDER BY ...) needs an event-time attribute"),
     ("SUM(v) OVER (PARTITION BY k ORDER BY ts DESC)", "needs ORDER BY one event-time column, ascending"),
     ("SUM(v) OVER (ORDER BY ts), COUNT(*) OVER (PARTITION BY k ORDER BY ts)", "the same OVER (...) window"),
+    ("LAG(v) OVER w, SUM(v) OVER w FROM t WINDOW w AS (ORDER BY ts) --", "LAG beside other OVER aggregates needs"),
+    ("LAG(v, 3) OVER w, SUM(v) OVER w FROM t WINDOW w AS (ORDER BY ts ROWS BETWEEN 2 PRECEDING AND CURRENT ROW) --",
+     "n at least LAG's offset (3)"),
+    ("LAG(v, k) OVER (ORDER BY ts)", "the offset of LAG must be a constant integer"),
+    ("LEAD(v) OVER (ORDER BY ts)", "LEAD"),
     ("SUM(v) OVER (ORDER BY ts ROWS BETWEEN INTERVAL '1' SECOND PRECEDING AND CURRENT ROW)", "a whole number"),
     ("SUM(v) OVER (ORDER BY ts RANGE BETWEEN 3 PRECEDING AND CURRENT ROW)", "needs an interval"),
     ("COUNT(DISTINCT v) OVER (ORDER BY ts)", "COUNT(DISTINCT ...) OVER (...) is not supported yet"),

@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import attrs
+import pyarrow as pa
 import pyarrow.types as pt
 
 from clink.compiler import ast, ir
@@ -13,6 +14,7 @@ from clink.compiler import types as T
 from clink.compiler.bind.aggregates import agg_sql, aggregate_signature
 from clink.compiler.bind.subqueries import is_hidden
 from clink.compiler.bind.scope import Scope, ast_walk, derive_name, unique_names
+from clink.compiler.functions import cast_to
 from clink.compiler.rewrite.bound_interval_joins import duration_ms
 from clink.errors import SqlError
 
@@ -143,6 +145,17 @@ class OverBinder:
             self._raise_collected()
         finally:
             self._over = None
+        lags = [a.param[0] for a in context.aggs if a.fn == "lag"]
+        if lags:
+            if updating:
+                raise SqlError("LAG over an updating input is not supported yet", spec.span)
+            if all(a.fn == "lag" for a in context.aggs) and spec.frame is None:
+                # LAG reads no frame: keep as many rows as its largest offset reaches back.
+                frame, preceding = "rows", max(lags)
+            elif not (frame == "rows" and preceding is not None and preceding >= max(lags)):
+                raise SqlError("LAG beside other OVER aggregates needs their window to be ROWS BETWEEN n PRECEDING "
+                               f"AND CURRENT ROW with n at least LAG's offset ({max(lags)})", spec.span,
+                               "or compute LAG in a SELECT of its own")
         pre = ir.Project(input=rel, exprs=tuple(inputs),
                          names=unique_names([*(c.name for c in scope.columns), *(f"_over_arg{i}" for i in
                                                                           range(len(inputs) - width))]),
@@ -196,6 +209,11 @@ class OverBinder:
             raise SqlError("every OVER aggregate of a SELECT needs the same OVER (...) window", e.over.span)
         if e.filter is not None:
             raise SqlError("FILTER on an OVER aggregate is not supported yet", e.filter.span)
+        if e.name == "LEAD":
+            raise SqlError("LEAD over a stream is not supported: it reads rows that have not arrived yet", span,
+                           "order the other way round and use LAG, or compute it in a later step")
+        if e.name == "LAG":
+            return self._lag(e, scope)
         args = [self._expr(a, scope) for a in e.args]
         fn, typ, nullable = aggregate_signature(e, args)
         if fn not in OVER_AGGREGATES:
@@ -208,6 +226,34 @@ class OverBinder:
         arg = context.column_for(args[0]) if args else None
         context.aggs.append(ir.AggCall(fn=fn, arg=arg, type=typ, nullable=nullable, sql=agg_sql(e)))
         return ir.Call(fn="__over__", args=(), params=(len(context.aggs) - 1,), type=typ, nullable=nullable,
+                       span=e.span)
+
+
+    def _lag(self, e: ast.FunctionCall, scope: Scope) -> ir.Expr:
+        """``LAG(x [, offset [, default]])``: ``x`` of the row ``offset`` (1) rows before in the
+        partition, else ``default`` (NULL); constant offset and default."""
+        context = self._over
+        if not 1 <= len(e.args) <= 3 or e.distinct or e.star:
+            raise SqlError("LAG takes a value, an optional offset and an optional default", e.span)
+        value = self._expr(e.args[0], scope)
+        offset = 1
+        if len(e.args) > 1:
+            o = e.args[1]
+            if not (isinstance(o, ast.Literal) and o.kind == "int" and o.value >= 0):
+                raise SqlError("the offset of LAG must be a constant integer, 0 or more", o.span)
+            offset = o.value
+        default = None
+        typ = value.type if not T.is_null(value.type) else pa.int32()
+        if len(e.args) > 2:
+            d = cast_to(self._expr(e.args[2], scope), typ)
+            if not (isinstance(d, ir.Literal) and (d.value is None or isinstance(d.value, (bool, int, float, str)))):
+                raise SqlError("the default of LAG must be a constant number, string or boolean of the value's type",
+                               e.args[2].span)
+            default = d.value
+        column = context.column_for(cast_to(value, typ))
+        context.aggs.append(ir.AggCall(fn="lag", arg=column, type=typ, nullable=True, sql=agg_sql(e),
+                                       param=(offset, default)))
+        return ir.Call(fn="__over__", args=(), params=(len(context.aggs) - 1,), type=typ, nullable=True,
                        span=e.span)
 
 

@@ -45,7 +45,7 @@ if TYPE_CHECKING:
     from clink.runtime import plan
     from clink.runtime.context import TaskContext
 
-_AGGREGATES = ("count_star", "count", "sum", "avg", "min", "max")
+_AGGREGATES = ("count_star", "count", "sum", "avg", "min", "max", "lag")
 
 
 class OverAggregateOperator(OperatorBase):
@@ -64,6 +64,10 @@ class OverAggregateOperator(OperatorBase):
             self.metrics.setdefault(name, 0)
         self.width = len(input_schema)
         self.input_schema = input_schema
+        if any(a.fn == "lag" for a in node.aggs) and not (
+                node.frame == "rows" and node.preceding is not None
+                and node.preceding >= max(a.param[0] for a in node.aggs if a.fn == "lag")):
+            raise ValueError(f"{self._where}: LAG needs a ROWS frame reaching back at least its offset")
         if node.frame not in ("rows", "range"):
             raise ValueError(f"{self._where}: the frame is ROWS or RANGE, got {node.frame!r}")
         if not pa.types.is_timestamp(input_schema.field(node.time).type):
@@ -331,6 +335,15 @@ def frame_aggregate(agg, values: dict, lo: np.ndarray, hi: np.ndarray, *, runnin
     if agg.fn == "count_star":
         return pa.array(hi - lo + 1, pa.int64())
     col = values[agg.arg]
+    if agg.fn == "lag":
+        # The row ``offset`` before: in the frame (ROWS offset PRECEDING at least) unless it is
+        # before the partition's first row.
+        offset, default = agg.param
+        target = hi - offset
+        inside = target >= lo
+        taken = col.take(pa.array(np.where(inside, target, 0)))
+        fill = pa.scalar(default, agg.type) if default is not None else pa.nulls(1, agg.type)[0]
+        return taken if inside.all() else pc.if_else(pa.array(inside), taken, fill)
     valid = pc.is_valid(col).to_numpy(zero_copy_only=False)
     counts = _prefix(valid.astype(np.int64))
     n = counts[hi + 1] - counts[lo]
