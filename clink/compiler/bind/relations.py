@@ -13,6 +13,7 @@ from clink.compiler import types as T
 from clink.compiler.bind.scope import Scope, ScopeColumn, did_you_mean
 from clink.compiler.catalog import CatalogTable, CatalogView
 from clink.compiler.functions import TABLE_FUNCTIONS, cast_to
+from clink.compiler.rewrite.bound_interval_joins import time_attributes
 from clink.compiler.rewrite.limit_ranks import check_ranks_limited
 from clink.compiler.bind.exprs import is_builtin
 from clink.errors import Span, SqlError
@@ -360,7 +361,7 @@ def versioned_view(rel: ir.Rel) -> tuple[ir.Rel, tuple[int, ...], int] | None:
     rank = node
     width = len(rank.input.schema)
     time_col = rank.order[0][0]
-    if time_col not in _event_time_columns(rank.input):
+    if time_col not in time_attributes(rank.input):
         return None
     one = ir.Literal(value=1, type=pa.int64(), nullable=False, span=None)
     limited = rank.limit == 1
@@ -419,24 +420,6 @@ def _keeps_first(c: ir.Expr, column: int) -> bool:
 
 def _replace_column(e: ir.Expr, index: int, by: ir.Expr) -> ir.Expr:
     return ir.transform(e, lambda n: by if isinstance(n, ir.Column) and n.index == index else n)
-
-
-def _event_time_columns(rel: ir.Rel) -> set[int]:
-    """Columns of ``rel`` that are a table's watermark column passed on as it is."""
-    match rel:
-        case ir.Scan(table=table, columns=columns):
-            if table.watermark is None:
-                return set()
-            return {i for i, c in enumerate(columns) if table.columns[c].name == table.watermark[0]}
-        case ir.Project(input=ir.Scan(table=table), names=names) if (
-                table.watermark is not None and table.watermark[0] not in table.columns.names):
-            return {names.index(table.watermark[0])}
-        case ir.Project(exprs=exprs, input=below) | ir.Calc(exprs=exprs, input=below):
-            times = _event_time_columns(below)
-            return {i for i, e in enumerate(exprs) if isinstance(e, ir.Column) and e.index in times}
-        case ir.Filter(input=below):
-            return _event_time_columns(below)
-    return set()
 
 
 def is_proctime(rel: ir.Rel, index: int) -> bool:

@@ -19,7 +19,7 @@ class ScopeColumn:
     name: str
     field: ir.Field
     #: An event-time attribute: a table's watermark column, or window_time of a window. The rewrite
-    #: bound_interval_joins reads the same from the plan (``_time_attributes``).
+    #: bound_interval_joins reads the same from the plan (``time_attributes``).
     rowtime: bool = False
 
 

@@ -42,12 +42,12 @@ def _interval_bounds(residual: ir.Expr | None, left: ir.Rel, right: ir.Rel, left
     bound ``l.t + a <= r.y`` a left one (the right row is done once it passes ``r.y - a``). The
     other column may be any timestamp; the plain pair of time columns is preferred when present.
 
-    A time column is an event-time attribute (``_time_attributes``), or the ``window_end`` of a
+    A time column is an event-time attribute (``time_attributes``), or the ``window_end`` of a
     window aggregation (passed on unchanged, or as a key of a GROUP BY over it): rows with a
     window end at or before the watermark have all arrived, so a join on two window ends (a
     window join) or bounded by one drops state as windows close."""
-    left_times = _time_attributes(left) | {i for i in range(len(left.schema)) if _window_end(left, i)}
-    right_times = _time_attributes(right) | {i for i in range(len(right.schema)) if _window_end(right, i)}
+    left_times = time_attributes(left) | {i for i in range(len(left.schema)) if _window_end(left, i)}
+    right_times = time_attributes(right) | {i for i in range(len(right.schema)) if _window_end(right, i)}
     if not left_times or not right_times:
         return None
     for a, b in zip(left_keys, right_keys, strict=True):
@@ -97,7 +97,7 @@ def _interval_bounds(residual: ir.Expr | None, left: ir.Rel, right: ir.Rel, left
                              right_end=right_end if right_end != right_time else None)
 
 
-def _time_attributes(rel: ir.Rel) -> set[int]:
+def time_attributes(rel: ir.Rel) -> set[int]:
     """The columns of ``rel`` that are event-time attributes, as the binder's scopes mark them
     (``ScopeColumn.rowtime``): a table's watermark column and a window's window_time, passed on
     as they are by projections and filters, by an OVER aggregation over an append-only input, and
@@ -120,19 +120,19 @@ def _time_attributes(rel: ir.Rel) -> set[int]:
             # A table's computed columns, over its scan; the watermark column is one of them.
             return {names.index(table.watermark[0])}
         case ir.Project(exprs=exprs, input=below) | ir.Calc(exprs=exprs, input=below):
-            times = _time_attributes(below)
+            times = time_attributes(below)
             return {i for i, e in enumerate(exprs) if isinstance(e, ir.Column) and e.index in times}
         case ir.Filter(input=below):
-            return _time_attributes(below)
+            return time_attributes(below)
         case ir.WindowTVF(input=below):
             return {len(below.schema) + 2}  # window_time
         case ir.WindowAggregate(num_keys=n):
             return {n + 2}  # window_time
         case ir.OverAggregate(input=below):
             # Over an updating input, rows come out as they are revised, not as time passes.
-            return set() if ir.is_updating(below) else _time_attributes(below)
+            return set() if ir.is_updating(below) else time_attributes(below)
         case ir.Union(all_inputs=inputs):
-            return set.intersection(*(_time_attributes(i) for i in inputs))
+            return set.intersection(*(time_attributes(i) for i in inputs))
     return set()
 
 
