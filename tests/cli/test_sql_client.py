@@ -49,6 +49,10 @@ class Terminal:
         if self.pid == 0:  # the child: its terminal is the pty
             try:
                 fcntl.ioctl(0, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 120, 0, 0))
+                # As a shell starts a program in a terminal: Ctrl-C interrupts it, even when the
+                # tests themselves run in the background (which ignores SIGINT, and a program
+                # inherits that).
+                signal.signal(signal.SIGINT, signal.SIG_DFL)
                 os.chdir(cwd)
                 os.execve(sys.executable, argv, env)
             finally:
