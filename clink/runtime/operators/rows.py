@@ -80,7 +80,7 @@ class _Run:
 #: Lookups with at most this many probes scan a run that is not indexed yet instead of sorting it.
 _SCAN_PROBES = 8
 #: A run whose tables have more chunks than this is copied into one (reads slow down with many).
-_MAX_CHUNKS = 16
+_MAX_CHUNKS = 256
 #: At most this many lanes of runs in time order (see ``KeyedRows.store``).
 _LANES = 4
 
@@ -143,6 +143,7 @@ class KeyedRows:
         probes: list[np.ndarray] = []
         parts: list[pa.Table] = []
         ids: list[np.ndarray] = []
+        sorted_probes = probe_order = None
         for run in self.runs:
             if run.order is None and len(khash) <= _SCAN_PROBES:
                 # A few probes into a run never searched: compare every row rather than index it
@@ -161,8 +162,14 @@ class KeyedRows:
                 # pays for sorting runs it merges away.
                 run.order = np.argsort(run.raw, kind="stable")
                 run.khash = run.raw[run.order]
-            lo = np.searchsorted(run.khash, khash, side="left")
-            hi = np.searchsorted(run.khash, khash, side="right")
+            if sorted_probes is None:
+                # Probes in ascending order search faster (each search starts where the last ended).
+                probe_order = np.argsort(khash, kind="stable") if len(khash) > _SCAN_PROBES else None
+                sorted_probes = khash if probe_order is None else khash[probe_order]
+            lo = np.searchsorted(run.khash, sorted_probes, side="left")
+            hi = np.searchsorted(run.khash, sorted_probes, side="right")
+            if probe_order is not None:
+                lo[probe_order], hi[probe_order] = lo.copy(), hi.copy()
             lengths = hi - lo
             total = int(lengths.sum())
             if total == 0:
@@ -275,13 +282,17 @@ class KeyedRows:
             merged = merged.combine_chunks()
         # Where expire looks at the merged run again: where it would have looked at either.
         least = (min(a.min_time, b.min_time), min(a.min_written, b.min_written))
-        if a.order is None or b.order is None:
+        if a.order is None:
             self._add_run(merged, raw, lane=a.lane, seq=a.seq, least=least)  # indexed when first searched
             return
-        keys = np.concatenate([a.khash, b.khash])
-        rows = np.concatenate([a.order, b.order + first.num_rows])
-        perm = np.argsort(keys, kind="stable")
-        self._add_run(merged, raw, keys[perm], rows[perm], lane=a.lane, seq=a.seq, least=least)
+        if b.order is None:
+            # The older run has been searched, so this side is probed: index the newer (smaller)
+            # run now and merge in linear time, rather than sort the merged run from scratch at
+            # the next search.
+            b.order = np.argsort(b.raw, kind="stable")
+            b.khash = b.raw[b.order]
+        keys, rows = _merge_sorted(a.khash, a.order, b.khash, b.order + first.num_rows)
+        self._add_run(merged, raw, keys, rows, lane=a.lane, seq=a.seq, least=least)
 
     def _rebuild(self, table: pa.Table, *, lane: int = 0, seq: int | None = None) -> None:
         """Net (a store that takes retractions) and index ``table``, and store it as one run."""
@@ -475,13 +486,51 @@ def _rows_of(table: pa.Table, rows: np.ndarray) -> pa.Table:
     are found as a few ascending stretches: those are sliced, without a copy, and only scattered
     rows are copied."""
     if len(rows) < 64:
-        return table.take(rows)
+        return take_rows(table, rows)
     breaks = np.flatnonzero(np.diff(rows) != 1) + 1
     if len(breaks) > 8:
-        return table.take(rows)
+        return take_rows(table, rows)
     bounds = [0, *breaks.tolist(), len(rows)]
     parts = [table.slice(int(rows[a]), b - a) for a, b in zip(bounds, bounds[1:])]
     return parts[0] if len(parts) == 1 else pa.concat_tables(parts)
+
+
+def _merge_sorted(a_keys: np.ndarray, a_rows: np.ndarray, b_keys: np.ndarray,
+                  b_rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Two runs of sorted keys (each with its rows) as one, ``b``'s after ``a``'s equal keys: in
+    linear time, each of ``b``'s keys placed where a search of ``a`` puts it."""
+    at = np.searchsorted(a_keys, b_keys, side="right") + np.arange(len(b_keys))
+    from_a = np.ones(len(a_keys) + len(b_keys), dtype=bool)
+    from_a[at] = False
+    keys = np.empty(len(from_a), dtype=a_keys.dtype)
+    rows = np.empty(len(from_a), dtype=np.result_type(a_rows, b_rows))
+    keys[at], rows[at] = b_keys, b_rows
+    keys[from_a], rows[from_a] = a_keys, a_rows
+    return keys, rows
+
+
+def take_rows(table: pa.Table, rows: np.ndarray) -> pa.Table:
+    """``table.take(rows)``, in time that grows with the rows taken rather than with the table.
+
+    Arrow's take on a chunked table joins the chunks of every column first, so taking a few rows
+    of a large store costs as much as copying it. A few rows are taken from each chunk that holds
+    some instead (then put back in the order asked for); many rows go the whole-table way."""
+    if len(rows) * 8 > table.num_rows:
+        return pc.take(table, pa.array(rows))
+    batches = [b for b in table.to_batches() if b.num_rows]
+    starts = np.cumsum([0, *(b.num_rows for b in batches)])
+    chunk = np.searchsorted(starts, rows, side="right") - 1
+    order = np.argsort(chunk, kind="stable")
+    chunks = chunk[order]
+    bounds = [0, *(np.flatnonzero(np.diff(chunks)) + 1).tolist(), len(rows)]
+    parts = [pc.take(batches[chunks[a]], pa.array(rows[order[a:b]] - starts[chunks[a]]))
+             for a, b in zip(bounds, bounds[1:]) if b > a]
+    taken = pa.Table.from_batches(parts, schema=table.schema)
+    if len(order) > 1 and (order[1:] < order[:-1]).any():
+        back = np.empty_like(order)
+        back[order] = np.arange(len(order))
+        taken = pc.take(taken, pa.array(back))
+    return taken
 
 
 def plain_array(values: pa.Array | pa.ChunkedArray) -> pa.Array:
