@@ -242,21 +242,21 @@ class AggregateBinder:
                                  filter_: int | None, context) -> ir.Expr:
         """LISTAGG and COLLECT in a GROUP BY without a window: aggregate functions of the ``udaf``
         contract (``runtime/builtin_aggregates.py``), whose accumulators the group operator keeps
-        (LISTAGG cannot take a value back, so not over an updating input)."""
-        span = e.name_span or e.span
-        if fn == "listagg" and ir.is_updating(context.group_input):
-            raise SqlError("LISTAGG over an updating input is not supported yet", span,
-                           "its input is itself revised (a GROUP BY, a join ...), and a value joined into the text "
-                           "cannot be taken out again; COLLECT can")
+        (over an updating input LISTAGG keeps its values as a list, to take one out again)."""
         columns = [context.add_input(args[0])]
+        name = attribute = fn.upper()
         if fn == "listagg":
             separator = ir.Literal(value=listagg_separator(args), type=pa.string(), nullable=False, span=e.span)
             columns.append(context.add_input(separator))
-            accumulator = pa.struct([pa.field("text", pa.string())])
+            if ir.is_updating(context.group_input):
+                # Its input is revised: the values are kept as a list a retraction can take one out of.
+                attribute = "LISTAGG_RETRACT"
+                accumulator = pa.struct([pa.field("items", pa.list_(pa.string())), pa.field("sep", pa.string())])
+            else:
+                accumulator = pa.struct([pa.field("text", pa.string())])
         else:
             accumulator = pa.struct([pa.field("bag", typ)])
-        name = fn.upper()
-        ref = ir.UdfRef(name=name, vectorized=True, module="clink.runtime.builtin_aggregates", attribute=name,
+        ref = ir.UdfRef(name=name, vectorized=True, module="clink.runtime.builtin_aggregates", attribute=attribute,
                         kind="aggregate")
         call = ir.AggCall(fn="udaf", arg=None, args=tuple(columns), filter=filter_, type=typ, nullable=True,
                           udf=ref, accumulator=accumulator, sql=agg_sql(e))
