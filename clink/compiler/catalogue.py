@@ -67,6 +67,9 @@ def no(category: str, sql: str, reason: str, *names: str, instead: str | None = 
     return Entry(category, sql, False, reason, names, instead)
 
 
+#: Why the ranking functions that need a whole partition are not here.
+_BATCH_ONLY = ("Flink computes it only in batch mode (execution.runtime-mode = batch), over a partition's "
+               "every row; clink runs every pipeline as a stream, where a partition is never complete")
 _PROCESSING_TIME = "processing time, read once per batch; never moved by the optimizer"
 
 ENTRIES: tuple[Entry, ...] = (
@@ -435,11 +438,11 @@ ENTRIES: tuple[Entry, ...] = (
         "FIRST_VALUE", "LAST_VALUE"),
     yes("aggregate", "LISTAGG(expression [, separator])",
         "STRING, the non-NULL strings in arrival order joined by the separator (a constant, ',' by default); "
-        "NULL when there is none. In window aggregations and GROUP BY; over an updating input or with OVER "
-        "it is refused (a value joined in cannot be taken out)", "LISTAGG"),
-    no("aggregate", "CUME_DIST()", "not implemented", "CUME_DIST"),
-    no("aggregate", "PERCENT_RANK()", "not implemented", "PERCENT_RANK"),
-    no("aggregate", "NTILE(n)", "not implemented", "NTILE"),
+        "NULL when there is none. In window aggregations and GROUP BY (over an updating input a retraction "
+        "takes out the first equal value); with OVER it is refused", "LISTAGG"),
+    no("aggregate", "CUME_DIST()", _BATCH_ONLY, "CUME_DIST"),
+    no("aggregate", "PERCENT_RANK()", _BATCH_ONLY, "PERCENT_RANK"),
+    no("aggregate", "NTILE(n)", _BATCH_ONLY, "NTILE"),
     # ---------------------------------------------------------------- catalog
     yes("catalog", "CURRENT_DATABASE()",
         "STRING 'default_database': clink has one database, named as Flink's default one",
