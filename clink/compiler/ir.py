@@ -534,7 +534,7 @@ class Nav:
 
 @attrs.frozen(kw_only=True)
 class MatchRecognize(Unary):
-    """``MATCH_RECOGNIZE``: per partition, rows in (event time ``time``, ``order``) order searched
+    """``MATCH_RECOGNIZE``: per partition, rows in (event or processing time ``time``, ``order``) order searched
     for ``pattern`` ((variable, fewest, most or None, greedy) terms). Conditions (``defines``, one
     per variable, None: TRUE) and ``measures`` are expressions over the *match row*: the input's
     columns, then the ``derived`` expressions (over the input), then one column per ``navs``
@@ -553,6 +553,8 @@ class MatchRecognize(Unary):
     skip: str = "past_last"
     skip_to: int | None = None
     within: int | None = None
+    #: ``time`` is a processing-time attribute: rows are matched as they arrive.
+    proctime: bool = False
     #: ``SELECT /*+ UID('name') */``: the name given to this operator's state in checkpoints.
     uid: str | None = None
 

@@ -479,6 +479,9 @@ class MatchRecognize(Node):
     skip: str = "past_last"
     skip_to: int | None = None
     within: int | None = None
+    #: ``time`` is processing time: each batch is matched as it arrives (in arrival order, then
+    #: ``order``), nothing waits for a watermark and no row is late.
+    proctime: bool = False
     #: The ``navs`` each condition reads (one entry per variable), then those the measures read;
     #: empty: all of them.
     nav_uses: tuple[tuple[int, ...], ...] = ()

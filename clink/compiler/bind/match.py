@@ -17,6 +17,7 @@ import pyarrow.types as pt
 from clink.compiler import ast, ir
 from clink.compiler import types as T
 from clink.compiler.bind.aggregates import aggregate_signature
+from clink.compiler.bind.relations import is_proctime
 from clink.compiler.bind.scope import Scope, ScopeColumn
 from clink.compiler.sqltext import expr_sql
 from clink.errors import SqlError
@@ -26,7 +27,8 @@ _NOT_HERE = {
     "NEXT": "NEXT looks at a row after the current one, which a stream has not seen yet; write PREV or LAST",
     "CLASSIFIER": "CLASSIFIER() is not supported (it needs ALL ROWS PER MATCH)",
     "MATCH_NUMBER": "MATCH_NUMBER() is not supported",
-    "MATCH_PROCTIME": "MATCH_PROCTIME() is not supported: MATCH_RECOGNIZE here runs on event time",
+    "MATCH_PROCTIME": "MATCH_PROCTIME() is not supported: MATCH_ROWTIME() gives a match's time when the "
+                      "MATCH_RECOGNIZE is ordered by event time",
     "RUNNING": "RUNNING/FINAL semantics are not supported: MEASURES are FINAL",
     "FINAL": "RUNNING/FINAL semantics are not supported: MEASURES are FINAL (write the expression alone)",
 }
@@ -49,7 +51,7 @@ class MatchBinder:
                                "a variable names one term; to repeat it, use a quantifier (A{2})")
         variables = {name: i for i, name in enumerate(names)}
         partition = tuple(self._match_column(e, scope, "PARTITION BY") for e in item.partition_by)
-        time, order = self._match_order(item, scope)
+        time, order, proctime = self._match_order(item, scope, rel)
         last = item.pattern[-1]
         if last.low == 0 or all(t.low == 0 for t in item.pattern):
             raise SqlError("the pattern can match no row at its end", last.span,
@@ -86,8 +88,10 @@ class MatchBinder:
             defines[variables[d.alias]] = d
         navs: list[tuple[str, int, ast.Expr, int, ast.Expr]] = []  # kind, variable, row expression, offset, call
         time_name = rel.schema[time].name
-        rewritten_defines = {v: self._navigate(d.expr, variables, v, navs, time_name) for v, d in defines.items()}
-        rewritten_measures = [self._navigate(m.expr, variables, None, navs, time_name) for m in item.measures]
+        rewritten_defines = {v: self._navigate(d.expr, variables, v, navs, time_name, proctime)
+                             for v, d in defines.items()}
+        rewritten_measures = [self._navigate(m.expr, variables, None, navs, time_name, proctime)
+                              for m in item.measures]
         measure_names = [str(m.alias) for m in item.measures]
         for i, n in enumerate(measure_names):
             if n in measure_names[:i] or n in [rel.schema[p].name for p in partition]:
@@ -128,7 +132,8 @@ class MatchBinder:
             uid=self._uid, input=rel, partition=partition, time=time, order=order, variables=tuple(names),
             pattern=tuple((variables[t.variable], t.low, t.high, t.greedy) for t in item.pattern),
             derived=tuple(derived), navs=tuple(nav_nodes), defines=tuple(bound_defines), measures=measures,
-            measure_names=tuple(measure_names), skip=item.skip, skip_to=skip_to, within=within, span=item.span)
+            measure_names=tuple(measure_names), skip=item.skip, skip_to=skip_to, within=within, proctime=proctime,
+            span=item.span)
         qualifier = item.alias
         # MATCH_ROWTIME() is an event-time attribute, as in Flink: windows and interval joins may
         # follow on it (a match comes out once the watermark has passed its last row).
@@ -143,22 +148,26 @@ class MatchBinder:
                            "compute the value in a subquery or view first")
         return bound.index
 
-    def _match_order(self, item: ast.MatchRecognize, scope: Scope) -> tuple[int, tuple[tuple[int, bool], ...]]:
-        """ORDER BY: an event-time column ascending first (as Flink requires), then any columns."""
+    def _match_order(self, item: ast.MatchRecognize, scope: Scope,
+                     rel: ir.Rel) -> tuple[int, tuple[tuple[int, bool], ...], bool]:
+        """ORDER BY: a time attribute ascending first (as Flink requires), then any columns; and
+        whether that attribute is processing time."""
         if not item.order_by:
-            raise SqlError("MATCH_RECOGNIZE needs ORDER BY an event-time column", item.span)
+            raise SqlError("MATCH_RECOGNIZE needs ORDER BY a time attribute", item.span)
         (first, descending), rest = item.order_by[0], item.order_by[1:]
         time = self._match_column(first, scope, "ORDER BY")
         rowtime = [c.name for c in scope.columns if c.rowtime]
-        if not scope.columns[time].rowtime:
-            raise SqlError("MATCH_RECOGNIZE must be ordered by an event-time column first (a table's WATERMARK "
-                           "column)", first.span, f"event-time columns here: {', '.join(rowtime) or 'none'}")
+        proctime = is_proctime(rel, time)
+        if not (scope.columns[time].rowtime or proctime):
+            raise SqlError("MATCH_RECOGNIZE must be ordered by a time attribute first (a table's WATERMARK column, "
+                           "or a processing-time column defined as PROCTIME())", first.span,
+                           f"event-time columns here: {', '.join(rowtime) or 'none'}")
         if descending:
-            raise SqlError("MATCH_RECOGNIZE orders by its event-time column ascending", first.span, "drop DESC")
-        return time, tuple((self._match_column(e, scope, "ORDER BY"), d) for e, d in rest)
+            raise SqlError("MATCH_RECOGNIZE orders by its time attribute ascending", first.span, "drop DESC")
+        return time, tuple((self._match_column(e, scope, "ORDER BY"), d) for e, d in rest), proctime
 
     def _navigate(self, e: ast.Expr, variables: dict[str, int], current: int | None,
-                  navs: list, time_name: str) -> ast.Expr:
+                  navs: list, time_name: str, proctime: bool) -> ast.Expr:
         """``e`` with every navigation replaced by a column ``$navK`` (``navs`` gets its entry);
         ``current``: the variable whose condition ``e`` is (None in MEASURES)."""
 
@@ -203,6 +212,9 @@ class MatchBinder:
             if name == "MATCH_ROWTIME":
                 if n.args:
                     raise SqlError("MATCH_ROWTIME() takes no argument here", n.span)
+                if proctime:
+                    raise SqlError("MATCH_ROWTIME() needs a MATCH_RECOGNIZE ordered by event time; this one is "
+                                   "ordered by processing time", n.name_span or n.span)
                 return nav("last", -1, ast.ColumnRef(name=time_name, span=n.span), 0, n)
             if name in ("FIRST", "LAST", "PREV"):
                 if not 1 <= len(n.args) <= 2:

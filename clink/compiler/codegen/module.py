@@ -741,7 +741,8 @@ def _emit_plan(w: SourceWriter, plan: PhysicalPlan, schema_names: dict[int, str]
                                 w.line(f"derive=derive_{op.id}, derived_types=({''.join(type_py(e.type) + ', ' for e in m.derived)}),")
                             skip_to = f", skip_to={m.skip_to}" if m.skip_to is not None else ""
                             within = f", within={m.within}" if m.within is not None else ""
-                            w.line(f"skip={m.skip!r}{skip_to}{within},")
+                            proctime = ", proctime=True" if m.proctime else ""
+                            w.line(f"skip={m.skip!r}{skip_to}{within}{proctime},")
                             first_nav = len(m.input.schema) + len(m.derived)
                             uses = tuple(() if e is None else
                                          tuple(sorted(c - first_nav for c in ir.columns_used(e) if c >= first_nav))

@@ -147,11 +147,15 @@ class MatchRecognizeOperator(OperatorBase):
     # -- public interface ----------------------------------------------------------------------
 
     def process(self, batch: pa.RecordBatch, index: int = 0) -> list[pa.RecordBatch]:
-        """Hold ``batch``'s rows until the watermark passes their time; drop late ones."""
+        """Hold ``batch``'s rows until the watermark passes their time; drop late ones. Ordered by
+        processing time, match them now instead."""
         if batch.num_rows == 0:
             return []
-        batch, ts = set_aside_late(batch, epoch_ms(batch.column(self.node.time)), self.watermark, self.late_rows,
-                                   self.metrics)
+        if self.node.proctime:
+            ts = epoch_ms(batch.column(self.node.time))
+        else:
+            batch, ts = set_aside_late(batch, epoch_ms(batch.column(self.node.time)), self.watermark,
+                                       self.late_rows, self.metrics)
         n = batch.num_rows
         if n == 0:
             return []
@@ -165,20 +169,31 @@ class MatchRecognizeOperator(OperatorBase):
             groups = np.zeros(n, np.int32)
         table = pa.Table.from_arrays([*batch.columns, pa.array(seq), pa.array(ts), pa.array(hashes),
                                       pa.array(groups)], schema=self._pending_schema)
+        if self.node.proctime:
+            out = self._run(table)
+            now = int(ts.max())
+            if self.node.within is not None and now - self._swept >= max(self.node.within // 4, 1000):
+                found: list = []
+                self._sweep(now, found)
+                out += self._emit(found)
+            self._update_state_metrics()
+            return out
         hold(self.pending, table, ts)
         self._update_state_metrics()
         return []
 
+    def _run(self, rows: pa.Table) -> list[pa.RecordBatch]:
+        """Rows (of the pending layout) through the pattern, in partition and time order."""
+        ordered = rows.take(pc.sort_indices(rows, sort_keys=self._sort_keys))
+        return self._match(ordered) if self._fixed is None else self._fixed.match(ordered)
+
     def on_watermark(self, watermark: int) -> list[pa.RecordBatch]:
         """Run the held rows at or before ``watermark`` through the pattern; a row per match."""
-        if watermark <= self.watermark:
+        if watermark <= self.watermark or self.node.proctime:
             return []
         self.watermark = watermark
         held = take_ready(self.pending, watermark)
-        out: list[pa.RecordBatch] = []
-        if held is not None:
-            ordered = held.take(pc.sort_indices(held, sort_keys=self._sort_keys))
-            out = self._match(ordered) if self._fixed is None else self._fixed.match(ordered)
+        out: list[pa.RecordBatch] = [] if held is None else self._run(held)
         if self.node.within is not None and watermark - self._swept >= max(self.node.within // 4, 1000):
             found: list = []
             self._sweep(watermark, found)
