@@ -34,7 +34,6 @@ import pyarrow as pa
 import pytest
 from test_vs_duckdb import TABLES, describe, duckdb_rows, normalize
 
-from clink.errors import SqlError
 from clink.testing import run_select
 
 BATCH_ROWS = 97

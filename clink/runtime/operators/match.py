@@ -170,33 +170,28 @@ class MatchRecognizeOperator(OperatorBase):
         table = pa.Table.from_arrays([*batch.columns, pa.array(seq), pa.array(ts), pa.array(hashes),
                                       pa.array(groups)], schema=self._pending_schema)
         if self.node.proctime:
-            out = self._run(table)
-            now = int(ts.max())
-            if self.node.within is not None and now - self._swept >= max(self.node.within // 4, 1000):
-                found: list = []
-                self._sweep(now, found)
-                out += self._emit(found)
-            self._update_state_metrics()
-            return out
+            return self._advance(table, int(ts.max()))
         hold(self.pending, table, ts)
         self._update_state_metrics()
         return []
-
-    def _run(self, rows: pa.Table) -> list[pa.RecordBatch]:
-        """Rows (of the pending layout) through the pattern, in partition and time order."""
-        ordered = rows.take(pc.sort_indices(rows, sort_keys=self._sort_keys))
-        return self._match(ordered) if self._fixed is None else self._fixed.match(ordered)
 
     def on_watermark(self, watermark: int) -> list[pa.RecordBatch]:
         """Run the held rows at or before ``watermark`` through the pattern; a row per match."""
         if watermark <= self.watermark or self.node.proctime:
             return []
         self.watermark = watermark
-        held = take_ready(self.pending, watermark)
-        out: list[pa.RecordBatch] = [] if held is None else self._run(held)
-        if self.node.within is not None and watermark - self._swept >= max(self.node.within // 4, 1000):
+        return self._advance(take_ready(self.pending, watermark), watermark)
+
+    def _advance(self, rows: pa.Table | None, now: int) -> list[pa.RecordBatch]:
+        """Rows (of the pending layout) through the pattern, in partition and time order; then,
+        with WITHIN, the partial matches older than it at time ``now`` dropped."""
+        out: list[pa.RecordBatch] = []
+        if rows is not None:
+            ordered = rows.take(pc.sort_indices(rows, sort_keys=self._sort_keys))
+            out = self._match(ordered) if self._fixed is None else self._fixed.match(ordered)
+        if self.node.within is not None and now - self._swept >= max(self.node.within // 4, 1000):
             found: list = []
-            self._sweep(watermark, found)
+            self._sweep(now, found)
             out += self._emit(found)
         self._update_state_metrics()
         return out
