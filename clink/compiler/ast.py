@@ -261,7 +261,8 @@ class Case(Expr):
 
 @attrs.frozen(kw_only=True)
 class CurrentTime(Expr):
-    """``CURRENT_TIMESTAMP``, ``LOCALTIMESTAMP``, ``NOW()``, ``CURRENT_DATE``, ``CURRENT_TIME``."""
+    """``CURRENT_TIMESTAMP``, ``LOCALTIMESTAMP``, ``NOW()``, ``CURRENT_DATE``, ``CURRENT_TIME``,
+    ``LOCALTIME``."""
 
     kind: str
 

@@ -239,7 +239,7 @@ ENTRIES: tuple[Entry, ...] = (
     yes("temporal", "INTERVAL string range",
         "`INTERVAL '5' SECOND`, `INTERVAL '1:30' HOUR TO MINUTE`, `INTERVAL '2-10' YEAR TO MONTH` (see "
         "[Literals](#literals))"),
-    no("temporal", "LOCALTIME", "not implemented", instead="CAST(LOCALTIMESTAMP AS TIME)"),
+    yes("temporal", "LOCALTIME", f"TIME(0): the time of day in the session time zone; {_PROCESSING_TIME}"),
     yes("temporal", "LOCALTIMESTAMP", f"TIMESTAMP(3): the wall clock of the session time zone; {_PROCESSING_TIME}"),
     yes("temporal", "CURRENT_TIME", f"TIME(3): the time of day in the session time zone; {_PROCESSING_TIME}"),
     yes("temporal", "CURRENT_DATE", f"DATE: today in the session time zone; {_PROCESSING_TIME}"),

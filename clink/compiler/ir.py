@@ -135,7 +135,8 @@ class UdfRef:
 
 
 #: Functions whose value depends on when they run.
-NONDETERMINISTIC = frozenset({"current_timestamp", "current_date", "current_time", "localtimestamp", "proctime"})
+NONDETERMINISTIC = frozenset({"current_timestamp", "current_date", "current_time", "localtime", "localtimestamp",
+                              "proctime"})
 
 
 def walk(expr: Expr):

@@ -82,7 +82,7 @@ def _describe_expected(expected: set[str]) -> str:
     if len(expected & _EXPRESSION_STARTERS) >= 5:
         words = ["an expression (a column, a literal or a function call)"]
         expected = expected - _EXPRESSION_STARTERS - {
-            "ADD_OP", "LPAR", "TIMESTAMP_LTZ", "TRY_CAST", "LOCALTIMESTAMP", "NOW", "CURRENT_DATE",
+            "ADD_OP", "LPAR", "TIMESTAMP_LTZ", "TRY_CAST", "LOCALTIMESTAMP", "LOCALTIME", "NOW", "CURRENT_DATE",
             "CURRENT_TIME", "DESCRIPTOR", "TABLE", "IF", "LEFT", "RIGHT", "TRUNCATE",
         }
         expected = {e for e in expected if _WORDS.get(e) or not e.isupper() or e in ("STAR",)}

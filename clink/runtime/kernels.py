@@ -933,8 +933,14 @@ def current_date(ctx: TaskContext) -> pa.Scalar:
 
 
 def current_time(ctx: TaskContext) -> pa.Scalar:
-    """CURRENT_TIME, LOCALTIME: the time of day in the session time zone."""
+    """CURRENT_TIME: the time of day in the session time zone (TIME(3))."""
     return cast(local_timestamp(ctx), pa.time32("ms"))
+
+
+def local_time(ctx: TaskContext) -> pa.Scalar:
+    """LOCALTIME: the time of day in the session time zone in whole seconds (TIME(0)), the
+    fraction dropped as a CAST to TIME(0) drops it."""
+    return cast(local_timestamp(ctx), pa.time32("s"))
 
 
 # ---------------------------------------------------------------- time zones

@@ -99,16 +99,19 @@ def test_casts_between_timestamp_and_ltz_use_the_session_zone(tmp_path: Path, zo
 def test_time_functions_follow_the_session_zone(tmp_path: Path, zone: str, wall: str) -> None:
     # Flink's MyView1 with its clock fixed at 2021-04-15 15:18:36.384 UTC.
     out = clink.sql(_zone(zone) + _one_row(tmp_path) +
-                    "SELECT LOCALTIMESTAMP AS lts, CURRENT_DATE AS d, CURRENT_TIME AS t, CURRENT_TIMESTAMP AS cts, "
+                    "SELECT LOCALTIMESTAMP AS lts, CURRENT_DATE AS d, CURRENT_TIME AS t, LOCALTIME AS lt, "
+                    "CURRENT_TIMESTAMP AS cts, "
                     "NOW() AS now, CAST(CURRENT_TIMESTAMP AS STRING) AS shown, HOUR(CURRENT_TIMESTAMP) AS h, "
                     "DATE_FORMAT(NOW(), 'yyyy-MM-dd HH:mm:ss') AS f FROM one;",
                     context=RuntimeContext(clock=lambda: CLOCK_MS)).to_arrow()
     types = {f.name: f.type for f in out.schema}
     assert types["lts"] == pa.timestamp("ms") and types["cts"] == types["now"] == pa.timestamp("ms", tz="UTC")
+    # LOCALTIME is Flink's TIME(0): the same wall clock in whole seconds.
+    assert types["t"] == pa.time32("ms") and types["lt"] == pa.time32("s")
     row = out.to_pylist()[0]
     assert row["cts"] == row["now"] == dt.datetime(2021, 4, 15, 15, 18, 36, 384_000, tzinfo=dt.UTC)
     assert str(row["lts"]) == f"2021-04-15 {wall}.384000"
-    assert str(row["d"]) == "2021-04-15" and str(row["t"]) == f"{wall}.384000"
+    assert str(row["d"]) == "2021-04-15" and str(row["t"]) == f"{wall}.384000" and str(row["lt"]) == wall
     assert row["shown"] == f"2021-04-15 {wall}.384"
     assert row["h"] == int(wall[:2])
     assert row["f"] == f"2021-04-15 {wall}"

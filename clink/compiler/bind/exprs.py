@@ -194,6 +194,7 @@ class ExprBinder:
                     "LOCALTIMESTAMP": ("localtimestamp", pa.timestamp("ms")),
                     "CURRENT_DATE": ("current_date", pa.date32()),
                     "CURRENT_TIME": ("current_time", pa.time32("ms")),
+                    "LOCALTIME": ("localtime", pa.time32("s")),
                 }[kind]
                 return ir.Call(fn=fn, args=(), type=typ, nullable=False, span=e.span)
             case ast.FunctionCall():

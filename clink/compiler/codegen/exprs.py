@@ -206,6 +206,7 @@ EMITTERS: dict[str, Emitter] = {
     "convert_tz": _k_params("convert_tz"),
     "current_date": lambda e, a: "K.current_date(ctx)",
     "current_time": lambda e, a: "K.current_time(ctx)",
+    "localtime": lambda e, a: "K.local_time(ctx)",
     "udf": _udf,
     # Flink's other built-in functions (clink/runtime/functions.py, or Arrow kernels as they are).
     "ln": _pc("ln"),
