@@ -133,10 +133,13 @@ class IsBool(Expr):
 
 @attrs.frozen(kw_only=True)
 class Between(Expr):
+    """``x [NOT] BETWEEN [ASYMMETRIC | SYMMETRIC] low AND high``."""
+
     operand: Expr
     low: Expr
     high: Expr
     negated: bool
+    symmetric: bool = False
 
 
 @attrs.frozen(kw_only=True)
@@ -185,6 +188,16 @@ class InList(Expr):
 
 @attrs.frozen(kw_only=True)
 class Like(Expr):
+    operand: Expr
+    pattern: Expr
+    escape: str | None
+    negated: bool
+
+
+@attrs.frozen(kw_only=True)
+class SimilarTo(Expr):
+    """``s [NOT] SIMILAR TO pattern [ESCAPE 'c']``: a SQL regular expression, whole-string."""
+
     operand: Expr
     pattern: Expr
     escape: str | None

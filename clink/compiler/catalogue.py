@@ -80,12 +80,16 @@ ENTRIES: tuple[Entry, ...] = (
     yes("comparison", "value IS [NOT] NULL", "BOOLEAN, never NULL"),
     yes("comparison", "value1 IS [NOT] DISTINCT FROM value2",
         "BOOLEAN, never NULL: `<>` (`=`) where NULL equals NULL and differs from any value"),
-    yes("comparison", "value1 [NOT] BETWEEN value2 AND value3",
-        "`x >= a AND x <= b` (with NOT around it); ASYMMETRIC and SYMMETRIC are not accepted"),
+    yes("comparison", "value1 [NOT] BETWEEN [ASYMMETRIC | SYMMETRIC] value2 AND value3",
+        "`x >= a AND x <= b` (with NOT around it; ASYMMETRIC is the default); SYMMETRIC is "
+        "`(x >= a AND x <= b) OR (x >= b AND x <= a)`, so `12 BETWEEN SYMMETRIC 15 AND 12` is TRUE and "
+        "`12 BETWEEN SYMMETRIC NULL AND 12` is NULL"),
     yes("comparison", "string1 [NOT] LIKE string2 [ESCAPE char]",
         "`%` any run, `_` one character; the pattern must be a constant"),
-    no("comparison", "string1 [NOT] SIMILAR TO string2 [ESCAPE char]",
-       "SQL regular expressions are not implemented", instead="REGEXP(s, '^(...)$')"),
+    yes("comparison", "string1 [NOT] SIMILAR TO string2 [ESCAPE char]",
+        "BOOLEAN: whether all of `string1` matches the SQL regular expression `string2` (a constant): `%` any "
+        "run, `_` one character, `|` `*` `+` `?` `{m,n}` `( )` `[...]` (with `[:ALPHA:]`, `[:DIGIT:]`, ...); "
+        "as in Flink, `.` is any character. The ESCAPE character makes the next special character literal"),
     yes("comparison", "value1 [NOT] IN (value2 [, value3]*)",
         "TRUE if some item equals value1; otherwise NULL if value1 or an item is NULL (`1 NOT IN (2, NULL)` "
         "is NULL); otherwise FALSE"),

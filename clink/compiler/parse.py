@@ -959,8 +959,14 @@ class _Builder(Transformer):
                                 span=span)
 
     def similar_to(self, meta, children):
-        raise SqlError("SIMILAR TO is not supported", self._span(meta),
-                       "write REGEXP(s, 'pattern') with a Java regular expression, or LIKE")
+        parts = [c for c in children
+                 if c != "not" and not (isinstance(c, Token) and c.type in ("SIMILAR", "TO", "ESCAPE"))]
+        operand, pattern = parts[0], parts[1]
+        escape = _unquote(parts[2]) if len(parts) > 2 else None
+        span = self._span(meta)
+        if escape is not None and len(escape) != 1:
+            raise SqlError(f"the ESCAPE character must be a single character, got {escape!r}", span)
+        return ast.SimilarTo(operand=operand, pattern=pattern, escape=escape, negated="not" in children, span=span)
 
     def floor_ceil(self, meta, children):
         call, operand, *rest = [c for c in children if not (isinstance(c, Token) and c.type == "TO")]
@@ -1059,10 +1065,13 @@ class _Builder(Transformer):
     def json_on_null(self, meta, children):
         return ("on_null", children[0].type)
 
+    def between_kind(self, meta, children):
+        return children[0].type.lower()
+
     def between(self, meta, children):
-        operand, low, high = [c for c in _strip_keywords(children) if c != "not"]
+        operand, low, high = [c for c in _strip_keywords(children) if c not in ("not", "symmetric", "asymmetric")]
         return ast.Between(operand=operand, low=low, high=high, negated="not" in children,
-                           span=self._span(meta))
+                           symmetric="symmetric" in children, span=self._span(meta))
 
     def in_list(self, meta, children):
         operand, *items = [c for c in _strip_keywords(children) if c != "not"]

@@ -39,6 +39,9 @@ def expr_sql(e: ir.Expr, names: tuple[str, ...]) -> str:
         case ir.Call(fn="like", args=(a,), params=(pattern, escape)):
             tail = f" ESCAPE {_literal_sql(escape, pa.string())}" if escape else ""
             return f"({expr_sql(a, names)} LIKE {_literal_sql(pattern, pa.string())}{tail})"
+        case ir.Call(fn="similar_to", args=(a,), params=(pattern, escape, _)):
+            tail = f" ESCAPE {_literal_sql(escape, pa.string())}" if escape else ""
+            return f"({expr_sql(a, names)} SIMILAR TO {_literal_sql(pattern, pa.string())}{tail})"
         case ir.Call(fn="pick", args=(_, *values)):
             return f"VALUES({', '.join(expr_sql(v, names) for v in values)})"
         case ir.Call(fn="in", args=(a, *items)):

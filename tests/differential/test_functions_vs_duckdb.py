@@ -148,6 +148,23 @@ def _locate(needle: str, s: str | None, start: int) -> int | None:
 
 
 CASES: list[tuple[str, str, Reference]] = [
+    # -- comparison: DuckDB has no BETWEEN SYMMETRIC, so the reference spells out Calcite's
+    # definition; DuckDB's SIMILAR TO takes a regular expression, so the reference is each SQL
+    # pattern written by hand as the regular expression it means (matched whole).
+    ("between_symmetric",
+     "SELECT id, i BETWEEN j AND 100, i BETWEEN SYMMETRIC j AND 100, i NOT BETWEEN SYMMETRIC j AND b, "
+     "d BETWEEN ASYMMETRIC j AND i, i NOT BETWEEN j AND b FROM t",
+     "SELECT id, i BETWEEN j AND 100, (i >= j AND i <= 100) OR (i >= 100 AND i <= j), "
+     "NOT ((i >= j AND i <= b) OR (i >= b AND i <= j)), d BETWEEN j AND i, NOT (i BETWEEN j AND b) FROM t"),
+    ("similar_to",
+     "SELECT id, s SIMILAR TO '%o%', s SIMILAR TO '_%', s SIMILAR TO '(a|b|o|O)+%', s NOT SIMILAR TO '[a-f]%', "
+     "s SIMILAR TO '%[[:DIGIT:]]{2,}%', s SIMILAR TO '%!%%' ESCAPE '!', s SIMILAR TO '%\\_%' ESCAPE '\\', "
+     "s SIMILAR TO '[^ ]*', s SIMILAR TO '%_b%|x%', s SIMILAR TO 'a.%', s SIMILAR TO '[[:UPPER:]][[:LOWER:]]+%', "
+     "s SIMILAR TO '(_|%)?_{3}' FROM t",
+     "SELECT id, s SIMILAR TO '.*o.*', s SIMILAR TO '.+', s SIMILAR TO '(a|b|o|O)+.*', NOT (s SIMILAR TO '[a-f].*'), "
+     "s SIMILAR TO '.*[0-9]{2,}.*', s SIMILAR TO '.*%.*', s SIMILAR TO '.*_.*', "
+     "s SIMILAR TO '[^ ]*', s SIMILAR TO '.*.b.*|x.*', s SIMILAR TO 'a..*', s SIMILAR TO '[A-Z][a-z]+.*', "
+     "s SIMILAR TO '(.|.*)?.{3}' FROM t"),
     # -- arithmetic
     ("logarithms",
      "SELECT id, LN(ABS(d) + 1), LOG10(ABS(d) + 1), LOG2(ABS(d) + 1), LOG(ABS(d) + 1), LOG(3, ABS(d) + 1), "

@@ -10,9 +10,10 @@ import datetime as dt
 import re
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.types as pt
 
-from clink.compiler import ast, ir, udfs
+from clink.compiler import ast, ir, similar, udfs
 from clink.compiler import types as T
 from clink.compiler.bind.scope import Scope, Unresolved, did_you_mean
 from clink.compiler.catalog import nearest
@@ -138,12 +139,14 @@ class ExprBinder:
                 arg = self._boolean(self._expr(operand, scope), "IS TRUE/FALSE")
                 fn = f"is_{'not_' if negated else ''}{'true' if value else 'false'}"
                 return ir.Call(fn=fn, args=(arg,), type=pa.bool_(), nullable=False, span=e.span)
-            case ast.Between(operand=operand, low=low, high=high, negated=negated):
-                arg = self._expr(operand, scope)
-                lo = self._compare(">=", arg, self._expr(low, scope), e.span)
-                hi = self._compare("<=", arg, self._expr(high, scope), e.span)
-                both = ir.Call(fn="and", args=(lo, hi), type=pa.bool_(), nullable=lo.nullable or hi.nullable,
-                               span=e.span)
+            case ast.Between(operand=operand, low=low, high=high, negated=negated, symmetric=symmetric):
+                arg, first, second = self._expr(operand, scope), self._expr(low, scope), self._expr(high, scope)
+                both = self._within(arg, first, second, e.span)
+                if symmetric:
+                    # Calcite's SYMMETRIC: either order of the bounds, so NULL rules follow OR.
+                    swapped = self._within(arg, second, first, e.span)
+                    both = ir.Call(fn="or", args=(both, swapped), type=pa.bool_(),
+                                   nullable=both.nullable or swapped.nullable, span=e.span)
                 if negated:
                     return ir.Call(fn="not", args=(both,), type=pa.bool_(), nullable=both.nullable, span=e.span)
                 return both
@@ -168,6 +171,11 @@ class ExprBinder:
                     return ir.Literal(value=None, type=pa.bool_(), span=e.span)
                 call = ir.Call(fn="like", args=(cast_to(arg, pa.string()),), params=(pat.value, escape),
                                type=pa.bool_(), nullable=arg.nullable, span=e.span)
+                if negated:
+                    return ir.Call(fn="not", args=(call,), type=pa.bool_(), nullable=call.nullable, span=e.span)
+                return call
+            case ast.SimilarTo(operand=operand, pattern=pattern, escape=escape, negated=negated):
+                call = self._similar_to(self._expr(operand, scope), self._expr(pattern, scope), escape, e.span)
                 if negated:
                     return ir.Call(fn="not", args=(call,), type=pa.bool_(), nullable=call.nullable, span=e.span)
                 return call
@@ -241,6 +249,34 @@ class ExprBinder:
         if not pt.is_boolean(expr.type):
             raise SqlError(f"{where} needs BOOLEAN operands, got {T.sql_name(expr.type)}", expr.span)
         return expr
+
+    def _similar_to(self, arg: ir.Expr, pat: ir.Expr, escape: str | None, span: Span) -> ir.Expr:
+        """``arg SIMILAR TO pat``: the constant pattern becomes an anchored RE2 pattern now."""
+        if not (T.is_string(arg.type) or T.is_null(arg.type)):
+            raise SqlError(f"SIMILAR TO needs a STRING on its left, got {T.sql_name(arg.type)}", arg.span)
+        if not isinstance(pat, ir.Literal) or not (T.is_string(pat.type) or T.is_null(pat.type)):
+            raise SqlError("the SIMILAR TO pattern must be a constant string", pat.span,
+                           "for a pattern that varies by row, write REGEXP(s, pattern) with a regular expression")
+        if pat.value is None:
+            return ir.Literal(value=None, type=pa.bool_(), span=span)
+        try:
+            regex = similar.to_re2(pat.value, escape)
+            # Checked now so that a bad pattern fails at compile time, not on the first batch.
+            pc.match_substring_regex(pa.array([""], pa.string()), pattern=regex)
+        except similar.PatternError as err:
+            raise SqlError(f"invalid SIMILAR TO pattern {pat.value!r} at character {err.index + 1}: {err.reason}",
+                           pat.span) from None
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as err:
+            reason = str(err).split(": ", 1)[-1]
+            raise SqlError(f"invalid SIMILAR TO pattern {pat.value!r}: {reason}", pat.span) from None
+        return ir.Call(fn="similar_to", args=(cast_to(arg, pa.string()),), params=(pat.value, escape, regex),
+                       type=pa.bool_(), nullable=arg.nullable, span=span)
+
+    def _within(self, arg: ir.Expr, low: ir.Expr, high: ir.Expr, span: Span) -> ir.Expr:
+        """``arg >= low AND arg <= high``, with SQL's three-valued AND."""
+        lo = self._compare(">=", arg, low, span)
+        hi = self._compare("<=", arg, high, span)
+        return ir.Call(fn="and", args=(lo, hi), type=pa.bool_(), nullable=lo.nullable or hi.nullable, span=span)
 
     def _compare(self, op: str, left: ir.Expr, right: ir.Expr, span: Span) -> ir.Expr:
         typ = T.common_type(left.type, right.type)

@@ -172,6 +172,7 @@ EMITTERS: dict[str, Emitter] = {
     "is_not_false": lambda e, a: f"pc.fill_null({a[0]}, True)",
     "in": lambda e, a: f"K.in_list({a[0]}, [{', '.join(a[1:])}])",
     "like": _k_params("like"),
+    "similar_to": lambda e, a: f"pc.match_substring_regex({a[0]}, pattern={e.params[2]!r})",
     "cast": _cast,
     "case": _case,
     "concat": lambda e, a: f"pc.binary_join_element_wise({', '.join(a)}, '', null_handling='emit_null')",
