@@ -151,6 +151,23 @@ EXAMPLES: list[tuple[str, object]] = [
     ("CEIL(TIMESTAMP '1994-09-27 12:44:31' TO MINUTE)", dt.datetime(1994, 9, 27, 12, 45)),
     ("FLOOR(TIMESTAMP '2021-09-08 10:00:00' TO WEEK)", dt.datetime(2021, 9, 5)),
     ("CEIL(DATE '2021-09-08' TO MONTH)", dt.date(2021, 10, 1)),
+    ("(TIME '2:55:00', INTERVAL '1' HOUR) OVERLAPS (TIME '3:30:00', INTERVAL '2' HOUR)", True),
+    ("(TIME '9:00:00', TIME '10:00:00') OVERLAPS (TIME '10:15:00', INTERVAL '3' HOUR)", False),
+    # OVERLAPS as Calcite expands it: each pair put in order, periods that touch overlap, NULL
+    # where a comparison that decides is NULL.
+    ("(DATE '2020-01-01', DATE '2020-01-10') OVERLAPS (DATE '2020-01-10', INTERVAL '1' DAY)", True),
+    ("(TIMESTAMP '2020-01-02 00:00:00', TIMESTAMP '2020-01-01 00:00:00') OVERLAPS "
+     "(TIMESTAMP '2020-01-01 12:00:00', INTERVAL '1' SECOND)", True),
+    ("(TIMESTAMP '2020-01-01 00:00:00', INTERVAL '1' DAY) OVERLAPS "
+     "(TIMESTAMP '2020-01-03 00:00:00', INTERVAL '-1' DAY)", True),
+    ("(TIMESTAMP '2020-01-01 00:00:00', CAST(NULL AS TIMESTAMP)) OVERLAPS "
+     "(TIMESTAMP '2020-01-03 00:00:00', TIMESTAMP '2020-01-04 00:00:00')", False),
+    ("(TIMESTAMP '2020-01-01 00:00:00', CAST(NULL AS TIMESTAMP)) OVERLAPS "
+     "(TIMESTAMP '2019-01-01 00:00:00', TIMESTAMP '2020-01-04 00:00:00')", None),
+    ("(TO_TIMESTAMP_LTZ(0, 3), INTERVAL '1' HOUR) OVERLAPS (TO_TIMESTAMP_LTZ(3600001, 3), INTERVAL '1' HOUR)", False),
+    # TIME ± INTERVAL wraps around midnight, as in Flink.
+    ("TIME '23:00:00' + INTERVAL '2' HOUR", dt.time(1, 0)),
+    ("TIME '01:00:00' - INTERVAL '49' HOUR", dt.time(0, 0)),
     ("CONVERT_TZ('1970-01-01 00:00:00', 'UTC', 'America/Los_Angeles')", "1969-12-31 16:00:00"),
     ("FROM_UNIXTIME(44)", "1970-01-01 00:00:44"),
     ("TIMESTAMPADD(WEEK, 1, DATE '2003-01-02')", dt.date(2003, 1, 9)),
@@ -283,6 +300,13 @@ def test_examples_over_a_column() -> None:
     ("TO_DATE('2020', 'yyyy QQ')", "unsupported TO_DATE pattern 'yyyy QQ': the pattern letters 'QQ' are not "
                                    "supported"),
     ("TIMESTAMPADD(HOUR, 1, DATE '2020-01-01')", "TIMESTAMPADD of HOUR to a DATE is not supported"),
+    ("(1, 2) OVERLAPS (3, 4)", "OVERLAPS takes a time point (DATE, TIME, TIMESTAMP or TIMESTAMP_LTZ) here, got INT"),
+    ("(DATE '2020-01-01', TIME '10:00:00') OVERLAPS (DATE '2020-01-10', INTERVAL '1' DAY)",
+     "OVERLAPS compares time points of one kind, got DATE and TIME"),
+    ("(DATE '2020-01-01', INTERVAL '1' MONTH) OVERLAPS (DATE '2020-01-10', DATE '2020-01-11')",
+     "OVERLAPS takes a DAY, HOUR, MINUTE or SECOND interval as a period's length, got INTERVAL YEAR TO MONTH"),
+    ("(DATE '2020-01-01', 'x') OVERLAPS (DATE '2020-01-10', DATE '2020-01-11')",
+     "OVERLAPS takes a time point or an interval (DATE, TIME, TIMESTAMP or TIMESTAMP_LTZ) here, got STRING"),
     ("'abc' SIMILAR TO x", "the SIMILAR TO pattern must be a constant string"),
     ("x SIMILAR TO 'a'", "SIMILAR TO needs a STRING on its left, got INT"),
     ("'abc' SIMILAR TO 'a[bc'", "invalid SIMILAR TO pattern 'a[bc' at character 2: '[' is not closed by ']'"),

@@ -205,6 +205,16 @@ class SimilarTo(Expr):
 
 
 @attrs.frozen(kw_only=True)
+class Overlaps(Expr):
+    """``(start1, end1) OVERLAPS (start2, end2)``: each end a time point or an interval."""
+
+    start1: Expr
+    end1: Expr
+    start2: Expr
+    end2: Expr
+
+
+@attrs.frozen(kw_only=True)
 class WindowSpec(Node):
     """``OVER (PARTITION BY ... ORDER BY ... [frame])``; bound by later operators."""
 

@@ -264,8 +264,11 @@ ENTRIES: tuple[Entry, ...] = (
         "QUARTER or YEAR, in its own type; a TIMESTAMP_LTZ is refused (CAST it AS TIMESTAMP(3))"),
     yes("temporal", "CEIL(timepoint TO timeintervalunit)",
         "as FLOOR, rounded up (a value on a boundary stays)"),
-    no("temporal", "(timepoint1, temporal1) OVERLAPS (timepoint2, temporal2)", "the OVERLAPS syntax is not "
-       "implemented", instead="start1 <= end2 AND start2 <= end1"),
+    yes("temporal", "(timepoint1, temporal1) OVERLAPS (timepoint2, temporal2)",
+        "BOOLEAN, as Calcite expands it: a `temporal` that is a DAY-TIME interval ends its period at "
+        "`timepoint + temporal`; each pair is put in order; then `end1 >= start2 AND end2 >= start1` (periods "
+        "that touch overlap; NULL as those comparisons give it). DATE, TIME (wrapping at midnight), TIMESTAMP "
+        "or TIMESTAMP_LTZ, one kind in all four places"),
     yes("temporal", "DATE_FORMAT(timestamp, string)",
         "STRING; Java pattern letters yyyy yy MM MMM dd HH hh mm ss SSS (SSS only at the end) a EEE D, text "
         "in '...'", "DATE_FORMAT"),

@@ -432,6 +432,11 @@ def arithmetic(op: str, left: ir.Expr, right: ir.Expr, span: Span) -> ir.Expr:
         # DATE ± a day-time interval is a DATE: whole days move it; a part day rounds down.
         return ir.Call(fn="date_add", args=(date, interval), params=(op == "-",), type=pa.date32(),
                        nullable=date.nullable or interval.nullable, span=span)
+    if pt.is_time(lt) and pt.is_duration(rt) and op in "+-" or pt.is_duration(lt) and pt.is_time(rt) and op == "+":
+        time, interval = (left, right) if pt.is_time(lt) else (right, left)
+        # TIME ± a day-time interval is a TIME: the time of day, wrapping around midnight.
+        return ir.Call(fn="time_add", args=(time, interval), params=(op == "-",), type=time.type,
+                       nullable=time.nullable or interval.nullable, span=span)
     if pt.is_duration(lt) and pt.is_duration(rt) and op in "+-":
         fn = "add" if op == "+" else "subtract"
         return ir.Call(fn=fn, args=(left, right), type=lt, nullable=left.nullable or right.nullable, span=span)

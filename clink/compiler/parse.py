@@ -968,6 +968,10 @@ class _Builder(Transformer):
             raise SqlError(f"the ESCAPE character must be a single character, got {escape!r}", span)
         return ast.SimilarTo(operand=operand, pattern=pattern, escape=escape, negated="not" in children, span=span)
 
+    def overlaps(self, meta, children):
+        start1, end1, start2, end2 = _strip_keywords(children)
+        return ast.Overlaps(start1=start1, end1=end1, start2=start2, end2=end2, span=self._span(meta))
+
     def floor_ceil(self, meta, children):
         call, operand, *rest = [c for c in children if not (isinstance(c, Token) and c.type == "TO")]
         word = str(call).rstrip("( \t\r\n").upper()
@@ -1312,8 +1316,10 @@ class _Builder(Transformer):
     def time_literal(self, meta, children):
         text = _unquote(children[1])
         span = self._span(meta)
+        # Flink reads the hour with one digit too: TIME '2:55:00' (its documentation writes them so).
+        clock = re.sub(r"^(\d):", r"0\1:", text.strip())
         try:
-            return ast.Literal(kind="time", value=dt.time.fromisoformat(text.strip()), span=span)
+            return ast.Literal(kind="time", value=dt.time.fromisoformat(clock), span=span)
         except ValueError:
             raise SqlError(f"{text!r} is not a TIME", span, "write TIME 'hh:mm:ss[.fff]'") from None
 

@@ -384,6 +384,26 @@ def date_add(date: Value, interval: Value, subtract: bool = False) -> Value:
     return pc.cast(pc.floor_temporal(moved, unit="day"), pa.date32())
 
 
+_DAY = {"s": 86_400, "ms": 86_400_000, "us": 86_400_000_000, "ns": 86_400_000_000_000}
+
+
+def time_add(time: Value, interval: Value, subtract: bool = False) -> Value:
+    """TIME ± a day-time interval, as Flink computes it: the time of day moved and wrapped around
+    midnight (``TIME '23:00:00' + INTERVAL '2' HOUR`` is 01:00:00). A part of the interval finer
+    than the TIME's precision is dropped."""
+    unit = time.type.unit
+    day = _DAY[unit]
+    as_int = pa.int32() if pa.types.is_time32(time.type) else pa.int64()
+    t = pc.cast(pc.cast(time, as_int), pa.int64())
+    d = pc.cast(pc.cast(interval, pa.duration(unit), safe=False), pa.int64())
+    # Integer division truncates toward zero: d - (d / day) * day keeps d's sign, |d| < day.
+    d = pc.subtract(d, pc.multiply(pc.divide(d, day), day))
+    moved = pc.subtract(t, d) if subtract else pc.add(t, d)  # now in (-day, 2 * day)
+    moved = pc.if_else(pc.less(moved, 0), pc.add(moved, day),
+                       pc.if_else(pc.greater_equal(moved, day), pc.subtract(moved, day), moved))
+    return pc.cast(pc.cast(moved, as_int), time.type)
+
+
 def interval_multiply(a: Value, b: Value) -> Value:
     ms = pc.multiply(pc.cast(a, pa.int64()), b)
     return pc.cast(pc.cast(pc.round(ms), pa.int64()), a.type)

@@ -243,6 +243,31 @@ CASES: list[tuple[str, str, Reference]] = [
     ("hashes", "SELECT id, MD5(s), SHA1(s), SHA256(s), SHA2(s, 256) FROM t",
      "SELECT id, md5(s), sha1(s), sha256(s), sha256(s) FROM t"),
     # -- temporal
+    # CAST(ts AS TIME) is Flink's TIME(0): whole seconds, hence DuckDB's date_trunc.
+    ("time_plus_interval",
+     "SELECT id, CAST(ts AS TIME) + INTERVAL '1' MINUTE * i, CAST(ts AS TIME) - INTERVAL '1' HOUR * j, "
+     "INTERVAL '90' MINUTE + CAST(ts AS TIME) FROM t",
+     "SELECT id, tm + to_minutes(i), tm - to_hours(j), to_minutes(90) + tm "
+     "FROM (SELECT id, i, j, CAST(date_trunc('second', ts) AS TIME) AS tm FROM t) AS q"),
+    # DuckDB has no OVERLAPS: the reference spells out Calcite's expansion (each pair put in order
+    # by CASE, then e1 >= s2 AND e2 >= s1), the periods' lengths from the columns (negative too).
+    ("overlaps",
+     "SELECT id, (ts, INTERVAL '1' HOUR * j) OVERLAPS (TIMESTAMP '2023-06-01 00:00:00', TIMESTAMP '2022-01-01 "
+     "00:00:00'), (dt, INTERVAL '1' DAY * j) OVERLAPS (DATE '2023-01-01', DATE '2023-03-01'), "
+     "(CAST(ts AS TIME), INTERVAL '1' MINUTE * i) OVERLAPS (TIME '12:00:00', TIME '13:00:00'), "
+     "(ts, CAST(dt AS TIMESTAMP)) OVERLAPS (TIMESTAMP '2022-01-01 00:00:00', INTERVAL '30' DAY) FROM t",
+     "SELECT id, "
+     "  (CASE WHEN s0 <= e0 THEN e0 ELSE s0 END) >= TIMESTAMP '2022-01-01 00:00:00'"
+     "  AND TIMESTAMP '2023-06-01 00:00:00' >= (CASE WHEN s0 <= e0 THEN s0 ELSE e0 END), "
+     "  (CASE WHEN d0 <= d1 THEN d1 ELSE d0 END) >= DATE '2023-01-01'"
+     "  AND DATE '2023-03-01' >= (CASE WHEN d0 <= d1 THEN d0 ELSE d1 END), "
+     "  (CASE WHEN t0 <= t1 THEN t1 ELSE t0 END) >= TIME '12:00:00'"
+     "  AND TIME '13:00:00' >= (CASE WHEN t0 <= t1 THEN t0 ELSE t1 END), "
+     "  (CASE WHEN ts <= CAST(dt AS TIMESTAMP) THEN CAST(dt AS TIMESTAMP) ELSE ts END) >= TIMESTAMP '2022-01-01 00:00:00'"
+     "  AND TIMESTAMP '2022-01-31 00:00:00' >= (CASE WHEN ts <= CAST(dt AS TIMESTAMP) THEN ts ELSE CAST(dt AS TIMESTAMP) END) "
+     "FROM (SELECT id, ts, dt, ts AS s0, ts + to_hours(j) AS e0, dt AS d0, CAST(dt + to_days(j) AS DATE) AS d1, "
+     "CAST(date_trunc('second', ts) AS TIME) AS t0, CAST(date_trunc('second', ts) AS TIME) + to_minutes(i) AS t1 "
+     "FROM t) AS q"),
     ("timestampadd",
      "SELECT id, TIMESTAMPADD(MONTH, j, ts), TIMESTAMPADD(YEAR, 1, ts), TIMESTAMPADD(QUARTER, j, dt), "
      "TIMESTAMPADD(HOUR, j, ts), TIMESTAMPADD(SECOND, i, ts), TIMESTAMPADD(DAY, j, dt), TIMESTAMPADD(WEEK, 2, ts) "

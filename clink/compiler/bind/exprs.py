@@ -179,6 +179,8 @@ class ExprBinder:
                 if negated:
                     return ir.Call(fn="not", args=(call,), type=pa.bool_(), nullable=call.nullable, span=e.span)
                 return call
+            case ast.Overlaps(start1=start1, end1=end1, start2=start2, end2=end2):
+                return self._overlaps([self._expr(x, scope) for x in (start1, end1, start2, end2)], e.span)
             case ast.Cast(operand=operand, type=typ, try_=try_):
                 arg = self._expr(operand, scope)
                 if not T.can_cast(arg.type, typ):
@@ -271,6 +273,54 @@ class ExprBinder:
             raise SqlError(f"invalid SIMILAR TO pattern {pat.value!r}: {reason}", pat.span) from None
         return ir.Call(fn="similar_to", args=(cast_to(arg, pa.string()),), params=(pat.value, escape, regex),
                        type=pa.bool_(), nullable=arg.nullable, span=span)
+
+    def _overlaps(self, points: list[ir.Expr], span: Span) -> ir.Expr:
+        """``(s1, e1) OVERLAPS (s2, e2)`` as Calcite expands it (and Flink with it): an end given as
+        an interval is its start plus the interval; each pair is put in order with CASE (``s <= e``);
+        then ``e1 >= s2 AND e2 >= s1``. So periods that touch overlap, and NULL follows from the
+        comparisons (a NULL end makes ``s <= e`` NULL, which CASE reads as FALSE)."""
+        kinds = {"DATE": pt.is_date, "TIME": pt.is_time, "TIMESTAMP_LTZ": lambda t: pt.is_timestamp(t) and t.tz,
+                 "TIMESTAMP": lambda t: pt.is_timestamp(t) and not t.tz}
+
+        def kind(t: pa.DataType) -> str | None:
+            return next((k for k, test in kinds.items() if test(t)), None)
+
+        ends: list[ir.Expr] = []
+        for i, p in enumerate(points):
+            if i % 2 and T.is_interval(p.type):
+                start = points[i - 1]
+                if not pt.is_duration(p.type):
+                    raise SqlError("OVERLAPS takes a DAY, HOUR, MINUTE or SECOND interval as a period's length, "
+                                   f"got {T.sql_name(p.type)}", p.span, "write the period's end as a time point")
+                p = arithmetic("+", start, p, p.span)
+            elif not (T.is_null(p.type) or kind(p.type)):
+                what = "a time point or an interval" if i % 2 else "a time point"
+                raise SqlError(f"OVERLAPS takes {what} (DATE, TIME, TIMESTAMP or TIMESTAMP_LTZ) here, got "
+                               f"{T.sql_name(p.type)}", p.span)
+            ends.append(p)
+        found = {kind(p.type) for p in ends if not T.is_null(p.type)}
+        if len(found) > 1:
+            raise SqlError(f"OVERLAPS compares time points of one kind, got {' and '.join(sorted(found))}", span,
+                           "CAST the points to one type")
+        typ = pa.timestamp("ms") if not found else ends[0].type
+        for p in ends:
+            typ = T.common_type(typ, p.type) or typ
+        r0, r1, r2, r3 = (cast_to(p, typ) for p in ends)
+
+        def ordered(a: ir.Expr, b: ir.Expr) -> tuple[ir.Expr, ir.Expr]:
+            le = self._compare("<=", a, b, span)
+            nullable = a.nullable or b.nullable
+
+            def pick(x: ir.Expr, y: ir.Expr) -> ir.Expr:
+                return ir.Call(fn="case", args=(le, x, y), params=(1, True), type=typ, nullable=nullable, span=span)
+
+            return pick(a, b), pick(b, a)
+
+        s0, e0 = ordered(r0, r1)
+        s1, e1 = ordered(r2, r3)
+        first, second = self._compare(">=", e0, s1, span), self._compare(">=", e1, s0, span)
+        return ir.Call(fn="and", args=(first, second), type=pa.bool_(), nullable=first.nullable or second.nullable,
+                       span=span)
 
     def _within(self, arg: ir.Expr, low: ir.Expr, high: ir.Expr, span: Span) -> ir.Expr:
         """``arg >= low AND arg <= high``, with SQL's three-valued AND."""

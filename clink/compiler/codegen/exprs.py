@@ -154,6 +154,7 @@ EMITTERS: dict[str, Emitter] = {
     "negate": _arith("negate_checked", "negate"),
     "interval_multiply": _k("interval_multiply"),
     "date_add": _k_params("date_add"),
+    "time_add": _k_params("time_add"),
     "interval_divide": _k("interval_divide"),
     "eq": _pc("equal"),
     "ne": _pc("not_equal"),
