@@ -402,7 +402,9 @@ ENTRIES: tuple[Entry, ...] = (
     yes("valueaccess", "tableName.compositeType.field", "the field of a ROW"),
     yes("valueaccess", "tableName.compositeType.*", "every field of a ROW as a column (a select item only)"),
     # ---------------------------------------------------------------- grouping
-    no("grouping", "GROUP_ID()", "not implemented", "GROUP_ID", instead="GROUPING_ID(...)"),
+    yes("grouping", "GROUP_ID()",
+        "BIGINT: with a grouping set written more than once (GROUPING SETS, ROLLUP, CUBE), 0 in the rows of "
+        "its first occurrence, 1 in those of its second, ...; 0 in a plain GROUP BY", "GROUP_ID"),
     yes("grouping", "GROUPING(expression1 [, expression2]*), GROUPING_ID(expression1 [, expression2]*)",
         "with GROUPING SETS, ROLLUP and CUBE: the bits of the expressions left out of the grouping set, the "
         "first argument highest", "GROUPING", "GROUPING_ID"),

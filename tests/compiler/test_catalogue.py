@@ -17,9 +17,9 @@ from clink.errors import SqlError
 
 #: Names the grammar reads itself (GROUPING SETS' functions, the SQL/JSON calls and their clauses).
 #: Functions the parser writes as other calls or the binder handles itself: OVERLAY(s PLACING ...) is
-#: CONCAT of SUBSTRINGs.
-GRAMMAR = ("GROUPING", "GROUPING_ID", "JSON_VALUE", "JSON_QUERY", "JSON_EXISTS", "JSON_OBJECT", "JSON_ARRAY",
-           "OVERLAY")
+#: CONCAT of SUBSTRINGs; GROUP_ID() a constant of each grouping set's branch.
+GRAMMAR = ("GROUPING", "GROUPING_ID", "GROUP_ID", "JSON_VALUE", "JSON_QUERY", "JSON_EXISTS", "JSON_OBJECT",
+           "JSON_ARRAY", "OVERLAY")
 DOC = Path(__file__).parents[2] / "docs" / "sql.md"
 
 

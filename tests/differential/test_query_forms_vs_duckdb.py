@@ -5,6 +5,8 @@ what its pages print."""
 
 from __future__ import annotations
 
+import datetime as dt
+import re
 from collections import Counter
 
 import numpy as np
@@ -442,3 +444,64 @@ def test_flinks_cube_is_its_eight_grouping_sets() -> None:
                      "(supplier_id), (product_id, rating), (product_id), (rating), ());").to_arrow()
     assert Counter(tuple(r.values()) for r in cube.to_pylist()) == Counter(tuple(r.values()) for r in sets.to_pylist())
     assert cube.num_rows == 4 + 4 + 4 + 2 + 4 + 4 + 2 + 1
+
+
+# ---------------------------------------------------------------- GROUP_ID()
+
+# DuckDB has no GROUP_ID(). The reference unites one DuckDB aggregation per grouping set and
+# writes each branch's GROUP_ID by Flink's rule: how many times the same set (compared as a
+# set) came before it.
+# (its keys, its GROUP BY, GROUP_ID(), GROUPING_ID(k, s))
+_GROUP_ID_BRANCHES = [("k, NULL", "k", 0, 1), ("k, s", "k, s", 0, 0), ("k, s", "k, s", 1, 0), ("NULL, NULL", "", 0, 3),
+                      ("NULL, NULL", "", 1, 3), ("NULL, NULL", "", 2, 3)]
+
+
+def test_group_id_tells_repeated_grouping_sets_apart(tables: dict[str, pa.Table]) -> None:
+    ours = run_select("SELECT k, s, GROUP_ID() AS g, GROUPING_ID(k, s) AS gi, COUNT(*) AS n, SUM(v) AS t FROM l "
+                      "GROUP BY GROUPING SETS ((k), (k, s), (s, k), (), (), ())", row_group_size=97, **tables)
+    assert ours.schema.field("g").type == pa.int64()
+    con = shared_duckdb.connect()
+    con.register("l", tables["l"])
+    reference = " UNION ALL ".join(
+        f"SELECT {keys}, {gid}, {gi}, COUNT(*), SUM(v) FROM l" + (f" GROUP BY {by}" if by else "")
+        for keys, by, gid, gi in _GROUP_ID_BRANCHES)
+    shared_duckdb.assert_same_rows(ours, con.execute(reference).fetchall())
+
+
+def test_group_id_of_rollup_and_a_plain_group_by_in_having(tables: dict[str, pa.Table]) -> None:
+    """``GROUP BY k, ROLLUP (k)`` is the set (k) twice; HAVING GROUP_ID() = 1 keeps the copy. A
+    plain GROUP BY is one grouping set: GROUP_ID() is 0."""
+    twice = run_select("SELECT k, GROUP_ID() AS g, COUNT(*) AS n FROM l GROUP BY k, ROLLUP (k) HAVING GROUP_ID() = 1",
+                       row_group_size=97, **tables)
+    plain = run_select("SELECT k, GROUP_ID() AS g, COUNT(*) AS n FROM l GROUP BY k", row_group_size=97, **tables)
+    con = shared_duckdb.connect()
+    con.register("l", tables["l"])
+    shared_duckdb.assert_same_rows(twice, con.execute("SELECT k, 1, COUNT(*) FROM l GROUP BY k").fetchall())
+    shared_duckdb.assert_same_rows(plain, con.execute("SELECT k, 0, COUNT(*) FROM l GROUP BY k").fetchall())
+
+
+def test_group_id_in_a_window_aggregation() -> None:
+    """Over a window table function each grouping set is a window aggregation; GROUP_ID() counts
+    the repeats of a set there too. Hand-computed: 10-second windows of rows at 1, 2, 3 s (keys
+    a, b, a) and 12 s (key b)."""
+    events = pa.table({"ts": pa.array([1000, 2000, 3000, 12_000], pa.timestamp("ms")), "k": ["a", "b", "a", "b"],
+                       "v": pa.array([1, 2, 3, 4], pa.int64())})
+    rows = run_select("SELECT window_start, k, GROUP_ID() AS g, SUM(v) AS t FROM TABLE(TUMBLE(TABLE e, "
+                      "DESCRIPTOR(ts), INTERVAL '10' SECOND)) GROUP BY window_start, window_end, "
+                      "GROUPING SETS ((k), (), (k))", watermarks={"e": "ts AS ts"}, row_group_size=1,
+                      e=events).to_pylist()
+    w0, w1 = dt.datetime(1970, 1, 1, 0, 0, 0), dt.datetime(1970, 1, 1, 0, 0, 10)
+    assert Counter(tuple(r.values()) for r in rows) == Counter([
+        (w0, "a", 0, 4), (w0, "b", 0, 2), (w0, None, 0, 6), (w0, "a", 1, 4), (w0, "b", 1, 2),
+        (w1, "b", 0, 4), (w1, None, 0, 4), (w1, "b", 1, 4)])
+
+
+@pytest.mark.parametrize(("text", "message"), [
+    ("SELECT GROUP_ID() FROM l", "GROUP_ID belongs to a query with GROUP BY"),
+    ("SELECT k FROM l WHERE GROUP_ID() = 0 GROUP BY k", "GROUP_ID is only usable in the SELECT list or HAVING"),
+    ("SELECT k, GROUP_ID(k) FROM l GROUP BY k", "GROUP_ID takes no arguments: write GROUP_ID()"),
+])
+def test_group_id_is_refused_where_it_has_no_meaning(text: str, message: str) -> None:
+    with pytest.raises(SqlError, match=re.escape(message)) as info:
+        clink.compile("CREATE TABLE l (k BIGINT, s STRING, v INT) WITH ('connector' = 'push');\n" + text)
+    assert info.value.span is not None and info.value.span.line == 2

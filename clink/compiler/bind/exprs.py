@@ -383,6 +383,9 @@ class ExprBinder:
             return ir.Call(fn="__window__", args=(), params=(which,), type=typ, nullable=False, span=e.span)
         if e.name in TABLE_FUNCTIONS:
             raise SqlError(f"{e.name} is a table function: use it in FROM TABLE({e.name}(...))", span)
+        if e.name in ("GROUPING", "GROUPING_ID", "GROUP_ID"):
+            # The grouping rewrite made these constants where they may be (SELECT and HAVING).
+            raise SqlError(f"{e.name} is only usable in the SELECT list or HAVING of a query with GROUP BY", span)
         binder = FUNCTIONS.get(e.name) or SYNTAX.get(e.name)
         udf = self._udf(e.name, span) if binder is None or self.functions.get(e.name) is not None else None
         if binder is None and udf is None:

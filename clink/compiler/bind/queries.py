@@ -284,7 +284,8 @@ class QueryBinder:
         if sets is not None:
             # One aggregation per grouping set, united.
             every = grouping.all_grouping_expressions(sets)
-            branches = [grouping.branch(q, s, every, self._is_udaf) for s in sets]
+            branches = [grouping.branch(q, s, every, self._is_udaf, gid)
+                        for s, gid in zip(sets, grouping.group_ids(sets), strict=True)]
             united: ast.QueryExpr = branches[0]
             for b in branches[1:]:
                 united = ast.SetOp(op="UNION", all=True, left=united, right=b, span=q.span)
