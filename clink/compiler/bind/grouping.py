@@ -21,7 +21,7 @@ import attrs
 import pyarrow as pa
 
 from clink.compiler import ast
-from clink.compiler.bind.scope import ast_walk
+from clink.compiler.bind.scope import ast_walk, derive_name
 from clink.compiler.functions import AGGREGATES
 from clink.errors import SqlError
 
@@ -78,8 +78,17 @@ def branch(q: ast.Select, grouping: tuple[ast.Expr, ...], every: list[ast.Expr],
     arguments, too, are kept)."""
     missing = [e for e in every if e not in grouping]
     rewrite = _Rewrite(grouping, missing, udaf, group_id)
-    return attrs.evolve(q, group_by=grouping, items=tuple(rewrite(i) for i in q.items),
+    return attrs.evolve(q, group_by=grouping, items=tuple(_keep_name(i, rewrite(i)) for i in q.items),
                         having=rewrite(q.having) if q.having is not None else None)
+
+
+def _keep_name(item: ast.SelectItem, rewritten: ast.SelectItem) -> ast.SelectItem:
+    """``rewritten`` named as ``item`` would be: a column left out of the set, now NULL, keeps
+    its name (the first branch names the union's columns)."""
+    if (isinstance(item, ast.AliasedExpr) and item.alias is None and isinstance(rewritten, ast.AliasedExpr)
+            and isinstance(item.expr, (ast.ColumnRef, ast.FieldAccess)) and rewritten.expr != item.expr):
+        return attrs.evolve(rewritten, alias=derive_name(item.expr, 0))
+    return rewritten
 
 
 def all_grouping_expressions(sets: list[tuple[ast.Expr, ...]]) -> list[ast.Expr]:
