@@ -235,6 +235,8 @@ class AggregateRunner:
 
     def fresh(self, n: int) -> dict[str, pa.Array]:
         """``n`` new accumulators (``create_accumulator``'s values)."""
+        if not n:  # pa.repeat of a nested value (an empty list, say) cannot make none
+            return {name: pa.array([], value.type) for name, value in zip(self.names, self._initial, strict=True)}
         return {name: pa.repeat(value, n) if value.is_valid else pa.nulls(n, value.type)
                 for name, value in zip(self.names, self._initial, strict=True)}
 
