@@ -364,6 +364,54 @@ def test_listagg_and_collect_over_a_window() -> None:
         ("a", "a", [("a", 1)]), ("a,b", "a; b", [("a", 1), ("b", 1)])]
 
 
+# -- JSON_OBJECTAGG and JSON_ARRAYAGG: the examples of Flink's reference, over its `orders`
+
+ORDERS = pa.table({"product": ["Apple", "Banana", "Orange"], "cnt": pa.array([2, 17, 0], pa.int64())})
+
+
+def test_json_aggregates_give_flinks_documented_results() -> None:
+    out = run_select("SELECT JSON_OBJECTAGG(KEY product VALUE cnt) AS o, JSON_ARRAYAGG(product) AS a FROM orders",
+                     orders=ORDERS)
+    assert out.to_pylist() == [{"o": '{"Apple":2,"Banana":17,"Orange":0}', "a": '["Apple","Banana","Orange"]'}]
+    assert [f.nullable for f in out.schema] == [False, False]  # STRING NOT NULL, as Flink's
+
+
+def test_json_aggregates_on_null_and_nested_values() -> None:
+    table = pa.table({"k": ["a", "b", "c"], "v": pa.array([1, None, 3], pa.int64())})
+    out = run_select("SELECT JSON_OBJECTAGG(k VALUE v) AS o1, JSON_OBJECTAGG(KEY k VALUE v ABSENT ON NULL) AS o2, "
+                     "JSON_ARRAYAGG(v) AS a1, JSON_ARRAYAGG(v NULL ON NULL) AS a2, "
+                     "JSON_ARRAYAGG(JSON_OBJECT('k' VALUE k, 'v' VALUE JSON_ARRAY(v))) AS a3, "
+                     "JSON_ARRAYAGG(k) FILTER (WHERE v > 5) AS a4 FROM t", t=table)
+    assert out.to_pylist() == [{
+        "o1": '{"a":1,"b":null,"c":3}', "o2": '{"a":1,"c":3}', "a1": "[1,3]", "a2": "[1,null,3]",
+        "a3": '[{"k":"a","v":[1]},{"k":"b","v":[]},{"k":"c","v":[3]}]', "a4": "[]"}]
+
+
+@pytest.mark.parametrize(("rows", "message"), [
+    ({"k": ["a", "b", "a"], "v": [1, 2, 3]}, "Key 'a' is already present. Duplicate keys are not allowed"),
+    ({"k": ["a", None], "v": [1, 2]}, "a key is NULL"),
+])
+def test_json_objectagg_fails_on_a_duplicate_or_null_key(rows: dict, message: str) -> None:
+    with pytest.raises(PipelineError, match=re.escape(message)):
+        run_select("SELECT JSON_OBJECTAGG(KEY k VALUE v) FROM t", t=pa.table(rows))
+
+
+@pytest.mark.parametrize(("query", "message", "where"), [
+    ("SELECT JSON_ARRAYAGG(s) OVER (ORDER BY ts) FROM t", "JSON_ARRAYAGG(...) OVER (...) is not supported", "2:8"),
+    ("SELECT JSON_OBJECTAGG(KEY n VALUE s) FROM t", "the key of JSON_OBJECTAGG must be a string, got BIGINT",
+     "2:27"),
+    ("SELECT JSON_OBJECTAGG(KEY NULL VALUE s) FROM t", "the key of JSON_OBJECTAGG must not be NULL", "2:27"),
+    ("SELECT JSON_ARRAYAGG(ts) FROM t", "JSON_ARRAYAGG cannot write TIMESTAMP(3) as JSON", "2:22"),
+    ("SELECT JSON_ARRAYAGG(s ORDER BY n) FROM t", "JSON_ARRAYAGG(... ORDER BY ...) is not supported", "2:24"),
+    ("SELECT s FROM t WHERE JSON_ARRAYAGG(s) = '[]'", "aggregate function JSON_ARRAYAGG is not allowed here", "2:23"),
+])
+def test_json_aggregates_are_refused_where_they_cannot_run(query: str, message: str, where: str) -> None:
+    with pytest.raises(SqlError, match=re.escape(message)) as info:
+        clink.compile("CREATE TABLE t (s STRING, n BIGINT, ts TIMESTAMP(3), WATERMARK FOR ts AS ts) "
+                      "WITH ('connector' = 'push');\n" + query)
+    assert str(info.value).startswith(f"<sql>:{where}:")
+
+
 def test_log_with_a_base_of_one_fails_the_pipeline() -> None:
     # Flink fails rather than answer: LOG(1, x) has no value.
     with pytest.raises(PipelineError, match="the base of LOG"):

@@ -233,7 +233,9 @@ class NamedWindow(Node):
 
 @attrs.frozen(kw_only=True)
 class FunctionCall(Expr):
-    """``name(args)``; ``star`` for ``COUNT(*)``, ``distinct`` for ``COUNT(DISTINCT x)``."""
+    """``name(args)``; ``star`` for ``COUNT(*)``, ``distinct`` for ``COUNT(DISTINCT x)``;
+    ``options``: the words of an aggregate's SQL/JSON clause (JSON_OBJECTAGG, JSON_ARRAYAGG:
+    ``("on_null", "ABSENT")``), as ``JsonCall`` keeps them."""
 
     name: str
     args: tuple[Expr, ...]
@@ -241,6 +243,7 @@ class FunctionCall(Expr):
     star: bool = False
     over: WindowSpec | NamedWindow | None = None
     filter: Expr | None = None
+    options: tuple[tuple[str, str], ...] = ()
     name_span: Span | None = _extra_span
 
 

@@ -386,13 +386,19 @@ ENTRIES: tuple[Entry, ...] = (
         "STRING: a JSON object of the pairs in their order; keys are non-NULL string constants; NULL ON NULL "
         "by default; a value made by JSON_OBJECT or JSON_ARRAY goes in as JSON, not as a string",
         "JSON_OBJECT"),
-    no("json", "JSON_OBJECTAGG([KEY] key VALUE value [{NULL | ABSENT} ON NULL])",
-       "JSON aggregates are not implemented", "JSON_OBJECTAGG"),
+    yes("json", "JSON_OBJECTAGG([KEY] key VALUE value [{NULL | ABSENT} ON NULL])",
+        "STRING, never NULL: a JSON object of each row's key (a string; a NULL key fails the job) and value, "
+        "its members ordered by key; NULL ON NULL by default; a value made by JSON_OBJECT or JSON_ARRAY goes in "
+        "as JSON. A key that comes twice in a group fails the job, as in Flink. In GROUP BY (over an updating "
+        "input too) and window aggregations; with OVER it is refused", "JSON_OBJECTAGG"),
     yes("json", "JSON_ARRAY([value]* [{NULL | ABSENT} ON NULL])",
         "STRING: a JSON array of the values; ABSENT ON NULL by default; nested JSON_OBJECT / JSON_ARRAY go in "
         "as JSON", "JSON_ARRAY"),
-    no("json", "JSON_ARRAYAGG(items [{NULL | ABSENT} ON NULL])", "JSON aggregates are not implemented",
-       "JSON_ARRAYAGG"),
+    yes("json", "JSON_ARRAYAGG(items [{NULL | ABSENT} ON NULL])",
+        "STRING, never NULL: a JSON array of the items in arrival order (`[]` when every one is left out); "
+        "ABSENT ON NULL by default; nested JSON_OBJECT / JSON_ARRAY go in as JSON. In GROUP BY (over an "
+        "updating input too: a retraction takes out one equal item) and window aggregations, HOP and SESSION "
+        "included; with OVER it is refused", "JSON_ARRAYAGG"),
     # ---------------------------------------------------------------- value construction and access
     yes("valueconstruction", "ROW(value1 [, value2]*), (value1, value2 [, ...])",
         "a ROW whose fields are named `EXPR$0`, `EXPR$1`, ... (as Flink names them)", "ROW"),

@@ -1198,6 +1198,7 @@ UNIT_FIRST = frozenset({"TIMESTAMPADD", "TIMESTAMPDIFF"})
 AGGREGATES = frozenset({
     "COUNT", "SUM", "MIN", "MAX", "AVG", "FIRST_VALUE", "LAST_VALUE", "STDDEV_POP", "STDDEV_SAMP",
     "VAR_POP", "VAR_SAMP", "VARIANCE", "LAG", "ROW_NUMBER", "RANK", "DENSE_RANK", "LISTAGG", "COLLECT",
+    "JSON_OBJECTAGG", "JSON_ARRAYAGG",
 })
 
 #: Table functions, which appear in ``FROM TABLE(...)``.
@@ -1294,6 +1295,25 @@ def bind_json(name: str, args: list[ir.Expr], options: dict[str, str], returning
     fn = "json_object" if name == "JSON_OBJECT" else "json_array"
     params = (tuple(names), raw, keep_null) if name == "JSON_OBJECT" else (raw, keep_null)
     return _call(fn, list(values), pa.string(), span, params, False)
+
+
+def json_member(name: str, value: ir.Expr, keep_null: bool) -> ir.Expr:
+    """A value of JSON_OBJECTAGG or JSON_ARRAYAGG as the JSON text the aggregate adds: made by
+    JSON_OBJECT or JSON_ARRAY, it goes in as JSON (as in those functions); any other value is
+    written by JSON_STRING. A NULL value is the text ``null`` (NULL ON NULL) or stays NULL, which
+    the aggregate leaves out (ABSENT ON NULL)."""
+    _json_writable(name, value)
+    span = value.span
+    if isinstance(value, ir.Call) and value.fn in ("json_object", "json_array"):
+        text = value
+    elif T.is_null(value.type):
+        text = _null(pa.string(), span)
+    else:
+        text = _call("json_string", [value], pa.string(), span)
+    if keep_null and text.nullable:
+        text = _coalesce("COALESCE", [text, ir.Literal(value="null", type=pa.string(), nullable=False, span=span)],
+                         span)
+    return text
 
 
 def _json_writable(name: str, v: ir.Expr) -> None:

@@ -1072,6 +1072,33 @@ class _Builder(Transformer):
     def between_kind(self, meta, children):
         return children[0].type.lower()
 
+    def _json_aggregate(self, meta, children, name: str) -> ast.FunctionCall:
+        call, *parts = children
+        args, options, over, filter_ = [], [], None, None
+        for p in _strip_keywords(parts):
+            if isinstance(p, (ast.WindowSpec, ast.NamedWindow)):
+                over = p
+            elif isinstance(p, tuple) and p[0] == "filter":
+                filter_ = p[1]
+            elif isinstance(p, tuple):
+                options.append(p)
+            else:
+                args.append(p)
+        # The name's span leaves out the parenthesis its token ends with.
+        name_span = Span(self.file, call.line, call.column, call.line, call.column + len(name))
+        return ast.FunctionCall(name=name, args=tuple(args), over=over, filter=filter_, options=tuple(options),
+                                name_span=name_span, span=self._span(meta))
+
+    def json_agg_order(self, meta, children):
+        raise SqlError("JSON_ARRAYAGG(... ORDER BY ...) is not supported: its items come in arrival order",
+                       self._span(meta), "leave ORDER BY out")
+
+    def json_objectagg(self, meta, children):
+        return self._json_aggregate(meta, children, "JSON_OBJECTAGG")
+
+    def json_arrayagg(self, meta, children):
+        return self._json_aggregate(meta, children, "JSON_ARRAYAGG")
+
     def between(self, meta, children):
         operand, low, high = [c for c in _strip_keywords(children) if c not in ("not", "symmetric", "asymmetric")]
         return ast.Between(operand=operand, low=low, high=high, negated="not" in children,

@@ -1,7 +1,8 @@
-"""LISTAGG and COLLECT in a GROUP BY without a window, as aggregate functions of the ``udaf``
-contract (``clink/runtime/udaf.py``): the group operator keeps their accumulators as Arrow
-columns with the other aggregates' and checkpoints them alike. (Window aggregations compute
-both natively; this module is for the updating GROUP BY.)
+"""LISTAGG and COLLECT in a GROUP BY without a window, and JSON_OBJECTAGG and JSON_ARRAYAGG in
+any aggregation, as aggregate functions of the ``udaf`` contract (``clink/runtime/udaf.py``): the
+group operator keeps their accumulators as Arrow columns with the other aggregates' and
+checkpoints them alike, and a window aggregation keeps them in its partial rows and merges those.
+(Window aggregations compute LISTAGG and COLLECT natively.)
 
 - ``LISTAGG(value [, separator])``: the accumulator is the text so far; a batch's non-NULL values
   are joined per group in arrival order and appended. It cannot take a value away again, so over
@@ -12,6 +13,14 @@ both natively; this module is for the updating GROUP BY.)
 - ``COLLECT(value)``: the accumulator is the multiset as a ``MAP<value, INT>`` of counts (Flink's
   MULTISET); a batch (or a retraction, with -1) is added by one Arrow ``group_by`` over (group,
   value) of the old entries and the new rows, entries whose count reaches 0 dropped.
+- ``JSON_ARRAYAGG(item)``: the accumulator is the list of the items' JSON texts in arrival order
+  (the compiler turns each value into JSON text, or ``null`` for NULL ON NULL; a NULL it passes
+  on is left out). A retraction takes away the first equal text of its group.
+- ``JSON_OBJECTAGG(key, value)``: the accumulator is a list of (key, JSON text, count) entries
+  sorted by key and text, kept as COLLECT keeps its counts, so that a row and its retraction
+  cancel whatever order they come in. A NULL key fails the aggregation; a key counted more than
+  once (two rows, or two values) fails it when its result is asked for, as Flink's fails on a
+  duplicate key. The object lists its members by key.
 
 Everything is vectorized over the batch; no method loops over rows or groups in Python.
 """
@@ -22,9 +31,11 @@ import numpy as np
 import pyarrow as pa
 
 from clink.runtime import compute as pc
+from clink.runtime import functions as F
+from clink.runtime import kernels as K
 from clink.runtime.udaf import udaf
 
-__all__ = ["COLLECT", "LISTAGG", "LISTAGG_RETRACT"]
+__all__ = ["COLLECT", "JSON_ARRAYAGG", "JSON_OBJECTAGG", "LISTAGG", "LISTAGG_RETRACT"]
 
 
 def _placed(values: pa.Array, at: np.ndarray, n: int) -> pa.Array:
@@ -185,8 +196,138 @@ class _Collect:
         return acc["bag"]
 
 
+def _flat(lists: pa.Array, owner_of_row: np.ndarray) -> tuple[np.ndarray, pa.Array]:
+    """The elements of ``lists``, each with its owner (``owner_of_row`` of its list)."""
+    lengths = pc.fill_null(pc.list_value_length(lists), 0).to_numpy(zero_copy_only=False)
+    return np.repeat(np.asarray(owner_of_row, dtype=np.int64), lengths), pc.list_flatten(lists)
+
+
+def _lists(owners: np.ndarray, values: pa.Array, n: int) -> pa.ListArray:
+    """``n`` lists (one per group) of ``values``, whose ``owners`` are sorted."""
+    offsets = np.searchsorted(owners, np.arange(n + 1), side="left").astype(np.int32)
+    return pa.ListArray.from_arrays(pa.array(offsets), values)
+
+
+def _wrapped(lists: pa.Array, opening: str, closing: str) -> pa.Array:
+    """Each list of JSON texts joined by commas between ``opening`` and ``closing``."""
+    return pc.binary_join_element_wise(opening, pc.binary_join(lists, ","), closing, "")
+
+
+class _JsonArrayAgg:
+    def create_accumulator(self):
+        return {"items": []}
+
+    def accumulate(self, acc, groups, items):
+        old: pa.ListArray = acc["items"]
+        n = len(old)
+        owners, values = _flat(old, np.arange(n))
+        valid = pc.is_valid(items).to_numpy(zero_copy_only=False)
+        g = np.concatenate([owners, np.asarray(groups, dtype=np.int64)[valid]])
+        v = pa.concat_arrays([values.cast(pa.string()), items.filter(pa.array(valid)).cast(pa.string())])
+        order = np.argsort(g, kind="stable")  # old items first, then the batch's in arrival order
+        return {"items": _lists(g[order], v.take(pa.array(order)), n)}
+
+    def retract(self, acc, groups, items):
+        valid = pc.is_valid(items).to_numpy(zero_copy_only=False)
+        if not valid.any():
+            return acc
+        old: pa.ListArray = acc["items"]
+        n = len(old)
+        owners, values = _flat(old, np.arange(n))
+        m = len(owners)
+        gone = np.asarray(groups, dtype=np.int64)[valid]
+        # One id per (group, text) over the held items and the retracted ones: each retracted
+        # row takes away the first held item of its id that no earlier one took.
+        ids, count = K.group_ids([pa.array(np.concatenate([owners, gone])),
+                                  pa.concat_arrays([values.cast(pa.string()),
+                                                    items.filter(pa.array(valid)).cast(pa.string())])], m + len(gone))
+        held, taken = ids[:m], np.bincount(ids[m:], minlength=count)
+        order = np.argsort(held, kind="stable")
+        ranked = held[order]
+        rank = np.empty(m, dtype=np.int64)
+        rank[order] = np.arange(m) - np.searchsorted(ranked, ranked, side="left")
+        keep = rank >= taken[held]
+        return {"items": _lists(owners[keep], values.filter(pa.array(keep)), n)}
+
+    def merge(self, acc, groups, other):
+        owners, values = _flat(other["items"], groups)
+        return self.accumulate(acc, owners, values)
+
+    def get_value(self, acc):
+        return _wrapped(acc["items"], "[", "]")
+
+
+def _field(entries: pa.Array, i: int) -> pa.Array:
+    return pc.struct_field(entries, [i])
+
+
+_ENTRY = pa.struct([pa.field("k", pa.string()), pa.field("v", pa.string()), pa.field("n", pa.int64())])
+
+
+class _JsonObjectAgg:
+    def create_accumulator(self):
+        return {"entries": []}
+
+    def _add(self, acc, groups, keys, values, counts) -> dict:
+        """The entries of ``acc`` with (``keys``, ``values``) of ``groups`` counted ``counts`` times."""
+        old: pa.ListArray = acc["entries"]
+        n = len(old)
+        owners, entries = _flat(old, np.arange(n))
+        table = pa.table({
+            "g": pa.concat_arrays([pa.array(owners, pa.int64()), pa.array(np.asarray(groups, dtype=np.int64))]),
+            "k": pa.concat_arrays([_field(entries, 0), keys.cast(pa.string())]),
+            "v": pa.concat_arrays([_field(entries, 1), values.cast(pa.string())]),
+            "n": pa.concat_arrays([_field(entries, 2), pa.array(np.asarray(counts, dtype=np.int64))]),
+        })
+        summed = table.group_by(["g", "k", "v"], use_threads=False).aggregate([("n", "sum")])
+        kept = summed.filter(pc.not_equal(summed["n_sum"], 0))
+        kept = kept.take(pc.sort_indices(kept, sort_keys=[("g", "ascending"), ("k", "ascending"), ("v", "ascending")]))
+        held = pa.StructArray.from_arrays([kept[c].combine_chunks() for c in ("k", "v", "n_sum")], fields=list(_ENTRY))
+        return {"entries": _lists(kept["g"].to_numpy(), held, n)}
+
+    def accumulate(self, acc, groups, keys, values):
+        if keys.null_count:
+            raise ValueError("a key is NULL; JSON_OBJECTAGG needs a non-NULL key on every row it aggregates "
+                             "(filter the NULL keys out, or COALESCE them)")
+        present = pc.is_valid(values)  # ABSENT ON NULL: the compiler passes a NULL value on
+        rows = present.to_numpy(zero_copy_only=False)
+        return self._add(acc, np.asarray(groups)[rows], keys.filter(present), values.filter(present),
+                         np.ones(int(rows.sum()), dtype=np.int64))
+
+    def retract(self, acc, groups, keys, values):
+        present = pc.and_(pc.is_valid(keys), pc.is_valid(values))
+        rows = present.to_numpy(zero_copy_only=False)
+        return self._add(acc, np.asarray(groups)[rows], keys.filter(present), values.filter(present),
+                         np.full(int(rows.sum()), -1, dtype=np.int64))
+
+    def merge(self, acc, groups, other):
+        owners, entries = _flat(other["entries"], groups)
+        return self._add(acc, owners, _field(entries, 0), _field(entries, 1),
+                         _field(entries, 2).to_numpy(zero_copy_only=False))
+
+    def get_value(self, acc):
+        lists: pa.ListArray = acc["entries"]
+        n = len(lists)
+        owners, entries = _flat(lists, np.arange(n))
+        counts = _field(entries, 2).to_numpy(zero_copy_only=False)
+        live = counts > 0  # a count below 0 waits for the row its retraction came before
+        picks = pa.array(live)
+        owners, keys, values = owners[live], _field(entries, 0).filter(picks), _field(entries, 1).filter(picks)
+        ids, count = K.group_ids([pa.array(owners), keys], len(owners))
+        totals = np.bincount(ids, weights=counts[live], minlength=count)
+        if (totals > 1).any():
+            key = keys[int(np.flatnonzero(totals[ids] > 1)[0])].as_py()
+            raise ValueError(f"Key '{key}' is already present. Duplicate keys are not allowed in JSON_OBJECTAGG: "
+                             "make the keys of each group unique")
+        members = pc.binary_join_element_wise(F.json_text(keys), values, ":")
+        return _wrapped(_lists(owners, members, n), "{", "}")
+
+
 #: The group operator imports these by path (the generated module names them).
 LISTAGG = udaf(_ListAgg, name="LISTAGG", returns="STRING", accumulator={"text": "STRING"})
 LISTAGG_RETRACT = udaf(_ListAggRetract, name="LISTAGG", returns="STRING",
                        accumulator={"items": "ARRAY<STRING>", "sep": "STRING"})
 COLLECT = udaf(_Collect, name="COLLECT", returns="MAP<STRING, INT>", accumulator={"bag": "MAP<STRING, INT>"})
+JSON_ARRAYAGG = udaf(_JsonArrayAgg, name="JSON_ARRAYAGG", returns="STRING", accumulator={"items": "ARRAY<STRING>"})
+JSON_OBJECTAGG = udaf(_JsonObjectAgg, name="JSON_OBJECTAGG", returns="STRING",
+                      accumulator={"entries": "ARRAY<ROW<k STRING, v STRING, n BIGINT>>"})

@@ -14,7 +14,7 @@ from clink.compiler import types as T
 from clink.compiler.bind.exprs import WINDOW_PROPERTY
 from clink.compiler.bind.scope import Scope, ast_walk, derive_name, unique_names
 from clink.compiler.bind.windows import attachable
-from clink.compiler.functions import AGGREGATES, TABLE_FUNCTIONS, arithmetic, cast_to
+from clink.compiler.functions import AGGREGATES, TABLE_FUNCTIONS, arithmetic, cast_to, json_member
 from clink.errors import SqlError
 
 
@@ -221,6 +221,9 @@ class AggregateBinder:
         fn, typ, nullable = aggregate_signature(e, args)
         if condition is not None and not (pt.is_boolean(condition.type) or T.is_null(condition.type)):
             raise SqlError(f"FILTER needs a BOOLEAN condition, got {T.sql_name(condition.type)}", e.filter.span)
+        if fn in ("json_objectagg", "json_arrayagg"):
+            filter_ = context.add_input(cast_to(condition, pa.bool_())) if condition is not None else None
+            return self._json_aggregate(e, fn, args, filter_, context)
         arg = context.add_input(args[0]) if args else None
         filter_ = context.add_input(cast_to(condition, pa.bool_())) if condition is not None else None
         call = ir.AggCall(fn=fn, arg=arg, filter=filter_, type=typ, nullable=nullable, sql=agg_sql(e),
@@ -261,6 +264,28 @@ class AggregateBinder:
         call = ir.AggCall(fn="udaf", arg=None, args=tuple(columns), filter=filter_, type=typ, nullable=True,
                           udf=ref, accumulator=accumulator, sql=agg_sql(e))
         return ir.Call(fn="__agg__", args=(), params=(context.add_agg(call),), type=typ, nullable=True, span=e.span)
+
+    def _json_aggregate(self, e: ast.FunctionCall, fn: str, args: list[ir.Expr], filter_: int | None,
+                        context: AggContext) -> ir.Expr:
+        """JSON_OBJECTAGG and JSON_ARRAYAGG, in a GROUP BY (over an updating input too: both take
+        rows back) and in window aggregations: aggregate functions of the ``udaf`` contract
+        (``runtime/builtin_aggregates.py``) over the JSON text of each value (``json_member``)."""
+        name = e.name
+        keep_null = dict(e.options).get("on_null", "NULL" if name == "JSON_OBJECTAGG" else "ABSENT") == "NULL"
+        *keys, value = args
+        columns = [context.add_input(cast_to(k, pa.string())) for k in keys]
+        columns.append(context.add_input(json_member(name, value, keep_null)))
+        if name == "JSON_OBJECTAGG":
+            entry = pa.struct([pa.field("k", pa.string()), pa.field("v", pa.string()), pa.field("n", pa.int64())])
+            accumulator = pa.struct([pa.field("entries", pa.list_(entry))])
+        else:
+            accumulator = pa.struct([pa.field("items", pa.list_(pa.string()))])
+        ref = ir.UdfRef(name=name, vectorized=True, module="clink.runtime.builtin_aggregates", attribute=name,
+                        kind="aggregate")
+        call = ir.AggCall(fn="udaf", arg=None, args=tuple(columns), filter=filter_, type=pa.string(), nullable=False,
+                          udf=ref, accumulator=accumulator, sql=agg_sql(e))
+        return ir.Call(fn="__agg__", args=(), params=(context.add_agg(call),), type=pa.string(), nullable=False,
+                       span=e.span)
 
     def _python_aggregate_call(self, e: ast.FunctionCall, scope: Scope, f: udfs.BoundUdf) -> ir.Expr:
         """A call of a Python aggregate function (``clink.udaf``): its arguments (checked against
@@ -383,6 +408,8 @@ def aggregate_signature(e: ast.FunctionCall, args: list[ir.Expr]) -> tuple[str, 
             raise SqlError(f"LISTAGG joins strings, got {T.sql_name(args[0].type)}", args[0].span, "CAST it AS STRING")
         listagg_separator(args)
         return "listagg", pa.string(), True
+    if name in ("JSON_OBJECTAGG", "JSON_ARRAYAGG"):
+        return _json_aggregate_signature(e, args)
     if len(args) != 1:
         raise SqlError(f"{name} takes 1 argument, got {len(args)}", e.span)
     (arg,) = args
@@ -415,6 +442,19 @@ def aggregate_signature(e: ast.FunctionCall, args: list[ir.Expr]) -> tuple[str, 
                                "COLLECT takes scalar values (they become the keys of a MAP)")
             return "collect", pa.map_(t, pa.int32()), False
     raise SqlError(f"aggregate function {name} is not supported yet", span)
+
+
+def _json_aggregate_signature(e: ast.FunctionCall, args: list[ir.Expr]) -> tuple[str, pa.DataType, bool]:
+    """JSON_OBJECTAGG(key VALUE value), JSON_ARRAYAGG(item): a STRING that is never NULL, as Flink's."""
+    if e.name == "JSON_OBJECTAGG":
+        key = args[0]
+        if T.is_null(key.type):
+            raise SqlError("the key of JSON_OBJECTAGG must not be NULL", key.span)
+        if not T.is_string(key.type):
+            raise SqlError(f"the key of JSON_OBJECTAGG must be a string, got {T.sql_name(key.type)}", key.span,
+                           "CAST it AS STRING")
+    json_member(e.name, args[-1], keep_null=False)  # a value JSON cannot write is refused here
+    return e.name.lower(), pa.string(), False
 
 
 def listagg_separator(args: list[ir.Expr]) -> str:
