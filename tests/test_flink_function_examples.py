@@ -412,6 +412,29 @@ def test_json_aggregates_are_refused_where_they_cannot_run(query: str, message: 
     assert str(info.value).startswith(f"<sql>:{where}:")
 
 
+@pytest.mark.parametrize(("query", "message", "where"), [
+    ("SELECT CURRENT_WATERMARK(n) FROM t", "the argument of CURRENT_WATERMARK must be a rowtime attribute", "2:26"),
+    ("SELECT CURRENT_WATERMARK(CAST(ts AS TIMESTAMP(3))) FROM t",
+     "the argument of CURRENT_WATERMARK must be a rowtime attribute", "2:26"),
+    ("SELECT CURRENT_WATERMARK(ts, ts) FROM t", "CURRENT_WATERMARK takes one argument", "2:8"),
+    ("SELECT s, CURRENT_WATERMARK(ts) FROM t GROUP BY s", "CURRENT_WATERMARK in a query that aggregates", "2:11"),
+])
+def test_current_watermark_is_refused_where_it_cannot_run(query: str, message: str, where: str) -> None:
+    with pytest.raises(SqlError, match=re.escape(message)) as info:
+        clink.compile("CREATE TABLE t (s STRING, n BIGINT, ts TIMESTAMP(3), WATERMARK FOR ts AS ts) "
+                      "WITH ('connector' = 'push');\n" + query)
+    assert str(info.value).startswith(f"<sql>:{where}:")
+
+
+def test_current_watermark_is_never_moved_into_the_scan() -> None:
+    # A filter on it stays where the query put it, behind the watermark's source (EXPLAIN shows it).
+    text = clink.compile("CREATE TABLE t (n BIGINT, ts TIMESTAMP(3), WATERMARK FOR ts AS ts) "
+                         "WITH ('connector' = 'push');\n"
+                         "SELECT n FROM t WHERE ts > CURRENT_WATERMARK(ts) AND n > 0").explain()
+    scan = next(line for line in text.splitlines() if "Scan" in line)
+    assert "CURRENT_WATERMARK(ts)" in text and "CURRENT_WATERMARK" not in scan
+
+
 def test_log_with_a_base_of_one_fails_the_pipeline() -> None:
     # Flink fails rather than answer: LOG(1, x) has no value.
     with pytest.raises(PipelineError, match="the base of LOG"):

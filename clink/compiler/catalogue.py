@@ -304,9 +304,11 @@ ENTRIES: tuple[Entry, ...] = (
     yes("temporal", "TO_TIMESTAMP(string1 [, string2])",
         "TIMESTAMP(3): without a format, the string as CAST reads it; with one (letters as "
         "UNIX_TIMESTAMP) the whole string must match; NULL when it does not spell a time", "TO_TIMESTAMP"),
-    no("temporal", "CURRENT_WATERMARK(rowtime)", "an operator's watermark is not visible to expressions",
-       "CURRENT_WATERMARK", instead="a WATERMARK declaration with the lateness you accept; late rows are "
-       "dropped by the window operators"),
+    yes("temporal", "CURRENT_WATERMARK(rowtime)",
+        "the current watermark of the subtask that evaluates it, as the rowtime's type with precision 3 "
+        "(TIMESTAMP(3) or TIMESTAMP_LTZ(3)); NULL before its first watermark. The argument must be a rowtime "
+        "attribute; in WHERE, SELECT and computed columns, never moved by the optimizer; in a query that "
+        "aggregates it is refused", "CURRENT_WATERMARK"),
     # ---------------------------------------------------------------- conditional
     yes("conditional", "CASE value WHEN value1 [, value2]* THEN result ... [ELSE result] END",
         "compares `value = valueX`; all results are brought to one type; without ELSE NULL"),

@@ -136,7 +136,7 @@ class UdfRef:
 
 #: Functions whose value depends on when they run.
 NONDETERMINISTIC = frozenset({"current_timestamp", "current_date", "current_time", "localtime", "localtimestamp",
-                              "proctime"})
+                              "proctime", "current_watermark"})
 
 
 def walk(expr: Expr):

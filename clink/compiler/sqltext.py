@@ -54,6 +54,8 @@ def expr_sql(e: ir.Expr, names: tuple[str, ...]) -> str:
                              for c, r in zip(args[:n], args[n:2 * n], strict=True))
             tail = f" ELSE {expr_sql(args[-1], names)}" if has_else else ""
             return f"CASE {whens}{tail} END"
+        case ir.Call(fn="current_watermark", params=(rowtime,)):
+            return f"CURRENT_WATERMARK({rowtime})"
         case ir.Call(fn="udf", args=args, params=(ref,)):
             return f"{ref.name}({', '.join(expr_sql(a, names) for a in args)})"
         case ir.Call(fn=fn, args=args, params=params):

@@ -117,6 +117,10 @@ class TaskContext:
     key_groups: range | None = None
     #: What the task's string functions remember of values they have seen (``memo.py``).
     memo: ValueMemo = field(default_factory=lambda: _value_memo())
+    #: The subtask's current input watermark (ms since the epoch: the minimum over its channels;
+    #: a source's, its own), None before the first: what CURRENT_WATERMARK reads. The executor
+    #: sets it as the watermark advances.
+    watermark: int | None = None
 
     def now(self) -> int:
         """Processing time in milliseconds since the epoch."""

@@ -609,6 +609,7 @@ class Job:
                                 sql_position_of(exc)) from exc
         if candidate is not None and candidate > self._watermarks.get(node_id, -(2**63)):
             self._watermarks[node_id] = candidate
+            self._tasks[node_id].watermark = candidate
             self._emit(node_id, Watermark(candidate))
 
     def _push(self, node_id: int, batch: pa.RecordBatch) -> None:
@@ -831,6 +832,8 @@ class Job:
         if low <= self._watermarks.get(node_id, -(2**63)):
             return
         self._watermarks[node_id] = low
+        if (task := self._tasks.get(node_id)) is not None:
+            task.watermark = low  # what CURRENT_WATERMARK reads in this subtask from now on
         if node_id in self._minibatches:
             self._flush_minibatch(node_id)
         if isinstance(node, Sink):
@@ -1312,6 +1315,9 @@ class _Checkpointing:
                 # The same plan: node ids mean the same nodes, so watermarks carry over as they were.
                 # (A changed plan starts its watermarks afresh; each window operator keeps its own.)
                 job._watermarks.update({int(k): v for k, v in state["watermarks"].items()})
+                for k, v in state["watermarks"].items():
+                    if (task := job._tasks.get(int(k))) is not None:
+                        task.watermark = v
                 for k, v in state["input_watermarks"].items():
                     job._input_watermarks[int(k)].update({int(i): w for i, w in v.items()})
             self.next_id = info.id + 1

@@ -942,6 +942,12 @@ def current_timestamp(ctx: TaskContext) -> pa.Scalar:
     return pc.cast(pa.scalar(ctx.now(), pa.int64()), pa.timestamp("ms", tz="UTC"))
 
 
+def current_watermark(ctx: TaskContext, tz: str | None) -> pa.Scalar:
+    """CURRENT_WATERMARK(rowtime): the evaluating subtask's current input watermark as
+    TIMESTAMP(3) (``tz`` None) or TIMESTAMP_LTZ(3); NULL before its first watermark."""
+    return pa.scalar(ctx.watermark, pa.timestamp("ms", tz=tz))
+
+
 def local_timestamp(ctx: TaskContext) -> pa.Scalar:
     """LOCALTIMESTAMP: the wall clock in the session time zone (TIMESTAMP(3))."""
     return to_local(current_timestamp(ctx), ctx.time_zone)

@@ -91,8 +91,10 @@ class DdlBinder:
                             columns=ir.Schema(tuple(physical)), primary_key=stmt.primary_key,
                             partition_columns=stmt.partitioned_by,
                             idle_timeout=parse_duration(idle.value) if idle is not None else None)
-        # Computed columns see the physical columns, in declaration order.
-        scope = Scope(tuple(ScopeColumn(stmt.name, f.name, f) for f in physical))
+        # Computed columns see the physical columns, in declaration order; the one the watermark
+        # is declared on is the rowtime attribute (CURRENT_WATERMARK may name it).
+        rowtime = stmt.watermark.column if stmt.watermark is not None else None
+        scope = Scope(tuple(ScopeColumn(stmt.name, f.name, f, rowtime=f.name == rowtime) for f in physical))
         computed: list[tuple[str, ir.Expr]] = []
         for col in stmt.columns:
             if isinstance(col, ast.ComputedColumn):

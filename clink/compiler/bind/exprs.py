@@ -360,6 +360,8 @@ class ExprBinder:
 
     def _call(self, e: ast.FunctionCall, scope: Scope) -> ir.Expr:
         span = e.name_span or e.span
+        if e.name == "CURRENT_WATERMARK" and self.functions.get(e.name) is None:
+            return self._current_watermark(e, scope)
         python = self._udf(e.name, span) if not is_builtin(e.name) else None
         if python is not None and python.kind == "aggregate":
             if e.over is not None:
@@ -408,6 +410,23 @@ class ExprBinder:
         if udf is not None:
             return udfs.bind_call(udf, args, e.span)
         return binder(e.name, args, e.span)
+
+    def _current_watermark(self, e: ast.FunctionCall, scope: Scope) -> ir.Expr:
+        """CURRENT_WATERMARK(rowtime): the current watermark of the subtask that evaluates it, as
+        the rowtime's type at millisecond precision; NULL before the first watermark. The column
+        stays its argument (EXPLAIN shows it), but only the watermark is read."""
+        span = e.name_span or e.span
+        if len(e.args) != 1 or e.distinct or e.star or e.over is not None or e.filter is not None:
+            raise SqlError("CURRENT_WATERMARK takes one argument, a rowtime attribute", e.span)
+        if self._agg is not None or self._over is not None:
+            raise SqlError("CURRENT_WATERMARK in a query that aggregates is not supported", span,
+                           "compute it in a subquery below the aggregation, where its rows are read")
+        arg = self._expr(e.args[0], scope)
+        if not (isinstance(arg, ir.Column) and arg.index < len(scope.columns) and scope.columns[arg.index].rowtime):
+            raise SqlError("the argument of CURRENT_WATERMARK must be a rowtime attribute", e.args[0].span,
+                           "name a column that has a WATERMARK declared on it (or a window's window_time)")
+        typ = pa.timestamp("ms", tz=arg.type.tz)
+        return ir.Call(fn="current_watermark", args=(), params=(arg.name,), type=typ, nullable=True, span=e.span)
 
     def _is_udaf(self, name: str) -> bool:
         """Whether ``name`` is a Python aggregate function known to this binder."""

@@ -203,6 +203,7 @@ EMITTERS: dict[str, Emitter] = {
     "map_get": _k_params("map_get"),
     "current_timestamp": lambda e, a: "K.current_timestamp(ctx)",
     "proctime": lambda e, a: "K.current_timestamp(ctx)",
+    "current_watermark": lambda e, a: f"K.current_watermark(ctx, {e.type.tz!r})",
     "localtimestamp": lambda e, a: "K.local_timestamp(ctx)",
     "to_timestamp_ltz": _k_params("to_timestamp_ltz"),
     "convert_tz": _k_params("convert_tz"),
