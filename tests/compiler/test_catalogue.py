@@ -19,7 +19,7 @@ from clink.errors import SqlError
 #: Functions the parser writes as other calls or the binder handles itself: OVERLAY(s PLACING ...) is
 #: CONCAT of SUBSTRINGs; GROUP_ID() a constant of each grouping set's branch.
 GRAMMAR = ("GROUPING", "GROUPING_ID", "GROUP_ID", "JSON_VALUE", "JSON_QUERY", "JSON_EXISTS", "JSON_OBJECT",
-           "JSON_ARRAY", "OVERLAY")
+           "JSON_ARRAY", "OVERLAY", "CURRENT_WATERMARK")
 DOC = Path(__file__).parents[2] / "docs" / "sql.md"
 
 
