@@ -116,6 +116,8 @@ class _ListAggRetract:
         if sign > 0:
             owners = np.concatenate([owners, rows])
             kept = pa.concat_arrays([old, new]) if len(new) else old
+        elif not len(new):  # only NULLs taken back: they were never in the list
+            kept = old
         else:
             # Each item's rank among the equal items of its group, in list order; an item goes
             # when its rank is below the number of equal values retracted from its group.
@@ -153,7 +155,9 @@ class _ListAggRetract:
         items, sep = acc["items"], acc["sep"]
         if not len(items):
             return pa.array([], pa.string())
-        text = pc.binary_join(items, sep[0].as_py() if sep.null_count < len(sep) else ",")
+        # The separator is the call's constant; a group that has not taken a value yet has none.
+        given = pc.drop_null(sep)
+        text = pc.binary_join(items, given[0].as_py() if len(given) else ",")
         empty = pc.equal(pc.fill_null(pc.list_value_length(items), 0), 0)
         return pc.if_else(empty, pa.scalar(None, pa.string()), text)
 

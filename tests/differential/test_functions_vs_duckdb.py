@@ -424,18 +424,27 @@ def test_listagg_over_an_updating_input_matches_duckdb(table: pa.Table) -> None:
     assert got == want, describe(got, want)
 
 
-def test_listagg_over_an_updating_input_takes_out_the_first_equal_value() -> None:
+def test_listagg_over_an_updating_input_takes_out_the_first_equal_value(path: str) -> None:
     """Flink's retracting LISTAGG: a retraction takes out the first equal value of the text, and the
-    value an update brings goes to its end."""
+    value an update brings goes to its end. (With several subtasks the inner GROUP BY's changes
+    arrive interleaved, so the order of the values is not defined: then only the values count.)"""
+    def text(value: str) -> str:
+        return value if path == "local:1" else ",".join(sorted(value.split(",")))
+
     t = pa.table({"k": pa.array(["a", "b", "c", "b", "a", "d"]), "v": pa.array([1, 1, 1, 2, 2, 1], pa.int64())})
     rows = run_select("SELECT g, LISTAGG(k, ',') AS ks FROM (SELECT k, MAX(v) % 2 AS g FROM t GROUP BY k) GROUP BY g",
                       row_group_size=1, t=t).to_pylist()
-    assert sorted((r["g"], r["ks"]) for r in rows) == [(0, "b,a"), (1, "c,d")]
+    assert sorted((r["g"], text(r["ks"])) for r in rows) == [(0, text("b,a")), (1, "c,d")]
     # Counts 1; 1,1; 1,2 (y's 1 out, its 2 in); 1,2,1; then x's 1 out (the first one) and its 2 in.
     t = pa.table({"k": pa.array(["x", "y", "y", "z", "x"])})
     rows = run_select("SELECT LISTAGG(CAST(n AS STRING)) AS ns FROM (SELECT k, COUNT(*) AS n FROM t GROUP BY k)",
                       row_group_size=1, t=t).to_pylist()
-    assert [r["ns"] for r in rows] == ["2,1,2"]
+    assert [text(r["ns"]) for r in rows] == [text("2,1,2")]
+    # A NULL taken back (it never went in).
+    t = pa.table({"k": pa.array(["x", None, None], pa.string())})
+    rows = run_select("SELECT n, LISTAGG(k) AS ks FROM (SELECT k, COUNT(*) AS n FROM t GROUP BY k) GROUP BY n",
+                      row_group_size=1, t=t).to_pylist()
+    assert sorted((r["n"], r["ks"]) for r in rows) == [(1, "x"), (2, None)]
 
 
 def test_collect_over_an_updating_input_takes_values_back() -> None:
