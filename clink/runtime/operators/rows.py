@@ -167,7 +167,11 @@ class KeyedRows:
                 probe_order = np.argsort(khash, kind="stable") if len(khash) > _SCAN_PROBES else None
                 sorted_probes = khash if probe_order is None else khash[probe_order]
             lo = np.searchsorted(run.khash, sorted_probes, side="left")
-            hi = np.searchsorted(run.khash, sorted_probes, side="right")
+            # Most probes find nothing: only those that do search for the end of their keys.
+            found = run.khash[np.minimum(lo, len(run.khash) - 1)] == sorted_probes
+            hi = lo.copy()
+            if found.any():
+                hi[found] = np.searchsorted(run.khash, sorted_probes[found], side="right")
             if probe_order is not None:
                 lo[probe_order], hi[probe_order] = lo.copy(), hi.copy()
             lengths = hi - lo
