@@ -23,6 +23,7 @@ BUILT_IN = {
     "print": ("clink.runtime.connectors.print", "PRINT"),
     "blackhole": ("clink.runtime.connectors.blackhole", "BLACKHOLE"),
     "sqlite": ("clink.runtime.connectors.sqlite", "SQLITE"),
+    "redis": ("clink.runtime.connectors.redis", "REDIS"),
     "collect": ("clink.runtime.connectors.collect", "COLLECT"),
     "push": ("clink.runtime.connectors.push", "PUSH"),
     "values": ("clink.runtime.connectors.values", "VALUES"),

@@ -1,0 +1,741 @@
+"""The ``redis`` connector: Redis Streams in and out, and hashes written by key and read whole.
+
+A table is one Redis data structure (``'data-structure'``):
+
+- ``stream`` (the default): the stream at key ``'stream'``. As a source, entries are read in ID
+  order with ``XRANGE`` (``'scan.fetch-size'`` entries per round trip) from an ID kept in clink's
+  checkpoints, not in a consumer group; each entry's fields are matched to the table's columns by
+  name and decoded a batch at a time. As a sink, each row is appended with ``XADD``, pipelined.
+- ``hash``: one hash per row, at the key ``'key.prefix'`` followed by the row's primary-key
+  values joined by ``'key.delimiter'``; its fields are the row's columns. As a sink it upserts by
+  the key (``-D`` deletes the hash); as a source it is read whole (``SCAN`` with the prefix,
+  then one pipelined ``HGETALL`` per batch of keys) — the right side of a lookup join.
+
+Values are text in Redis: written as Flink's ``CAST(x AS STRING)`` writes them, read as
+``CAST(text AS type)`` reads them (``clink.runtime.kernels.cast``, a whole column at a time).
+``BYTES`` are stored as they are. A NULL is a field left out of the entry (or hash).
+
+Exactly-once stream sink (``'sink.delivery-guarantee' = 'exactly-once'``): rows are held until a
+checkpoint; its ``pre_commit`` stores them, as Arrow IPC, in the field ``<checkpoint id>`` of the
+hash ``_clink:pending:<stream>`` (in Redis: durable as Redis is, not visible in the stream). Its
+``commit`` appends them in one ``MULTI``/``EXEC`` transaction, under ``WATCH`` of the stream and
+of the ledger ``_clink:ledger:<stream>``, together with the ledger's ``committed`` checkpoint id
+and the range of entry IDs the commit added (``undo:<id>``). The IDs are explicit: one
+millisecond past the stream's last generated ID (or now, if later), sequence numbers from 0. A
+commit of a checkpoint at or below ``committed`` adds nothing, so a commit repeated after a crash
+does not add entries twice; a restore from an older checkpoint deletes (``XDEL``) the ranges that
+later commits added, since the run writes those rows again.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import pyarrow as pa
+
+from clink.errors import ConnectorError, EvaluationError, RecordError
+from clink.runtime import compute as pc
+from clink.runtime import kernels
+from clink.runtime.connectors.base import Connector, OptionSpec, SinkWriter, SourceReader, TableSpec
+from clink.runtime.plan import DELETE, INSERT, ROWKIND_COLUMN, UPDATE_AFTER, UPDATE_BEFORE
+
+if TYPE_CHECKING:
+    from clink.runtime.context import RuntimeContext
+
+__all__ = ["REDIS", "RedisHashReader", "RedisHashWriter", "RedisStreamReader", "RedisStreamWriter",
+           "StreamId", "parse_options"]
+
+#: Entries (or hash keys) per round trip, unless ``'scan.fetch-size'`` says otherwise.
+FETCH_SIZE = 10_000
+#: Stream entries per MULTI/EXEC when the rows of a commit (or a batch) are appended.
+XADD_CHUNK = 10_000
+
+_CONNECTION = (
+    OptionSpec(name="url", description="redis://[:password@]host:port/db (or rediss://, unix://); "
+                                       "instead of host, port, database and password"),
+    OptionSpec(name="host", description="the Redis server's host", default="localhost"),
+    OptionSpec(name="port", description="the Redis server's port", default="6379"),
+    OptionSpec(name="database", description="the database number", default="0"),
+    OptionSpec(name="password", description="the password (AUTH)"),
+    OptionSpec(name="data-structure", description="what a table is in Redis: a stream, or one hash per key",
+               default="stream", choices=("stream", "hash")),
+    OptionSpec(name="stream", description="the key of the stream (data-structure 'stream')"),
+    OptionSpec(name="key.prefix", description="hash keys begin with this (data-structure 'hash'); "
+                                              "default: the table's name and the delimiter"),
+    OptionSpec(name="key.delimiter", description="between the primary key's values in a hash key", default=":"),
+)
+SOURCE_OPTIONS = _CONNECTION + (
+    OptionSpec(name="scan.startup.mode", description="where reading a stream starts", default="earliest",
+               choices=("earliest", "latest", "id")),
+    OptionSpec(name="scan.startup.id", description="the first entry ID to read, with scan.startup.mode 'id'"),
+    OptionSpec(name="scan.bounded.mode", description="unbounded, or latest: stop at the stream's last entry "
+                                                     "when the job started", default="unbounded",
+               choices=("unbounded", "latest")),
+    OptionSpec(name="scan.fetch-size", description="entries (or hash keys) read per round trip",
+               default=str(FETCH_SIZE)),
+)
+SINK_OPTIONS = _CONNECTION + (
+    OptionSpec(name="sink.delivery-guarantee", description="stream sink: at-least-once (rows appended as they "
+                                                           "come) or exactly-once (appended at each checkpoint)",
+               default="at-least-once", choices=("at-least-once", "exactly-once")),
+)
+
+_ID = re.compile(r"^(\d+)(?:-(\d+))?$")
+_KINDS = pa.array([INSERT, UPDATE_BEFORE, UPDATE_AFTER, DELETE])
+
+
+# --- options --------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class StreamId:
+    """A stream entry ID, ``<milliseconds>-<sequence>``, ordered as Redis orders them."""
+
+    ms: int
+    seq: int
+
+    @classmethod
+    def parse(cls, text: str | bytes) -> StreamId:
+        if isinstance(text, bytes):
+            text = text.decode()
+        m = _ID.match(text.strip())
+        if m is None:
+            raise ValueError(f"{text!r} is not a stream entry ID (<milliseconds>-<sequence>, e.g. 1700000000000-0)")
+        return cls(int(m.group(1)), int(m.group(2) or 0))
+
+    def next(self) -> StreamId:
+        """The smallest ID after this one (XRANGE's start is inclusive)."""
+        return StreamId(self.ms, self.seq + 1) if self.seq < (1 << 64) - 1 else StreamId(self.ms + 1, 0)
+
+    def __str__(self) -> str:
+        return f"{self.ms}-{self.seq}"
+
+
+@dataclass(frozen=True, slots=True)
+class RedisOptions:
+    url: str | None
+    host: str
+    port: int
+    database: int
+    password: str | None
+    structure: str
+    stream: str | None
+    prefix: str | None
+    delimiter: str
+    startup: str
+    startup_id: StreamId | None
+    bounded: bool
+    fetch: int
+    exactly_once: bool
+
+
+def _is_flat(t: pa.DataType) -> bool:
+    return not (pa.types.is_nested(t) or pa.types.is_map(t))
+
+
+def parse_options(options: Mapping[str, str], table_schema: pa.Schema) -> tuple[RedisOptions | None, dict[str, str]]:
+    """Parse and check a redis table's options: the options, or the errors keyed by option."""
+    errors: dict[str, str] = {}
+    get = options.get
+
+    def integer(name: str, default: str, low: int) -> int:
+        text = get(name, default).strip()
+        if not text.isdigit() or int(text) < low:
+            errors[name] = f"{name!r} must be a whole number of at least {low}, not {text!r}"
+            return low
+        return int(text)
+
+    url = get("url")
+    if url is not None:
+        if not url.startswith(("redis://", "rediss://", "unix://")):
+            errors["url"] = f"'url' must start with redis://, rediss:// or unix://, not {url!r}"
+        for name in ("host", "port", "database", "password"):
+            if name in options:
+                errors[name] = f"give either 'url' or {name!r}, not both"
+    port = integer("port", "6379", 1)
+    database = integer("database", "0", 0)
+    fetch = integer("scan.fetch-size", str(FETCH_SIZE), 1)
+    structure = get("data-structure", "stream").strip().lower()
+    stream = get("stream")
+    if structure == "stream":
+        if not stream:
+            errors["stream" if "stream" in options else "data-structure"] = (
+                "a redis stream table needs the option 'stream' (the key of the stream)")
+        for name in ("key.prefix", "key.delimiter"):
+            if name in options:
+                errors[name] = f"{name!r} applies to 'data-structure' = 'hash', not to a stream"
+    else:
+        if stream is not None:
+            errors["stream"] = "'stream' applies to 'data-structure' = 'stream'; a hash table uses 'key.prefix'"
+        for name in ("scan.startup.mode", "scan.startup.id", "scan.bounded.mode", "sink.delivery-guarantee"):
+            if name in options:
+                errors[name] = (f"{name!r} applies to a stream; a hash table is read whole, and written by key "
+                                "(idempotent by nature)")
+    startup = get("scan.startup.mode", "earliest").strip().lower()
+    startup_id = None
+    if startup == "id":
+        if "scan.startup.id" not in options:
+            errors["scan.startup.mode"] = "'scan.startup.mode' = 'id' needs 'scan.startup.id' (the first entry ID)"
+        else:
+            try:
+                startup_id = StreamId.parse(options["scan.startup.id"])
+            except ValueError as e:
+                errors["scan.startup.id"] = str(e)
+    elif "scan.startup.id" in options:
+        errors["scan.startup.id"] = "'scan.startup.id' needs 'scan.startup.mode' = 'id'"
+    for f in table_schema:
+        if not _is_flat(f.type):
+            errors["connector"] = (f"column {f.name!r} is a {f.type}; a redis field holds a flat value (a number, "
+                                   "string, bytes, date or time), not a ROW, ARRAY or MAP")
+    if errors:
+        return None, errors
+    return RedisOptions(
+        url=url, host=get("host", "localhost"), port=port, database=database, password=get("password"),
+        structure=structure, stream=stream, prefix=get("key.prefix"), delimiter=get("key.delimiter", ":"),
+        startup=startup, startup_id=startup_id,
+        bounded=get("scan.bounded.mode", "unbounded").strip().lower() == "latest", fetch=fetch,
+        exactly_once=get("sink.delivery-guarantee", "at-least-once").strip().lower() == "exactly-once",
+    ), {}
+
+
+def validate(options: Mapping[str, str], table_schema: pa.Schema, role: str) -> dict[str, str]:
+    """Check the option values of a redis table; returns messages keyed by option."""
+    return parse_options(options, table_schema)[1]
+
+
+def _parsed(spec: TableSpec, schema: pa.Schema) -> RedisOptions:
+    parsed, errors = parse_options(spec.options, schema)
+    if parsed is None:
+        details = "; ".join(f"'{k}': {v}" for k, v in errors.items())
+        raise ConnectorError(f"table {spec.name!r}: bad redis options: {details}")
+    return parsed
+
+
+def connect(opts: RedisOptions, table: str) -> Any:
+    """A client of the server ``opts`` name, checked with a PING."""
+    try:
+        import redis
+    except ImportError:
+        raise ConnectorError(f"table {table!r}: the redis connector needs the redis client library: "
+                             "pip install 'clink[redis]'") from None
+    if opts.url is not None:
+        client = redis.Redis.from_url(opts.url)
+        where = opts.url
+    else:
+        client = redis.Redis(host=opts.host, port=opts.port, db=opts.database, password=opts.password)
+        where = f"{opts.host}:{opts.port}/{opts.database}"
+    try:
+        client.ping()
+    except redis.RedisError as e:
+        client.close()
+        raise ConnectorError(f"table {table!r}: cannot reach Redis at {where}: {e}") from None
+    return client
+
+
+def _redis_errors() -> tuple[type[BaseException], ...]:
+    import redis
+
+    return (redis.RedisError,)
+
+
+# --- values ---------------------------------------------------------------------------------
+
+
+def encode_column(arr: pa.Array | pa.ChunkedArray) -> list:
+    """The values of ``arr`` as Redis field values: text as Flink's CAST to STRING writes it
+    (one Arrow cast for the whole column), bytes as they are; None for NULL."""
+    if pa.types.is_binary(arr.type) or pa.types.is_large_binary(arr.type) or pa.types.is_fixed_size_binary(arr.type):
+        return arr.to_pylist()
+    if pa.types.is_string(arr.type) or pa.types.is_large_string(arr.type):
+        return arr.to_pylist()
+    return kernels.cast(arr, pa.string()).to_pylist()
+
+
+def decode_columns(records: list[dict], schema: pa.Schema, where: str, ids: list | None = None) -> list[pa.Array]:
+    """The columns of ``schema`` from ``records`` (field name -> bytes, as the client returns
+    them): a missing field is NULL; text is read as CAST(text AS type), a column at a time."""
+    columns = []
+    for f in schema:
+        name = f.name.encode()
+        # One pass over the records per column: the client hands each record over as a dict.
+        raw = pa.array([r.get(name) for r in records], pa.binary())
+        t = f.type
+        if pa.types.is_binary(t) or pa.types.is_large_binary(t):
+            columns.append(raw.cast(t))
+            continue
+        try:
+            text = raw.cast(pa.string())
+        except pa.ArrowInvalid:
+            raise RecordError(f"field {f.name!r} is not UTF-8 text", file=where) from None
+        if pa.types.is_string(t) or pa.types.is_large_string(t):
+            columns.append(text.cast(t))
+            continue
+        try:
+            columns.append(kernels.cast(text, t))
+        except (EvaluationError, pa.ArrowInvalid) as e:
+            bad = kernels._first_bad(text, t) if not pa.types.is_boolean(t) else None
+            entry = ""
+            if ids is not None and bad is not None:
+                entry = f" in entry {ids[text.to_pylist().index(bad)].decode()}"
+            raise RecordError(f"{e} in field {f.name!r}{entry}", file=where) from None
+    return columns
+
+
+def _key_strings(table: pa.Table, key: tuple[str, ...], prefix: str, delimiter: str) -> pa.Array:
+    """The hash key of every row: ``prefix`` and the key columns' text joined by ``delimiter``."""
+    parts = [kernels.cast(table.column(k).combine_chunks(), pa.string()) for k in key]
+    joined = pc.binary_join_element_wise(*parts, delimiter) if len(parts) > 1 else parts[0]
+    return pc.binary_join_element_wise(pa.scalar(prefix), joined, "")
+
+
+# --- stream source --------------------------------------------------------------------------
+
+
+class RedisStreamReader(SourceReader):
+    """Reads one stream in ID order, ``'scan.fetch-size'`` entries per ``XRANGE``.
+
+    The position is the ID of the last entry handed out (and, when bounded, the ID the run stops
+    at, fixed when the job first started, so a restored run ends where the first would have).
+    """
+
+    def __init__(self, spec: TableSpec, ctx: RuntimeContext) -> None:
+        super().__init__()
+        self._spec = spec
+        self._opts = _parsed(spec, spec.table_schema)
+        self._client = connect(self._opts, spec.name)
+        self._key = self._opts.stream
+        self._where = f"redis stream {self._key!r}"
+        last = self._last_id()
+        if self._opts.startup == "earliest":
+            self._next = StreamId(0, 0)
+        elif self._opts.startup == "latest":
+            self._next = last.next()
+        else:
+            self._next = self._opts.startup_id
+        self._end: StreamId | None = last if self._opts.bounded else None
+        self.bounded = self._opts.bounded
+        self.metrics.update(records_in=0)
+
+    def _last_id(self) -> StreamId:
+        try:
+            info = self._client.xinfo_stream(self._key)
+        except _redis_errors() as e:
+            if "no such key" in str(e).lower():
+                return StreamId(0, 0)
+            raise ConnectorError(f"table {self._spec.name!r}: cannot read {self._where}: {e}") from None
+        return StreamId.parse(info["last-generated-id"])
+
+    def poll(self) -> pa.RecordBatch | None:
+        if self.finished:
+            return None
+        end = "+" if self._end is None else str(self._end)
+        if self._end is not None and (self._next.ms, self._next.seq) > (self._end.ms, self._end.seq):
+            self.finished = True
+            return None
+        try:
+            entries = self._client.xrange(self._key, min=str(self._next), max=end, count=self._opts.fetch)
+        except _redis_errors() as e:
+            raise ConnectorError(f"table {self._spec.name!r}: cannot read {self._where}: {e}") from None
+        if len(entries) < self._opts.fetch and self._end is not None:
+            self.finished = True
+        if not entries:
+            return None
+        ids = [e[0] for e in entries]
+        columns = decode_columns([e[1] for e in entries], self._spec.schema, self._where, ids)
+        self._next = StreamId.parse(ids[-1]).next()
+        self.metrics["records_in"] += len(entries)
+        return pa.RecordBatch.from_arrays(columns, schema=self._spec.schema)
+
+    def position(self) -> dict:
+        return {"next": str(self._next), "end": None if self._end is None else str(self._end)}
+
+    def seek(self, position: dict) -> None:
+        self._next = StreamId.parse(position["next"])
+        if self._opts.bounded:
+            self._end = StreamId.parse(position["end"]) if position.get("end") else self._end
+        self.finished = False
+
+    def close(self) -> None:
+        self._client.close()
+
+
+# --- hash source ----------------------------------------------------------------------------
+
+
+def _glob_escape(text: str) -> str:
+    return re.sub(r"([*?\[\]\\])", r"\\\1", text)
+
+
+class RedisHashReader(SourceReader):
+    """Reads every hash whose key starts with the prefix: ``SCAN`` for the keys, then one
+    pipelined ``HGETALL`` per batch of them. Bounded: the table as it is while it is read.
+
+    The position is SCAN's cursor; Redis returns every key that exists for the whole scan, and a
+    key twice only while the server resizes its table of keys, so keys seen are remembered and
+    handed out once per run.
+    """
+
+    def __init__(self, spec: TableSpec, ctx: RuntimeContext) -> None:
+        super().__init__()
+        self._spec = spec
+        self._opts = _parsed(spec, spec.table_schema)
+        self._client = connect(self._opts, spec.name)
+        self._prefix = self._opts.prefix if self._opts.prefix is not None else spec.name + self._opts.delimiter
+        self._where = f"redis hashes {self._prefix}*"
+        self._cursor = 0
+        self._seen: set[bytes] = set()
+        self.metrics.update(records_in=0)
+
+    def poll(self) -> pa.RecordBatch | None:
+        if self.finished:
+            return None
+        try:
+            cursor, keys = self._client.scan(self._cursor, match=_glob_escape(self._prefix) + "*",
+                                             count=self._opts.fetch)
+            keys = [k for k in dict.fromkeys(keys) if k not in self._seen]
+            records = []
+            if keys:
+                pipe = self._client.pipeline(transaction=False)
+                for k in keys:  # one command per key: the client has no multi-key HGETALL
+                    pipe.hgetall(k)
+                records = pipe.execute()
+        except _redis_errors() as e:
+            raise ConnectorError(f"table {self._spec.name!r}: cannot read {self._where}: {e}") from None
+        self._cursor = int(cursor)
+        self._seen.update(keys)
+        if self._cursor == 0:
+            self.finished = True
+        records = [r for r in records if r]  # deleted between SCAN and HGETALL
+        if not records:
+            return None
+        self.metrics["records_in"] += len(records)
+        columns = decode_columns(records, self._spec.schema, self._where)
+        return pa.RecordBatch.from_arrays(columns, schema=self._spec.schema)
+
+    def position(self) -> dict:
+        return {"cursor": self._cursor, "finished": self.finished}
+
+    def seek(self, position: dict) -> None:
+        self._cursor = int(position["cursor"])
+        self.finished = bool(position.get("finished"))
+
+    def close(self) -> None:
+        self._client.close()
+
+
+# --- stream sink ----------------------------------------------------------------------------
+
+
+def _entries(table: pa.Table) -> list[list]:
+    """Each row as XADD's field/value list (NULLs left out). The columns are encoded whole; the
+    loop over rows is what the client needs: one XADD command per entry."""
+    names = [n.encode() for n in table.column_names]
+    columns = [encode_column(c) for c in table.columns]
+    out = []
+    for values in zip(*columns, strict=True):
+        fields = []
+        for name, v in zip(names, values):
+            if v is not None:
+                fields += (name, v)
+        out.append(fields)
+    return out
+
+
+class RedisStreamWriter(SinkWriter):
+    """Appends rows to a stream: as they come (at-least-once), or per checkpoint in one
+    transaction recorded in a ledger (exactly-once; see the module's docstring)."""
+
+    def __init__(self, spec: TableSpec, ctx: RuntimeContext) -> None:
+        super().__init__()
+        if spec.updating:
+            raise ConnectorError(f"table {spec.name!r}: a redis stream takes only inserts, but the query produces "
+                                 "updates; write them to a table with 'data-structure' = 'hash' and a PRIMARY KEY")
+        self._spec = spec
+        self._opts = _parsed(spec, spec.schema)
+        self._name = spec.name
+        self._key = self._opts.stream
+        self._ledger = f"_clink:ledger:{self._key}"
+        self._pending = f"_clink:pending:{self._key}"
+        self._exactly_once = self._opts.exactly_once
+        self._undo_kept = int(ctx.get("state.checkpoints.num-retained") or 3) + 1
+        self._accept_duplicates = (ctx.get("execution.recovery.accept-duplicates") or "").lower() == "true"
+        self._lineage = ""
+        self._buffer: list[pa.RecordBatch] = []
+        self._client = connect(self._opts, spec.name)
+        self.metrics["rows_out"] = 0
+
+    def _fail(self, doing: str, e: BaseException) -> ConnectorError:
+        return ConnectorError(f"table {self._name!r}: cannot {doing} redis stream {self._key!r}: {e}")
+
+    def write(self, batch: pa.RecordBatch) -> None:
+        if batch.num_rows == 0:
+            return
+        self.metrics["rows_out"] += batch.num_rows
+        if self._exactly_once:
+            self._buffer.append(batch)
+            return
+        try:
+            self._append(pa.Table.from_batches([batch]))
+        except _redis_errors() as e:
+            raise self._fail("append to", e) from None
+
+    def _append(self, rows: pa.Table) -> None:
+        """XADD ``rows`` with IDs Redis picks, pipelined (not one round trip per row)."""
+        entries = _entries(rows)
+        for start in range(0, len(entries), XADD_CHUNK):
+            pipe = self._client.pipeline(transaction=False)
+            for fields in entries[start:start + XADD_CHUNK]:
+                pipe.execute_command("XADD", self._key, "*", *fields)
+            pipe.execute()
+
+    def close(self) -> None:
+        try:
+            if self._buffer:
+                rows = pa.Table.from_batches(self._buffer)
+                self._buffer = []
+                # No checkpoints: everything at the end, in one transaction.
+                pipe = self._client.pipeline(transaction=True)
+                for fields in _entries(rows):
+                    pipe.execute_command("XADD", self._key, "*", *fields)
+                pipe.execute()
+        except _redis_errors() as e:
+            raise self._fail("append to", e) from None
+        finally:
+            self._client.close()
+
+    def abort(self) -> None:
+        self._buffer = []
+        self._client.close()
+
+    # -- two-phase commit
+
+    def pre_commit(self, checkpoint_id: int) -> dict | None:
+        if not self._exactly_once:
+            return None  # every row is in the stream already
+        rows = pa.Table.from_batches(self._buffer, schema=self._spec.schema)
+        self._buffer = []
+        if rows.num_rows:
+            sink = pa.BufferOutputStream()
+            with pa.ipc.new_stream(sink, rows.schema) as w:
+                w.write_table(rows)
+            try:
+                self._client.hset(self._pending, str(checkpoint_id), sink.getvalue().to_pybytes())
+            except _redis_errors() as e:
+                raise self._fail(f"stage the rows of checkpoint {checkpoint_id} for", e) from None
+        return {"rows": rows.num_rows}
+
+    def commit(self, checkpoint_id: int, handle: dict | None) -> None:
+        if not self._exactly_once:
+            return
+        try:
+            self._commit_staged(checkpoint_id)
+        except _redis_errors() as e:
+            raise self._fail(f"commit checkpoint {checkpoint_id} to", e) from None
+
+    def _commit_staged(self, checkpoint_id: int) -> None:
+        """Append the staged rows of checkpoints up to ``checkpoint_id``, unless the ledger says
+        they were appended already, with the ledger's update, in one transaction."""
+        import redis
+
+        while True:
+            with self._client.pipeline(transaction=True) as pipe:
+                try:
+                    pipe.watch(self._ledger, self._key, self._pending)
+                    committed = int(pipe.hget(self._ledger, "committed") or 0)
+                    staged = sorted(int(c) for c in pipe.hkeys(self._pending) if int(c) <= checkpoint_id)
+                    if checkpoint_id <= committed or not staged:
+                        pipe.multi()
+                        if staged:
+                            pipe.hdel(self._pending, *map(str, staged))
+                        pipe.execute()
+                        return
+                    rows = pa.concat_tables([pa.ipc.open_stream(pipe.hget(self._pending, str(c))).read_all()
+                                             for c in staged])
+                    last = self._last_id(pipe)
+                    first = StreamId(max(last.ms + 1, int(time.time() * 1000)), 0)
+                    entries = _entries(rows)
+                    # The undo log keeps the newest commits: every one of a checkpoint after
+                    # ``undo_after``, as many as the job keeps checkpoints to fall back to, and one more.
+                    undo_after = max(int(pipe.hget(self._ledger, "undo_after") or 0), checkpoint_id - self._undo_kept)
+                    forget = [f"undo:{c}" for c in self._undo_ids(pipe) if c <= undo_after]
+                    ledger = {"committed": checkpoint_id, "lineage": self._lineage, "undo_after": undo_after}
+                    if entries:
+                        ledger[f"undo:{checkpoint_id}"] = f"{first.ms}-0 {first.ms}-{len(entries) - 1}"
+                    pipe.multi()
+                    for i, fields in enumerate(entries):
+                        pipe.execute_command("XADD", self._key, f"{first.ms}-{i}", *fields)
+                    pipe.hset(self._ledger, mapping=ledger)
+                    if forget:
+                        pipe.hdel(self._ledger, *forget)
+                    pipe.hdel(self._pending, *map(str, staged))
+                    pipe.execute()
+                    return
+                except redis.WatchError:
+                    continue  # someone else wrote the stream meanwhile: take its new last ID
+
+    def _undo_ids(self, client: Any) -> list[int]:
+        return sorted(int(f[5:]) for f in map(bytes.decode, client.hkeys(self._ledger)) if f.startswith("undo:"))
+
+    def _last_id(self, client: Any) -> StreamId:
+        try:
+            return StreamId.parse(client.xinfo_stream(self._key)["last-generated-id"])
+        except _redis_errors() as e:
+            if "no such key" in str(e).lower():
+                return StreamId(0, 0)
+            raise
+
+    def recover(self, checkpoint_id: int, handle: dict | None, *, lineage: str = "") -> str | None:
+        self._lineage = lineage
+        if not self._exactly_once:
+            return None
+        try:
+            return self._recover(checkpoint_id, lineage)
+        except _redis_errors() as e:
+            raise self._fail(f"recover checkpoint {checkpoint_id} of", e) from None
+
+    def _recover(self, checkpoint_id: int, lineage: str) -> str | None:
+        client = self._client
+        later = [c for c in client.hkeys(self._pending) if int(c) > checkpoint_id]
+        if later:  # staged by the crashed run after the checkpoint: replayed from the sources now
+            client.hdel(self._pending, *later)
+        ledger = {k.decode(): v.decode() for k, v in client.hgetall(self._ledger).items()}
+        note = None
+        committed = int(ledger.get("committed", 0))
+        if ledger and ledger.get("lineage", "") != lineage:
+            # Written by another state directory's job: its entries are the stream's data now.
+            client.delete(self._ledger)
+        elif committed > checkpoint_id:
+            note = self._roll_back(checkpoint_id, committed, ledger)
+        if checkpoint_id == 0:
+            client.delete(self._pending)
+            client.delete(self._ledger)  # checkpoint ids start again from 1
+        else:
+            self._commit_staged(checkpoint_id)
+        return note
+
+    def _roll_back(self, checkpoint_id: int, committed: int, ledger: dict[str, str]) -> str:
+        """Delete the entries that commits of checkpoints after ``checkpoint_id`` added, newest
+        first: the run resumes from ``checkpoint_id`` and appends their rows again."""
+        resumed = f"checkpoint {checkpoint_id}" if checkpoint_id else "the start"
+        undo_after = int(ledger.get("undo_after", 0))
+        if checkpoint_id < undo_after:
+            message = (f"table {self._name!r}: redis stream {self._key!r} holds entries of checkpoints up to "
+                       f"{committed}, committed after {resumed} which this run resumes from, and only those "
+                       f"after checkpoint {undo_after} can be deleted")
+            if not self._accept_duplicates:
+                raise ConnectorError(f"{message}; resuming would write them twice. Set "
+                                     "'execution.recovery.accept-duplicates' = 'true' to resume anyway")
+            self._client.delete(self._ledger)
+            self._client.hset(self._ledger, mapping={"committed": checkpoint_id, "undo_after": checkpoint_id,
+                                                     "lineage": self._lineage})
+            return f"{message}; resuming anyway ('execution.recovery.accept-duplicates'): rows may repeat"
+        undo = {int(k[5:]): v for k, v in ledger.items() if k.startswith("undo:")}
+        later = sorted((c for c in undo if c > checkpoint_id), reverse=True)
+        for c in later:
+            lo, hi = undo[c].split()
+            ids = [e[0] for e in self._client.xrange(self._key, min=lo, max=hi)]
+            for start in range(0, len(ids), XADD_CHUNK):
+                self._client.xdel(self._key, *ids[start:start + XADD_CHUNK])
+            self._client.hdel(self._ledger, f"undo:{c}")
+        self._client.hset(self._ledger, "committed", checkpoint_id)
+        ids = ", ".join(str(c) for c in reversed(later)) or "none"
+        return (f"table {self._name!r}: deleted the entries checkpoint(s) {ids} added to redis stream "
+                f"{self._key!r}, committed after {resumed} which this run resumes from; those rows are written again")
+
+
+# --- hash sink ------------------------------------------------------------------------------
+
+
+class RedisHashWriter(SinkWriter):
+    """Writes one hash per primary key: ``+I``/``+U`` replace the hash, ``-D`` deletes it,
+    ``-U`` is left to the ``+U`` that follows. Each batch, reduced to the last change per key, is
+    one MULTI/EXEC transaction, so a reader never sees half a batch (nor half a row)."""
+
+    def __init__(self, spec: TableSpec, ctx: RuntimeContext) -> None:
+        super().__init__()
+        rows_schema = pa.schema(list(spec.schema)[:-1]) if spec.updating else spec.schema
+        if not spec.primary_key:
+            raise ConnectorError(f"table {spec.name!r}: a redis hash table needs a PRIMARY KEY (...) NOT ENFORCED: "
+                                 "its values make each hash's key")
+        self._spec = spec
+        self._opts = _parsed(spec, rows_schema)
+        self._name = spec.name
+        self._columns = rows_schema.names
+        self._key = spec.primary_key
+        self._updating = spec.updating
+        self._prefix = self._opts.prefix if self._opts.prefix is not None else spec.name + self._opts.delimiter
+        self._client = connect(self._opts, spec.name)
+        self.metrics["rows_out"] = 0
+
+    def write(self, batch: pa.RecordBatch) -> None:
+        if batch.num_rows == 0:
+            return
+        from clink.runtime.connectors.sqlite import last_change_per_key
+
+        self.metrics["rows_out"] += batch.num_rows
+        table = pa.Table.from_batches([batch])
+        if self._updating:
+            kinds = table.column(ROWKIND_COLUMN)
+            unknown = pc.invert(pc.is_in(kinds, value_set=_KINDS))
+            if pc.any(unknown).as_py():
+                raise ConnectorError(f"table {self._name!r}: unknown row kinds in a changelog")
+        last = last_change_per_key(table, self._key, self._updating)
+        keys = _key_strings(last, self._key, self._prefix, self._opts.delimiter)
+        if keys.null_count:
+            raise ConnectorError(f"table {self._name!r}: a row's primary key ({', '.join(self._key)}) is NULL; "
+                                 "a hash key cannot be made from it")
+        deleted = (pc.equal(last.column(ROWKIND_COLUMN), DELETE).to_numpy(zero_copy_only=False)
+                   if self._updating else np.zeros(last.num_rows, dtype=bool))
+        names = [c.encode() for c in self._columns]
+        columns = [encode_column(last.column(c)) for c in self._columns]
+        try:
+            pipe = self._client.pipeline(transaction=True)
+            # One DEL (and one HSET) per key: the client sends a command per hash.
+            for key, gone, values in zip(keys.to_pylist(), deleted, zip(*columns, strict=True), strict=True):
+                pipe.delete(key)
+                if not gone:
+                    fields = {n: v for n, v in zip(names, values) if v is not None}
+                    if fields:
+                        pipe.hset(key, mapping=fields)
+            pipe.execute()
+        except _redis_errors() as e:
+            raise ConnectorError(f"table {self._name!r}: cannot write the redis hashes {self._prefix}*: {e}") from None
+
+    def close(self) -> None:
+        self._client.close()
+
+    def abort(self) -> None:
+        self._client.close()
+
+
+# --- the connector --------------------------------------------------------------------------
+
+
+def _create_source(spec: TableSpec, ctx: RuntimeContext) -> SourceReader:
+    if spec.options.get("data-structure", "stream").strip().lower() == "hash":
+        return RedisHashReader(spec, ctx)
+    return RedisStreamReader(spec, ctx)
+
+
+def _create_sink(spec: TableSpec, ctx: RuntimeContext) -> SinkWriter:
+    if spec.options.get("data-structure", "stream").strip().lower() == "hash":
+        return RedisHashWriter(spec, ctx)
+    return RedisStreamWriter(spec, ctx)
+
+
+REDIS = Connector(
+    name="redis",
+    description="Redis Streams (read from checkpointed IDs; XADD, exactly-once per checkpoint) and hashes "
+                "(upserts by PRIMARY KEY; read whole for lookup joins)",
+    source_options=SOURCE_OPTIONS,
+    sink_options=SINK_OPTIONS,
+    create_source=_create_source,
+    create_sink=_create_sink,
+    validate=validate,
+    upserts=True,
+)
