@@ -442,7 +442,8 @@ def _entries(table: pa.Table) -> list[list]:
         for name, v in zip(names, values):
             if v is not None:
                 fields += (name, v)
-        out.append(fields)
+        # An entry needs a field: a row of NULLs gets the empty name, which no column has.
+        out.append(fields or [b"", b""])
     return out
 
 
