@@ -246,14 +246,16 @@ def _redis_errors() -> tuple[type[BaseException], ...]:
 # --- values ---------------------------------------------------------------------------------
 
 
-def encode_column(arr: pa.Array | pa.ChunkedArray) -> list:
+def encode_column(arr: pa.Array | pa.ChunkedArray) -> pa.Array:
     """The values of ``arr`` as Redis field values: text as Flink's CAST to STRING writes it
-    (one Arrow cast for the whole column), bytes as they are; None for NULL."""
-    if pa.types.is_binary(arr.type) or pa.types.is_large_binary(arr.type) or pa.types.is_fixed_size_binary(arr.type):
-        return arr.to_pylist()
-    if pa.types.is_string(arr.type) or pa.types.is_large_string(arr.type):
-        return arr.to_pylist()
-    return kernels.cast(arr, pa.string()).to_pylist()
+    (one Arrow cast for the whole column), bytes as they are; NULL stays NULL."""
+    if isinstance(arr, pa.ChunkedArray):
+        arr = arr.combine_chunks()
+    t = arr.type
+    if (pa.types.is_binary(t) or pa.types.is_large_binary(t) or pa.types.is_fixed_size_binary(t)
+            or pa.types.is_string(t) or pa.types.is_large_string(t)):
+        return arr
+    return kernels.cast(arr, pa.string())
 
 
 def decode_columns(records: list[dict], schema: pa.Schema, where: str, ids: list | None = None) -> list[pa.Array]:
@@ -431,20 +433,64 @@ class RedisHashReader(SourceReader):
 # --- stream sink ----------------------------------------------------------------------------
 
 
-def _entries(table: pa.Table) -> list[list]:
-    """Each row as XADD's field/value list (NULLs left out). The columns are encoded whole; the
-    loop over rows is what the client needs: one XADD command per entry."""
-    names = [n.encode() for n in table.column_names]
-    columns = [encode_column(c) for c in table.columns]
-    out = []
-    for values in zip(*columns, strict=True):
-        fields = []
-        for name, v in zip(names, values):
-            if v is not None:
-                fields += (name, v)
+def _bulk(values: pa.Array) -> pa.Array:
+    """Each value (binary) as a RESP bulk string, ``$<length>\\r\\n<bytes>\\r\\n``; NULL stays NULL."""
+    lengths = pc.cast(pc.cast(pc.binary_length(values), pa.string()), pa.binary())
+    return pc.binary_join_element_wise(b"$", lengths, b"\r\n", values, b"\r\n", b"")
+
+
+def _bulk_of(text: bytes) -> bytes:
+    return b"$%d\r\n%s\r\n" % (len(text), text)
+
+
+def xadd_commands(rows: pa.Table, key: str, ids: pa.Array | None = None) -> pa.Buffer:
+    """``XADD key <id> field value ...`` for every row, in the wire protocol (RESP), back to back:
+    built a column at a time with Arrow's string kernels, not a command per row through the
+    client. NULLs are fields left out; ``ids``: the entry IDs, or ``*`` (Redis picks) when None."""
+    n = rows.num_rows
+    counts = np.zeros(n, dtype=np.int64)
+    parts = []
+    for name, column in zip(rows.column_names, rows.columns, strict=True):
+        values = pc.cast(encode_column(column), pa.binary())
+        counts += 2 * pc.is_valid(values).to_numpy(zero_copy_only=False)
+        parts.append(pc.binary_join_element_wise(_bulk_of(name.encode()), _bulk(values), b""))
+    empty = counts == 0
+    if empty.any():
         # An entry needs a field: a row of NULLs gets the empty name, which no column has.
-        out.append(fields or [b"", b""])
-    return out
+        parts.append(pa.array(np.where(empty, b"$0\r\n\r\n$0\r\n\r\n", None), pa.binary()))
+        counts[empty] = 2
+    arity = pc.cast(pc.cast(pa.array(counts + 3), pa.string()), pa.binary())
+    entry_id = _bulk_of(b"*") if ids is None else _bulk(pc.cast(ids, pa.binary()))
+    header = pc.binary_join_element_wise(b"*", arity, b"\r\n" + _bulk_of(b"XADD") + _bulk_of(key.encode()),
+                                         entry_id, b"")
+    commands = pc.binary_join_element_wise(header, *parts, b"", null_handling="replace", null_replacement=b"")
+    return concatenated(pc.cast(commands.combine_chunks() if isinstance(commands, pa.ChunkedArray) else commands,
+                                pa.large_binary()))
+
+
+def concatenated(values: pa.Array) -> pa.Buffer:
+    """The bytes of a large binary array's values, back to back (its data buffer, not copied)."""
+    if len(values) == 0:
+        return pa.py_buffer(b"")
+    offsets = np.frombuffer(values.buffers()[1], dtype=np.int64, count=len(values) + 1, offset=values.offset * 8)
+    return values.buffers()[2].slice(int(offsets[0]), int(offsets[-1] - offsets[0]))
+
+
+def entry_ids(first: StreamId, n: int) -> pa.Array:
+    """``<ms>-<seq>`` for ``n`` entries from ``first``, as one Arrow string array."""
+    seqs = pc.cast(pa.array(np.arange(first.seq, first.seq + n, dtype=np.uint64)), pa.string())
+    return pc.binary_join_element_wise(f"{first.ms}-", seqs, "")
+
+
+def send_packed(conn: Any, commands: list[bytes | pa.Buffer], replies: int) -> list:
+    """Send ``commands`` (already in RESP) on ``conn`` and read ``replies`` replies. A connection
+    left with replies unread is closed, so it is never reused in the middle of a conversation."""
+    try:
+        conn.send_packed_command([memoryview(c) for c in commands])
+        return [conn.read_response() for _ in range(replies)]
+    except BaseException:
+        conn.disconnect()
+        raise
 
 
 class RedisStreamWriter(SinkWriter):
@@ -486,13 +532,14 @@ class RedisStreamWriter(SinkWriter):
             raise self._fail("append to", e) from None
 
     def _append(self, rows: pa.Table) -> None:
-        """XADD ``rows`` with IDs Redis picks, pipelined (not one round trip per row)."""
-        entries = _entries(rows)
-        for start in range(0, len(entries), XADD_CHUNK):
-            pipe = self._client.pipeline(transaction=False)
-            for fields in entries[start:start + XADD_CHUNK]:
-                pipe.execute_command("XADD", self._key, "*", *fields)
-            pipe.execute()
+        """XADD ``rows`` with IDs Redis picks: one round trip per ``XADD_CHUNK`` entries."""
+        pool = self._client.connection_pool
+        conn = pool.get_connection()
+        try:
+            for chunk in rows.to_batches(max_chunksize=XADD_CHUNK):
+                send_packed(conn, [xadd_commands(pa.Table.from_batches([chunk]), self._key)], chunk.num_rows)
+        finally:
+            pool.release(conn)
 
     def close(self) -> None:
         try:
@@ -500,10 +547,13 @@ class RedisStreamWriter(SinkWriter):
                 rows = pa.Table.from_batches(self._buffer)
                 self._buffer = []
                 # No checkpoints: everything at the end, in one transaction.
-                pipe = self._client.pipeline(transaction=True)
-                for fields in _entries(rows):
-                    pipe.execute_command("XADD", self._key, "*", *fields)
-                pipe.execute()
+                pool = self._client.connection_pool
+                conn = pool.get_connection()
+                try:
+                    multi, exec_ = conn.pack_command("MULTI"), conn.pack_command("EXEC")
+                    send_packed(conn, [*multi, xadd_commands(rows, self._key), *exec_], rows.num_rows + 2)
+                finally:
+                    pool.release(conn)
         except _redis_errors() as e:
             raise self._fail("append to", e) from None
         finally:
@@ -559,22 +609,25 @@ class RedisStreamWriter(SinkWriter):
                                              for c in staged])
                     last = self._last_id(pipe)
                     first = StreamId(max(last.ms + 1, int(time.time() * 1000)), 0)
-                    entries = _entries(rows)
+                    n = rows.num_rows
                     # The undo log keeps the newest commits: every one of a checkpoint after
                     # ``undo_after``, as many as the job keeps checkpoints to fall back to, and one more.
                     undo_after = max(int(pipe.hget(self._ledger, "undo_after") or 0), checkpoint_id - self._undo_kept)
                     forget = [f"undo:{c}" for c in self._undo_ids(pipe) if c <= undo_after]
-                    ledger = {"committed": checkpoint_id, "lineage": self._lineage, "undo_after": undo_after}
-                    if entries:
-                        ledger[f"undo:{checkpoint_id}"] = f"{first.ms}-0 {first.ms}-{len(entries) - 1}"
-                    pipe.multi()
-                    for i, fields in enumerate(entries):
-                        pipe.execute_command("XADD", self._key, f"{first.ms}-{i}", *fields)
-                    pipe.hset(self._ledger, mapping=ledger)
+                    ledger = ["committed", checkpoint_id, "lineage", self._lineage, "undo_after", undo_after,
+                              f"undo:{checkpoint_id}", f"{first.ms}-0 {first.ms}-{n - 1}"]
+                    conn = pipe.connection
+                    tail = [("HSET", self._ledger, *ledger), ("HDEL", self._pending, *map(str, staged))]
                     if forget:
-                        pipe.hdel(self._ledger, *forget)
-                    pipe.hdel(self._pending, *map(str, staged))
-                    pipe.execute()
+                        tail.append(("HDEL", self._ledger, *forget))
+                    packed = [*conn.pack_command("MULTI"), xadd_commands(rows, self._key, entry_ids(first, n)),
+                              *conn.pack_commands(tail), *conn.pack_command("EXEC")]
+                    replies = send_packed(conn, packed, n + len(tail) + 2)
+                    if replies[-1] is None:
+                        raise redis.WatchError("the stream or the ledger changed")  # EXEC aborted
+                    failed = [r for r in replies[-1] if isinstance(r, Exception)]
+                    if failed:
+                        raise failed[0]
                     return
                 except redis.WatchError:
                     continue  # someone else wrote the stream meanwhile: take its new last ID
@@ -693,7 +746,7 @@ class RedisHashWriter(SinkWriter):
         deleted = (pc.equal(last.column(ROWKIND_COLUMN), DELETE).to_numpy(zero_copy_only=False)
                    if self._updating else np.zeros(last.num_rows, dtype=bool))
         names = [c.encode() for c in self._columns]
-        columns = [encode_column(last.column(c)) for c in self._columns]
+        columns = [encode_column(last.column(c)).to_pylist() for c in self._columns]
         try:
             pipe = self._client.pipeline(transaction=True)
             # One DEL (and one HSET) per key: the client sends a command per hash.
