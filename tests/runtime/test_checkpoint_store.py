@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from clink.errors import CheckpointCorrupted, IncompatibleCheckpoint
+from clink.errors import CheckpointCorrupted
 from clink.runtime.checkpoint import CheckpointStore
 
 
