@@ -729,7 +729,7 @@ class RedisHashWriter(SinkWriter):
     def write(self, batch: pa.RecordBatch) -> None:
         if batch.num_rows == 0:
             return
-        from clink.runtime.connectors.sqlite import last_change_per_key
+        from clink.runtime.connectors.sqlite import last_change_per_key, removes
 
         self.metrics["rows_out"] += batch.num_rows
         table = pa.Table.from_batches([batch])
@@ -743,8 +743,7 @@ class RedisHashWriter(SinkWriter):
         if keys.null_count:
             raise ConnectorError(f"table {self._name!r}: a row's primary key ({', '.join(self._key)}) is NULL; "
                                  "a hash key cannot be made from it")
-        deleted = (pc.equal(last.column(ROWKIND_COLUMN), DELETE).to_numpy(zero_copy_only=False)
-                   if self._updating else np.zeros(last.num_rows, dtype=bool))
+        deleted = removes(last) if self._updating else np.zeros(last.num_rows, dtype=bool)
         names = [c.encode() for c in self._columns]
         columns = [encode_column(last.column(c)).to_pylist() for c in self._columns]
         try:

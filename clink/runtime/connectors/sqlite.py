@@ -41,7 +41,7 @@ from clink.runtime.plan import DELETE, INSERT, ROWKIND_COLUMN, UPDATE_AFTER, UPD
 if TYPE_CHECKING:
     from clink.runtime.context import RuntimeContext
 
-__all__ = ["META_TABLE", "PENDING_TABLE", "SQLITE", "SqliteSinkWriter", "last_change_per_key", "sqlite_type",
+__all__ = ["META_TABLE", "PENDING_TABLE", "SQLITE", "SqliteSinkWriter", "last_change_per_key", "removes", "sqlite_type",
            "sqlite_values"]
 
 #: Staging table: the rows each pre-committed checkpoint holds, as Arrow IPC streams.
@@ -162,9 +162,9 @@ def _rows(table: pa.Table) -> Iterator[tuple]:
 
 
 def last_change_per_key(changes: pa.Table, key: tuple[str, ...], updating: bool = True) -> pa.Table:
-    """The last ``+I``, ``+U`` or ``-D`` row of each key in ``changes`` (a changelog if
-    ``updating``, else inserts only: each an upsert), in order of arrival: applying it as an
-    upsert gives what applying every row in turn gives.
+    """The last row of each key in ``changes`` (a changelog if ``updating``, else inserts only:
+    each an upsert), in order of arrival: applying it (see ``removes``) gives what applying every
+    row in turn gives.
 
     >>> log = pa.table({"k": [1, 1, 2, 1], "v": [1, 1, 5, 2], "_rowkind": ["+I", "-U", "+I", "+U"]})
     >>> last_change_per_key(log, ("k",)).to_pylist()
@@ -174,10 +174,20 @@ def last_change_per_key(changes: pa.Table, key: tuple[str, ...], updating: bool 
     while row in key:
         row += "_"
     indexed = changes.select(list(key)).append_column(row, pa.array(np.arange(changes.num_rows, dtype=np.int64)))
-    if updating:
-        indexed = pc.filter(indexed, pc.not_equal(changes.column(ROWKIND_COLUMN), UPDATE_BEFORE))
     last = indexed.group_by(list(key), use_threads=False).aggregate([(row, "max")]).column(f"{row}_max")
     return pc.take(changes, pa.array(np.sort(last.to_numpy()), pa.int64()))
+
+
+def removes(last: pa.Table) -> np.ndarray:
+    """Which rows of a ``last_change_per_key`` result remove their key: a ``-D``, or a ``-U`` that
+    no ``+U`` followed (a filter after the update let the old row through and kept the new one
+    back), as Flink's upsert sinks read a ``-U``.
+
+    >>> removes(pa.table({"k": [1, 2, 3], "_rowkind": ["-U", "+U", "-D"]})).tolist()
+    [True, False, True]
+    """
+    kinds = last.column(ROWKIND_COLUMN)
+    return pc.or_(pc.equal(kinds, DELETE), pc.equal(kinds, UPDATE_BEFORE)).to_numpy(zero_copy_only=False)
 
 
 # --- sink -----------------------------------------------------------------------------------
@@ -355,7 +365,7 @@ class SqliteSinkWriter(SinkWriter):
             conn.executemany(f"INSERT OR REPLACE INTO {table} ({names}) VALUES ({marks})",
                              _rows(last.select(self._columns)))
             return
-        deleted = pc.equal(last.column(ROWKIND_COLUMN), DELETE)
+        deleted = pa.array(removes(last))
         gone = pc.filter(last.select(list(self._key)), deleted)
         kept = pc.filter(last.select(self._columns), pc.invert(deleted))
         # Keys are unique in ``last``: deletes and upserts touch different rows, in either order.
