@@ -508,6 +508,17 @@ class ColumnDef(Node):
 
 
 @attrs.frozen(kw_only=True)
+class MetadataColumn(Node):
+    """``name TYPE METADATA [FROM 'key'] [VIRTUAL]``: filled by the connector from the record's
+    metadata ``key`` (the column's name when no FROM is given)."""
+
+    name: str
+    type: pa.DataType
+    key: str
+    virtual: bool = False
+
+
+@attrs.frozen(kw_only=True)
 class ComputedColumn(Node):
     name: str
     expr: Expr
@@ -528,7 +539,7 @@ class Property(Node):
 @attrs.frozen(kw_only=True)
 class CreateTable(Statement):
     name: str
-    columns: tuple[ColumnDef | ComputedColumn, ...]
+    columns: tuple[ColumnDef | ComputedColumn | MetadataColumn, ...]
     #: ``LIKE t``: the table whose declaration this one starts from.
     like: str | None = None
     watermark: WatermarkDef | None = None

@@ -318,7 +318,7 @@ class _Builder(Transformer):
         columns, watermark, pk, partitioned, options, like = [], None, (), (), (), None
         for child in children:
             match child:
-                case ast.ColumnDef() | ast.ComputedColumn():
+                case ast.ColumnDef() | ast.ComputedColumn() | ast.MetadataColumn():
                     columns.append(child)
                 case ast.WatermarkDef():
                     if watermark is not None:
@@ -357,6 +357,12 @@ class _Builder(Transformer):
         name, typ, *rest = _strip_keywords(children)
         nullable = not any(r == "not_null" for r in rest)
         return ast.ColumnDef(name=str(name), type=typ, nullable=nullable, span=self._span(meta))
+
+    def metadata_column(self, meta, children):
+        virtual = any(isinstance(c, Token) and c.type == "VIRTUAL" for c in children)
+        name, typ, *rest = _strip_keywords(children)
+        key = next((_unquote(str(r)) for r in rest if isinstance(r, Token) and r.type == "STRING"), str(name))
+        return ast.MetadataColumn(name=str(name), type=typ, key=key, virtual=virtual, span=self._span(meta))
 
     def not_null(self, meta, children):
         return "not_null"

@@ -575,6 +575,8 @@ class Job:
         """Checkpoint ``checkpoint_id`` is complete: the sinks here make its output visible."""
         for sid, writer in self._writers.items():
             writer.commit(checkpoint_id, handles.get(self.uids[self._node_of[sid].id]))
+        for reader in self._readers.values():
+            reader.checkpoint_complete(checkpoint_id)
 
     def close(self) -> None:
         """Every subtask here has ended and the last checkpoint (if any) has committed: close the
@@ -1258,6 +1260,8 @@ class _Checkpointing:
         for sid, w in job._writers.items():
             w.commit(checkpoint_id, handles[uids[job._node_of[sid].id]])
             self.fault("during_sink_commit")
+        for reader in job._readers.values():
+            reader.checkpoint_complete(checkpoint_id)
         self.store.prune()
         self.next_id += 1
         self.rows = 0

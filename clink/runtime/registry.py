@@ -24,6 +24,8 @@ BUILT_IN = {
     "blackhole": ("clink.runtime.connectors.blackhole", "BLACKHOLE"),
     "sqlite": ("clink.runtime.connectors.sqlite", "SQLITE"),
     "redis": ("clink.runtime.connectors.redis", "REDIS"),
+    "kafka": ("clink.runtime.connectors.kafka", "KAFKA"),
+    "upsert-kafka": ("clink.runtime.connectors.kafka", "UPSERT_KAFKA"),
     "collect": ("clink.runtime.connectors.collect", "COLLECT"),
     "push": ("clink.runtime.connectors.push", "PUSH"),
     "values": ("clink.runtime.connectors.values", "VALUES"),

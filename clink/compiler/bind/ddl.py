@@ -18,6 +18,8 @@ from clink.runtime.settings import SETTINGS, check_setting, close_settings, pars
 
 #: Connectors that write PARTITIONED BY tables (one directory per partition value).
 PARTITIONED_CONNECTORS = frozenset({"filesystem"})
+#: The option that names a table's METADATA columns and their keys for its connector.
+METADATA_OPTION = "clink.metadata-columns"  # read by clink.runtime.connectors.kafka
 #: Options every source table accepts, whatever its connector, with their value parsers.
 SOURCE_OPTIONS = {"scan.watermark.idle-timeout": parse_duration}
 
@@ -73,8 +75,8 @@ class DdlBinder:
             if col.name in seen:
                 raise SqlError(f"column {col.name!r} is declared twice in table {stmt.name!r}", col.span)
             seen.add(col.name)
-            if isinstance(col, ast.ColumnDef):
-                physical.append(ir.Field(col.name, col.type, col.nullable))
+            if isinstance(col, ast.ColumnDef | ast.MetadataColumn):
+                physical.append(ir.Field(col.name, col.type, getattr(col, "nullable", True)))
         for key in stmt.primary_key:
             if key not in {f.name for f in physical}:
                 raise SqlError(f"primary key column {key!r} is not a physical column of {stmt.name!r}", stmt.span,
@@ -83,11 +85,12 @@ class DdlBinder:
         physical = [attrs.evolve(f, nullable=False) if f.name in stmt.primary_key else f for f in physical]
         options = {p.key: p for p in stmt.options}
         connector = self._check_connector(stmt, options, ir.Schema(tuple(physical)))
+        metadata = self._metadata_columns(stmt, connector)
         idle = options.get("scan.watermark.idle-timeout")
         self._check_partitioned_by(stmt, connector, ir.Schema(tuple(physical)))
         info = ir.TableInfo(name=stmt.name, connector=connector,
                             options=tuple((k, p.value) for k, p in options.items()
-                                          if k != "connector" and k not in SOURCE_OPTIONS),
+                                          if k != "connector" and k not in SOURCE_OPTIONS) + metadata,
                             columns=ir.Schema(tuple(physical)), primary_key=stmt.primary_key,
                             partition_columns=stmt.partitioned_by,
                             idle_timeout=parse_duration(idle.value) if idle is not None else None)
@@ -146,6 +149,23 @@ class DdlBinder:
                                for i, f in enumerate(physical))
         expr = ir.substitute(expr, physical_exprs + tuple(e for _, e in computed))
         return wm.column, expr
+
+    def _metadata_columns(self, stmt: ast.CreateTable, connector: str) -> tuple[tuple[str, str], ...]:
+        """The table's METADATA columns, checked against what its connector fills, as the one
+        option that tells the connector which physical columns are metadata (none: nothing)."""
+        columns = [c for c in stmt.columns if isinstance(c, ast.MetadataColumn)]
+        if not columns:
+            return ()
+        known = self.connectors.get(connector).metadata
+        for col in columns:
+            if not known:
+                raise SqlError(f"the {connector!r} connector has no metadata: column {col.name!r} cannot be "
+                               "declared METADATA", col.span, "declare it as an ordinary column, or remove it")
+            if col.key not in known:
+                raise SqlError(f"the {connector!r} connector has no metadata {col.key!r} (column {col.name!r})",
+                               col.span, f"its metadata: {', '.join(known)}; write {col.name} <type> METADATA FROM "
+                               "'<key>'")
+        return ((METADATA_OPTION, ";".join(f"{c.name}={c.key}" for c in columns)),)
 
     def _check_partitioned_by(self, stmt: ast.CreateTable, connector: str, schema: ir.Schema) -> None:
         """Check PARTITIONED BY: its columns reach the sink as ``TableSpec.partition_columns``."""

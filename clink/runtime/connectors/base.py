@@ -119,6 +119,10 @@ class SourceReader:
 
         raise ConnectorError(f"{type(self).__name__} cannot resume from a checkpoint: it is not replayable")
 
+    def checkpoint_complete(self, checkpoint_id: int) -> None:
+        """Checkpoint ``checkpoint_id``, holding this reader's last ``position``, is complete: a
+        source may now acknowledge upstream what it read before it (never needed to resume)."""
+
     def seek_shares(self, positions: list[dict]) -> None:
         """Continue from the ``positions`` of every subtask of an earlier run of this source at
         another parallelism, taking this reader's share of what is left. A reader that cannot
@@ -203,6 +207,9 @@ class Connector:
     #: and each can resume from the positions of a run at another parallelism
     #: (``SourceReader.seek_shares``). Otherwise one subtask reads the whole table.
     splittable: bool = False
+    #: The metadata keys its source fills into ``name TYPE METADATA [FROM 'key']`` columns; the
+    #: compiler refuses METADATA columns of any other key (and of a connector with none).
+    metadata: tuple[str, ...] = ()
 
     def options_for(self, role: str) -> tuple[OptionSpec, ...]:
         return self.source_options if role == "source" else self.sink_options

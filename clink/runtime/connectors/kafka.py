@@ -1,0 +1,900 @@
+"""The ``kafka`` and ``upsert-kafka`` connectors, on the ``confluent-kafka`` client.
+
+Reading. The source lists the partitions of its topics (``'topic'``: one name or several
+separated by ``;``, or ``'topic-pattern'``: a regular expression matched against the topics
+that exist when the job starts) and assigns them to its subtasks itself: partition ``i`` of the
+sorted list goes to subtask ``i % parallelism``. There is no consumer-group rebalancing. The
+next offset of every partition is the source's position in clink's checkpoints; a restore seeks
+there, at any parallelism. After a checkpoint completes the offsets are also committed to the
+consumer group (``'properties.group.id'``), as a courtesy for monitoring; they are never read
+back except by ``'scan.startup.mode' = 'group-offsets'`` on a fresh start.
+
+``'scan.startup.mode'`` picks where a fresh start begins, ``'scan.bounded.mode'`` where each
+partition ends (``unbounded``: never). ``timestamp`` modes take the earliest offset whose record
+timestamp is at least the given one; the source checks this on the records themselves too, so it
+holds even on a broker that answers timestamp lookups roughly.
+
+Messages are read in batches of up to ``BATCH_MESSAGES``; their values (and keys, with
+``'key.format'``) are decoded together (``kafka_formats``). A message whose value is NULL (a
+tombstone) is skipped by ``kafka``; ``upsert-kafka`` reads it as the deletion of its key.
+
+Writing. ``'sink.delivery-guarantee'``: ``none`` hands rows to the client as they come;
+``at-least-once`` also waits, at each checkpoint, until the broker has them; ``exactly-once``
+writes the rows of each checkpoint in one Kafka transaction when the checkpoint completes.
+Until then they are held by the sink, and at the checkpoint (``pre_commit``) staged as an Arrow
+IPC file in the state directory, so that a crash between the checkpoint and its commit commits
+them on restore. The transaction also commits the checkpoint's id as an offset of a ledger
+consumer group (``send_offsets_to_transaction``), atomically with the rows: a restore that finds
+the id there knows the transaction committed, and does not write it again. Readers see each row
+once with ``isolation.level`` = ``read_committed``.
+
+``upsert-kafka`` writes the primary key as the message key; ``+I`` and ``+U`` rows as values,
+``-D`` rows as tombstones (NULL values), and drops ``-U`` rows (the ``+U`` that follows replaces
+the value). Read back, it is an updating source of the latest value per key (see ``docs/connectors.md``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+import re
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import attrs
+import numpy as np
+import pyarrow as pa
+
+from clink.errors import ConnectorError, RecordError
+from clink.runtime import compute as pc
+from clink.runtime.connectors.base import Connector, OptionSpec, SinkWriter, SourceReader, TableSpec
+from clink.runtime.connectors.filesystem import BadValue
+from clink.runtime.connectors.kafka_formats import FORMATS, decode, encode, format_problem
+from clink.runtime.plan import DELETE, ROWKIND_COLUMN, UPDATE_BEFORE
+
+if TYPE_CHECKING:
+    from clink.runtime.context import RuntimeContext
+
+__all__ = ["KAFKA", "UPSERT_KAFKA", "KafkaSinkWriter", "KafkaSourceReader", "parse_settings"]
+
+#: Messages asked of the client per poll.
+BATCH_MESSAGES = 10_000
+#: Seconds one poll waits for messages: short, since the executor polls every source in turn.
+POLL_TIMEOUT_S = 0.02
+#: Seconds to wait for the broker in calls that need an answer (metadata, offsets, commits).
+BROKER_TIMEOUT_S = 30.0
+#: The option that carries the table's METADATA columns to the connector (set by the compiler,
+#: never by a user: it is no OptionSpec, so a WITH clause that names it is refused).
+METADATA_OPTION = "clink.metadata-columns"
+#: Metadata a source fills, with the SQL type Flink gives it.
+METADATA_KEYS = {"topic": pa.string(), "partition": pa.int32(), "offset": pa.int64(),
+                 "timestamp": pa.timestamp("ms", "UTC"), "timestamp-type": pa.string()}
+
+STARTUP_MODES = ("earliest-offset", "latest-offset", "group-offsets", "timestamp", "specific-offsets")
+BOUNDED_MODES = ("unbounded", "latest-offset", "group-offsets", "timestamp", "specific-offsets")
+DELIVERY = ("none", "at-least-once", "exactly-once")
+
+_COMMON = (
+    OptionSpec(name="topic", description="topic name(s) to read or write, several separated by ';'"),
+    OptionSpec(name="properties.bootstrap.servers", required=True,
+               description="the Kafka brokers, host:port[,host:port...]"),
+    OptionSpec(name="properties.#", description="any Kafka client property, passed through to confluent-kafka"),
+    OptionSpec(name="key.format", choices=FORMATS, description="format of the message key: json, csv or raw"),
+    OptionSpec(name="key.fields", description="the columns written to / read from the key, separated by ';'"),
+    OptionSpec(name="value.format", choices=FORMATS, description="format of the message value: json, csv or raw"),
+    OptionSpec(name="value.fields-include", default="ALL", choices=("ALL", "EXCEPT_KEY"),
+               description="ALL: the value holds every column; EXCEPT_KEY: every column but the key fields"),
+    OptionSpec(name="csv.field-delimiter", default=",", description="CSV field separator, one character"),
+    OptionSpec(name="key.csv.field-delimiter", default=",", description="CSV field separator of the key"),
+    OptionSpec(name="value.csv.field-delimiter", default=",", description="CSV field separator of the value"),
+)
+_SOURCE = (
+    OptionSpec(name="topic-pattern", description="a regular expression: read every topic whose name matches"),
+    OptionSpec(name="scan.startup.mode", default="group-offsets", choices=STARTUP_MODES,
+               description="where a fresh start reads from"),
+    OptionSpec(name="scan.startup.timestamp-millis", description="with 'timestamp': epoch milliseconds"),
+    OptionSpec(name="scan.startup.specific-offsets",
+               description="with 'specific-offsets': 'partition:0,offset:42;partition:1,offset:300'"),
+    OptionSpec(name="scan.bounded.mode", default="unbounded", choices=BOUNDED_MODES,
+               description="where each partition ends (unbounded: never)"),
+    OptionSpec(name="scan.bounded.timestamp-millis", description="with 'timestamp': epoch milliseconds"),
+    OptionSpec(name="scan.bounded.specific-offsets",
+               description="with 'specific-offsets': 'partition:0,offset:42;partition:1,offset:300'"),
+)
+_SINK = (
+    OptionSpec(name="sink.delivery-guarantee", default="at-least-once", choices=DELIVERY,
+               description="none, at-least-once, or exactly-once (a transaction per checkpoint)"),
+    OptionSpec(name="sink.transactional-id-prefix",
+               description="with exactly-once: the prefix of the sink's Kafka transactional id"),
+)
+KAFKA_OPTIONS = (*_COMMON, OptionSpec(name="format", choices=FORMATS,
+                                      description="format of the message value (same as value.format)"))
+
+
+# --- options ---------------------------------------------------------------------------------
+
+
+@attrs.frozen(kw_only=True)
+class Settings:
+    """A kafka table's options, parsed."""
+
+    topics: tuple[str, ...] = ()
+    pattern: str | None = None
+    client: dict[str, str] = attrs.field(factory=dict)
+    value_format: str = "json"
+    key_format: str | None = None
+    key_fields: tuple[str, ...] = ()
+    value_fields: tuple[str, ...] = ()
+    metadata: dict[str, str] = attrs.field(factory=dict)
+    startup: str = "group-offsets"
+    startup_ts: int | None = None
+    startup_offsets: dict[int, int] = attrs.field(factory=dict)
+    bounded: str = "unbounded"
+    bounded_ts: int | None = None
+    bounded_offsets: dict[int, int] = attrs.field(factory=dict)
+    delivery: str = "at-least-once"
+    transactional_prefix: str | None = None
+    key_delimiter: str = ","
+    value_delimiter: str = ","
+
+
+def _offsets(text: str) -> dict[int, int]:
+    """``'partition:0,offset:42;partition:1,offset:300'`` as {0: 42, 1: 300}."""
+    result = {}
+    for part in filter(None, (p.strip() for p in text.split(";"))):
+        m = re.fullmatch(r"partition\s*:\s*(\d+)\s*,\s*offset\s*:\s*(\d+)", part)
+        if m is None:
+            raise ValueError(f"expected 'partition:<n>,offset:<n>', found {part!r}")
+        result[int(m[1])] = int(m[2])
+    return result
+
+
+def parse_metadata(text: str) -> dict[str, str]:
+    """The METADATA columns as the compiler passes them: ``'col=key;col=key'``."""
+    return dict(item.split("=", 1) for item in text.split(";") if item)
+
+
+def parse_settings(options: Mapping[str, str], table_schema: pa.Schema, *, upsert: bool,
+                   primary_key: tuple[str, ...] = ()) -> tuple[Settings | None, dict[str, str]]:
+    """Parse and check a kafka or upsert-kafka table's options; the settings, or errors by option."""
+    errors: dict[str, str] = {}
+    name = "upsert-kafka" if upsert else "kafka"
+    topics = tuple(t.strip() for t in options.get("topic", "").split(";") if t.strip())
+    pattern = options.get("topic-pattern")
+    if pattern is not None:
+        try:
+            re.compile(pattern)
+        except re.error as e:
+            errors["topic-pattern"] = f"not a regular expression: {e}"
+        if topics:
+            errors["topic-pattern"] = "give 'topic' or 'topic-pattern', not both"
+    elif not topics:
+        errors["topic"] = f"the {name} connector needs a 'topic' (or 'topic-pattern' to read several)"
+    if not options.get("properties.bootstrap.servers", "").strip():
+        errors["properties.bootstrap.servers"] = "needs the brokers, host:port[,host:port...]"
+    client = {k[len("properties."):]: v for k, v in options.items() if k.startswith("properties.")}
+    if "format" in options and "value.format" in options:
+        errors["format"] = "give 'format' or 'value.format', not both"
+    value_format = options.get("value.format", options.get("format", "")).strip().lower()
+    if value_format not in FORMATS:
+        if value_format in ("debezium-json", "canal-json", "avro", "protobuf", "avro-confluent", "maxwell-json",
+                            "ogg-json"):
+            errors["value.format" if "value.format" in options else "format"] = (
+                f"the {value_format!r} format is not implemented by clink's kafka connector; use one of "
+                f"{', '.join(FORMATS)}")
+        else:
+            errors["value.format" if "value.format" in options else "format"] = (
+                f"the {name} connector needs 'value.format' (or 'format'): one of {', '.join(FORMATS)}")
+    key_format = options.get("key.format")
+    key_format = key_format.strip().lower() if key_format is not None else None
+    physical = list(table_schema.names)
+    metadata = parse_metadata(options.get(METADATA_OPTION, ""))
+    for column, key in metadata.items():
+        if key not in METADATA_KEYS:
+            errors["connector"] = (f"column {column!r}: {name} has no metadata {key!r}; it has "
+                                   f"{', '.join(METADATA_KEYS)}")
+    physical = [n for n in physical if n not in metadata]
+    if upsert:
+        if not primary_key:
+            errors["connector"] = ("an upsert-kafka table needs PRIMARY KEY (...) NOT ENFORCED: the key of its "
+                                   "messages")
+        if key_format is None:
+            errors["key.format"] = "upsert-kafka needs 'key.format', the format of the primary key in the message key"
+        if "key.fields" in options:
+            errors["key.fields"] = "upsert-kafka writes the PRIMARY KEY to the key; remove 'key.fields'"
+        key_fields = tuple(primary_key)
+    else:
+        key_fields = tuple(k.strip() for k in options.get("key.fields", "").split(";") if k.strip())
+        if key_fields and key_format is None:
+            errors["key.fields"] = "'key.fields' needs 'key.format'"
+        if key_format is not None and not key_fields:
+            errors["key.format"] = "'key.format' needs 'key.fields', the columns of the key"
+    for k in key_fields:
+        if k not in physical:
+            errors["key.fields"] = f"key field {k!r} is not a physical column of the table"
+    include = options.get("value.fields-include", "ALL").strip().upper()
+    value_fields = tuple(n for n in physical if include == "ALL" or n not in key_fields)
+    by_name = {f.name: f for f in table_schema}
+    for fmt, fields, key in ((value_format, value_fields, "value.format"), (key_format, key_fields, "key.format")):
+        if fmt in FORMATS and not errors.get(key):
+            problem = format_problem(fmt, pa.schema([by_name[n] for n in fields if n in by_name]))
+            if problem is not None:
+                errors[key if key in options or key == "key.format" else "format"] = problem
+    settings: dict[str, Any] = {}
+    for mode_key, modes, prefix in (("scan.startup.mode", STARTUP_MODES, "startup"),
+                                    ("scan.bounded.mode", BOUNDED_MODES, "bounded")):
+        default = "earliest-offset" if upsert and prefix == "startup" else (
+            "group-offsets" if prefix == "startup" else "unbounded")
+        mode = options.get(mode_key, default).strip().lower()
+        if mode not in modes:
+            errors[mode_key] = f"expected one of {', '.join(modes)}, found {options[mode_key]!r}"
+        settings[prefix] = mode
+        base = mode_key.rsplit(".", 1)[0]
+        ts_key, offsets_key = f"{base}.timestamp-millis", f"{base}.specific-offsets"
+        if mode == "timestamp":
+            try:
+                settings[f"{prefix}_ts"] = int(options.get(ts_key, ""))
+            except ValueError:
+                errors[ts_key] = f"'{mode_key}' = 'timestamp' needs '{ts_key}', epoch milliseconds"
+        elif ts_key in options:
+            errors[ts_key] = f"'{ts_key}' is read only with '{mode_key}' = 'timestamp'"
+        if mode == "specific-offsets":
+            try:
+                settings[f"{prefix}_offsets"] = _offsets(options.get(offsets_key, ""))
+                if not settings[f"{prefix}_offsets"]:
+                    raise ValueError(f"'{mode_key}' = 'specific-offsets' needs '{offsets_key}'")
+            except ValueError as e:
+                errors[offsets_key] = str(e)
+        elif offsets_key in options:
+            errors[offsets_key] = f"'{offsets_key}' is read only with '{mode_key}' = 'specific-offsets'"
+    delivery = options.get("sink.delivery-guarantee", "at-least-once").strip().lower()
+    prefix = options.get("sink.transactional-id-prefix")
+    if delivery == "exactly-once" and not (prefix or "").strip():
+        errors["sink.delivery-guarantee"] = ("'exactly-once' needs 'sink.transactional-id-prefix', unique to this "
+                                             "sink among the jobs writing to the cluster")
+    delimiters = {}
+    for key in ("key.csv.field-delimiter", "value.csv.field-delimiter"):
+        value = options.get(key, options.get("csv.field-delimiter", ","))
+        value = {"\\t": "\t", "tab": "\t"}.get(value, value)
+        if len(value) != 1 or value in '"\r\n':
+            errors[key if key in options else "csv.field-delimiter"] = f"expected one character, found {value!r}"
+        delimiters[key.split(".")[0]] = value
+    if errors:
+        return None, errors
+    return Settings(topics=topics, pattern=pattern, client=client, value_format=value_format,
+                    key_format=key_format, key_fields=key_fields, value_fields=value_fields, metadata=metadata,
+                    delivery=delivery, transactional_prefix=prefix, key_delimiter=delimiters["key"],
+                    value_delimiter=delimiters["value"], **settings), {}
+
+
+def _validator(upsert: bool):
+    def validate(options: Mapping[str, str], table_schema: pa.Schema, role: str) -> dict[str, str]:
+        """Check a kafka table's option values; returns messages keyed by option."""
+        # The primary key is not known here: upsert-kafka checks it when it starts.
+        return {k: v for k, v in parse_settings(options, table_schema, upsert=upsert,
+                                                primary_key=("?",) if upsert else ())[1].items()
+                if not (upsert and k == "key.fields" and "not a physical column" in v)}
+    return validate
+
+
+def _settings_or_raise(spec: TableSpec, *, upsert: bool) -> Settings:
+    physical = pa.schema([f for f in spec.table_schema if f.name != ROWKIND_COLUMN])
+    settings, errors = parse_settings(spec.options, physical, upsert=upsert, primary_key=spec.primary_key)
+    if settings is None:
+        details = "; ".join(f"'{k}': {v}" for k, v in errors.items())
+        raise ConnectorError(f"table {spec.name!r}: bad {'upsert-kafka' if upsert else 'kafka'} options: {details}")
+    return settings
+
+
+def _client_module():
+    try:
+        import confluent_kafka
+    except ImportError:
+        raise ConnectorError("the kafka connectors need the confluent-kafka client: "
+                             "pip install 'clink[kafka]'") from None
+    return confluent_kafka
+
+
+def _check(error: Any, doing: str, table: str) -> None:
+    if error is not None:
+        raise ConnectorError(f"table {table!r}: cannot {doing}: {error}")
+
+
+# --- source ----------------------------------------------------------------------------------
+
+
+class KafkaSourceReader(SourceReader):
+    """Reads this subtask's partitions of the table's topics, from offsets it keeps itself."""
+
+    def __init__(self, spec: TableSpec, ctx: RuntimeContext, *, upsert: bool = False) -> None:
+        super().__init__()
+        ck = _client_module()
+        self._ck = ck
+        self._spec = spec
+        self._upsert = upsert
+        s = self._settings = _settings_or_raise(spec, upsert=upsert)
+        self._name = spec.name
+        config = {"enable.auto.commit": "false", "enable.partition.eof": "false",
+                  "group.id": f"clink-{spec.name}", **s.client}
+        self._group = config["group.id"]
+        try:
+            self._consumer = ck.Consumer(config)
+        except ck.KafkaException as e:
+            raise ConnectorError(f"table {spec.name!r}: cannot create the Kafka consumer: {e}") from None
+        self.bounded = s.bounded != "unbounded"
+        self.metrics.update(records_in=0, skipped_records=0)
+        everything = self._partitions()
+        self._mine = [tp for i, tp in enumerate(everything) if i % spec.parallelism == spec.subtask]
+        #: Next offset to read, per (topic, partition) of this subtask.
+        self._next: dict[tuple[str, int], int] = {}
+        #: Offset each partition ends at (bounded), and partitions still skipping records older
+        #: than the startup timestamp.
+        self._stop: dict[tuple[str, int], int] = {}
+        self._skipping: set[tuple[str, int]] = set()
+        self._done: set[tuple[str, int]] = set()
+        self._start()
+        self._committable: dict[str, int] | None = None
+        # What the plan reads: value columns, key columns, metadata, in the order of spec.schema.
+        by_name = {f.name: f for f in spec.table_schema}
+        self._value_schema = pa.schema([by_name[n] for n in s.value_fields])
+        self._key_schema = pa.schema([by_name[n] for n in s.key_fields])
+        self._schema = spec.schema
+
+    # -- partitions and offsets
+
+    def _partitions(self) -> list[tuple[str, int]]:
+        s = self._settings
+        try:
+            meta = self._consumer.list_topics(timeout=BROKER_TIMEOUT_S)
+        except self._ck.KafkaException as e:
+            raise ConnectorError(f"table {self._name!r}: cannot list the topics of "
+                                 f"{s.client.get('bootstrap.servers')!r}: {e}") from None
+        if s.pattern is not None:
+            topics = sorted(t for t in meta.topics if re.fullmatch(s.pattern, t))
+        else:
+            topics = list(s.topics)
+            missing = [t for t in topics if t not in meta.topics]
+            if missing:
+                raise ConnectorError(f"table {self._name!r}: no topic {', '.join(map(repr, missing))} in "
+                                     f"{s.client.get('bootstrap.servers')!r}")
+        return [(t, p) for t in topics for p in sorted(meta.topics[t].partitions)]
+
+    def _watermarks(self, tp: tuple[str, int]) -> tuple[int, int]:
+        try:
+            return self._consumer.get_watermark_offsets(self._ck.TopicPartition(*tp), timeout=BROKER_TIMEOUT_S,
+                                                        cached=False)
+        except self._ck.KafkaException as e:
+            raise ConnectorError(f"table {self._name!r}: cannot read the offsets of {tp[0]}/{tp[1]}: {e}") from None
+
+    def _for_times(self, ts: int) -> dict[tuple[str, int], int]:
+        ck = self._ck
+        if not self._mine:
+            return {}
+        found = self._consumer.offsets_for_times([ck.TopicPartition(t, p, ts) for t, p in self._mine],
+                                                 timeout=BROKER_TIMEOUT_S)
+        return {(f.topic, f.partition): f.offset for f in found}
+
+    def _committed(self, reset: str | None) -> dict[tuple[str, int], int]:
+        ck = self._ck
+        if not self._mine:
+            return {}
+        found = self._consumer.committed([ck.TopicPartition(t, p) for t, p in self._mine], timeout=BROKER_TIMEOUT_S)
+        result = {}
+        for f in found:
+            tp = (f.topic, f.partition)
+            if f.offset >= 0:
+                result[tp] = f.offset
+            elif reset in ("earliest", "smallest", "beginning"):
+                result[tp] = self._watermarks(tp)[0]
+            elif reset in ("latest", "largest", "end"):
+                result[tp] = self._watermarks(tp)[1]
+            else:
+                raise ConnectorError(
+                    f"table {self._name!r}: the consumer group {self._group!r} has no committed offset for "
+                    f"{tp[0]}/{tp[1]} ('scan.startup.mode' = 'group-offsets'); set "
+                    "'properties.auto.offset.reset' = 'earliest' or 'latest', or another 'scan.startup.mode'")
+        return result
+
+    def _start(self) -> None:
+        """Resolve where each partition starts and ends, as offsets, and assign them."""
+        s = self._settings
+        if s.startup == "group-offsets":
+            self._next = self._committed(s.client.get("auto.offset.reset"))
+        elif s.startup == "timestamp":
+            found = self._for_times(s.startup_ts)
+            for tp in self._mine:
+                low, high = self._watermarks(tp)
+                self._next[tp] = found.get(tp, -1) if found.get(tp, -1) >= 0 else high
+                self._skipping.add(tp)
+        else:
+            for tp in self._mine:
+                low, high = self._watermarks(tp)
+                if s.startup == "specific-offsets" and tp[1] in s.startup_offsets:
+                    self._next[tp] = s.startup_offsets[tp[1]]
+                else:
+                    self._next[tp] = high if s.startup == "latest-offset" else low
+        if s.bounded == "latest-offset":
+            self._stop = {tp: self._watermarks(tp)[1] for tp in self._mine}
+        elif s.bounded == "group-offsets":
+            self._stop = self._committed("latest")
+        elif s.bounded == "timestamp":
+            found = self._for_times(s.bounded_ts)
+            for tp in self._mine:
+                self._stop[tp] = found[tp] if found.get(tp, -1) >= 0 else self._watermarks(tp)[1]
+        elif s.bounded == "specific-offsets":
+            for tp in self._mine:
+                self._stop[tp] = s.bounded_offsets.get(tp[1], self._watermarks(tp)[1])
+        self._assign()
+
+    def _assign(self) -> None:
+        ck = self._ck
+        self._done = {tp for tp in self._mine if tp in self._stop and self._next[tp] >= self._stop[tp]}
+        live = [ck.TopicPartition(t, p, self._next[(t, p)]) for t, p in self._mine if (t, p) not in self._done]
+        try:
+            self._consumer.assign(live)
+        except ck.KafkaException as e:
+            raise ConnectorError(f"table {self._name!r}: cannot assign partitions: {e}") from None
+        self.finished = self.bounded and len(self._done) == len(self._mine)
+
+    def position(self) -> dict:
+        offsets = {f"{t}:{p}": n for (t, p), n in self._next.items()}
+        self._committable = offsets
+        return {"offsets": offsets, "stops": {f"{t}:{p}": n for (t, p), n in self._stop.items()},
+                "skipping": sorted(f"{t}:{p}" for t, p in self._skipping)}
+
+    def seek(self, position: dict) -> None:
+        self.seek_shares([position])
+
+    def seek_shares(self, positions: list[dict]) -> None:
+        """Every partition belongs to one subtask of the earlier run: merged, the positions
+        give each partition's offset, whatever the parallelism was."""
+        offsets: dict[str, int] = {}
+        stops: dict[str, int] = {}
+        skipping: set[str] = set()
+        for position in positions:
+            offsets.update(position.get("offsets", {}))
+            stops.update(position.get("stops", {}))
+            skipping.update(position.get("skipping", ()))
+        for tp in self._mine:
+            key = f"{tp[0]}:{tp[1]}"
+            if key in offsets:
+                self._next[tp] = int(offsets[key])
+                if key not in skipping:
+                    self._skipping.discard(tp)
+            if key in stops:
+                self._stop[tp] = int(stops[key])
+        self._assign()
+
+    def checkpoint_complete(self, checkpoint_id: int) -> None:
+        """Commit the offsets of the completed checkpoint to the consumer group, for monitoring
+        only: a restore reads its offsets from the checkpoint."""
+        if not self._committable:
+            return
+        ck = self._ck
+        offsets = [ck.TopicPartition(key.rsplit(":", 1)[0], int(key.rsplit(":", 1)[1]), n)
+                   for key, n in self._committable.items()]
+        with contextlib.suppress(ck.KafkaException):
+            self._consumer.commit(offsets=offsets, asynchronous=True)
+
+    def close(self) -> None:
+        with contextlib.suppress(Exception):
+            self._consumer.close()
+
+    # -- reading
+
+    def poll(self) -> pa.RecordBatch | None:
+        if self.finished:
+            return None
+        if self.bounded and not self._mine:
+            self.finished = True
+            return None
+        try:
+            messages = self._consumer.consume(num_messages=BATCH_MESSAGES, timeout=POLL_TIMEOUT_S)
+        except self._ck.KafkaException as e:
+            raise ConnectorError(f"table {self._name!r}: cannot read from Kafka: {e}") from None
+        if not messages:
+            self._check_ends()
+            return None
+        for m in messages:
+            if m.error() is not None:
+                raise ConnectorError(f"table {self._name!r}: reading {m.topic()}/{m.partition()}: {m.error()}")
+        # The client hands messages over one by one: these comprehensions are the only per-message
+        # work; everything after is on whole arrays.
+        topics = [m.topic() for m in messages]
+        partitions = np.fromiter((m.partition() for m in messages), np.int32, len(messages))
+        offsets = np.fromiter((m.offset() for m in messages), np.int64, len(messages))
+        stamps = [m.timestamp() for m in messages]
+        times = np.fromiter((t[1] if t[0] else -1 for t in stamps), np.int64, len(messages))
+        keep = np.ones(len(messages), bool)
+        groups: dict[tuple[str, int], np.ndarray] = {}
+        topic_array = np.array(topics, dtype=object)
+        for topic in set(topics):
+            in_topic = topic_array == topic if len(self._mine) > 1 else np.ones(len(messages), bool)
+            for p in np.unique(partitions[in_topic]):
+                groups[(topic, int(p))] = np.flatnonzero(in_topic & (partitions == p))
+        for tp, rows in groups.items():
+            if tp not in self._next or tp in self._done:
+                keep[rows] = False
+                continue
+            if tp in self._skipping:
+                # Records before the first one at or after the startup timestamp are not read.
+                reached = np.flatnonzero(times[rows] >= self._settings.startup_ts)
+                first = reached[0] if len(reached) else len(rows)
+                keep[rows[:first]] = False
+                if len(reached):
+                    self._skipping.discard(tp)
+            if tp in self._stop:
+                stop = self._stop[tp]
+                if self._settings.bounded == "timestamp":
+                    late = np.flatnonzero(times[rows] >= self._settings.bounded_ts)
+                    if len(late):
+                        stop = min(stop, int(offsets[rows[late[0]]]))
+                beyond = offsets[rows] >= stop
+                keep[rows[beyond]] = False
+                if beyond.any():
+                    self._stop[tp] = stop
+                    self._finish_partition(tp)
+            self._next[tp] = max(self._next[tp], int(offsets[rows[keep[rows]]].max()) + 1) if keep[rows].any() \
+                else self._next[tp]
+            if tp in self._stop and self._next[tp] >= self._stop[tp]:
+                self._finish_partition(tp)
+        values = [m.value() for m in messages]
+        keys = [m.key() for m in messages] if self._settings.key_format is not None else None
+        if self.bounded and len(self._done) == len(self._mine):
+            self.finished = True
+        idx = np.flatnonzero(keep)
+        if not len(idx):
+            return None
+        batch = self._rows(idx, values, keys, topics, partitions, offsets, times, stamps)
+        self.metrics["records_in"] += batch.num_rows
+        return batch
+
+    def _finish_partition(self, tp: tuple[str, int]) -> None:
+        if tp in self._done:
+            return
+        self._done.add(tp)
+        with contextlib.suppress(self._ck.KafkaException):
+            self._consumer.pause([self._ck.TopicPartition(*tp)])
+
+    def _check_ends(self) -> None:
+        """Nothing came: a bounded partition whose fetch position passed its end (transaction
+        markers take offsets that no record has) is done."""
+        if not self.bounded:
+            return
+        ck = self._ck
+        waiting = [tp for tp in self._mine if tp not in self._done]
+        if waiting:
+            for f in self._consumer.position([ck.TopicPartition(*tp) for tp in waiting]):
+                tp = (f.topic, f.partition)
+                if f.offset >= 0 and f.offset >= self._stop.get(tp, f.offset + 1):
+                    self._next[tp] = max(self._next[tp], min(f.offset, self._stop[tp]))
+                    self._finish_partition(tp)
+        if len(self._done) == len(self._mine):
+            self.finished = True
+
+    def _decode(self, fmt: str, payloads: list[bytes], schema: pa.Schema, delimiter: str,
+                where: list[tuple[str, int, int]]) -> pa.Table:
+        try:
+            return decode(fmt, payloads, schema, csv_delimiter=delimiter)
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError, BadValue):
+            pass
+        # Some message is bad: bisect to find the first, decoding runs of good ones in bulk.
+        lo, hi = 0, len(payloads)
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            try:
+                decode(fmt, payloads[lo:mid], schema, csv_delimiter=delimiter)
+                lo = mid
+            except (pa.ArrowInvalid, pa.ArrowNotImplementedError, BadValue):
+                hi = mid
+        topic, partition, offset = where[lo]
+        text = payloads[lo][:80].decode(errors="replace")
+        raise RecordError(f"cannot read {text!r} as {fmt} with columns ({', '.join(schema.names)})",
+                          file=f"{topic}/{partition}", line=offset, table=self._name)
+
+    def _rows(self, idx: np.ndarray, values: list, keys: list | None, topics: list[str], partitions: np.ndarray,
+              offsets: np.ndarray, times: np.ndarray, stamps: list) -> pa.RecordBatch:
+        s = self._settings
+        kept_values = [values[i] for i in idx]
+        where = [(topics[i], int(partitions[i]), int(offsets[i])) for i in idx]
+        tombstone = np.fromiter((v is None for v in kept_values), bool, len(kept_values))
+        if not self._upsert and tombstone.any():
+            # A NULL value carries no row for the plain kafka source (Flink skips it likewise).
+            self.metrics["skipped_records"] += int(tombstone.sum())
+            idx = idx[~tombstone]
+            kept_values = [v for v in kept_values if v is not None]
+            where = [w for w, t in zip(where, tombstone, strict=True) if not t]
+            tombstone = np.zeros(len(idx), bool)
+        present = [v for v in kept_values if v is not None]
+        value_table = self._decode(s.value_format, present, self._value_schema, s.value_delimiter,
+                                   [w for w, t in zip(where, tombstone, strict=True) if not t])
+        if tombstone.any():
+            # Tombstones (upsert-kafka deletes) have no value columns: NULL rows in their places.
+            positions = np.cumsum(~tombstone) - 1
+            take = pa.array(np.where(tombstone, -1, positions)).cast(pa.int64())
+            take = pc.if_else(pa.array(tombstone), pa.scalar(None, pa.int64()), take)
+            value_table = value_table.take(take)
+        key_table = None
+        if s.key_format is not None and keys is not None:
+            kept_keys = [keys[i] for i in idx]
+            if any(k is None for k in kept_keys):
+                bad = next(w for w, k in zip(where, kept_keys, strict=True) if k is None)
+                raise RecordError("the message has no key, and the table reads columns from the key",
+                                  file=f"{bad[0]}/{bad[1]}", line=bad[2], table=self._name)
+            key_table = self._decode(s.key_format, kept_keys, self._key_schema, s.key_delimiter, where)
+        meta = {"topic": lambda: pa.array([w[0] for w in where], pa.string()),
+                "partition": lambda: pa.array(partitions[idx], pa.int32()),
+                "offset": lambda: pa.array(offsets[idx], pa.int64()),
+                "timestamp": lambda: pa.array(np.where(times[idx] >= 0, times[idx], 0), pa.int64(),
+                                              mask=times[idx] < 0).cast(pa.timestamp("ms", "UTC")),
+                "timestamp-type": lambda: pa.array(
+                    [("NoTimestampType", "CreateTime", "LogAppendTime")[stamps[i][0]] for i in idx], pa.string())}
+        columns = []
+        for f in self._schema:
+            if f.name == ROWKIND_COLUMN:
+                kinds = np.where(tombstone, DELETE, "+U" if self._upsert else "+I")
+                columns.append(pa.array(kinds.tolist(), pa.string()))
+            elif f.name in s.metadata:
+                columns.append(pc.cast(meta[s.metadata[f.name]](), f.type))
+            elif key_table is not None and f.name in s.key_fields and (
+                    f.name not in s.value_fields or self._upsert):
+                columns.append(key_table.column(f.name).combine_chunks())
+            else:
+                columns.append(value_table.column(f.name).combine_chunks())
+        return pa.RecordBatch.from_arrays(columns, schema=self._schema)
+
+
+# --- sink ------------------------------------------------------------------------------------
+
+
+class KafkaSinkWriter(SinkWriter):
+    """Writes rows as messages of one topic, with the delivery guarantee the table asks for."""
+
+    def __init__(self, spec: TableSpec, ctx: RuntimeContext, *, upsert: bool = False) -> None:
+        super().__init__()
+        ck = self._ck = _client_module()
+        s = self._settings = _settings_or_raise(spec, upsert=upsert)
+        self._name = spec.name
+        self._upsert = upsert
+        if s.pattern is not None or len(s.topics) != 1:
+            raise ConnectorError(f"table {spec.name!r}: a kafka sink writes one 'topic'; "
+                                 f"{'topic-pattern' if s.pattern else 'several topics'} can only be read")
+        if s.metadata:
+            raise ConnectorError(f"table {spec.name!r}: a kafka sink cannot write the METADATA columns "
+                                 f"{', '.join(s.metadata)}; write to a table without them")
+        self._topic = s.topics[0]
+        self._schema = spec.schema
+        self._updating = spec.updating
+        if spec.updating and not upsert:
+            raise ConnectorError(f"table {spec.name!r}: the kafka sink takes inserts only; write updates with the "
+                                 "'upsert-kafka' connector and a PRIMARY KEY")
+        config = {k: v for k, v in s.client.items() if k not in ("group.id", "isolation.level", "auto.offset.reset")}
+        self._exactly_once = s.delivery == "exactly-once"
+        self._accept_duplicates = (ctx.get("execution.recovery.accept-duplicates") or "").lower() == "true"
+        if self._exactly_once:
+            config["transactional.id"] = f"{s.transactional_prefix}-0"
+            self._ledger_group = f"{s.transactional_prefix}-clink-ledger"
+            token = hashlib.sha256(f"{spec.name}/{s.transactional_prefix}".encode()).hexdigest()[:12]
+            self._staging = Path(ctx.state_dir) / "kafka-sink" / token if ctx.state_dir is not None else None
+        self._config = config
+        try:
+            self._producer = ck.Producer(config)
+        except ck.KafkaException as e:
+            raise ConnectorError(f"table {spec.name!r}: cannot create the Kafka producer: {e}") from None
+        self._initialised = False
+        self._buffer: list[pa.RecordBatch] = []
+        self._failure: Any = None
+        self.metrics["rows_out"] = 0
+
+    # -- messages
+
+    def _on_delivery(self, error: Any, message: Any) -> None:
+        if error is not None and self._failure is None:
+            self._failure = error
+
+    def _messages(self, table: pa.Table) -> tuple[list, list | None]:
+        """The values and keys of ``table``'s rows (an upsert sink: tombstones for deletes)."""
+        s = self._settings
+        deletes = None
+        if self._updating:
+            kinds = table.column(ROWKIND_COLUMN)
+            table = table.filter(pc.not_equal(kinds, UPDATE_BEFORE))
+            deletes = pc.equal(table.column(ROWKIND_COLUMN), DELETE).to_numpy(zero_copy_only=False)
+        values = encode(s.value_format, table.select(list(s.value_fields)), csv_delimiter=s.value_delimiter)
+        if deletes is not None and deletes.any():
+            values = [None if d else v for v, d in zip(values, deletes, strict=True)]
+        keys = (encode(s.key_format, table.select(list(s.key_fields)), csv_delimiter=s.key_delimiter)
+                if s.key_format is not None else None)
+        return values, keys
+
+    def _produce(self, table: pa.Table) -> None:
+        if not table.num_rows:
+            return
+        values, keys = self._messages(table)
+        produce, topic, report = self._producer.produce, self._topic, self._on_delivery
+        # The client takes one message per call: this loop is the one per-row step of the sink.
+        for i, value in enumerate(values):
+            key = keys[i] if keys is not None else None
+            while True:
+                try:
+                    produce(topic, value=value, key=key, on_delivery=report)
+                    break
+                except BufferError:
+                    self._producer.poll(0.05)  # the client's queue is full: let it send
+        self._producer.poll(0)
+
+    def _flush(self) -> None:
+        left = self._producer.flush(BROKER_TIMEOUT_S)
+        if left:
+            raise ConnectorError(f"table {self._name!r}: {left} messages were not delivered to "
+                                 f"{self._topic!r} in {BROKER_TIMEOUT_S:.0f} s")
+        if self._failure is not None:
+            failure, self._failure = self._failure, None
+            raise ConnectorError(f"table {self._name!r}: cannot write to {self._topic!r}: {failure}")
+
+    def write(self, batch: pa.RecordBatch) -> None:
+        self.metrics["rows_out"] += batch.num_rows
+        if not batch.num_rows:
+            return
+        if self._exactly_once:
+            self._buffer.append(batch)
+        else:
+            self._produce(pa.Table.from_batches([batch]))
+
+    def _take_buffer(self) -> pa.Table:
+        table = pa.Table.from_batches(self._buffer, schema=self._schema)
+        self._buffer = []
+        return table
+
+    def close(self) -> None:
+        if self._exactly_once:
+            rows = self._take_buffer()
+            if rows.num_rows:
+                self._transaction(rows, None)
+        self._flush()
+
+    def abort(self) -> None:
+        self._buffer = []
+        with contextlib.suppress(Exception):
+            self._producer.purge()
+
+    # -- exactly-once: one transaction per checkpoint, with the ledger
+
+    def _init(self) -> None:
+        if not self._initialised:
+            try:
+                # Fences a producer of a crashed run with the same transactional id, and aborts
+                # what it had left open.
+                self._producer.init_transactions(BROKER_TIMEOUT_S)
+            except self._ck.KafkaException as e:
+                raise ConnectorError(f"table {self._name!r}: cannot start Kafka transactions "
+                                     f"(transactional id {self._config['transactional.id']!r}): {e}") from None
+            self._initialised = True
+
+    def _ledger(self) -> int:
+        """The newest checkpoint whose transaction committed (0: none)."""
+        ck = self._ck
+        consumer = ck.Consumer({"bootstrap.servers": self._config["bootstrap.servers"],
+                                "group.id": self._ledger_group, "enable.auto.commit": "false"})
+        try:
+            (found,) = consumer.committed([ck.TopicPartition(self._topic, 0)], timeout=BROKER_TIMEOUT_S)
+            return max(found.offset, 0)
+        except ck.KafkaException as e:
+            raise ConnectorError(f"table {self._name!r}: cannot read the commit ledger (consumer group "
+                                 f"{self._ledger_group!r}): {e}") from None
+        finally:
+            consumer.close()
+
+    def _transaction(self, rows: pa.Table, checkpoint_id: int | None) -> None:
+        ck = self._ck
+        self._init()
+        try:
+            self._producer.begin_transaction()
+            self._produce(rows)
+            if checkpoint_id is not None:
+                ledger = ck.Consumer({"bootstrap.servers": self._config["bootstrap.servers"],
+                                      "group.id": self._ledger_group, "enable.auto.commit": "false"})
+                try:
+                    self._producer.send_offsets_to_transaction([ck.TopicPartition(self._topic, 0, checkpoint_id)],
+                                                               ledger.consumer_group_metadata(), BROKER_TIMEOUT_S)
+                finally:
+                    ledger.close()
+            self._producer.commit_transaction(BROKER_TIMEOUT_S)
+        except ck.KafkaException as e:
+            with contextlib.suppress(ck.KafkaException):
+                self._producer.abort_transaction(BROKER_TIMEOUT_S)
+            raise ConnectorError(f"table {self._name!r}: the Kafka transaction of "
+                                 f"{'checkpoint ' + str(checkpoint_id) if checkpoint_id else 'the last rows'} "
+                                 f"failed: {e}") from None
+        if self._failure is not None:
+            failure, self._failure = self._failure, None
+            raise ConnectorError(f"table {self._name!r}: cannot write to {self._topic!r}: {failure}")
+
+    def _staged(self) -> dict[int, Path]:
+        if self._staging is None or not self._staging.is_dir():
+            return {}
+        return {int(p.stem.split("-")[1]): p for p in self._staging.glob("chk-*.arrow")}
+
+    def pre_commit(self, checkpoint_id: int) -> dict | None:
+        if not self._exactly_once:
+            self._flush()
+            return None
+        rows = self._take_buffer()
+        if self._staging is None:
+            raise ConnectorError(f"table {self._name!r}: an exactly-once kafka sink needs a state directory")
+        self._staging.mkdir(parents=True, exist_ok=True)
+        path = self._staging / f"chk-{checkpoint_id}.arrow"
+        temp = path.with_suffix(".tmp")
+        with pa.OSFile(str(temp), "wb") as sink, pa.ipc.new_file(sink, self._schema) as writer:
+            writer.write_table(rows)
+        with open(temp, "rb") as f:
+            os.fsync(f.fileno())
+        os.replace(temp, path)
+        return {"rows": rows.num_rows}
+
+    def commit(self, checkpoint_id: int, handle: dict | None) -> None:
+        if not self._exactly_once:
+            return
+        staged = {n: p for n, p in self._staged().items() if n <= checkpoint_id}
+        if not staged:
+            return
+        committed = self._ledger()
+        for n in sorted(staged):
+            if n > committed:
+                with pa.memory_map(str(staged[n])) as source:
+                    rows = pa.ipc.open_file(source).read_all()
+                self._transaction(rows, n)
+            staged[n].unlink()
+
+    def recover(self, checkpoint_id: int, handle: dict | None, *, lineage: str = "") -> str | None:
+        if not self._exactly_once:
+            return None
+        self._init()
+        for n, path in self._staged().items():
+            if n > checkpoint_id:
+                path.unlink()  # the run replays these rows
+        committed = self._ledger()
+        if committed > checkpoint_id and checkpoint_id > 0:
+            message = (f"table {self._name!r}: the topic {self._topic!r} holds the transactions of checkpoints up to "
+                       f"{committed}, committed after checkpoint {checkpoint_id} which this run resumes from, and "
+                       "Kafka cannot take committed messages back")
+            if not self._accept_duplicates:
+                raise ConnectorError(f"{message}; resuming would write them twice. Set "
+                                     "'execution.recovery.accept-duplicates' = 'true' to resume anyway")
+            return f"{message}; resuming anyway ('execution.recovery.accept-duplicates'): rows may repeat"
+        self.commit(checkpoint_id, handle)
+        return None
+
+
+def _source(upsert: bool):
+    return lambda spec, ctx: KafkaSourceReader(spec, ctx, upsert=upsert)
+
+
+def _sink(upsert: bool):
+    return lambda spec, ctx: KafkaSinkWriter(spec, ctx, upsert=upsert)
+
+
+KAFKA = Connector(
+    name="kafka",
+    description="messages of Kafka topics (confluent-kafka): json, csv or raw; exactly-once by transactions",
+    source_options=(*KAFKA_OPTIONS, *_SOURCE),
+    sink_options=(*KAFKA_OPTIONS, *_SINK),
+    create_source=_source(False),
+    create_sink=_sink(False),
+    validate=_validator(False),
+    splittable=True,
+    metadata=tuple(METADATA_KEYS),
+)
+
+UPSERT_KAFKA = Connector(
+    name="upsert-kafka",
+    description="a Kafka topic as a table keyed by PRIMARY KEY: values upsert, tombstones delete",
+    source_options=_COMMON,
+    sink_options=(*_COMMON, *_SINK),
+    create_sink=_sink(True),
+    validate=_validator(True),
+    upserts=True,
+)
