@@ -39,7 +39,6 @@ import contextlib
 import hashlib
 import os
 import re
-import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -82,9 +81,9 @@ _COMMON = (
     OptionSpec(name="properties.bootstrap.servers", required=True,
                description="the Kafka brokers, host:port[,host:port...]"),
     OptionSpec(name="properties.#", description="any Kafka client property, passed through to confluent-kafka"),
-    OptionSpec(name="key.format", choices=FORMATS, description="format of the message key: json, csv or raw"),
+    OptionSpec(name="key.format", description="format of the message key: json, csv or raw"),
     OptionSpec(name="key.fields", description="the columns written to / read from the key, separated by ';'"),
-    OptionSpec(name="value.format", choices=FORMATS, description="format of the message value: json, csv or raw"),
+    OptionSpec(name="value.format", description="format of the message value: json, csv or raw"),
     OptionSpec(name="value.fields-include", default="ALL", choices=("ALL", "EXCEPT_KEY"),
                description="ALL: the value holds every column; EXCEPT_KEY: every column but the key fields"),
     OptionSpec(name="csv.field-delimiter", default=",", description="CSV field separator, one character"),
@@ -110,7 +109,7 @@ _SINK = (
     OptionSpec(name="sink.transactional-id-prefix",
                description="with exactly-once: the prefix of the sink's Kafka transactional id"),
 )
-KAFKA_OPTIONS = (*_COMMON, OptionSpec(name="format", choices=FORMATS,
+KAFKA_OPTIONS = (*_COMMON, OptionSpec(name="format",
                                       description="format of the message value (same as value.format)"))
 
 
@@ -421,9 +420,9 @@ class KafkaSourceReader(SourceReader):
         elif s.bounded == "group-offsets":
             self._stop = self._committed("latest")
         elif s.bounded == "timestamp":
-            found = self._for_times(s.bounded_ts)
-            for tp in self._mine:
-                self._stop[tp] = found[tp] if found.get(tp, -1) >= 0 else self._watermarks(tp)[1]
+            # The end is the first record at or after the timestamp, found on the records as they
+            # come (``poll``); until then the partition's end offset now bounds it.
+            self._stop = {tp: self._watermarks(tp)[1] for tp in self._mine}
         elif s.bounded == "specific-offsets":
             for tp in self._mine:
                 self._stop[tp] = s.bounded_offsets.get(tp[1], self._watermarks(tp)[1])
