@@ -318,6 +318,8 @@ class KafkaSourceReader(SourceReader):
         self._name = spec.name
         config = {"enable.auto.commit": "false", "enable.partition.eof": "false",
                   "group.id": f"clink-{spec.name}", **s.client}
+        # The Java client's 'max.poll.records' (librdkafka has none): messages per poll.
+        self._batch = int(config.pop("max.poll.records", BATCH_MESSAGES))
         self._group = config["group.id"]
         try:
             self._consumer = ck.Consumer(config)
@@ -491,7 +493,7 @@ class KafkaSourceReader(SourceReader):
             self.finished = True
             return None
         try:
-            messages = self._consumer.consume(num_messages=BATCH_MESSAGES, timeout=POLL_TIMEOUT_S)
+            messages = self._consumer.consume(num_messages=self._batch, timeout=POLL_TIMEOUT_S)
         except self._ck.KafkaException as e:
             raise ConnectorError(f"table {self._name!r}: cannot read from Kafka: {e}") from None
         if not messages:
@@ -670,7 +672,8 @@ class KafkaSinkWriter(SinkWriter):
         if spec.updating and not upsert:
             raise ConnectorError(f"table {spec.name!r}: the kafka sink takes inserts only; write updates with the "
                                  "'upsert-kafka' connector and a PRIMARY KEY")
-        config = {k: v for k, v in s.client.items() if k not in ("group.id", "isolation.level", "auto.offset.reset")}
+        config = {k: v for k, v in s.client.items()
+                  if k not in ("group.id", "isolation.level", "auto.offset.reset", "max.poll.records")}
         self._exactly_once = s.delivery == "exactly-once"
         self._accept_duplicates = (ctx.get("execution.recovery.accept-duplicates") or "").lower() == "true"
         if self._exactly_once:
