@@ -71,6 +71,12 @@ class RelationBinder:
         if table.definition.partitioned_by:
             raise SqlError(f"reading the partitioned table {info.name!r} is not supported yet", span,
                            "a PARTITIONED BY table can be written (INSERT INTO) but not read yet")
+        connector = self.connectors.get(info.connector)
+        if connector is not None and connector.create_source is None:
+            hint = ("reading an upsert-kafka topic (an updating source) is not implemented; read it with the "
+                    "'kafka' connector and 'key.format'/'key.fields' to get every message as a row"
+                    if info.connector == "upsert-kafka" else "it can only be written (INSERT INTO)")
+            raise SqlError(f"table {info.name!r}: the {info.connector!r} connector cannot be read", span, hint)
         rel: ir.Rel = ir.Scan(table=info, columns=tuple(range(len(info.columns))), span=span)
         if table.computed:
             exprs = tuple(ir.Column(index=i, name=f.name, type=f.type, nullable=f.nullable, span=span)
