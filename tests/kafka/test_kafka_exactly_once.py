@@ -114,3 +114,14 @@ def test_a_kill_at_parallelism_four_gives_each_row_once(broker, source, tmp_path
     _, err = process.communicate(timeout=120)
     assert process.returncode == 0, err
     assert output(broker, sink) == EXPECTED
+
+
+def test_a_new_state_directory_with_the_same_prefix_writes_its_rows_too(broker, source, tmp_path: Path) -> None:
+    """Checkpoint ids start at 1 again in a new state directory: the first job's ledger must not
+    make the second job's commits look done."""
+    sql_file, sink = pipeline(tmp_path, broker, source)
+    for state in ("state-a", "state-b"):
+        process = clink_run(sql_file, tmp_path / state)
+        _, err = process.communicate(timeout=120)
+        assert process.returncode == 0, err
+    assert output(broker, sink) == sorted(EXPECTED * 2)

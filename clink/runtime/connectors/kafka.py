@@ -854,6 +854,9 @@ class KafkaSinkWriter(SinkWriter):
     def recover(self, checkpoint_id: int, handle: dict | None, *, lineage: str = "") -> str | None:
         if not self._exactly_once:
             return None
+        if lineage:
+            # Checkpoint ids start again at 1 in a new state directory: each keeps its own ledger.
+            self._ledger_group = f"{self._settings.transactional_prefix}-clink-ledger-{lineage[:16]}"
         self._init()
         for n, path in self._staged().items():
             if n > checkpoint_id:
