@@ -240,9 +240,9 @@ def test_unknown_connector(tmp_path: Path) -> None:
 
 
 def test_unknown_connector_lists_the_valid_ones(tmp_path: Path) -> None:
-    write(tmp_path, "CREATE TABLE t (a INT) WITH ('connector' = 'pulsar');\nSELECT a FROM t;\n")
+    write(tmp_path, "CREATE TABLE t (a INT) WITH ('connector' = 'mongodb');\nSELECT a FROM t;\n")
     done = clink("run", "x.sql", cwd=tmp_path)
-    assert_sql_error(done, "unknown connector 'pulsar'")
+    assert_sql_error(done, "unknown connector 'mongodb'")
     for name in ("datagen", "filesystem", "print", "blackhole"):
         assert name in done.stderr
 
