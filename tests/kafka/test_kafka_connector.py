@@ -228,6 +228,30 @@ def test_upsert_kafka_sink_writes_keys_and_tombstones(broker) -> None:
     assert latest == {1: {"k": 1, "n": 2}, 2: {"k": 2, "n": 1}}
 
 
+@pytest.mark.parametrize(("where", "want"), [
+    ("", {1: [{"k": 1, "n": 1}, {"k": 1, "n": 2}], 2: [{"k": 2, "n": 1}], 3: [{"k": 3, "n": 1}]}),
+    # The filter passes the -U of key 1's old count and keeps its +U away: a tombstone.
+    ("WHERE n < 2", {1: [{"k": 1, "n": 1}, None], 2: [{"k": 2, "n": 1}], 3: [{"k": 3, "n": 1}]}),
+])
+def test_upsert_kafka_writes_a_tombstone_for_a_minus_u_that_no_plus_u_follows(broker, tmp_path, where: str,
+                                                                            want: dict) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    pq.write_table(pa.table({"k": pa.array([1, 2, 1, 3], pa.int64())}), tmp_path / "k.parquet", row_group_size=1)
+    topic = broker.topic()
+    clink.sql([f"CREATE TABLE keys (k BIGINT) WITH ('connector' = 'filesystem', 'path' = '{tmp_path / 'k.parquet'}', "
+               "'format' = 'parquet')",
+               "CREATE TABLE counts (k BIGINT, n BIGINT, PRIMARY KEY (k) NOT ENFORCED) WITH ("
+               f"'connector' = 'upsert-kafka', 'topic' = '{topic}', 'properties.bootstrap.servers' = '{broker.servers}', "
+               "'key.format' = 'json', 'value.format' = 'json')",
+               f"INSERT INTO counts SELECT k, n FROM (SELECT k, COUNT(*) AS n FROM keys GROUP BY k) {where}"]).run()
+    messages: dict = {}
+    for _, _, key, value in broker.read(topic):
+        messages.setdefault(json.loads(key)["k"], []).append(None if value is None else json.loads(value))
+    assert messages == want
+
+
 def test_upsert_kafka_needs_a_primary_key(broker) -> None:
     with pytest.raises(clink.ClinkError, match="PRIMARY KEY"):
         clink.sql([f"CREATE TABLE o (k BIGINT, n BIGINT) WITH ('connector' = 'upsert-kafka', 'topic' = 'x', "

@@ -29,8 +29,9 @@ the id there knows the transaction committed, and does not write it again. Reade
 once with ``isolation.level`` = ``read_committed``.
 
 ``upsert-kafka`` writes the primary key as the message key; ``+I`` and ``+U`` rows as values,
-``-D`` rows as tombstones (NULL values), and drops ``-U`` rows (the ``+U`` that follows replaces
-the value). Read back, it is an updating source of the latest value per key (see ``docs/connectors.md``).
+``-D`` rows as tombstones (NULL values), and drops ``-U`` rows that a change of their key follows
+in the batch (the ``+U`` replaces the value); a ``-U`` that is its key's last change is a tombstone.
+Reading it (an updating source) is refused for now (see ``docs/connectors.md``).
 """
 
 from __future__ import annotations
@@ -702,9 +703,20 @@ class KafkaSinkWriter(SinkWriter):
         s = self._settings
         deletes = None
         if self._updating:
+            # A -U is dropped when a change of its key follows it in the batch (its +U replaces the
+            # value); one that is its key's last change (a filter kept its +U away) deletes the key,
+            # as Flink's upsert sinks read it.
             kinds = table.column(ROWKIND_COLUMN)
-            table = table.filter(pc.not_equal(kinds, UPDATE_BEFORE))
-            deletes = pc.equal(table.column(ROWKIND_COLUMN), DELETE).to_numpy(zero_copy_only=False)
+            before = pc.equal(kinds, UPDATE_BEFORE).to_numpy(zero_copy_only=False)
+            if before.any():
+                order = np.arange(table.num_rows, dtype=np.int64)
+                last = (table.select(list(s.key_fields)).append_column("__row", pa.array(order))
+                        .group_by(list(s.key_fields), use_threads=False).aggregate([("__row", "max")]))
+                is_last = np.zeros(table.num_rows, dtype=bool)
+                is_last[last.column("__row_max").to_numpy()] = True
+                table = table.filter(pa.array(~before | is_last))
+            kinds = table.column(ROWKIND_COLUMN)
+            deletes = pc.or_(pc.equal(kinds, DELETE), pc.equal(kinds, UPDATE_BEFORE)).to_numpy(zero_copy_only=False)
         values = encode(s.value_format, table.select(list(s.value_fields)), csv_delimiter=s.value_delimiter)
         if deletes is not None and deletes.any():
             values = [None if d else v for v, d in zip(values, deletes, strict=True)]
