@@ -217,6 +217,7 @@ def test_a_replayed_checkpoint_writes_nothing_twice(postgres, database: str) -> 
     second.recover(1, handle, lineage="job-a")
     second.commit(1, handle)
     assert sorted(postgres.query(database, "SELECT k, v FROM kv")) == [(1, "x"), (2, None)]
+    assert staged_rows(postgres, database) == 0
     assert postgres.query(database, f"SELECT checkpoint, committed FROM {LEDGER_TABLE}") == [(1, True)]
 
 

@@ -276,7 +276,7 @@ def validate(options: Mapping[str, str], table_schema: pa.Schema, role: str) -> 
     for key in ("sink.buffer-flush.interval", "lookup.partial-cache.expire-after-write",
                 "lookup.partial-cache.expire-after-access"):
         _duration(options, key, errors)
-    if role == "source":
+    if role != "sink":
         _partitions(options, table_schema, errors)
     return errors
 
