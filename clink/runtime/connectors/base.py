@@ -210,6 +210,11 @@ class Connector:
     #: The metadata keys its source fills into ``name TYPE METADATA [FROM 'key']`` columns; the
     #: compiler refuses METADATA columns of any other key (and of a connector with none).
     metadata: tuple[str, ...] = ()
+    #: Its table can be read by key for a lookup join (``JOIN t FOR SYSTEM_TIME AS OF ...``):
+    #: ``create_lookup(spec, key_columns, ctx)`` gives an object whose ``lookup(keys)`` takes a
+    #: table of those columns and returns the table's rows (``spec.schema``) with those keys,
+    #: and whose ``close()`` releases it. Otherwise a lookup join reads the table whole first.
+    create_lookup: Callable[[TableSpec, tuple[str, ...], RuntimeContext], Any] | None = None
 
     def options_for(self, role: str) -> tuple[OptionSpec, ...]:
         return self.source_options if role == "source" else self.sink_options
