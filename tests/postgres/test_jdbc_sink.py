@@ -90,18 +90,18 @@ def test_deletes_and_updates_by_a_two_column_key(postgres, database: str) -> Non
 
 def test_types_reach_the_columns_of_the_users_table(postgres, database: str) -> None:
     postgres.execute(database, "CREATE TABLE typed (i integer, b bigint, d numeric(10, 2), f double precision, "
-                     "ok boolean, day date, at timestamp(3), atz timestamptz, s varchar(8), bin bytea)")
+                     "ok boolean, day date, at timestamp(3), atz timestamptz, s varchar(8), bin bytea, arr integer[])")
     ddl = ("CREATE TABLE typed (i INT, b BIGINT, d DECIMAL(10, 2), f DOUBLE, ok BOOLEAN, day DATE, at TIMESTAMP(3), "
-           f"atz TIMESTAMP_LTZ(3), s STRING, bin BYTES) WITH ({jdbc(postgres, database, 'typed')})")
+           f"atz TIMESTAMP_LTZ(3), s STRING, bin BYTES, arr ARRAY<BIGINT>) WITH ({jdbc(postgres, database, 'typed')})")
     insert = ("INSERT INTO typed VALUES (1, 10000000000, 12.34, 0.5, TRUE, DATE '2024-02-29', "
-              "TIMESTAMP '2024-02-29 12:34:56.789', TO_TIMESTAMP_LTZ(1709210096789, 3), 'abc', CAST('ab' AS BYTES)), "
-              "(NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL)")
+              "TIMESTAMP '2024-02-29 12:34:56.789', TO_TIMESTAMP_LTZ(1709210096789, 3), 'abc', CAST('ab' AS BYTES), "
+              "ARRAY[CAST(7 AS BIGINT), NULL]), (NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL)")
     clink.sql([ddl, insert]).run()
     got = postgres.query(database, "SELECT i, b, d::text, f, ok, day::text, at::text, "
-                         "extract(epoch from atz)::numeric(20,3)::text, s, encode(bin, 'hex') FROM typed "
+                         "extract(epoch from atz)::numeric(20,3)::text, s, encode(bin, 'hex'), arr::text FROM typed "
                          "ORDER BY i NULLS LAST")
     assert got == [(1, 10000000000, "12.34", 0.5, True, "2024-02-29", "2024-02-29 12:34:56.789",
-                    "1709210096.789", "abc", "6162"), (None,) * 10]
+                    "1709210096.789", "abc", "6162", "{7,NULL}"), (None,) * 11]
 
 
 # ---------------------------------------------------------------- exactly-once
@@ -306,3 +306,14 @@ def test_the_url_takes_flinks_form_and_a_plain_uri() -> None:
     assert connect_uri({"url": "jdbc:postgresql://h:5/db?user=u&password=p%40w&sslmode=disable"}) == (
         "postgresql://u:p%40w@h:5/db?sslmode=disable", "postgresql://u:***@h:5/db?sslmode=disable")
     assert connect_uri({"url": "postgresql://h/db", "username": "a b"})[0] == "postgresql://a%20b@h/db"
+
+
+def test_without_the_driver_the_error_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
+    import importlib.util
+
+    found = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *a: None if name == "adbc_driver_postgresql" else found(name, *a))
+    ddl = "CREATE TABLE kv (k INT) WITH ('connector' = 'jdbc', 'url' = 'jdbc:postgresql://h/db', 'table-name' = 'kv')"
+    with pytest.raises(SqlError, match=r"pip install 'clink\[postgres\]'"):
+        clink.compile([ddl, "INSERT INTO kv VALUES (1)"])
