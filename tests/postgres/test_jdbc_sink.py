@@ -132,9 +132,9 @@ def final_table(postgres, database: str, mode: str) -> list[tuple] | Counter:
 
 
 def staged_rows(postgres, database: str) -> int:
-    tables = [r[0] for r in postgres.query(database, "SELECT tablename::text FROM pg_tables "
-                                           "WHERE tablename LIKE '_clink_stage_%'")]
-    return sum(postgres.query(database, f'SELECT COUNT(*) FROM "{t}"')[0][0] for t in tables)
+    tables = postgres.query(database, "SELECT schemaname::text, tablename::text FROM pg_tables "
+                            "WHERE tablename LIKE '_clink_stage_%'")
+    return sum(postgres.query(database, f'SELECT COUNT(*) FROM "{s}"."{t}"')[0][0] for s, t in tables)
 
 
 @pytest.fixture(scope="module")
@@ -317,3 +317,18 @@ def test_without_the_driver_the_error_names_the_extra(monkeypatch: pytest.Monkey
     ddl = "CREATE TABLE kv (k INT) WITH ('connector' = 'jdbc', 'url' = 'jdbc:postgresql://h/db', 'table-name' = 'kv')"
     with pytest.raises(SqlError, match=r"pip install 'clink\[postgres\]'"):
         clink.compile([ddl, "INSERT INTO kv VALUES (1)"])
+
+
+def test_a_table_in_a_schema_with_a_quoted_name(postgres, database: str, tmp_path: Path) -> None:
+    postgres.execute(database, 'CREATE SCHEMA app', 'CREATE TABLE app."Counts" (k integer PRIMARY KEY, n bigint)')
+    options = jdbc(postgres, database, 'app."Counts"')
+    ddl = f"CREATE TABLE counts (k INT, n BIGINT, PRIMARY KEY (k) NOT ENFORCED) WITH ({options})"
+    insert = "INSERT INTO counts SELECT k, COUNT(*) FROM t WHERE k IS NOT NULL GROUP BY k"
+    plan = clink.compile([SOURCES["dense"], ddl, insert], name="schema.sql").runtime_plan
+    config = {"execution.checkpointing.interval-rows": "200"}
+    Job(plan, RuntimeContext(config=config, state_dir=tmp_path / "state", stdout=io.StringIO())).run()
+    theirs = duckdb_answer("dense", "SELECT k, COUNT(*) FROM t WHERE k IS NOT NULL GROUP BY k")
+    assert sorted(postgres.query(database, 'SELECT k, n FROM app."Counts"')) == theirs
+    assert postgres.query(database, "SELECT COUNT(*) FROM pg_tables WHERE schemaname = 'app' AND "
+                          "tablename LIKE '_clink_stage_%'") == [(1,)]  # staged beside the table
+    assert staged_rows(postgres, database) == 0

@@ -170,12 +170,11 @@ def connect_uri(options: Mapping[str, str]) -> tuple[str, str]:
 
 def _table_parts(name: str) -> tuple[str, ...]:
     """``schema.table`` or ``table``; a part in double quotes keeps its dots and case."""
-    parts = re.findall(r'"((?:[^"]|"")*)"|([^."]+)', name)
-    out = tuple(q.replace('""', '"') if q else p for q, p in parts)
-    if not out or len(out) > 2 or ".".join(_quote(p) for p in out).count(".") != len(out) - 1:
+    parts = re.findall(r'"((?:[^"]|"")*)"|([^."]+)', name.strip())
+    if not parts or len(parts) > 2:
         raise ValueError(f"{name!r} is not a table name: write 'table' or 'schema.table'")
     # Unquoted names fold to lower case in PostgreSQL.
-    return tuple(q.replace('""', '"') if q else p.lower() for q, p in parts)
+    return tuple(q.replace('""', '"') if q else p.strip().lower() for q, p in parts)
 
 
 def _quote(name: str) -> str:
@@ -464,7 +463,9 @@ class JdbcSinkWriter(SinkWriter):
         self._job = ""
         self._accept_duplicates = (ctx.get("execution.recovery.accept-duplicates") or "").lower() == "true"
         token = hashlib.sha256(".".join(self._server.parts).encode()).hexdigest()[:12]
-        self._stage = ".".join(_quote(p) for p in (*self._server.parts[:-1], f"_clink_stage_{token}"))
+        #: The staging table, in the target's schema: its bare name (for the driver) and quoted.
+        self._stage_name = f"_clink_stage_{token}"
+        self._stage = ".".join(_quote(p) for p in (*self._server.parts[:-1], self._stage_name))
         self._ledger = ".".join(_quote(p) for p in (*self._server.parts[:-1], LEDGER_TABLE))
         self.metrics["rows_out"] = 0
         try:
@@ -563,7 +564,9 @@ class JdbcSinkWriter(SinkWriter):
 
     def close(self) -> None:
         try:
-            if self._buffer and not self._exactly_once:
+            # With checkpoints the final one has taken every row; rows left (a job that ended
+            # without one) are written as they are without checkpoints.
+            if self._buffer:
                 self._flush()
         finally:
             self._server.close()
@@ -593,16 +596,13 @@ class JdbcSinkWriter(SinkWriter):
                 staged = changes.append_column("_clink_job", pa.repeat(pa.scalar(job), changes.num_rows))
                 staged = staged.append_column("_clink_checkpoint",
                                               pa.repeat(pa.scalar(checkpoint_id, pa.int64()), changes.num_rows))
-                cur.adbc_ingest(self._stage_name(), staged, mode="create_append",
+                cur.adbc_ingest(self._stage_name, staged, mode="create_append",
                                 db_schema_name=self._server.parts[0] if len(self._server.parts) == 2 else None)
             cur.execute(f"INSERT INTO {self._ledger} (job, sink, subtask, checkpoint, committed) "
                         "VALUES ($1, $2, 0, $3, FALSE) ON CONFLICT DO NOTHING", (job, sink, checkpoint_id))
 
         self._server.retrying(f"stage the rows of checkpoint {checkpoint_id}", stage)
         return {"rows": changes.num_rows}
-
-    def _stage_name(self) -> str:
-        return f"_clink_stage_{hashlib.sha256('.'.join(self._server.parts).encode()).hexdigest()[:12]}"
 
     def commit(self, checkpoint_id: int, handle: dict | None) -> None:
         self._server.retrying(f"commit checkpoint {checkpoint_id}",
