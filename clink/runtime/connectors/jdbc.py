@@ -401,7 +401,7 @@ class _Server:
             return True
 
     def columns(self, cur: Any) -> list[tuple[str, str]]:
-        """The target table's columns and their types; a ``ConnectorError`` when it is missing."""
+        """The target table's columns and their types; none when it does not exist."""
         cur.execute("SELECT a.attname::text, format_type(a.atttypid, a.atttypmod) FROM pg_attribute a "
                     "WHERE a.attrelid = to_regclass($1) AND a.attnum > 0 AND NOT a.attisdropped ORDER BY a.attnum",
                     (self.table,))
@@ -592,6 +592,10 @@ class JdbcSinkWriter(SinkWriter):
 
         def stage(cur: Any) -> None:
             self._create_ledger(cur)
+            if self._has_stage(cur):
+                # A retry after a commit whose reply was lost: what the first attempt staged goes.
+                cur.execute(f"DELETE FROM {self._stage} WHERE _clink_job = $1 AND _clink_checkpoint = $2",
+                            (job, checkpoint_id))
             if changes.num_rows:
                 staged = changes.append_column("_clink_job", pa.repeat(pa.scalar(job), changes.num_rows))
                 staged = staged.append_column("_clink_checkpoint",
