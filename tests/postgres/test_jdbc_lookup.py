@@ -160,3 +160,35 @@ def test_the_cache_expires_and_is_bounded(postgres, crm: str) -> None:
     now[0] = 10_000  # every entry written at 0 has expired
     ask([1])
     assert look.metrics["queries"] == 6
+
+
+@pytest.mark.parametrize("crash_after_steps", [3, 7])
+def test_a_checkpointed_lookup_join_into_a_jdbc_table_survives_a_crash(
+        postgres, crm: str, tmp_path, crash_after_steps: int) -> None:
+    """Orders enriched by key from PostgreSQL, written back to PostgreSQL with checkpoints; the
+    job dies between steps and resumes: the output equals DuckDB's join, once per order."""
+    from clink.runtime.executor import Job
+
+    database = postgres.new_database()
+    postgres.execute(database, "CREATE TABLE enriched (id bigint, region text, tier smallint)")
+    customers = (f"CREATE TABLE customers (id INT, region STRING, tier SMALLINT) "
+                 f"WITH ({with_options(postgres, crm, 'customers', **{'lookup.cache': 'PARTIAL'})})")
+    out = f"CREATE TABLE enriched (id BIGINT, region STRING, tier SMALLINT) WITH ({with_options(postgres, database, 'enriched')})"
+    query = ("SELECT o.id, c.region, c.tier FROM orders AS o LEFT JOIN customers FOR SYSTEM_TIME AS OF o.proc_time "
+             "AS c ON o.customer = c.id")
+    plan = clink.compile([ORDERS, customers, out, f"INSERT INTO enriched {query}"], name="enrich.sql").runtime_plan
+
+    def job() -> Job:
+        config = {"execution.checkpointing.interval-rows": "90"}
+        return Job(plan, RuntimeContext(config=config, state_dir=tmp_path / "state", stdout=io.StringIO()))
+
+    first = job()
+    for _ in range(crash_after_steps):
+        first.step()
+    del first  # a crash
+    resumed = job()
+    resumed.run()
+    assert resumed.metrics.restored_from is not None
+    theirs = duckdb_join(postgres, crm, query.replace("c.region, c.tier", "o.amount, c.region, c.tier"))
+    ours = sorted(postgres.query(database, "SELECT id, region, tier FROM enriched"), key=repr)
+    assert ours == sorted(((i, r, t) for i, _, r, t in theirs), key=repr) and len(ours) == 400
