@@ -88,6 +88,24 @@ def test_deletes_and_updates_by_a_two_column_key(postgres, database: str) -> Non
     assert sorted(postgres.query(database, "SELECT k, tag, v FROM kv")) == [(1, "a", 5), (2, "a", 7)]
 
 
+def test_an_update_whose_new_row_a_filter_dropped_removes_the_old_row(postgres, database: str,
+                                                                     tmp_path: Path) -> None:
+    """``WHERE n < 2`` over a count: when a key's count reaches 2 the filter passes the ``-U`` of
+    the old row and drops the ``+U`` of the new one, so the key leaves the table (as DuckDB's
+    HAVING says)."""
+    import pyarrow.parquet as pq
+
+    keys = pa.table({"k": pa.array([1, 2, 1, 3, 2, 2, 4], pa.int32())})
+    pq.write_table(keys, tmp_path / "k.parquet", row_group_size=1)
+    postgres.execute(database, "CREATE TABLE few (k integer PRIMARY KEY, n bigint)")
+    clink.sql([f"CREATE TABLE keys (k INT) WITH ('connector' = 'filesystem', 'path' = '{tmp_path / 'k.parquet'}', "
+               "'format' = 'parquet')",
+               f"CREATE TABLE few (k INT, n BIGINT, PRIMARY KEY (k) NOT ENFORCED) WITH ({jdbc(postgres, database, 'few')})",
+               "INSERT INTO few SELECT k, n FROM (SELECT k, COUNT(*) AS n FROM keys GROUP BY k) WHERE n < 2"]).run()
+    want = duckdb.sql("SELECT k, count(*) FROM keys GROUP BY k HAVING count(*) < 2").fetchall()
+    assert sorted(postgres.query(database, "SELECT k, n FROM few")) == sorted(want) == [(3, 1), (4, 1)]
+
+
 def test_types_reach_the_columns_of_the_users_table(postgres, database: str) -> None:
     postgres.execute(database, "CREATE TABLE typed (i integer, b bigint, d numeric(10, 2), f double precision, "
                      "ok boolean, day date, at timestamp(3), atz timestamptz, s varchar(8), bin bytea, arr integer[])")

@@ -555,12 +555,15 @@ class JdbcSinkWriter(SinkWriter):
             cur.execute(f"INSERT INTO {table} ({names}) SELECT {names} FROM {rows} WHERE {where}")
             return
         match = " AND ".join(f"t.{_quote(k)} = s.{_quote(k)}" for k in self._key)
-        cur.execute(f"DELETE FROM {table} t USING {rows} s WHERE ({where}) AND s.{kind} = '{DELETE}' AND {match}")
+        # A -U that is its key's last change (a filter kept its +U away) removes the key, as a -D
+        # does: as Flink's upsert sinks read it (see ``sqlite.removes``).
+        gone = f"IN ('{DELETE}', '{UPDATE_BEFORE}')"
+        cur.execute(f"DELETE FROM {table} t USING {rows} s WHERE ({where}) AND s.{kind} {gone} AND {match}")
         others = [c for c in self._columns if c not in self._key]
         conflict = (f"DO UPDATE SET {', '.join(f'{_quote(c)} = EXCLUDED.{_quote(c)}' for c in others)}"
                     if others else "DO NOTHING")
-        cur.execute(f"INSERT INTO {table} ({names}) SELECT {names} FROM {rows} WHERE ({where}) AND {kind} <> "
-                    f"'{DELETE}' ON CONFLICT ({', '.join(_quote(k) for k in self._key)}) {conflict}")
+        cur.execute(f"INSERT INTO {table} ({names}) SELECT {names} FROM {rows} WHERE ({where}) AND {kind} NOT "
+                    f"{gone} ON CONFLICT ({', '.join(_quote(k) for k in self._key)}) {conflict}")
 
     def close(self) -> None:
         try:
