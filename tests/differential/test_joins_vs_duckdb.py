@@ -421,6 +421,29 @@ def test_an_outer_interval_join_retracts_a_padded_row_once_after_its_first_match
         shared_duckdb.assert_same_rows(ours, _duck(query, tables))
 
 
+@pytest.mark.in_process("the order in which rows arrive is the point: one subtask reads each table")
+def test_an_outer_interval_join_row_that_met_a_match_on_arrival_is_not_padded_later() -> None:
+    """Auction 1 arrives after its first bid (and matches it), the watermark passes that bid (it
+    leaves the join's state) while the auction stays open, and a second bid arrives: that is not
+    the auction's first match, so there is no padded row to retract."""
+    import datetime as dt
+
+    def at(seconds: int) -> dt.datetime:
+        return dt.datetime(2024, 1, 1) + dt.timedelta(seconds=seconds)
+
+    auctions = [(3, 0, 1), (1, 0, 100), (2, 50, 51), (4, 55, 56), (5, 58, 59)]  # id, ts, expires
+    bids = [(1, 1), *((9, s) for s in range(2, 60)), (1, 60)]  # auction, ts
+    tables = {"a": pa.table({"id": [r[0] for r in auctions], "ts": pa.array([at(r[1]) for r in auctions], pa.timestamp("ms")),
+                             "expires": pa.array([at(r[2]) for r in auctions], pa.timestamp("ms")),
+                             "x": list(range(len(auctions)))}),
+              "b": pa.table({"auction": [r[0] for r in bids], "ts": pa.array([at(r[1]) for r in bids], pa.timestamp("ms")),
+                             "price": list(range(len(bids)))})}
+    query = "SELECT a.id, a.x, b.price FROM a LEFT JOIN b ON a.id = b.auction AND b.ts BETWEEN a.ts AND a.expires"
+    watermark = "ts AS ts - INTERVAL '0' SECOND"
+    ours = run_select(query, row_group_size=1, watermarks={"a": watermark, "b": watermark}, **tables)
+    shared_duckdb.assert_same_rows(ours, _duck(query, tables))
+
+
 @pytest.mark.in_process("reads the size of the join's state")
 def test_join_bounded_by_another_column_keeps_the_state_of_open_rows(monkeypatch: pytest.MonkeyPatch) -> None:
     """Ten times the auctions and bids, about the same state: the join holds the open auctions

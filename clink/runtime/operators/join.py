@@ -181,6 +181,10 @@ class JoinOperator(OperatorBase):
         if self.preserves[side]:
             matches = np.bincount(probe, weights=mult, minlength=n) if len(probe) else np.zeros(n)
             alone = np.flatnonzero(matches <= 0)
+            if self._met[side] is not None:
+                # An interval join: a row that meets a match on arrival is never alone, even once
+                # the rows it met expire before it does (no padded row was emitted to retract).
+                self._remember_met(side, columns, np.flatnonzero(matches > 0), khash)
             if len(alone):
                 mine = [c.take(alone) for c in columns]
                 out.append((self._arrange(side, mine, self._nulls(1 - side, len(alone))), sign[alone]))
@@ -415,6 +419,16 @@ class JoinOperator(OperatorBase):
         return [batch] if batch.num_rows else []
 
     # -- state -----------------------------------------------------------------------------------
+
+    def _remember_met(self, side: int, columns: list[pa.Array], rows: np.ndarray, khash: np.ndarray) -> None:
+        """Record rows ``rows`` of an arriving batch of preserved ``side`` as having met a match."""
+        if not len(rows):
+            return
+        this, met = self.sides[side], self._met[side]
+        taken = [c.take(pa.array(rows)) for c in columns]
+        rhash = hash_columns([taken[i] for i in this.hashable], len(rows))
+        new = ~met.has(rhash)
+        met.add(rhash[new], self._times(this, taken)[new], khash[rows][new])
 
     def _times(self, side: KeyedRows, columns: list[pa.Array]) -> np.ndarray | None:
         # A NULL time can never satisfy the bound: such a row is dropped at the first watermark.
