@@ -119,6 +119,8 @@ def explain_logical(node: ir.Rel, indent: int = 0) -> str:
             line = f"Scan(table=[{node.table.name}], columns=[{', '.join(node.schema.names)}]"
             if node.predicate is not None:
                 line += f", where=[{expr_sql(node.predicate, node.schema.names)}]"
+            if node.table.changelog.updating:
+                line += f", changelog={node.table.changelog}"
             line += ")"
         case _:
             line = type(node).__name__

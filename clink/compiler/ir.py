@@ -259,6 +259,9 @@ class TableInfo:
     partition_columns: tuple[str, ...] = ()
     #: 'scan.watermark.idle-timeout' in milliseconds, if set.
     idle_timeout: int | None = None
+    #: The row kinds a scan of the table produces: a changelog source (its connector says so for
+    #: its options, ``Connector.source_changelog``) is an updating stream from the start.
+    changelog: ChangelogMode = APPEND_ONLY
 
     @property
     def watermark_columns(self) -> set[int]:
@@ -764,6 +767,8 @@ class Rank(Unary):
 def changelog_mode(rel: Rel) -> ChangelogMode:
     """The row kinds ``rel`` produces: inserts only (append-only), or also retractions."""
     match rel:
+        case Scan(table=table):
+            return table.changelog
         case GroupAggregate():
             return UPDATING
         case Rank():
@@ -790,9 +795,9 @@ def is_updating(rel: Rel) -> bool:
     return changelog_mode(rel).updating
 
 
-def updating_source(rel: Rel) -> GroupAggregate | Join | Rank | None:
+def updating_source(rel: Rel) -> GroupAggregate | Join | Rank | Scan | None:
     """The operator below ``rel`` that makes it updating, for messages; None if it is append-only."""
-    if isinstance(rel, GroupAggregate | Rank) or (isinstance(rel, Join) and rel.kind != "inner" and not rel.lookup
+    if isinstance(rel, GroupAggregate | Rank) or (isinstance(rel, Scan) and rel.table.changelog.updating) or (isinstance(rel, Join) and rel.kind != "inner" and not rel.lookup
                                                   and rel.temporal is None):
         return rel
     for child in rel.inputs:

@@ -14,6 +14,7 @@ from clink.compiler.bind.exprs import is_builtin
 from clink.compiler.bind.scope import Scope, ScopeColumn, did_you_mean
 from clink.compiler.catalog import CatalogTable, CatalogView, nearest
 from clink.errors import SqlError, SqlErrors
+from clink.runtime.plan import APPEND_ONLY, ChangelogMode
 from clink.runtime.settings import SETTINGS, check_setting, close_settings, parse_duration
 
 #: Connectors that write PARTITIONED BY tables (one directory per partition value).
@@ -93,7 +94,8 @@ class DdlBinder:
                                           if k != "connector" and k not in SOURCE_OPTIONS) + metadata,
                             columns=ir.Schema(tuple(physical)), primary_key=stmt.primary_key,
                             partition_columns=stmt.partitioned_by,
-                            idle_timeout=parse_duration(idle.value) if idle is not None else None)
+                            idle_timeout=parse_duration(idle.value) if idle is not None else None,
+                            changelog=self._source_changelog(connector, options))
         # Computed columns see the physical columns, in declaration order; the one the watermark
         # is declared on is the rowtime attribute (CURRENT_WATERMARK may name it).
         rowtime = stmt.watermark.column if stmt.watermark is not None else None
@@ -109,6 +111,13 @@ class DdlBinder:
             info = attrs.evolve(info, watermark=self._watermark(stmt, schema, computed, physical))
         self.catalog.tables[stmt.name] = CatalogTable(info=info, computed=tuple(computed), schema=schema,
                                                       definition=stmt)
+
+    def _source_changelog(self, connector: str, options: Mapping[str, ast.Property]) -> ChangelogMode:
+        """The row kinds a scan of the table reads: what its connector says for these options."""
+        declare = self.connectors.get(connector).source_changelog
+        if declare is None:
+            return APPEND_ONLY
+        return declare({k: p.value for k, p in options.items() if k != "connector"})
 
     def _like(self, stmt: ast.CreateTable) -> ast.CreateTable:
         """``CREATE TABLE t2 [(...)] WITH (...) LIKE t1``, as Flink's default: t1's columns, then

@@ -192,7 +192,9 @@ def _emit_schemas(w: SourceWriter, plan: PhysicalPlan) -> dict[int, str]:
             case SinkOp(sink=sink):
                 texts = [(f"SCHEMA_{_const_name(sink.name)}", sink.schema)]
         for i, (const, schema) in enumerate(texts):
-            body = _schema_py(schema, multiline=True, rowkind=i == 0 and op.id in updating)
+            # A changelog source's batches end with the row kind: what it reads, not the table's columns.
+            kinded = i == (1 if isinstance(op, SourceOp) else 0)
+            body = _schema_py(schema, multiline=True, rowkind=kinded and op.id in updating)
             existing = next((n for n, b in emitted.items() if b == body), None)
             if existing is None:
                 while const in emitted:
@@ -211,8 +213,8 @@ def changelog_modes(plan: PhysicalPlan) -> dict[int, ChangelogMode]:
     modes: dict[int, ChangelogMode] = {}
     for op in plan.ops:
         match op:
-            case SourceOp():
-                modes[op.id] = APPEND_ONLY
+            case SourceOp(scan=scan):
+                modes[op.id] = scan.table.changelog
             case ChainOp() | ExchangeOp() | SinkOp() | PreAggOp():
                 modes[op.id] = modes[op.input]
             case UnionOp():
@@ -640,6 +642,8 @@ def _emit_plan(w: SourceWriter, plan: PhysicalPlan, schema_names: dict[int, str]
                                 w.line(f"watermark=watermark_{op.id},")
                             if scan.table.idle_timeout is not None:
                                 w.line(f"idle_timeout={scan.table.idle_timeout},")
+                            if modes[op.id].updating:
+                                w.line(changelog(op.id).rstrip())
                             w.line(f"span={str(scan.span or '')!r}),")
                     case ChainOp():
                         w.line(f"P.Chain(id={op.id}, fn=chain_{op.id}, input={op.input}, "

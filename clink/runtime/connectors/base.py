@@ -67,8 +67,9 @@ class TableSpec:
     table_schema: pa.Schema
     options: Mapping[str, str] = field(default_factory=dict)
     predicate: Any = None
-    #: The row kinds that arrive (a sink): an updating stream's batches end with the row-kind
-    #: column (``clink.runtime.plan.ROWKIND_COLUMN``). None: append-only.
+    #: The row kinds that arrive (a sink) or that the reader must produce (a changelog source):
+    #: an updating stream's batches end with the row-kind column
+    #: (``clink.runtime.plan.ROWKIND_COLUMN``). None: append-only.
     changelog: ChangelogMode | None = None
     #: A source read by several subtasks: this reader's share is that of subtask ``subtask``
     #: (0-based) of ``parallelism`` (only for a connector that is ``splittable``).
@@ -210,6 +211,11 @@ class Connector:
     #: The metadata keys its source fills into ``name TYPE METADATA [FROM 'key']`` columns; the
     #: compiler refuses METADATA columns of any other key (and of a connector with none).
     metadata: tuple[str, ...] = ()
+    #: The row kinds its source produces for a table's ``WITH`` options (its values, checked by
+    #: ``validate`` first); None, or a mode that is not updating: the source appends. An updating
+    #: source's batches end with the row-kind column (``TableSpec.changelog`` tells the reader),
+    #: and the compiler treats its table as an updating stream (a changelog source).
+    source_changelog: Callable[[Mapping[str, str]], ChangelogMode] | None = None
 
     def options_for(self, role: str) -> tuple[OptionSpec, ...]:
         return self.source_options if role == "source" else self.sink_options
