@@ -51,9 +51,10 @@ import pyarrow as pa
 from clink.errors import ConnectorError, RecordError
 from clink.runtime import compute as pc
 from clink.runtime.connectors.base import Connector, OptionSpec, SinkWriter, SourceReader, TableSpec
+from clink.runtime.connectors.cdc_formats import CHANGELOG_FORMATS, decode_changelog
 from clink.runtime.connectors.filesystem import BadValue
 from clink.runtime.connectors.kafka_formats import FORMATS, decode, encode, format_problem
-from clink.runtime.plan import DELETE, ROWKIND_COLUMN, UPDATE_BEFORE
+from clink.runtime.plan import APPEND_ONLY, DELETE, ROWKIND_COLUMN, UPDATE_BEFORE, UPDATING, ChangelogMode
 
 if TYPE_CHECKING:
     from clink.runtime.context import RuntimeContext
@@ -139,6 +140,16 @@ class Settings:
     transactional_prefix: str | None = None
     key_delimiter: str = ","
     value_delimiter: str = ","
+    #: debezium-json: the changes are under "payload" (Kafka Connect's schemas.enable).
+    schema_include: bool = False
+    #: canal-json: regular expressions the "database" and "table" of a change must match.
+    canal_database: str | None = None
+    canal_table: str | None = None
+
+    @property
+    def changelog(self) -> bool:
+        """The value format carries changes (+I, -U, +U, -D), not rows."""
+        return self.value_format in CHANGELOG_FORMATS
 
 
 def _offsets(text: str) -> dict[int, int]:
@@ -179,17 +190,38 @@ def parse_settings(options: Mapping[str, str], table_schema: pa.Schema, *, upser
     if "format" in options and "value.format" in options:
         errors["format"] = "give 'format' or 'value.format', not both"
     value_format = options.get("value.format", options.get("format", "")).strip().lower()
-    if value_format not in FORMATS:
-        if value_format in ("debezium-json", "canal-json", "avro", "protobuf", "avro-confluent", "maxwell-json",
+    if value_format in CHANGELOG_FORMATS and upsert:
+        errors["value.format" if "value.format" in options else "format"] = (
+            f"upsert-kafka reads and writes {', '.join(FORMATS)} values; the {value_format!r} changelog format is "
+            "read by the 'kafka' connector")
+    elif value_format not in FORMATS and value_format not in CHANGELOG_FORMATS:
+        if value_format in ("avro", "protobuf", "avro-confluent", "maxwell-json",
                             "ogg-json"):
             errors["value.format" if "value.format" in options else "format"] = (
                 f"the {value_format!r} format is not implemented by clink's kafka connector; use one of "
-                f"{', '.join(FORMATS)}")
+                f"{', '.join(FORMATS + CHANGELOG_FORMATS)}")
         else:
             errors["value.format" if "value.format" in options else "format"] = (
-                f"the {name} connector needs 'value.format' (or 'format'): one of {', '.join(FORMATS)}")
+                f"the {name} connector needs 'value.format' (or 'format'): one of "
+                f"{', '.join(FORMATS + (() if upsert else CHANGELOG_FORMATS))}")
+    for key in options:
+        fmt = key.split(".", 1)[0]
+        if fmt in CHANGELOG_FORMATS and fmt != value_format:
+            errors[key] = f"{key!r} is an option of the {fmt!r} format, and the value format is {value_format!r}"
+    schema_include = options.get("debezium-json.schema-include", "false").strip().lower()
+    if schema_include not in ("true", "false"):
+        errors["debezium-json.schema-include"] = f"expected true or false, found {schema_include!r}"
+    for key in ("canal-json.database.include", "canal-json.table.include"):
+        if key in options:
+            try:
+                re.compile(options[key])
+            except re.error as e:
+                errors[key] = f"not a regular expression: {e}"
     key_format = options.get("key.format")
     key_format = key_format.strip().lower() if key_format is not None else None
+    if key_format in CHANGELOG_FORMATS:
+        errors["key.format"] = (f"the {key_format!r} format describes changes and is a value format; the key is "
+                                f"one of {', '.join(FORMATS)}")
     physical = list(table_schema.names)
     metadata = parse_metadata(options.get(METADATA_OPTION, ""))
     for column, key in metadata.items():
@@ -219,6 +251,8 @@ def parse_settings(options: Mapping[str, str], table_schema: pa.Schema, *, upser
     value_fields = tuple(n for n in physical if include == "ALL" or n not in key_fields)
     by_name = {f.name: f for f in table_schema}
     for fmt, fields, key in ((value_format, value_fields, "value.format"), (key_format, key_fields, "key.format")):
+        if fmt in CHANGELOG_FORMATS:
+            fmt = "json"  # the rows inside a change are JSON objects
         if fmt in FORMATS and not errors.get(key):
             problem = format_problem(fmt, pa.schema([by_name[n] for n in fields if n in by_name]))
             if problem is not None:
@@ -265,6 +299,8 @@ def parse_settings(options: Mapping[str, str], table_schema: pa.Schema, *, upser
     if errors:
         return None, errors
     return Settings(topics=topics, pattern=pattern, client=client, value_format=value_format,
+                    schema_include=schema_include == "true", canal_database=options.get("canal-json.database.include"),
+                    canal_table=options.get("canal-json.table.include"),
                     key_format=key_format, key_fields=key_fields, value_fields=value_fields, metadata=metadata,
                     delivery=delivery, transactional_prefix=prefix, key_delimiter=delimiters["key"],
                     value_delimiter=delimiters["value"], **settings), {}
@@ -552,7 +588,7 @@ class KafkaSourceReader(SourceReader):
             return None
         batch = self._rows(idx, values, keys, topics, partitions, offsets, times, stamps)
         self.metrics["records_in"] += batch.num_rows
-        return batch
+        return batch if batch.num_rows else None
 
     def _finish_partition(self, tp: tuple[str, int]) -> None:
         if tp in self._done:
@@ -578,9 +614,17 @@ class KafkaSourceReader(SourceReader):
             self.finished = True
 
     def _decode(self, fmt: str, payloads: list[bytes], schema: pa.Schema, delimiter: str,
-                where: list[tuple[str, int, int]]) -> pa.Table:
+                where: list[tuple[str, int, int]]) -> Any:
+        s = self._settings
+        if fmt in CHANGELOG_FORMATS:
+            def read(part: list[bytes]) -> Any:
+                return decode_changelog(fmt, part, schema, schema_include=s.schema_include,
+                                        database=s.canal_database, table=s.canal_table)
+        else:
+            def read(part: list[bytes]) -> Any:
+                return decode(fmt, part, schema, csv_delimiter=delimiter)
         try:
-            return decode(fmt, payloads, schema, csv_delimiter=delimiter)
+            return read(payloads)
         except (pa.ArrowInvalid, pa.ArrowNotImplementedError, BadValue):
             pass
         # Some message is bad: bisect to find the first, decoding runs of good ones in bulk.
@@ -588,13 +632,18 @@ class KafkaSourceReader(SourceReader):
         while hi - lo > 1:
             mid = (lo + hi) // 2
             try:
-                decode(fmt, payloads[lo:mid], schema, csv_delimiter=delimiter)
+                read(payloads[lo:mid])
                 lo = mid
             except (pa.ArrowInvalid, pa.ArrowNotImplementedError, BadValue):
                 hi = mid
         topic, partition, offset = where[lo]
         text = payloads[lo][:80].decode(errors="replace")
-        raise RecordError(f"cannot read {text!r} as {fmt} with columns ({', '.join(schema.names)})",
+        try:
+            read(payloads[lo:lo + 1])
+            reason = ""
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError, BadValue) as e:
+            reason = f": {e}" if fmt in CHANGELOG_FORMATS else ""
+        raise RecordError(f"cannot read {text!r} as {fmt} with columns ({', '.join(schema.names)}){reason}",
                           file=f"{topic}/{partition}", line=offset, table=self._name)
 
     def _rows(self, idx: np.ndarray, values: list, keys: list | None, topics: list[str], partitions: np.ndarray,
@@ -613,6 +662,14 @@ class KafkaSourceReader(SourceReader):
         present = [v for v in kept_values if v is not None]
         value_table = self._decode(s.value_format, present, self._value_schema, s.value_delimiter,
                                    [w for w, t in zip(where, tombstone, strict=True) if not t])
+        kinds = None
+        if s.changelog:
+            # A message holds none, one or several changes: the rest of the row (key, metadata)
+            # follows the message each change comes from.
+            value_table, kinds, origin = value_table
+            idx = idx[origin]
+            where = [where[i] for i in origin]
+            tombstone = np.zeros(len(idx), bool)
         if tombstone.any():
             # Tombstones (upsert-kafka deletes) have no value columns: NULL rows in their places.
             positions = np.cumsum(~tombstone) - 1
@@ -637,8 +694,9 @@ class KafkaSourceReader(SourceReader):
         columns = []
         for f in self._schema:
             if f.name == ROWKIND_COLUMN:
-                kinds = np.where(tombstone, DELETE, "+U" if self._upsert else "+I")
-                columns.append(pa.array(kinds.tolist(), pa.string()))
+                if kinds is None:
+                    kinds = np.where(tombstone, DELETE, "+U" if self._upsert else "+I")
+                columns.append(pa.array(kinds, pa.string()))
             elif f.name in s.metadata:
                 columns.append(pc.cast(meta[s.metadata[f.name]](), f.type))
             elif key_table is not None and f.name in s.key_fields and (
@@ -661,6 +719,9 @@ class KafkaSinkWriter(SinkWriter):
         s = self._settings = _settings_or_raise(spec, upsert=upsert)
         self._name = spec.name
         self._upsert = upsert
+        if s.changelog:
+            raise ConnectorError(f"table {spec.name!r}: clink reads the {s.value_format!r} format but does not write "
+                                 "it; write json (an updating query: to an upsert-kafka table)")
         if s.pattern is not None or len(s.topics) != 1:
             raise ConnectorError(f"table {spec.name!r}: a kafka sink writes one 'topic'; "
                                  f"{'topic-pattern' if s.pattern else 'several topics'} can only be read")
@@ -894,16 +955,34 @@ def _sink(upsert: bool):
     return lambda spec, ctx: KafkaSinkWriter(spec, ctx, upsert=upsert)
 
 
+def _kafka_changelog(options: Mapping[str, str]) -> ChangelogMode:
+    """A kafka table read with a changelog value format is an updating source."""
+    fmt = options.get("value.format", options.get("format", "")).strip().lower()
+    return UPDATING if fmt in CHANGELOG_FORMATS else APPEND_ONLY
+
+
+#: Options of the changelog value formats (source only).
+_CHANGELOG_OPTIONS = (
+    OptionSpec(name="debezium-json.schema-include", default="false", choices=("true", "false"),
+               description="debezium-json: each message holds {schema, payload}, the change under 'payload'"),
+    OptionSpec(name="canal-json.database.include",
+               description="canal-json: read only the changes whose 'database' matches this regular expression"),
+    OptionSpec(name="canal-json.table.include",
+               description="canal-json: read only the changes whose 'table' matches this regular expression"),
+)
+
+
 KAFKA = Connector(
     name="kafka",
     description="messages of Kafka topics (confluent-kafka): json, csv or raw; exactly-once by transactions",
-    source_options=(*KAFKA_OPTIONS, *_SOURCE),
+    source_options=(*KAFKA_OPTIONS, *_SOURCE, *_CHANGELOG_OPTIONS),
     sink_options=(*KAFKA_OPTIONS, *_SINK),
     create_source=_source(False),
     create_sink=_sink(False),
     validate=_validator(False),
     splittable=True,
     metadata=tuple(METADATA_KEYS),
+    source_changelog=_kafka_changelog,
 )
 
 UPSERT_KAFKA = Connector(
