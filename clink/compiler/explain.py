@@ -12,6 +12,7 @@ from clink.compiler.physical import (
     OverAggOp,
     PhysicalPlan,
     MatchOp,
+    NormalizeOp,
     SessionOp,
     RankOp,
     SortOp,
@@ -178,6 +179,11 @@ def explain_physical(plan: PhysicalPlan) -> str:
             case SourceOp(scan=scan):
                 line = (f"[{op.id}] Source table=[{scan.table.name}] connector=[{scan.table.connector}] "
                         f"columns=[{', '.join(scan.schema.names)}]")
+                if scan.table.changelog.updating:
+                    line += f" changelog={scan.table.changelog}"
+            case NormalizeOp(scan=scan):
+                line = (f"[{op.id}] ChangelogNormalize state keys=[{', '.join(scan.schema.names[k] for k in op.keys)}] "
+                        f"<- [{op.input}] {op.partitioning} produces updates")
             case ChainOp():
                 line = f"[{op.id}] Chain chain_{op.id} <- [{op.input}] {op.partitioning}: {' -> '.join(chain_kinds(op))}"
                 if op.updating:

@@ -258,12 +258,3 @@ def test_upsert_kafka_needs_a_primary_key(broker) -> None:
                    f"'properties.bootstrap.servers' = '{broker.servers}', 'key.format' = 'json', "
                    "'value.format' = 'json')",
                    "INSERT INTO o SELECT k, COUNT(*) FROM (VALUES (1)) AS v(k) GROUP BY k"]).run()
-
-
-def test_reading_upsert_kafka_is_refused_where_the_table_is_named(broker) -> None:
-    with pytest.raises(clink.SqlError, match="cannot be read") as info:
-        clink.sql(["CREATE TABLE t (k BIGINT, v STRING, PRIMARY KEY (k) NOT ENFORCED) WITH ("
-                   f"'connector' = 'upsert-kafka', 'topic' = 'x', 'properties.bootstrap.servers' = '{broker.servers}', "
-                   "'key.format' = 'json', 'value.format' = 'json')",
-                   "SELECT k, v FROM t"])
-    assert info.value.span.line == 2

@@ -54,7 +54,16 @@ from clink.runtime.connectors.base import Connector, OptionSpec, SinkWriter, Sou
 from clink.runtime.connectors.cdc_formats import CHANGELOG_FORMATS, decode_changelog
 from clink.runtime.connectors.filesystem import BadValue
 from clink.runtime.connectors.kafka_formats import FORMATS, decode, encode, format_problem
-from clink.runtime.plan import APPEND_ONLY, DELETE, ROWKIND_COLUMN, UPDATE_BEFORE, UPDATING, ChangelogMode
+from clink.runtime.plan import (
+    APPEND_ONLY,
+    DELETE,
+    INSERT,
+    ROWKIND_COLUMN,
+    UPDATE_AFTER,
+    UPDATE_BEFORE,
+    UPDATING,
+    ChangelogMode,
+)
 
 if TYPE_CHECKING:
     from clink.runtime.context import RuntimeContext
@@ -985,12 +994,18 @@ KAFKA = Connector(
     source_changelog=_kafka_changelog,
 )
 
+#: What an upsert-kafka source reads: each key's new row (+U) or its deletion (-D); the plan
+#: normalizes them into a full changelog by key (``ChangelogNormalize``).
+UPSERTS = ChangelogMode(frozenset({INSERT, UPDATE_AFTER, DELETE}))
+
 UPSERT_KAFKA = Connector(
     name="upsert-kafka",
     description="a Kafka topic as a table keyed by PRIMARY KEY: values upsert, tombstones delete",
-    source_options=_COMMON,
+    source_options=(*_COMMON, *(o for o in _SOURCE if o.name.startswith("scan.bounded."))),
     sink_options=(*_COMMON, *_SINK),
+    create_source=_source(True),
     create_sink=_sink(True),
     validate=_validator(True),
     upserts=True,
+    source_changelog=lambda options: UPSERTS,
 )
