@@ -238,3 +238,24 @@ def test_queries_over_a_cdc_topic_match_duckdb_over_the_final_rows(broker, fmt: 
             statements.append(dim)
         got = clink.sql([*statements, query]).to_arrow()
         assert_same_rows(got, duck.execute(query).fetchall())
+
+
+CDC = ("CREATE TABLE t (id BIGINT, name STRING, ts TIMESTAMP(3), WATERMARK FOR ts AS ts - INTERVAL '1' SECOND) "
+       "WITH ('connector' = 'kafka', 'topic' = 'x', 'properties.bootstrap.servers' = '127.0.0.1:1', "
+       "'format' = 'debezium-json')")
+APPENDS = ("CREATE TABLE a (id BIGINT, ts TIMESTAMP(3), WATERMARK FOR ts AS ts) "
+           "WITH ('connector' = 'datagen', 'number-of-rows' = '10')")
+
+
+@pytest.mark.parametrize(("query", "message", "at"), [
+    ("SELECT window_start, COUNT(*) FROM TABLE(TUMBLE(TABLE t, DESCRIPTOR(ts), INTERVAL '1' MINUTE)) "
+     "GROUP BY window_start, window_end", "TUMBLE windows over an updating table", "TABLE t"),
+    ("SELECT a.id, t.name FROM a JOIN t FOR SYSTEM_TIME AS OF a.ts ON a.id = t.id",
+     "needs a table of appends on the right", "t FOR SYSTEM_TIME"),
+    ("SELECT t.id FROM t JOIN a FOR SYSTEM_TIME AS OF t.ts ON a.id = t.id", "takes appends on the left", "t.ts"),
+])
+def test_what_does_not_take_a_changelog_is_refused_where_it_is_written(query: str, message: str, at: str) -> None:
+    with pytest.raises(clink.SqlError, match=message) as info:
+        clink.compile([CDC, APPENDS, query])
+    assert info.value.span.line == 3 and query[info.value.span.col - 1:].startswith(at)
+    assert "is a changelog" in str(info.value)
