@@ -120,6 +120,18 @@ class SourceReader:
 
         raise ConnectorError(f"{type(self).__name__} cannot resume from a checkpoint: it is not replayable")
 
+    def splits(self) -> tuple[str, ...]:
+        """The splits this reader is reading now (a Kafka source: its partitions that have not
+        ended), when its watermark is kept per split: the source's watermark is then the least
+        of its splits' (a split idle for the table's idle timeout left out), as Flink's
+        per-partition watermarks. Empty: one watermark for all the reader gives."""
+        return ()
+
+    def split_rows(self) -> Any:
+        """For the last batch ``poll`` returned: the index into ``splits()`` of each row's split
+        (a numpy integer array), or None when the reader keeps no splits."""
+        return None
+
     def checkpoint_complete(self, checkpoint_id: int) -> None:
         """Checkpoint ``checkpoint_id``, holding this reader's last ``position``, is complete: a
         source may now acknowledge upstream what it read before it (never needed to resume)."""

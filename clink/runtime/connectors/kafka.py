@@ -384,6 +384,9 @@ class KafkaSourceReader(SourceReader):
         self._done: set[tuple[str, int]] = set()
         self._start()
         self._committable: dict[str, int] | None = None
+        #: Per row of the last batch, the index of its partition in ``splits()``, and those.
+        self._last_splits: np.ndarray | None = None
+        self._split_names: tuple[str, ...] | None = None
         # What the plan reads: value columns, key columns, metadata, in the order of spec.schema.
         by_name = {f.name: f for f in spec.table_schema}
         self._value_schema = pa.schema([by_name[n] for n in s.value_fields])
@@ -515,6 +518,16 @@ class KafkaSourceReader(SourceReader):
                 self._stop[tp] = int(stops[key])
         self._assign()
 
+    def splits(self) -> tuple[str, ...]:
+        """This subtask's partitions that have not ended (or ended with the last batch): the
+        watermark is kept per partition."""
+        if self._split_names is None:
+            return tuple(f"{t}:{p}" for t, p in self._mine if (t, p) not in self._done)
+        return self._split_names
+
+    def split_rows(self) -> np.ndarray | None:
+        return self._last_splits
+
     def checkpoint_complete(self, checkpoint_id: int) -> None:
         """Commit the offsets of the completed checkpoint to the consumer group, for monitoring
         only: a restore reads its offsets from the checkpoint."""
@@ -543,6 +556,7 @@ class KafkaSourceReader(SourceReader):
         except self._ck.KafkaException as e:
             raise ConnectorError(f"table {self._name!r}: cannot read from Kafka: {e}") from None
         if not messages:
+            self._split_names = None
             self._check_ends()
             return None
         for m in messages:
@@ -590,12 +604,19 @@ class KafkaSourceReader(SourceReader):
                 self._finish_partition(tp)
         values = [m.value() for m in messages]
         keys = [m.key() for m in messages] if self._settings.key_format is not None else None
+        # Each message's partition as an index into splits() (as the executor reads it after
+        # this poll: the partitions not ended, one that ended with this batch included).
+        live = {tp: i for i, tp in enumerate(tp for tp in self._mine if tp not in self._done or tp in groups)}
+        self._split_names = tuple(f"{t}:{p}" for t, p in live)
+        split_of = np.zeros(len(messages), np.int64)
+        for tp, rows in groups.items():
+            split_of[rows] = live.get(tp, 0)
         if self.bounded and len(self._done) == len(self._mine):
             self.finished = True
         idx = np.flatnonzero(keep)
         if not len(idx):
             return None
-        batch = self._rows(idx, values, keys, topics, partitions, offsets, times, stamps)
+        batch = self._rows(idx, values, keys, topics, partitions, offsets, times, stamps, split_of)
         self.metrics["records_in"] += batch.num_rows
         return batch if batch.num_rows else None
 
@@ -656,7 +677,7 @@ class KafkaSourceReader(SourceReader):
                           file=f"{topic}/{partition}", line=offset, table=self._name)
 
     def _rows(self, idx: np.ndarray, values: list, keys: list | None, topics: list[str], partitions: np.ndarray,
-              offsets: np.ndarray, times: np.ndarray, stamps: list) -> pa.RecordBatch:
+              offsets: np.ndarray, times: np.ndarray, stamps: list, split_of: np.ndarray) -> pa.RecordBatch:
         s = self._settings
         kept_values = [values[i] for i in idx]
         where = [(topics[i], int(partitions[i]), int(offsets[i])) for i in idx]
@@ -700,6 +721,7 @@ class KafkaSourceReader(SourceReader):
                                               mask=times[idx] < 0).cast(pa.timestamp("ms", "UTC")),
                 "timestamp-type": lambda: pa.array(
                     [("NoTimestampType", "CreateTime", "LogAppendTime")[stamps[i][0]] for i in idx], pa.string())}
+        self._last_splits = split_of[idx]
         columns = []
         for f in self._schema:
             if f.name == ROWKIND_COLUMN:
