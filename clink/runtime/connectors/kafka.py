@@ -31,7 +31,12 @@ once with ``isolation.level`` = ``read_committed``.
 ``upsert-kafka`` writes the primary key as the message key; ``+I`` and ``+U`` rows as values,
 ``-D`` rows as tombstones (NULL values), and drops ``-U`` rows that a change of their key follows
 in the batch (the ``+U`` replaces the value); a ``-U`` that is its key's last change is a tombstone.
-Reading it (an updating source) is refused for now (see ``docs/connectors.md``).
+
+Changelogs. With ``debezium-json`` or ``canal-json`` values (``cdc_formats``) a kafka table is a
+changelog source: each message gives changes, and batches end with their row kinds. An
+upsert-kafka source gives each key's new row as ``+U`` and a tombstone as ``-D``; the plan
+normalizes those by key (``operators/normalize.py``). The watermark is kept per partition: the
+reader names its partitions (``splits``) and the partition of each row (``split_rows``).
 """
 
 from __future__ import annotations
