@@ -146,7 +146,7 @@ def _open_normalize(node: ChangelogNormalize, env: OperatorEnv) -> Operator:
     from clink.runtime.operators.normalize import ChangelogNormalizeOperator
 
     return ChangelogNormalizeOperator(node, env.task, input_schema=env.input_schemas[0], input_mode=env.input_mode(),
-                                      backend=env.backend, operator_id=env.operator_id)
+                                      backend=env.backend, operator_id=env.operator_id, ttl_ms=env.ttl_ms)
 
 
 def _describe_normalize(node: ChangelogNormalize, schemas: tuple[pa.Schema, ...], operator: Operator) -> str:

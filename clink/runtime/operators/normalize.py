@@ -15,6 +15,10 @@ previous row is the change before it of the same key in the batch, or for a key'
 the stored row (read with one ``get_many``). The key's last change is written back with one
 ``put_many`` (a delete stores NULL, which removes the key). Keys are told apart and rows compared
 by their 64-bit hashes (``hash_columns``).
+
+With a state TTL (``table.exec.state.ttl``) each stored row carries the processing time it was
+written (``_touched``): a row older than the TTL reads as absent (so the key's next upsert is a
+``+I`` again, as in Flink), and a pass over the state at most every half TTL deletes such rows.
 """
 
 from __future__ import annotations
@@ -38,13 +42,19 @@ if TYPE_CHECKING:
     from clink.runtime.context import TaskContext
 
 
+#: The field of a stored row that holds when it was written (with a state TTL).
+_TOUCHED = "_touched"
+
+
 class ChangelogNormalizeOperator(OperatorBase):
     """Run one ``plan.ChangelogNormalize`` node."""
 
     def __init__(self, node: plan.ChangelogNormalize, ctx: TaskContext, *, input_schema: pa.Schema,
                  input_mode: ChangelogMode, backend: StateBackend | None = None,
-                 operator_id: str | None = None) -> None:
+                 operator_id: str | None = None, ttl_ms: int | None = None) -> None:
         self.node = node
+        self.ctx = ctx
+        self.ttl_ms = ttl_ms
         self._where = f"changelog normalize {node.id}"
         self._max_parallelism = max_parallelism(ctx)
         self.late_rows: list[pa.RecordBatch] = []
@@ -59,7 +69,9 @@ class ChangelogNormalizeOperator(OperatorBase):
             raise ValueError(f"{self._where}: keys {node.keys} are not columns of the input ({self.width})")
         if len(node.schema) != self.width + 1 or node.schema.names[-1] != ROWKIND_COLUMN:
             raise ValueError(f"{self._where}: the output schema must be the input's columns and {ROWKIND_COLUMN!r}")
-        self._row_type = pa.struct(list(columns))
+        touched = [pa.field(_TOUCHED, pa.int64())] if ttl_ms is not None else []
+        self._row_type = pa.struct([*columns, *touched])
+        self._next_sweep = int(ctx.runtime.clock()) + ttl_ms if ttl_ms is not None else None
         key_schema = pa.schema([(f"k{j}", columns.field(k).type) for j, k in enumerate(node.keys)])
         self.descriptor = ValueStateDescriptor("rows", key_schema, self._row_type)
         self.descriptors = [self.descriptor]
@@ -88,6 +100,15 @@ class ChangelogNormalizeOperator(OperatorBase):
         firsts = order[first]
         stored = self._rows.get_many([k.take(pa.array(firsts)) for k in keys])
         held = stored.is_valid().to_numpy(zero_copy_only=False)
+        now = int(self.ctx.runtime.clock())
+        expired = 0
+        if self.ttl_ms is not None:
+            # A row not written within the TTL reads as absent; the key's last change below
+            # overwrites or deletes it.
+            old_enough = pc.fill_null(pc.less(stored.field(width), now - self.ttl_ms), False).to_numpy(
+                zero_copy_only=False)
+            expired = int((held & old_enough).sum())
+            held &= ~old_enough
         # Rows 0..n-1: the batch; n..n+f-1: the stored rows of the keys' first changes.
         data = pa.Table.from_batches([batch.select(range(width))])
         old = pa.Table.from_arrays([stored.field(i) for i in range(width)], schema=data.schema)
@@ -115,8 +136,10 @@ class ChangelogNormalizeOperator(OperatorBase):
         out_kinds = np.where(is_second, UPDATE_AFTER, first_kind[change])
         # The key's last change is what it holds now.
         lasts = order[last]
-        self._store(keys, lasts, upsert, batch)
-        self._num_keys += int(upsert[lasts].sum() - held.sum())
+        self._store(keys, lasts, upsert, batch, now)
+        self._num_keys += int(upsert[lasts].sum() - held.sum()) - expired
+        if self._next_sweep is not None and now >= self._next_sweep:
+            self._sweep(now)
         self.metrics["state_rows"] = self._num_keys
         self.metrics["state_bytes"] = self._num_keys * self._row_bytes
         if not len(take):
@@ -126,12 +149,29 @@ class ChangelogNormalizeOperator(OperatorBase):
         return [pa.RecordBatch.from_arrays([c.combine_chunks() if isinstance(c, pa.ChunkedArray) else c
                                             for c in columns], schema=self.node.schema)]
 
-    def _store(self, keys: list[pa.Array], lasts: np.ndarray, upsert: np.ndarray, batch: pa.RecordBatch) -> None:
+    def _store(self, keys: list[pa.Array], lasts: np.ndarray, upsert: np.ndarray, batch: pa.RecordBatch,
+               now: int) -> None:
         at = pa.array(lasts, pa.int64())
-        values = pa.StructArray.from_arrays([batch.column(i).take(at) for i in range(self.width)],
-                                            fields=list(self._row_type),
-                                            mask=pa.array(~upsert[lasts]))
+        fields = [batch.column(i).take(at) for i in range(self.width)]
+        if self.ttl_ms is not None:
+            fields.append(pa.array(np.full(len(lasts), now, np.int64)))
+        values = pa.StructArray.from_arrays(fields, fields=list(self._row_type), mask=pa.array(~upsert[lasts]))
         self._rows.put_many([k.take(at) for k in keys], values)
+
+    def _sweep(self, now: int) -> None:
+        """Delete the rows not written within the TTL: a pass over the state, at most once per
+        half TTL of processing time."""
+        limit = now - self.ttl_ms
+        for group in range(self._max_parallelism):
+            expired = [key for _, key, value in self.operator_state.entries(group)
+                       if value is not None and value.get(_TOUCHED, limit) < limit]
+            if expired:
+                columns = list(zip(*expired, strict=True))
+                self._rows.put_many([pa.array(c, f.type) for c, f in zip(columns, self.descriptor.key_schema,
+                                                                          strict=True)],
+                                    pa.nulls(len(expired), self._row_type))
+                self._num_keys -= len(expired)
+        self._next_sweep = now + max(self.ttl_ms // 2, 1)
 
     def snapshot(self, checkpoint_id: int, directory: Path) -> tuple[list[Path], dict[str, Any]]:
         self.operator_state.commit(checkpoint_id)
