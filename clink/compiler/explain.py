@@ -85,7 +85,7 @@ def explain_logical(node: ir.Rel, indent: int = 0) -> str:
                              f" >= {b.lower} ms AND {names[right + b.right_time]} - {names[b.left_expiry]}"
                              f" <= {b.upper} ms]")
             if node.lookup:
-                line += ", lookup=[right side read whole first]"
+                line += ", lookup=[the right side as of processing time]"
             if node.temporal is not None:
                 names = _join_names(node)
                 line += (f", temporal=[version of the right side at {names[node.temporal[0]]}, "

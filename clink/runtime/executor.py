@@ -174,6 +174,52 @@ def _duration_ms(text: str | None) -> int | None:
         raise UsageError(str(exc)) from None
 
 
+class _Empty(SourceReader):
+    """The stream of a table that a lookup join reads by key: it ends at once."""
+
+    finished = True
+
+    def poll(self) -> None:
+        return None
+
+    def position(self) -> dict:
+        return {}
+
+    def seek(self, position: dict) -> None:
+        pass
+
+    def seek_shares(self, positions: list[dict]) -> None:
+        pass
+
+
+class _LookupInput:
+    """The right input of a lookup join, by key: the table's rows looked up through its
+    connector, then through the chains between its source and the join."""
+
+    def __init__(self, source: Source, chains: list[Chain], keys: tuple[str, ...], task: TaskContext,
+                 connector, ctx: RuntimeContext) -> None:
+        spec = TableSpec(name=source.table, schema=source.schema, table_schema=source.table_schema,
+                         options=source.options, primary_key=source.primary_key)
+        self._lookup = connector.create_lookup(spec, keys, ctx)
+        self._chains = chains
+        self._task = task
+
+    def __call__(self, keys: pa.Table) -> pa.RecordBatch:
+        rows = self._lookup.lookup(keys).combine_chunks()
+        batch = pa.RecordBatch.from_arrays([c.chunk(0) if c.num_chunks == 1 else pa.concat_arrays(c.chunks)
+                                            for c in rows.columns], schema=rows.schema)
+        for chain in self._chains:
+            batch = chain.fn(batch, self._task)
+        return batch
+
+    @property
+    def metrics(self) -> dict[str, int]:
+        return self._lookup.metrics
+
+    def close(self) -> None:
+        self._lookup.close()
+
+
 def format_watermark(ms: int) -> str:
     if ms >= MAX_WATERMARK:
         return "end of input"
@@ -362,6 +408,7 @@ class Job:
 
     def _open(self) -> None:
         self._layout()
+        self._lookups = self._looked_up_tables()
         for node in self.plan.nodes:
             subtasks = self._subtasks[node.id]
             for j, sid in enumerate(subtasks):
@@ -378,7 +425,11 @@ class Job:
                     self._open_subtask(node, sid, j, len(subtasks))
 
     def _open_subtask(self, node: Node, sid: int, index: int, count: int) -> None:
-        if isinstance(node, Source):
+        if isinstance(node, Source) and any(path[0] is node for path in self._lookups.values()):
+            # Read by key by the lookup join above it: as a stream it ends at once, empty.
+            self._readers[sid] = _Empty()
+            self._source_subtasks.add(sid)
+        elif isinstance(node, Source):
             connector = self._connector(node.connector)
             if connector.create_source is None:
                 raise UsageError(f"connector {node.connector!r} cannot be read (table {node.table!r})")
@@ -401,6 +452,10 @@ class Job:
                               ttl_ms=_duration_ms(self.ctx.get("table.exec.state.ttl")),
                               input_modes=tuple(self._nodes[i].changelog for i in node.inputs))
             self._operators[sid] = kind.open(node, env)
+            if node.id in self._lookups:
+                self._operators[sid].lookup_rows = _LookupInput(*self._lookups[node.id], self._tasks[sid],
+                                                                self._connector(self._lookups[node.id][0].connector),
+                                                                self.ctx)
             if self._minibatch_size and isinstance(node, GroupAggregate):
                 self._minibatches[sid] = []
                 self._minibatch_rows[sid] = 0
@@ -425,6 +480,38 @@ class Job:
         if self._state_backend is None:
             self._state_backend = make_state_backend(self.ctx, self)
         return self._state_backend
+
+    def _looked_up_tables(self) -> dict[int, tuple[Source, list[Chain], tuple[str, ...]]]:
+        """The lookup joins whose right table is read by key, by join id: the table's source,
+        the chains between it and the join, and the source columns the join's keys are.
+
+        A connector that can look rows up (``create_lookup``) serves a lookup join whose right
+        input is its source alone, through exchanges and stateless chains (filters, computed
+        columns) whose join keys are source columns by name; otherwise the table is read whole
+        before left rows are matched."""
+        consumers: dict[int, int] = {}
+        for node in self.plan.nodes:
+            for i in node.inputs:
+                consumers[i] = consumers.get(i, 0) + 1
+        found = {}
+        for join in self.plan.nodes:
+            if not isinstance(join, Join) or not join.lookup:
+                continue
+            chains, node = [], self._nodes[join.right]
+            while isinstance(node, (Exchange, Chain)) and consumers.get(node.id) == 1:
+                if isinstance(node, Chain):
+                    chains.append(node)
+                node = self._nodes[node.input]
+            if not isinstance(node, Source) or consumers.get(node.id) != 1:
+                continue
+            connector = self.ctx.connectors.get(node.connector)
+            if connector is None or connector.create_lookup is None:
+                continue
+            right = self._nodes[join.right].schema
+            keys = tuple(right.field(k).name for k in join.right_keys)
+            if all(k in node.schema.names and node.schema.field(k).type == right.field(k).type for k in keys):
+                found[join.id] = (node, chains[::-1], keys)
+        return found
 
     def _connector(self, name: str):
         connector = self.ctx.connectors.get(name)

@@ -576,7 +576,9 @@ class Join(Node):
     interval: tuple[int, int, int, int] | None = None
     interval_ends: tuple[int, int] | None = None
     #: A lookup join: the right input (bounded) is read to its end before left rows are matched
-    #: (they wait until then); left rows are not kept. INNER or LEFT; append-only output.
+    #: (they wait until then); left rows are not kept. INNER or LEFT; append-only output. When
+    #: the right table's connector looks rows up by key (``Connector.create_lookup``), the
+    #: executor asks it for each left batch's keys instead, and the right input ends empty.
     lookup: bool = False
     #: A temporal join: (left time column, right time column). Each left row waits for the
     #: watermark to pass its time, then meets the right row of its key with the latest time at or

@@ -26,6 +26,7 @@ BUILT_IN = {
     "redis": ("clink.runtime.connectors.redis", "REDIS"),
     "kafka": ("clink.runtime.connectors.kafka", "KAFKA"),
     "upsert-kafka": ("clink.runtime.connectors.kafka", "UPSERT_KAFKA"),
+    "jdbc": ("clink.runtime.connectors.jdbc", "JDBC"),
     "collect": ("clink.runtime.connectors.collect", "COLLECT"),
     "push": ("clink.runtime.connectors.push", "PUSH"),
     "values": ("clink.runtime.connectors.values", "VALUES"),

