@@ -12,6 +12,7 @@ from clink.compiler.physical import (
     OverAggOp,
     PhysicalPlan,
     MatchOp,
+    NormalizeOp,
     SessionOp,
     RankOp,
     SortOp,
@@ -119,6 +120,8 @@ def explain_logical(node: ir.Rel, indent: int = 0) -> str:
             line = f"Scan(table=[{node.table.name}], columns=[{', '.join(node.schema.names)}]"
             if node.predicate is not None:
                 line += f", where=[{expr_sql(node.predicate, node.schema.names)}]"
+            if node.table.changelog.updating:
+                line += f", changelog={node.table.changelog}"
             line += ")"
         case _:
             line = type(node).__name__
@@ -176,6 +179,11 @@ def explain_physical(plan: PhysicalPlan) -> str:
             case SourceOp(scan=scan):
                 line = (f"[{op.id}] Source table=[{scan.table.name}] connector=[{scan.table.connector}] "
                         f"columns=[{', '.join(scan.schema.names)}]")
+                if scan.table.changelog.updating:
+                    line += f" changelog={scan.table.changelog}"
+            case NormalizeOp(scan=scan):
+                line = (f"[{op.id}] ChangelogNormalize state keys=[{', '.join(scan.schema.names[k] for k in op.keys)}] "
+                        f"<- [{op.input}] {op.partitioning} produces updates")
             case ChainOp():
                 line = f"[{op.id}] Chain chain_{op.id} <- [{op.input}] {op.partitioning}: {' -> '.join(chain_kinds(op))}"
                 if op.updating:

@@ -37,6 +37,7 @@ from clink.compiler.physical import (
     PhysicalOp,
     PhysicalPlan,
     MatchOp,
+    NormalizeOp,
     SessionOp,
     RankOp,
     SinkOp,
@@ -50,7 +51,7 @@ __all__ = ["Identity", "operator_identities"]
 
 _KINDS: dict[type, str] = {WindowAggOp: "window", GroupAggOp: "group", JoinOp: "join", RankOp: "rank",
                            OverAggOp: "over", SortOp: "sort",
-                           MatchOp: "match", SessionOp: "session"}
+                           MatchOp: "match", SessionOp: "session", NormalizeOp: "normalize"}
 
 
 def _inputs(op: PhysicalOp) -> tuple[int, ...]:
@@ -106,7 +107,7 @@ def operator_identities(plan: PhysicalPlan) -> dict[int, Identity]:
         kind = _KINDS.get(type(op))
         if kind is None:
             continue
-        named = _ir_node(op).uid
+        named = None if isinstance(op, NormalizeOp) else _ir_node(op).uid
         if named is not None:
             base = f"{kind}:{named}"
         else:
@@ -183,6 +184,8 @@ def _meaning(op: PhysicalOp) -> str:
             partition = ", ".join(_column_sql(rank.input, i) for i in rank.partition)
             order = ", ".join(f"{_column_sql(rank.input, c)}{' DESC' if d else ''}" for c, d in rank.order)
             return f"PARTITION BY ({partition}) ORDER BY ({order}) TOP {rank.limit}"
+        case NormalizeOp(scan=scan, keys=keys):
+            return f"PRIMARY KEY ({', '.join(scan.schema.names[k] for k in keys)}) of {scan.table.name}"
         case JoinOp(join=join):
             keys = ", ".join(f"{_column_sql(join.left, a)} = {_column_sql(join.right, b)}"
                              for a, b in zip(join.left_keys, join.right_keys, strict=True))

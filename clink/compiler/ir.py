@@ -18,7 +18,7 @@ import attrs
 import pyarrow as pa
 
 from clink.errors import CompilerBug, Span
-from clink.runtime.plan import APPEND_ONLY, INSERT_DELETE, UPDATING, ChangelogMode
+from clink.runtime.plan import APPEND_ONLY, INSERT_DELETE, UPDATE_AFTER, UPDATE_BEFORE, UPDATING, ChangelogMode
 
 _span = attrs.field(eq=False, repr=False, default=None)
 
@@ -259,6 +259,22 @@ class TableInfo:
     partition_columns: tuple[str, ...] = ()
     #: 'scan.watermark.idle-timeout' in milliseconds, if set.
     idle_timeout: int | None = None
+    #: The row kinds a scan of the table produces: a changelog source (its connector says so for
+    #: its options, ``Connector.source_changelog``) is an updating stream from the start.
+    changelog: ChangelogMode = APPEND_ONLY
+
+    @property
+    def upserts(self) -> bool:
+        """Its source gives upserts by primary key (``+U`` without ``-U``, ``-D`` with the key
+        alone): the plan normalizes them into a full changelog by keeping the last row per key
+        (Flink's ChangelogNormalize), so a scan of it is updating like any changelog."""
+        return UPDATE_AFTER in self.changelog.kinds and UPDATE_BEFORE not in self.changelog.kinds
+
+    @property
+    def key_columns(self) -> set[int]:
+        """The primary key's positions among the physical columns."""
+        names = self.columns.names
+        return {names.index(k) for k in self.primary_key}
 
     @property
     def watermark_columns(self) -> set[int]:
@@ -764,6 +780,8 @@ class Rank(Unary):
 def changelog_mode(rel: Rel) -> ChangelogMode:
     """The row kinds ``rel`` produces: inserts only (append-only), or also retractions."""
     match rel:
+        case Scan(table=table):
+            return UPDATING if table.upserts else table.changelog
         case GroupAggregate():
             return UPDATING
         case Rank():
@@ -790,9 +808,9 @@ def is_updating(rel: Rel) -> bool:
     return changelog_mode(rel).updating
 
 
-def updating_source(rel: Rel) -> GroupAggregate | Join | Rank | None:
+def updating_source(rel: Rel) -> GroupAggregate | Join | Rank | Scan | None:
     """The operator below ``rel`` that makes it updating, for messages; None if it is append-only."""
-    if isinstance(rel, GroupAggregate | Rank) or (isinstance(rel, Join) and rel.kind != "inner" and not rel.lookup
+    if isinstance(rel, GroupAggregate | Rank) or (isinstance(rel, Scan) and rel.table.changelog.updating) or (isinstance(rel, Join) and rel.kind != "inner" and not rel.lookup
                                                   and rel.temporal is None):
         return rel
     for child in rel.inputs:

@@ -27,6 +27,26 @@ class SourceOp:
 
 
 @attrs.frozen(kw_only=True)
+class NormalizeOp:
+    """The upserts of a scan turned into a full changelog (Flink's ChangelogNormalize): keyed by
+    the table's primary key (``keys``: positions in the scan's columns), it keeps each key's last
+    row; its input is hash-partitioned by the key, and its output is an updating stream."""
+
+    id: int
+    input: int
+    scan: ir.Scan
+    keys: tuple[int, ...]
+
+    @property
+    def schema(self) -> ir.Schema:
+        return self.scan.schema
+
+    @property
+    def partitioning(self) -> str:
+        return f"hash({', '.join(self.scan.schema.names[k] for k in self.keys)})"
+
+
+@attrs.frozen(kw_only=True)
 class ChainOp:
     """Evaluate ``scan_predicate`` (pushed into the scan) and then each step, in order: a Calc,
     a WindowTVF that gives each row its windows, or a Replicate that repeats rows."""
@@ -279,7 +299,7 @@ class SinkOp:
         return self.sink.schema
 
 
-PhysicalOp = (SourceOp | ChainOp | ExchangeOp | PreAggOp | WindowAggOp | GroupAggOp | JoinOp | RankOp | OverAggOp
+PhysicalOp = (SourceOp | NormalizeOp | ChainOp | ExchangeOp | PreAggOp | WindowAggOp | GroupAggOp | JoinOp | RankOp | OverAggOp
               | SortOp | MatchOp | SessionOp | UnionOp | SinkOp)
 
 
@@ -293,6 +313,8 @@ def output_distribution(op: PhysicalOp) -> Distribution | None:
             return hash_by(*range(agg.num_keys))
         case OverAggOp(over=node) | RankOp(rank=node):
             return hash_by(*node.partition)
+        case NormalizeOp(keys=keys):
+            return hash_by(*keys)
         case MatchOp(match=node) if node.partition:
             # The output starts with the partition columns.
             return hash_by(*range(len(node.partition)))
@@ -447,6 +469,14 @@ def _build(rel: ir.Rel, ops: list[PhysicalOp], *, target: str, shared: dict) -> 
             if source is None:
                 source = shared[node] = SourceOp(id=len(ops) + 1, scan=node)
                 ops.append(source)
+                if node.table.upserts:
+                    # Upserts become a changelog by key before anything else reads them (the
+                    # scan's predicate too: a row leaving it must retract what it was).
+                    keys = tuple(node.columns.index(p) for p in sorted(node.table.key_columns))
+                    below = _distributed(ops, source.id, hash_by(*keys), node.schema)
+                    normalize = NormalizeOp(id=len(ops) + 1, input=below, scan=node, keys=keys)
+                    ops.append(normalize)
+                    source = shared[node] = normalize
             upstream, table, scan_predicate = source.id, node.table.name, node.predicate
         case ir.WindowAggregate():
             below = _build(node.input, ops, target="a window aggregate", shared=shared)

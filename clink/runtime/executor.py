@@ -302,6 +302,10 @@ class Job:
         # Per node: the watermark of each input, and the watermark the node last forwarded.
         self._input_watermarks: dict[int, dict[int, int]] = defaultdict(dict)
         self._watermarks: dict[int, int] = {}
+        #: Per source subtask that keeps splits (``SourceReader.splits``): each split's watermark,
+        #: and when it last had rows.
+        self._split_watermarks: dict[int, dict[str, int]] = {}
+        self._split_active: dict[int, dict[str, float]] = {}
         # Sources that have had no rows for their idle timeout do not hold watermarks back.
         self._idle: set[int] = set()
         #: Spread over processes: the senders elsewhere that said they are idle, and what each
@@ -432,7 +436,8 @@ class Job:
             spec = TableSpec(name=node.table, schema=node.schema, table_schema=node.table_schema,
                              options=node.options, predicate=node.predicate() if node.predicate else None,
                              subtask=index, parallelism=count, primary_key=node.primary_key,
-                             partition_columns=node.partition_columns)
+                             partition_columns=node.partition_columns,
+                             changelog=node.changelog if node.changelog.updating else None)
             self._readers[sid] = connector.create_source(spec, self.ctx)
             self._source_subtasks.add(sid)
             timeout = node.idle_timeout if node.idle_timeout is not None else _duration_ms(
@@ -536,6 +541,9 @@ class Job:
                 batch = reader.poll()
                 has_rows = batch is not None and batch.num_rows > 0
                 self._check_idle(node_id, has_rows)
+                if not has_rows and node_id in self._split_watermarks and node_id in self._idle_timeouts:
+                    # A split going idle may let the source's watermark move on.
+                    self._advance_split_watermarks(node_id, None)
                 if has_rows:
                     progressed = True
                     self._push(node_id, batch)
@@ -692,14 +700,56 @@ class Job:
         if node.watermark is None:
             return
         try:
-            candidate = max_epoch_ms(node.watermark(batch, self._tasks[node_id]))
+            values = node.watermark(batch, self._tasks[node_id])
         except (pa.ArrowException, ValueError, TypeError) as exc:
             raise PipelineError(f"cannot compute the watermark of {node.table!r}: {exc}",
                                 sql_position_of(exc)) from exc
+        reader = self._readers[node_id]
+        if reader.splits():
+            self._advance_split_watermarks(node_id, batch, values)
+            return
+        candidate = max_epoch_ms(values)
+        self._source_watermark(node_id, candidate)
+
+    def _source_watermark(self, node_id: int, candidate: int | None) -> None:
         if candidate is not None and candidate > self._watermarks.get(node_id, -(2**63)):
             self._watermarks[node_id] = candidate
             self._tasks[node_id].watermark = candidate
             self._emit(node_id, Watermark(candidate))
+
+    def _advance_split_watermarks(self, node_id: int, batch: pa.RecordBatch | None, values=None) -> None:
+        """A reader that keeps splits: each split's watermark is the largest its rows allowed;
+        the source's is the least over its splits, leaving out those that had no rows for the
+        idle timeout (all of them idle: the source itself is idle)."""
+        reader = self._readers[node_id]
+        splits = reader.splits()
+        now = self.ctx.clock()
+        marks = self._split_watermarks.setdefault(node_id, {})
+        active = self._split_active.setdefault(node_id, {})
+        for split in splits:
+            active.setdefault(split, now)
+        if batch is not None and batch.num_rows:
+            rows = reader.split_rows()
+            if values is None or rows is None or len(rows) != batch.num_rows:
+                raise PipelineError(f"the source of {self._node_of[node_id].table!r} keeps splits but did not say "
+                                    "which split each row is of")
+            if isinstance(values, pa.Scalar):
+                values = pa.repeat(values, batch.num_rows)
+            ms = pc.cast(pc.cast(values, pa.timestamp("ms", tz=values.type.tz)), pa.int64())
+            valid = pc.is_valid(ms).to_numpy(zero_copy_only=False)
+            ms = pc.fill_null(ms, 0).to_numpy(zero_copy_only=False)
+            # One step per split the batch holds rows of (a few partitions), not per row.
+            for index in np.unique(rows):
+                split = splits[int(index)]
+                active[split] = now
+                mine = (rows == index) & valid
+                if mine.any():
+                    marks[split] = max(marks.get(split, -(2**63)), int(ms[mine].max()))
+        timeout = self._idle_timeouts.get(node_id)
+        live = [s for s in splits if timeout is None or now - active[s] < timeout]
+        if not live or any(s not in marks for s in live):
+            return
+        self._source_watermark(node_id, min(marks[s] for s in live))
 
     def _push(self, node_id: int, batch: pa.RecordBatch) -> None:
         self._emit(node_id, Batch(batch))

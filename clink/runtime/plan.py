@@ -16,7 +16,7 @@ if TYPE_CHECKING:
     from clink.runtime.context import TaskContext
 
 __all__ = ["APPEND_ONLY", "BROADCAST", "DELETE", "FORWARD", "Distribution", "Exchange", "INSERT", "INSERT_DELETE", "ROWKIND_COLUMN", "SINGLE",
-           "UPDATE_AFTER", "UPDATE_BEFORE", "UPDATING", "AggSpec", "ChangelogMode", "Chain", "GroupAggregate", "Join", "MatchRecognize", "Nav", "Node", "SessionWindows", "OverAggregate", "Rank", "Plan", "Sink", "Sort", "Source", "TaskContext", "Union",
+           "UPDATE_AFTER", "UPDATE_BEFORE", "UPDATING", "AggSpec", "ChangelogMode", "ChangelogNormalize", "Chain", "GroupAggregate", "Join", "MatchRecognize", "Nav", "Node", "SessionWindows", "OverAggregate", "Rank", "Plan", "Sink", "Sort", "Source", "TaskContext", "Union",
            "WindowAggregate", "WindowSpec", "hash_by"]
 
 @dataclass(frozen=True, slots=True)
@@ -520,6 +520,28 @@ class Rank(Node):
 
     def requires(self) -> tuple[Distribution, ...]:
         return (hash_by(*self.partition),)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ChangelogNormalize(Node):
+    """Upserts by key turned into a full changelog, as Flink's ChangelogNormalize: the input
+    (an upsert source: ``+I``/``+U`` rows carry a key's new row, ``-D`` rows delete the key, the
+    other columns may be NULL) is hash-partitioned by ``keys``; the operator keeps each key's last
+    row and emits ``+I`` for a new key, ``-U`` (the old row) and ``+U`` for a changed one,
+    ``-D`` (the old row) for a deleted one, and nothing for an upsert equal to the row it
+    replaces or a delete of a key it does not hold. ``schema``: the input's columns then
+    ``ROWKIND_COLUMN``. State through the state contract: the last row per key."""
+
+    input: int
+    keys: tuple[int, ...]
+    schema: pa.Schema
+
+    @property
+    def inputs(self) -> tuple[int, ...]:
+        return (self.input,)
+
+    def requires(self) -> tuple[Distribution, ...]:
+        return (hash_by(*self.keys),)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -15,6 +15,7 @@ import csv
 import functools
 import io
 import shutil
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -108,6 +109,15 @@ CASES = {
                     "MEASURES A.amount AS a0, C.amount AS a2, SUM(amount) AS n "
                     "AFTER MATCH SKIP PAST LAST ROW PATTERN (A B{{2}} C) "
                     "DEFINE A AS A.amount > PREV(amount), B AS B.amount < A.amount, C AS C.amount > LAST(B.amount));"),
+    # Upserts of an upsert-kafka topic: each key's last row is kept across checkpoints.
+    "normalize": ("ChangelogNormalizeOperator",
+                  "CREATE TABLE u (id BIGINT, grp BIGINT, amount BIGINT, PRIMARY KEY (id) NOT ENFORCED) WITH ("
+                  "'connector' = 'upsert-kafka', 'topic' = '{topic}', 'properties.bootstrap.servers' = '{servers}', "
+                  "'key.format' = 'json', 'value.format' = 'json', 'properties.max.poll.records' = '250', "
+                  "'scan.bounded.mode' = 'specific-offsets', 'scan.bounded.specific-offsets' = '{ends}');\n"
+                  "CREATE TABLE o (g BIGINT, n BIGINT, s BIGINT, PRIMARY KEY (g) NOT ENFORCED) "
+                  "WITH ('connector' = 'sqlite', 'path' = '{out}.db');\n"
+                  "INSERT INTO o SELECT grp, COUNT(*), SUM(amount) FROM u GROUP BY grp;"),
     # Rows wait across checkpoints for their sessions to end.
     "session": ("SessionWindowsOperator",
                 ORDERS + f"CREATE TABLE o (cur STRING, amount BIGINT, ws TIMESTAMP(3), we TIMESTAMP(3)) {CSV};\n"
@@ -115,16 +125,46 @@ CASES = {
                 "PARTITION BY cur, DESCRIPTOR(ts), INTERVAL '1' SECOND));"),
 }
 #: The cases that read the orders and rates written by the ``data`` fixture, not Nexmark's events.
-OWN_DATA = {"temporal", "match", "match-fixed", "session"}
+OWN_DATA = {"temporal", "match", "match-fixed", "session", "normalize"}
 KIND_OF_CASE = {"window": "window", "group": "group", "join": "join", "rank": "rank", "rank-updating": "rank",
                 "over": "over",
                 "over-updating": "over", "temporal": "join", "sort": "sort",
-                "match": "match", "match-fixed": "match", "session": "session"}
+                "match": "match", "match-fixed": "match", "session": "session", "normalize": "normalize"}
+#: Where the ``normalize`` case's upserts are: filled by the ``data`` fixture.
+UPSERTS: dict[str, str] = {}
 
 
 @pytest.fixture(scope="module")
-def data(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """Orders and currency rates in time order, for the temporal join."""
+def upsert_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A Kafka-protocol broker holding 6,000 upserts (and tombstones) of 400 keys in one topic."""
+    import json
+
+    import confluent_kafka
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    from tests.kafka.conftest import running_broker
+
+    with running_broker(tmp_path_factory.mktemp("tansu")) as broker:
+        admin = AdminClient({"bootstrap.servers": broker.servers})
+        for future in admin.create_topics([NewTopic("upserts", num_partitions=1, replication_factor=1)]).values():
+            future.result(30)
+        rng = np.random.default_rng(5)
+        producer = confluent_kafka.Producer({"bootstrap.servers": broker.servers})
+        n = 6000
+        for key, grp, amount, delete in zip(rng.integers(0, 400, n).tolist(), rng.integers(0, 7, n).tolist(),
+                                             rng.integers(-50, 100, n).tolist(), (rng.random(n) < 0.1).tolist(),
+                                             strict=True):
+            value = None if delete else json.dumps({"id": key, "grp": grp, "amount": amount}).encode()
+            producer.produce("upserts", key=json.dumps({"id": key}).encode(), value=value, partition=0)
+        producer.flush(30)
+        UPSERTS.update(servers=broker.servers, topic="upserts", ends=f"partition:0,offset:{n}")
+        yield broker.servers
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory: pytest.TempPathFactory, upsert_broker: str) -> Path:
+    """Orders and currency rates in time order, for the temporal join (and, for the normalize
+    case, a broker with upserts)."""
     folder = tmp_path_factory.mktemp("rates")
     rng = np.random.default_rng(3)
     base = np.datetime64("2026-01-01T00:00:00", "ms")
@@ -155,7 +195,7 @@ def _plan(text: str, name: str) -> RuntimePlan:
 
 
 def _job(case: str, out: Path, state: Path | None, data: Path, parallelism: int = 1) -> Job:
-    text = CASES[case][1].format(out=out, data=data)
+    text = CASES[case][1].format(out=out, data=data, **UPSERTS)
     prefix = "" if case in OWN_DATA else DDL
     plan = _plan(prefix + "SET 'execution.checkpointing.interval-rows' = '700';\n" + text, f"{case}.sql")
     return Job(plan, RuntimeContext(state_dir=state, stdout=io.StringIO(),
@@ -286,7 +326,7 @@ def _on_ray_text(case: str, data: Path, out: Path, *, limited: bool) -> str:
     """The case's statements for a cluster run: checkpoints by time (a cluster takes them on the
     job master's clock), Nexmark events at 3,000 a second of event time, and with ``limited`` of
     wall-clock time too, so that the job runs for two seconds (its rows depend on the rate only)."""
-    text = CASES[case][1].format(out=out, data=data)
+    text = CASES[case][1].format(out=out, data=data, **UPSERTS)
     if case in OWN_DATA:
         return text
     ddl = DDL.replace("'10000'", "'3000'")

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 import subprocess
@@ -79,9 +80,16 @@ class Broker:
 
 @pytest.fixture(scope="session")
 def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Broker]:
+    with running_broker(tmp_path_factory.mktemp("tansu")) as running:
+        yield running
+
+
+@contextlib.contextmanager
+def running_broker(folder: Path) -> Iterator[Broker]:
+    """A Tansu broker on a free loopback port, its log in ``folder``, stopped on leaving."""
     port = _free_port()
     url = f"tcp://127.0.0.1:{port}"
-    log = (tmp_path_factory.mktemp("tansu") / "broker.log").open("wb")
+    log = (folder / "broker.log").open("wb")
     process = subprocess.Popen([str(_tansu()), "broker", "--storage-engine", "memory://tansu/"],
                                env={**os.environ, "LISTENER_URL": url, "ADVERTISED_LISTENER_URL": url},
                                stdout=log, stderr=subprocess.STDOUT)

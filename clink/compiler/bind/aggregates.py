@@ -12,7 +12,7 @@ import pyarrow.types as pt
 from clink.compiler import ast, ir, udfs
 from clink.compiler import types as T
 from clink.compiler.bind.exprs import WINDOW_PROPERTY
-from clink.compiler.bind.scope import Scope, ast_walk, derive_name, unique_names
+from clink.compiler.bind.scope import Scope, ast_walk, derive_name, unique_names, updating_reason
 from clink.compiler.bind.windows import attachable
 from clink.compiler.functions import AGGREGATES, TABLE_FUNCTIONS, arithmetic, cast_to, json_member
 from clink.errors import SqlError
@@ -235,8 +235,9 @@ class AggregateBinder:
                 raise SqlError(f"{agg_sql(e)} is not supported in a GROUP BY without a window yet", span,
                                f"supported: {', '.join(GROUP_AGGREGATE_NAMES)}; or aggregate over windows")
             if fn in ("min", "max") and ir.is_updating(context.group_input):
+                producer = ir.updating_source(context.group_input)
                 raise SqlError(f"{e.name} over an updating input is not supported yet", span,
-                               "its input is itself a GROUP BY without a window, whose rows are revised")
+                               f"the input is updating: {updating_reason(producer, producer.span)}")
         return ir.Call(fn="__agg__", args=(), params=(context.add_agg(call),), type=typ, nullable=nullable,
                        span=e.span)
 

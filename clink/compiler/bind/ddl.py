@@ -14,6 +14,7 @@ from clink.compiler.bind.exprs import is_builtin
 from clink.compiler.bind.scope import Scope, ScopeColumn, did_you_mean
 from clink.compiler.catalog import CatalogTable, CatalogView, nearest
 from clink.errors import SqlError, SqlErrors
+from clink.runtime.plan import APPEND_ONLY, UPDATE_AFTER, UPDATE_BEFORE, ChangelogMode
 from clink.runtime.settings import SETTINGS, check_setting, close_settings, parse_duration
 
 #: Connectors that write PARTITIONED BY tables (one directory per partition value).
@@ -86,6 +87,11 @@ class DdlBinder:
         options = {p.key: p for p in stmt.options}
         connector = self._check_connector(stmt, options, ir.Schema(tuple(physical)))
         metadata = self._metadata_columns(stmt, connector)
+        changelog = self._source_changelog(connector, options)
+        if UPDATE_AFTER in changelog.kinds and UPDATE_BEFORE not in changelog.kinds and not stmt.primary_key:
+            raise SqlError(f"table {stmt.name!r}: the {connector!r} connector reads upserts by key, and the table "
+                           "declares no key", options["connector"].span,
+                           f"declare the key of its rows: PRIMARY KEY (...) NOT ENFORCED in CREATE TABLE {stmt.name}")
         idle = options.get("scan.watermark.idle-timeout")
         self._check_partitioned_by(stmt, connector, ir.Schema(tuple(physical)))
         info = ir.TableInfo(name=stmt.name, connector=connector,
@@ -93,7 +99,8 @@ class DdlBinder:
                                           if k != "connector" and k not in SOURCE_OPTIONS) + metadata,
                             columns=ir.Schema(tuple(physical)), primary_key=stmt.primary_key,
                             partition_columns=stmt.partitioned_by,
-                            idle_timeout=parse_duration(idle.value) if idle is not None else None)
+                            idle_timeout=parse_duration(idle.value) if idle is not None else None,
+                            changelog=changelog)
         # Computed columns see the physical columns, in declaration order; the one the watermark
         # is declared on is the rowtime attribute (CURRENT_WATERMARK may name it).
         rowtime = stmt.watermark.column if stmt.watermark is not None else None
@@ -109,6 +116,13 @@ class DdlBinder:
             info = attrs.evolve(info, watermark=self._watermark(stmt, schema, computed, physical))
         self.catalog.tables[stmt.name] = CatalogTable(info=info, computed=tuple(computed), schema=schema,
                                                       definition=stmt)
+
+    def _source_changelog(self, connector: str, options: Mapping[str, ast.Property]) -> ChangelogMode:
+        """The row kinds a scan of the table reads: what its connector says for these options."""
+        declare = self.connectors.get(connector).source_changelog
+        if declare is None:
+            return APPEND_ONLY
+        return declare({k: p.value for k, p in options.items() if k != "connector"})
 
     def _like(self, stmt: ast.CreateTable) -> ast.CreateTable:
         """``CREATE TABLE t2 [(...)] WITH (...) LIKE t1``, as Flink's default: t1's columns, then

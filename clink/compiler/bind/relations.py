@@ -10,7 +10,7 @@ import pyarrow.types as pt
 
 from clink.compiler import ast, ir, udfs
 from clink.compiler import types as T
-from clink.compiler.bind.scope import Scope, ScopeColumn, did_you_mean
+from clink.compiler.bind.scope import Scope, ScopeColumn, did_you_mean, updating_reason
 from clink.compiler.catalog import CatalogTable, CatalogView
 from clink.compiler.functions import TABLE_FUNCTIONS, cast_to
 from clink.compiler.rewrite.bound_interval_joins import time_attributes
@@ -229,15 +229,26 @@ class RelationBinder:
         self._raise_collected()
         if item.kind not in ("inner", "left"):
             raise SqlError(f"a join FOR SYSTEM_TIME AS OF is INNER or LEFT, not {item.kind.upper()}", item.span)
+        name = item.right.name
+        entry = next((frame[name] for frame in reversed(self._ctes) if name in frame), None) \
+            or self.catalog.lookup(name)
+        if isinstance(entry, CatalogTable) and entry.info.changelog.updating:
+            # A changelog table is not a versioned table here (nor a lookup table): its rows come
+            # and go as the changes arrive.
+            raise SqlError(f"a join FOR SYSTEM_TIME AS OF needs a table of appends on the right; {name!r} is a "
+                           "changelog (its connector reads updates and deletions)", item.right.span,
+                           "join it with a regular JOIN ... ON, which keeps up with its changes")
         if isinstance(time, ir.Column) and left.rel is not None and is_proctime(left.rel, time.index):
             return True, None, (), right
         if not (isinstance(time, ir.Column) and left.columns[time.index].rowtime):
             raise SqlError("FOR SYSTEM_TIME AS OF needs a time attribute of the left side: an event-time column "
                            "(with a WATERMARK) or a processing-time one (defined as PROCTIME())", as_of.span,
                            "e.g. FROM orders o JOIN rates FOR SYSTEM_TIME AS OF o.ts AS r ON o.currency = r.currency")
-        name = item.right.name
-        entry = next((frame[name] for frame in reversed(self._ctes) if name in frame), None) \
-            or self.catalog.lookup(name)
+        if left.rel is not None and ir.is_updating(left.rel):
+            producer = ir.updating_source(left.rel)
+            raise SqlError("a temporal join FOR SYSTEM_TIME AS OF an event time takes appends on the left; that "
+                           "side is updating", as_of.span,
+                           f"it produces updates: {updating_reason(producer, producer.span)}")
         if isinstance(entry, CatalogView) and (versioned := versioned_view(entry.rel)) is not None:
             rel, key, version_time = versioned
             names = rel.schema.names

@@ -77,6 +77,9 @@ def describe(schema: ir.Schema) -> str:
 def updating_reason(producer: ir.Rel, where: Span | None) -> str:
     if isinstance(producer, ir.Rank):
         return f"its ROW_NUMBER() Top-N (at {where}) retracts a row when a better one enters the top"
+    if isinstance(producer, ir.Scan):
+        return (f"its table {producer.table.name!r} (at {where}) is a changelog: its connector reads updates and "
+                "deletions")
     if isinstance(producer, ir.Join):
         return (f"its {producer.kind.upper()} JOIN (at {where}) retracts a NULL-padded row when the row's "
                 "first match arrives")

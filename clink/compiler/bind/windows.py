@@ -9,7 +9,7 @@ import pyarrow.types as pt
 from clink.compiler import ast, ir
 from clink.compiler import types as T
 from clink.compiler.bind.relations import is_proctime
-from clink.compiler.bind.scope import Scope, ScopeColumn, describe, did_you_mean
+from clink.compiler.bind.scope import Scope, ScopeColumn, describe, did_you_mean, updating_reason
 from clink.compiler.catalog import CatalogTable
 from clink.errors import SqlError
 from clink.runtime.settings import parse_duration
@@ -52,6 +52,11 @@ class WindowBinder:
         if table_arg.partition_by and name != "SESSION":
             raise SqlError(f"PARTITION BY applies to SESSION windows only, not {name}", table_arg.span)
         rel, scope = self.from_item(ast.TableRef(name=table_arg.name, alias=alias, span=table_arg.span))
+        if ir.is_updating(rel):
+            producer = ir.updating_source(rel)
+            raise SqlError(f"{name} windows over an updating table are not supported", table_arg.span,
+                           f"the table produces updates: {updating_reason(producer, producer.span)}; aggregate it "
+                           "with a GROUP BY without a window")
         time_name = descriptor.names[0]
         matches = [i for i, c in enumerate(scope.columns) if c.name == time_name]
         if not matches:

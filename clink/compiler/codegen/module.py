@@ -19,7 +19,7 @@ from clink.compiler.codegen.writer import SourceWriter
 from clink.compiler.explain import chain_kinds
 from clink.compiler.sqltext import expr_sql
 from clink.compiler.identity import Identity, operator_identities
-from clink.runtime.plan import APPEND_ONLY, ChangelogMode
+from clink.runtime.plan import APPEND_ONLY, UPDATING, ChangelogMode
 from clink.compiler.physical import (
     ChainOp,
     ExchangeOp,
@@ -29,6 +29,7 @@ from clink.compiler.physical import (
     PhysicalPlan,
     PreAggOp,
     MatchOp,
+    NormalizeOp,
     SessionOp,
     RankOp,
     SortOp,
@@ -165,6 +166,8 @@ def _emit_schemas(w: SourceWriter, plan: PhysicalPlan) -> dict[int, str]:
             case SourceOp(scan=scan):
                 base = f"SCHEMA_{_const_name(scan.table.name)}"
                 texts = [(f"{base}_TABLE", scan.table.columns), (f"{base}_READ", scan.schema)]
+            case NormalizeOp():
+                texts = [(f"SCHEMA_NORMALIZE_{op.id}", op.schema)]
             case ChainOp():
                 texts = [(f"SCHEMA_CHAIN_{op.id}", op.schema)]
             case ExchangeOp():
@@ -192,7 +195,9 @@ def _emit_schemas(w: SourceWriter, plan: PhysicalPlan) -> dict[int, str]:
             case SinkOp(sink=sink):
                 texts = [(f"SCHEMA_{_const_name(sink.name)}", sink.schema)]
         for i, (const, schema) in enumerate(texts):
-            body = _schema_py(schema, multiline=True, rowkind=i == 0 and op.id in updating)
+            # A changelog source's batches end with the row kind: what it reads, not the table's columns.
+            kinded = i == (1 if isinstance(op, SourceOp) else 0)
+            body = _schema_py(schema, multiline=True, rowkind=kinded and op.id in updating)
             existing = next((n for n, b in emitted.items() if b == body), None)
             if existing is None:
                 while const in emitted:
@@ -211,8 +216,10 @@ def changelog_modes(plan: PhysicalPlan) -> dict[int, ChangelogMode]:
     modes: dict[int, ChangelogMode] = {}
     for op in plan.ops:
         match op:
-            case SourceOp():
-                modes[op.id] = APPEND_ONLY
+            case SourceOp(scan=scan):
+                modes[op.id] = scan.table.changelog
+            case NormalizeOp():
+                modes[op.id] = UPDATING
             case ChainOp() | ExchangeOp() | SinkOp() | PreAggOp():
                 modes[op.id] = modes[op.input]
             case UnionOp():
@@ -640,7 +647,18 @@ def _emit_plan(w: SourceWriter, plan: PhysicalPlan, schema_names: dict[int, str]
                                 w.line(f"watermark=watermark_{op.id},")
                             if scan.table.idle_timeout is not None:
                                 w.line(f"idle_timeout={scan.table.idle_timeout},")
+                            if modes[op.id].updating:
+                                w.line(changelog(op.id).rstrip())
                             w.line(f"span={str(scan.span or '')!r}),")
+                    case NormalizeOp(scan=scan):
+                        names = scan.schema.names
+                        w.line(f"P.ChangelogNormalize(id={op.id}, input={op.input}, keys={op.keys!r},  "
+                               f"# PRIMARY KEY ({', '.join(names[k] for k in op.keys)}) of {scan.table.name}",
+                               span=scan.span)
+                        with w.indent():
+                            w.line(_identity_py(identities[op.id]))
+                            w.line(f"schema={schema_names[op.id * 10]}, {changelog(op.id)}"
+                                   f"span={str(scan.span or '')!r}),")
                     case ChainOp():
                         w.line(f"P.Chain(id={op.id}, fn=chain_{op.id}, input={op.input}, "
                                f"schema={schema_names[op.id * 10]}{_arg(changelog(op.id))}),")

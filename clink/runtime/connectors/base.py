@@ -67,8 +67,9 @@ class TableSpec:
     table_schema: pa.Schema
     options: Mapping[str, str] = field(default_factory=dict)
     predicate: Any = None
-    #: The row kinds that arrive (a sink): an updating stream's batches end with the row-kind
-    #: column (``clink.runtime.plan.ROWKIND_COLUMN``). None: append-only.
+    #: The row kinds that arrive (a sink) or that the reader must produce (a changelog source):
+    #: an updating stream's batches end with the row-kind column
+    #: (``clink.runtime.plan.ROWKIND_COLUMN``). None: append-only.
     changelog: ChangelogMode | None = None
     #: A source read by several subtasks: this reader's share is that of subtask ``subtask``
     #: (0-based) of ``parallelism`` (only for a connector that is ``splittable``).
@@ -118,6 +119,18 @@ class SourceReader:
         from clink.errors import ConnectorError
 
         raise ConnectorError(f"{type(self).__name__} cannot resume from a checkpoint: it is not replayable")
+
+    def splits(self) -> tuple[str, ...]:
+        """The splits this reader is reading now (a Kafka source: its partitions that have not
+        ended), when its watermark is kept per split: the source's watermark is then the least
+        of its splits' (a split idle for the table's idle timeout left out), as Flink's
+        per-partition watermarks. Empty: one watermark for all the reader gives."""
+        return ()
+
+    def split_rows(self) -> Any:
+        """For the last batch ``poll`` returned: the index into ``splits()`` of each row's split
+        (a numpy integer array), or None when the reader keeps no splits."""
+        return None
 
     def checkpoint_complete(self, checkpoint_id: int) -> None:
         """Checkpoint ``checkpoint_id``, holding this reader's last ``position``, is complete: a
@@ -210,6 +223,11 @@ class Connector:
     #: The metadata keys its source fills into ``name TYPE METADATA [FROM 'key']`` columns; the
     #: compiler refuses METADATA columns of any other key (and of a connector with none).
     metadata: tuple[str, ...] = ()
+    #: The row kinds its source produces for a table's ``WITH`` options (its values, checked by
+    #: ``validate`` first); None, or a mode that is not updating: the source appends. An updating
+    #: source's batches end with the row-kind column (``TableSpec.changelog`` tells the reader),
+    #: and the compiler treats its table as an updating stream (a changelog source).
+    source_changelog: Callable[[Mapping[str, str]], ChangelogMode] | None = None
     #: Its table can be read by key for a lookup join (``JOIN t FOR SYSTEM_TIME AS OF ...``):
     #: ``create_lookup(spec, key_columns, ctx)`` gives an object whose ``lookup(keys)`` takes a
     #: table of those columns and returns the table's rows (``spec.schema``) with those keys,

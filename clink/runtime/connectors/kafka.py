@@ -31,7 +31,12 @@ once with ``isolation.level`` = ``read_committed``.
 ``upsert-kafka`` writes the primary key as the message key; ``+I`` and ``+U`` rows as values,
 ``-D`` rows as tombstones (NULL values), and drops ``-U`` rows that a change of their key follows
 in the batch (the ``+U`` replaces the value); a ``-U`` that is its key's last change is a tombstone.
-Reading it (an updating source) is refused for now (see ``docs/connectors.md``).
+
+Changelogs. With ``debezium-json`` or ``canal-json`` values (``cdc_formats``) a kafka table is a
+changelog source: each message gives changes, and batches end with their row kinds. An
+upsert-kafka source gives each key's new row as ``+U`` and a tombstone as ``-D``; the plan
+normalizes those by key (``operators/normalize.py``). The watermark is kept per partition: the
+reader names its partitions (``splits``) and the partition of each row (``split_rows``).
 """
 
 from __future__ import annotations
@@ -51,9 +56,19 @@ import pyarrow as pa
 from clink.errors import ConnectorError, RecordError
 from clink.runtime import compute as pc
 from clink.runtime.connectors.base import Connector, OptionSpec, SinkWriter, SourceReader, TableSpec
+from clink.runtime.connectors.cdc_formats import CHANGELOG_FORMATS, decode_changelog
 from clink.runtime.connectors.filesystem import BadValue
 from clink.runtime.connectors.kafka_formats import FORMATS, decode, encode, format_problem
-from clink.runtime.plan import DELETE, ROWKIND_COLUMN, UPDATE_BEFORE
+from clink.runtime.plan import (
+    APPEND_ONLY,
+    DELETE,
+    INSERT,
+    ROWKIND_COLUMN,
+    UPDATE_AFTER,
+    UPDATE_BEFORE,
+    UPDATING,
+    ChangelogMode,
+)
 
 if TYPE_CHECKING:
     from clink.runtime.context import RuntimeContext
@@ -139,6 +154,16 @@ class Settings:
     transactional_prefix: str | None = None
     key_delimiter: str = ","
     value_delimiter: str = ","
+    #: debezium-json: the changes are under "payload" (Kafka Connect's schemas.enable).
+    schema_include: bool = False
+    #: canal-json: regular expressions the "database" and "table" of a change must match.
+    canal_database: str | None = None
+    canal_table: str | None = None
+
+    @property
+    def changelog(self) -> bool:
+        """The value format carries changes (+I, -U, +U, -D), not rows."""
+        return self.value_format in CHANGELOG_FORMATS
 
 
 def _offsets(text: str) -> dict[int, int]:
@@ -179,17 +204,38 @@ def parse_settings(options: Mapping[str, str], table_schema: pa.Schema, *, upser
     if "format" in options and "value.format" in options:
         errors["format"] = "give 'format' or 'value.format', not both"
     value_format = options.get("value.format", options.get("format", "")).strip().lower()
-    if value_format not in FORMATS:
-        if value_format in ("debezium-json", "canal-json", "avro", "protobuf", "avro-confluent", "maxwell-json",
+    if value_format in CHANGELOG_FORMATS and upsert:
+        errors["value.format" if "value.format" in options else "format"] = (
+            f"upsert-kafka reads and writes {', '.join(FORMATS)} values; the {value_format!r} changelog format is "
+            "read by the 'kafka' connector")
+    elif value_format not in FORMATS and value_format not in CHANGELOG_FORMATS:
+        if value_format in ("avro", "protobuf", "avro-confluent", "maxwell-json",
                             "ogg-json"):
             errors["value.format" if "value.format" in options else "format"] = (
                 f"the {value_format!r} format is not implemented by clink's kafka connector; use one of "
-                f"{', '.join(FORMATS)}")
+                f"{', '.join(FORMATS + CHANGELOG_FORMATS)}")
         else:
             errors["value.format" if "value.format" in options else "format"] = (
-                f"the {name} connector needs 'value.format' (or 'format'): one of {', '.join(FORMATS)}")
+                f"the {name} connector needs 'value.format' (or 'format'): one of "
+                f"{', '.join(FORMATS + (() if upsert else CHANGELOG_FORMATS))}")
+    for key in options:
+        fmt = key.split(".", 1)[0]
+        if fmt in CHANGELOG_FORMATS and fmt != value_format:
+            errors[key] = f"{key!r} is an option of the {fmt!r} format, and the value format is {value_format!r}"
+    schema_include = options.get("debezium-json.schema-include", "false").strip().lower()
+    if schema_include not in ("true", "false"):
+        errors["debezium-json.schema-include"] = f"expected true or false, found {schema_include!r}"
+    for key in ("canal-json.database.include", "canal-json.table.include"):
+        if key in options:
+            try:
+                re.compile(options[key])
+            except re.error as e:
+                errors[key] = f"not a regular expression: {e}"
     key_format = options.get("key.format")
     key_format = key_format.strip().lower() if key_format is not None else None
+    if key_format in CHANGELOG_FORMATS:
+        errors["key.format"] = (f"the {key_format!r} format describes changes and is a value format; the key is "
+                                f"one of {', '.join(FORMATS)}")
     physical = list(table_schema.names)
     metadata = parse_metadata(options.get(METADATA_OPTION, ""))
     for column, key in metadata.items():
@@ -219,6 +265,8 @@ def parse_settings(options: Mapping[str, str], table_schema: pa.Schema, *, upser
     value_fields = tuple(n for n in physical if include == "ALL" or n not in key_fields)
     by_name = {f.name: f for f in table_schema}
     for fmt, fields, key in ((value_format, value_fields, "value.format"), (key_format, key_fields, "key.format")):
+        if fmt in CHANGELOG_FORMATS:
+            fmt = "json"  # the rows inside a change are JSON objects
         if fmt in FORMATS and not errors.get(key):
             problem = format_problem(fmt, pa.schema([by_name[n] for n in fields if n in by_name]))
             if problem is not None:
@@ -265,6 +313,8 @@ def parse_settings(options: Mapping[str, str], table_schema: pa.Schema, *, upser
     if errors:
         return None, errors
     return Settings(topics=topics, pattern=pattern, client=client, value_format=value_format,
+                    schema_include=schema_include == "true", canal_database=options.get("canal-json.database.include"),
+                    canal_table=options.get("canal-json.table.include"),
                     key_format=key_format, key_fields=key_fields, value_fields=value_fields, metadata=metadata,
                     delivery=delivery, transactional_prefix=prefix, key_delimiter=delimiters["key"],
                     value_delimiter=delimiters["value"], **settings), {}
@@ -339,6 +389,9 @@ class KafkaSourceReader(SourceReader):
         self._done: set[tuple[str, int]] = set()
         self._start()
         self._committable: dict[str, int] | None = None
+        #: Per row of the last batch, the index of its partition in ``splits()``, and those.
+        self._last_splits: np.ndarray | None = None
+        self._split_names: tuple[str, ...] | None = None
         # What the plan reads: value columns, key columns, metadata, in the order of spec.schema.
         by_name = {f.name: f for f in spec.table_schema}
         self._value_schema = pa.schema([by_name[n] for n in s.value_fields])
@@ -470,6 +523,16 @@ class KafkaSourceReader(SourceReader):
                 self._stop[tp] = int(stops[key])
         self._assign()
 
+    def splits(self) -> tuple[str, ...]:
+        """This subtask's partitions that have not ended (or ended with the last batch): the
+        watermark is kept per partition."""
+        if self._split_names is None:
+            return tuple(f"{t}:{p}" for t, p in self._mine if (t, p) not in self._done)
+        return self._split_names
+
+    def split_rows(self) -> np.ndarray | None:
+        return self._last_splits
+
     def checkpoint_complete(self, checkpoint_id: int) -> None:
         """Commit the offsets of the completed checkpoint to the consumer group, for monitoring
         only: a restore reads its offsets from the checkpoint."""
@@ -498,6 +561,7 @@ class KafkaSourceReader(SourceReader):
         except self._ck.KafkaException as e:
             raise ConnectorError(f"table {self._name!r}: cannot read from Kafka: {e}") from None
         if not messages:
+            self._split_names = None
             self._check_ends()
             return None
         for m in messages:
@@ -545,14 +609,21 @@ class KafkaSourceReader(SourceReader):
                 self._finish_partition(tp)
         values = [m.value() for m in messages]
         keys = [m.key() for m in messages] if self._settings.key_format is not None else None
+        # Each message's partition as an index into splits() (as the executor reads it after
+        # this poll: the partitions not ended, one that ended with this batch included).
+        live = {tp: i for i, tp in enumerate(tp for tp in self._mine if tp not in self._done or tp in groups)}
+        self._split_names = tuple(f"{t}:{p}" for t, p in live)
+        split_of = np.zeros(len(messages), np.int64)
+        for tp, rows in groups.items():
+            split_of[rows] = live.get(tp, 0)
         if self.bounded and len(self._done) == len(self._mine):
             self.finished = True
         idx = np.flatnonzero(keep)
         if not len(idx):
             return None
-        batch = self._rows(idx, values, keys, topics, partitions, offsets, times, stamps)
+        batch = self._rows(idx, values, keys, topics, partitions, offsets, times, stamps, split_of)
         self.metrics["records_in"] += batch.num_rows
-        return batch
+        return batch if batch.num_rows else None
 
     def _finish_partition(self, tp: tuple[str, int]) -> None:
         if tp in self._done:
@@ -578,9 +649,17 @@ class KafkaSourceReader(SourceReader):
             self.finished = True
 
     def _decode(self, fmt: str, payloads: list[bytes], schema: pa.Schema, delimiter: str,
-                where: list[tuple[str, int, int]]) -> pa.Table:
+                where: list[tuple[str, int, int]]) -> Any:
+        s = self._settings
+        if fmt in CHANGELOG_FORMATS:
+            def read(part: list[bytes]) -> Any:
+                return decode_changelog(fmt, part, schema, schema_include=s.schema_include,
+                                        database=s.canal_database, table=s.canal_table)
+        else:
+            def read(part: list[bytes]) -> Any:
+                return decode(fmt, part, schema, csv_delimiter=delimiter)
         try:
-            return decode(fmt, payloads, schema, csv_delimiter=delimiter)
+            return read(payloads)
         except (pa.ArrowInvalid, pa.ArrowNotImplementedError, BadValue):
             pass
         # Some message is bad: bisect to find the first, decoding runs of good ones in bulk.
@@ -588,17 +667,22 @@ class KafkaSourceReader(SourceReader):
         while hi - lo > 1:
             mid = (lo + hi) // 2
             try:
-                decode(fmt, payloads[lo:mid], schema, csv_delimiter=delimiter)
+                read(payloads[lo:mid])
                 lo = mid
             except (pa.ArrowInvalid, pa.ArrowNotImplementedError, BadValue):
                 hi = mid
         topic, partition, offset = where[lo]
         text = payloads[lo][:80].decode(errors="replace")
-        raise RecordError(f"cannot read {text!r} as {fmt} with columns ({', '.join(schema.names)})",
+        try:
+            read(payloads[lo:lo + 1])
+            reason = ""
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError, BadValue) as e:
+            reason = f": {e}" if fmt in CHANGELOG_FORMATS else ""
+        raise RecordError(f"cannot read {text!r} as {fmt} with columns ({', '.join(schema.names)}){reason}",
                           file=f"{topic}/{partition}", line=offset, table=self._name)
 
     def _rows(self, idx: np.ndarray, values: list, keys: list | None, topics: list[str], partitions: np.ndarray,
-              offsets: np.ndarray, times: np.ndarray, stamps: list) -> pa.RecordBatch:
+              offsets: np.ndarray, times: np.ndarray, stamps: list, split_of: np.ndarray) -> pa.RecordBatch:
         s = self._settings
         kept_values = [values[i] for i in idx]
         where = [(topics[i], int(partitions[i]), int(offsets[i])) for i in idx]
@@ -613,6 +697,14 @@ class KafkaSourceReader(SourceReader):
         present = [v for v in kept_values if v is not None]
         value_table = self._decode(s.value_format, present, self._value_schema, s.value_delimiter,
                                    [w for w, t in zip(where, tombstone, strict=True) if not t])
+        kinds = None
+        if s.changelog:
+            # A message holds none, one or several changes: the rest of the row (key, metadata)
+            # follows the message each change comes from.
+            value_table, kinds, origin = value_table
+            idx = idx[origin]
+            where = [where[i] for i in origin]
+            tombstone = np.zeros(len(idx), bool)
         if tombstone.any():
             # Tombstones (upsert-kafka deletes) have no value columns: NULL rows in their places.
             positions = np.cumsum(~tombstone) - 1
@@ -634,11 +726,13 @@ class KafkaSourceReader(SourceReader):
                                               mask=times[idx] < 0).cast(pa.timestamp("ms", "UTC")),
                 "timestamp-type": lambda: pa.array(
                     [("NoTimestampType", "CreateTime", "LogAppendTime")[stamps[i][0]] for i in idx], pa.string())}
+        self._last_splits = split_of[idx]
         columns = []
         for f in self._schema:
             if f.name == ROWKIND_COLUMN:
-                kinds = np.where(tombstone, DELETE, "+U" if self._upsert else "+I")
-                columns.append(pa.array(kinds.tolist(), pa.string()))
+                if kinds is None:
+                    kinds = np.where(tombstone, DELETE, "+U" if self._upsert else "+I")
+                columns.append(pa.array(kinds, pa.string()))
             elif f.name in s.metadata:
                 columns.append(pc.cast(meta[s.metadata[f.name]](), f.type))
             elif key_table is not None and f.name in s.key_fields and (
@@ -661,6 +755,9 @@ class KafkaSinkWriter(SinkWriter):
         s = self._settings = _settings_or_raise(spec, upsert=upsert)
         self._name = spec.name
         self._upsert = upsert
+        if s.changelog:
+            raise ConnectorError(f"table {spec.name!r}: clink reads the {s.value_format!r} format but does not write "
+                                 "it; write json (an updating query: to an upsert-kafka table)")
         if s.pattern is not None or len(s.topics) != 1:
             raise ConnectorError(f"table {spec.name!r}: a kafka sink writes one 'topic'; "
                                  f"{'topic-pattern' if s.pattern else 'several topics'} can only be read")
@@ -894,24 +991,48 @@ def _sink(upsert: bool):
     return lambda spec, ctx: KafkaSinkWriter(spec, ctx, upsert=upsert)
 
 
+def _kafka_changelog(options: Mapping[str, str]) -> ChangelogMode:
+    """A kafka table read with a changelog value format is an updating source."""
+    fmt = options.get("value.format", options.get("format", "")).strip().lower()
+    return UPDATING if fmt in CHANGELOG_FORMATS else APPEND_ONLY
+
+
+#: Options of the changelog value formats (source only).
+_CHANGELOG_OPTIONS = (
+    OptionSpec(name="debezium-json.schema-include", default="false", choices=("true", "false"),
+               description="debezium-json: each message holds {schema, payload}, the change under 'payload'"),
+    OptionSpec(name="canal-json.database.include",
+               description="canal-json: read only the changes whose 'database' matches this regular expression"),
+    OptionSpec(name="canal-json.table.include",
+               description="canal-json: read only the changes whose 'table' matches this regular expression"),
+)
+
+
 KAFKA = Connector(
     name="kafka",
     description="messages of Kafka topics (confluent-kafka): json, csv or raw; exactly-once by transactions",
-    source_options=(*KAFKA_OPTIONS, *_SOURCE),
+    source_options=(*KAFKA_OPTIONS, *_SOURCE, *_CHANGELOG_OPTIONS),
     sink_options=(*KAFKA_OPTIONS, *_SINK),
     create_source=_source(False),
     create_sink=_sink(False),
     validate=_validator(False),
     splittable=True,
     metadata=tuple(METADATA_KEYS),
+    source_changelog=_kafka_changelog,
 )
+
+#: What an upsert-kafka source reads: each key's new row (+U) or its deletion (-D); the plan
+#: normalizes them into a full changelog by key (``ChangelogNormalize``).
+UPSERTS = ChangelogMode(frozenset({INSERT, UPDATE_AFTER, DELETE}))
 
 UPSERT_KAFKA = Connector(
     name="upsert-kafka",
     description="a Kafka topic as a table keyed by PRIMARY KEY: values upsert, tombstones delete",
-    source_options=_COMMON,
+    source_options=(*_COMMON, *(o for o in _SOURCE if o.name.startswith("scan.bounded."))),
     sink_options=(*_COMMON, *_SINK),
+    create_source=_source(True),
     create_sink=_sink(True),
     validate=_validator(True),
     upserts=True,
+    source_changelog=lambda options: UPSERTS,
 )

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 
 from clink.runtime.operators.base import Operator, OperatorBase, OperatorEnv
 from clink.runtime.plan import (
+    ChangelogNormalize,
     GroupAggregate,
     Join,
     MatchRecognize,
@@ -141,6 +142,19 @@ def _open_join(node: Join, env: OperatorEnv) -> Operator:
                         right_mode=env.input_mode(1))
 
 
+def _open_normalize(node: ChangelogNormalize, env: OperatorEnv) -> Operator:
+    from clink.runtime.operators.normalize import ChangelogNormalizeOperator
+
+    return ChangelogNormalizeOperator(node, env.task, input_schema=env.input_schemas[0], input_mode=env.input_mode(),
+                                      backend=env.backend, operator_id=env.operator_id, ttl_ms=env.ttl_ms)
+
+
+def _describe_normalize(node: ChangelogNormalize, schemas: tuple[pa.Schema, ...], operator: Operator) -> str:
+    (schema,) = schemas
+    keys = ", ".join(str(schema.field(k).type) for k in node.keys)
+    return f"LAST ROW PER KEY ({keys}) | {operator.descriptor.signature()}"
+
+
 def _aggs(node: WindowAggregate | GroupAggregate | OverAggregate, schema: pa.Schema, filters: bool) -> str:
     return ", ".join(f"{a.fn}({'' if a.arg is None else schema.field(a.arg).type})"
                      f"{' FILTER' if filters and a.filter is not None else ''}" for a in node.aggs)
@@ -202,6 +216,7 @@ KINDS: dict[type[Node], OperatorKind] = {
     Sort: OperatorKind("sort", _open_sort, _describe_sort),
     MatchRecognize: OperatorKind("match", _open_match, _describe_match),
     SessionWindows: OperatorKind("session", _open_session, _describe_session),
+    ChangelogNormalize: OperatorKind("normalize", _open_normalize, _describe_normalize),
 }
 
 

@@ -1,0 +1,62 @@
+"""The kafka source keeps a watermark per partition, as Flink's does: the source's watermark is the
+least of its partitions', so a partition that lags holds it back, until it has had no rows for the
+table's idle timeout ('scan.watermark.idle-timeout'). Driven step by step on a fixed clock against
+the Tansu broker."""
+
+from __future__ import annotations
+
+import io
+import json
+import time
+
+import pytest
+
+import clink
+from clink.runtime.context import RuntimeContext
+from clink.runtime.executor import Job
+
+S = 1000
+
+
+def ts(ms: int) -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(ms // 1000)) + f".{ms % 1000:03d}"
+
+
+@pytest.mark.parametrize("idle", [False, True], ids=["no-idle-timeout", "idle-timeout"])
+def test_a_lagging_partition_holds_the_windows_back_until_it_is_idle(broker, idle: bool) -> None:
+    topic = broker.topic(partitions=2)
+    broker.produce(topic, [(None, json.dumps({"ts": ts(t)}).encode()) for t in (0, 5 * S, 20 * S)], partition=0)
+    broker.produce(topic, [(None, json.dumps({"ts": ts(t)}).encode()) for t in (1 * S, 2 * S)], partition=1)
+    options = {"connector": "kafka", "topic": topic, "properties.bootstrap.servers": broker.servers,
+               "format": "json", "scan.startup.mode": "earliest-offset"}
+    if idle:
+        options["scan.watermark.idle-timeout"] = "10 s"
+    sql = "\n".join([
+        f"CREATE TABLE t (ts TIMESTAMP(3), WATERMARK FOR ts AS ts) WITH "
+        f"({', '.join(f'{k!r} = {v!r}' for k, v in options.items())});",
+        "CREATE TABLE out (ts TIMESTAMP(3)) WITH ('connector' = 'blackhole');",
+        "INSERT INTO out SELECT ts FROM t;"])
+    now = [0]
+    job = Job(clink.compile(sql).runtime_plan, RuntimeContext(clock=lambda: now[0], stdout=io.StringIO()))
+
+    def drain(until_rows_read: int) -> None:
+        for _ in range(2000):
+            job.step()
+            job.refresh_metrics()
+            if job.metrics.records_in.get("t", 0) >= until_rows_read:
+                break
+            time.sleep(0.005)
+        for _ in range(3):
+            job.step()
+
+    drain(5)
+    assert job.metrics.records_in["t"] == 5
+    # Partition 0 is at 20 s, partition 1 at 2 s: the watermark is 2 s (one per subtask would
+    # be 20 s).
+    assert job.metrics.watermark == 2 * S
+    now[0] = 11 * S  # partition 1 has had no rows for 11 s; partition 0 gets one more
+    broker.produce(topic, [(None, json.dumps({"ts": ts(21 * S)}).encode())], partition=0)
+    drain(6)
+    assert job.metrics.records_in["t"] == 6
+    assert job.metrics.watermark == (21 * S if idle else 2 * S)
+    job.close()
