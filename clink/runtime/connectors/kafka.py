@@ -356,6 +356,27 @@ def _check(error: Any, doing: str, table: str) -> None:
 # --- source ----------------------------------------------------------------------------------
 
 
+class _Places:
+    """Where each row of a batch came from — (topic, partition, offset) for position ``i`` — built
+    only for the rows a message or a metadata column asks about, not a tuple per message."""
+
+    def __init__(self, topics: list[str], partitions: np.ndarray, offsets: np.ndarray, idx: np.ndarray) -> None:
+        self.topics, self.partitions, self.offsets, self.idx = topics, partitions, offsets, idx
+
+    def __len__(self) -> int:
+        return len(self.idx)
+
+    def __getitem__(self, i: int) -> tuple[str, int, int]:
+        j = self.idx[i]
+        return self.topics[j], int(self.partitions[j]), int(self.offsets[j])
+
+    def select(self, positions: np.ndarray) -> _Places:
+        return _Places(self.topics, self.partitions, self.offsets, self.idx[positions])
+
+    def topic_array(self) -> pa.Array:
+        return pc.take(pa.array(self.topics, pa.string()), pa.array(self.idx, pa.int64()))
+
+
 class KafkaSourceReader(SourceReader):
     """Reads this subtask's partitions of the table's topics, from offsets it keeps itself."""
 
@@ -572,8 +593,10 @@ class KafkaSourceReader(SourceReader):
         topics = [m.topic() for m in messages]
         partitions = np.fromiter((m.partition() for m in messages), np.int32, len(messages))
         offsets = np.fromiter((m.offset() for m in messages), np.int64, len(messages))
-        stamps = [m.timestamp() for m in messages]
-        times = np.fromiter((t[1] if t[0] else -1 for t in stamps), np.int64, len(messages))
+        # Record timestamps only where something reads them (a timestamp mode, a metadata column).
+        stamps = [m.timestamp() for m in messages] if self._reads_times else None
+        times = (np.fromiter((t[1] if t[0] else -1 for t in stamps), np.int64, len(messages))
+                 if stamps is not None else None)
         keep = np.ones(len(messages), bool)
         groups: dict[tuple[str, int], np.ndarray] = {}
         topic_array = np.array(topics, dtype=object)
@@ -625,6 +648,14 @@ class KafkaSourceReader(SourceReader):
         self.metrics["records_in"] += batch.num_rows
         return batch if batch.num_rows else None
 
+    @property
+    def _reads_times(self) -> bool:
+        """Whether this poll needs the records' timestamps: skipping to a startup timestamp,
+        stopping at a bounded one, or a metadata column that holds them."""
+        s = self._settings
+        return bool(self._skipping) or s.bounded == "timestamp" or any(
+            key in ("timestamp", "timestamp-type") for key in s.metadata.values())
+
     def _finish_partition(self, tp: tuple[str, int]) -> None:
         if tp in self._done:
             return
@@ -649,7 +680,7 @@ class KafkaSourceReader(SourceReader):
             self.finished = True
 
     def _decode(self, fmt: str, payloads: list[bytes], schema: pa.Schema, delimiter: str,
-                where: list[tuple[str, int, int]]) -> Any:
+                where: _Places) -> Any:
         s = self._settings
         if fmt in CHANGELOG_FORMATS:
             def read(part: list[bytes]) -> Any:
@@ -685,25 +716,25 @@ class KafkaSourceReader(SourceReader):
               offsets: np.ndarray, times: np.ndarray, stamps: list, split_of: np.ndarray) -> pa.RecordBatch:
         s = self._settings
         kept_values = [values[i] for i in idx]
-        where = [(topics[i], int(partitions[i]), int(offsets[i])) for i in idx]
+        where = _Places(topics, partitions, offsets, idx)
         tombstone = np.fromiter((v is None for v in kept_values), bool, len(kept_values))
         if not self._upsert and tombstone.any():
             # A NULL value carries no row for the plain kafka source (Flink skips it likewise).
             self.metrics["skipped_records"] += int(tombstone.sum())
             idx = idx[~tombstone]
             kept_values = [v for v in kept_values if v is not None]
-            where = [w for w, t in zip(where, tombstone, strict=True) if not t]
+            where = where.select(np.flatnonzero(~tombstone))
             tombstone = np.zeros(len(idx), bool)
         present = [v for v in kept_values if v is not None]
         value_table = self._decode(s.value_format, present, self._value_schema, s.value_delimiter,
-                                   [w for w, t in zip(where, tombstone, strict=True) if not t])
+                                   where.select(np.flatnonzero(~tombstone)))
         kinds = None
         if s.changelog:
             # A message holds none, one or several changes: the rest of the row (key, metadata)
             # follows the message each change comes from.
             value_table, kinds, origin = value_table
             idx = idx[origin]
-            where = [where[i] for i in origin]
+            where = where.select(origin)
             tombstone = np.zeros(len(idx), bool)
         if tombstone.any():
             # Tombstones (upsert-kafka deletes) have no value columns: NULL rows in their places.
@@ -715,11 +746,11 @@ class KafkaSourceReader(SourceReader):
         if s.key_format is not None and keys is not None:
             kept_keys = [keys[i] for i in idx]
             if any(k is None for k in kept_keys):
-                bad = next(w for w, k in zip(where, kept_keys, strict=True) if k is None)
+                bad = where[next(i for i, k in enumerate(kept_keys) if k is None)]
                 raise RecordError("the message has no key, and the table reads columns from the key",
                                   file=f"{bad[0]}/{bad[1]}", line=bad[2], table=self._name)
             key_table = self._decode(s.key_format, kept_keys, self._key_schema, s.key_delimiter, where)
-        meta = {"topic": lambda: pa.array([w[0] for w in where], pa.string()),
+        meta = {"topic": where.topic_array,
                 "partition": lambda: pa.array(partitions[idx], pa.int32()),
                 "offset": lambda: pa.array(offsets[idx], pa.int64()),
                 "timestamp": lambda: pa.array(np.where(times[idx] >= 0, times[idx], 0), pa.int64(),
