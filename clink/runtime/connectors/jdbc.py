@@ -58,8 +58,8 @@ from clink.errors import ConnectorError
 from clink.runtime import compute as pc
 from clink.runtime.connectors.base import Connector, OptionSpec, SinkWriter, SourceReader, TableSpec
 from clink.runtime.connectors.shares import DONE, Progress, merge, share_of
-from clink.runtime.connectors.sqlite import last_change_per_key
-from clink.runtime.plan import DELETE, INSERT, ROWKIND_COLUMN, UPDATE_AFTER, UPDATE_BEFORE
+from clink.runtime.connectors.sqlite import check_kinds, last_change_per_key
+from clink.runtime.plan import DELETE, INSERT, ROWKIND_COLUMN, UPDATE_BEFORE
 from clink.runtime.settings import parse_duration
 
 if TYPE_CHECKING:
@@ -73,7 +73,6 @@ INSTALL_HINT = "pip install 'clink[postgres]'"
 #: Ledger rows kept per sink and job behind the newest committed checkpoint: enough to tell a
 #: restore from an older checkpoint that rows after it were committed.
 LEDGER_KEPT = 100
-_KINDS = pa.array([INSERT, UPDATE_BEFORE, UPDATE_AFTER, DELETE])
 
 _CONNECTION = (
     OptionSpec(name="url", required=True,
@@ -500,7 +499,7 @@ class JdbcSinkWriter(SinkWriter):
         if batch.schema != self._schema:
             batch = pa.RecordBatch.from_arrays(batch.columns, schema=self._schema)
         if self._updating and batch.num_rows:
-            self._check_kinds(batch.column(ROWKIND_COLUMN))
+            check_kinds(batch.column(ROWKIND_COLUMN), keyed=bool(self._key), table=self._name, sink="jdbc")
         self.metrics["rows_out"] += batch.num_rows
         if batch.num_rows:
             self._buffer.append(batch)
@@ -511,17 +510,6 @@ class JdbcSinkWriter(SinkWriter):
         if ((self._max_rows and self._buffered_rows >= self._max_rows)
                 or (self._interval_ms and (now - self._flushed_at) * 1000 >= self._interval_ms)):
             self._flush()
-
-    def _check_kinds(self, kinds: pa.Array) -> None:
-        allowed = _KINDS if self._key else _KINDS[:1]
-        bad = pc.invert(pc.is_in(kinds, value_set=allowed))
-        if not pc.any(bad).as_py():
-            return
-        found = ", ".join(sorted(repr(k) for k in pc.unique(pc.filter(kinds, bad)).to_pylist()))
-        if self._key:
-            raise ConnectorError(f"table {self._name!r}: unknown row kinds {found} in a changelog")
-        raise ConnectorError(f"table {self._name!r}: the jdbc sink got {found} rows (updates or deletes), but the "
-                             "table declares no PRIMARY KEY to apply them by; without one it only appends inserts")
 
     def _take_buffer(self) -> pa.Table:
         """The buffered rows with a row kind each; a keyed table's reduced to the last change per

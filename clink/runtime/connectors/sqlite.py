@@ -41,7 +41,7 @@ from clink.runtime.plan import DELETE, INSERT, ROWKIND_COLUMN, UPDATE_AFTER, UPD
 if TYPE_CHECKING:
     from clink.runtime.context import RuntimeContext
 
-__all__ = ["META_TABLE", "PENDING_TABLE", "SQLITE", "SqliteSinkWriter", "last_change_per_key", "removes", "sqlite_type",
+__all__ = ["META_TABLE", "PENDING_TABLE", "SQLITE", "SqliteSinkWriter", "check_kinds", "last_change_per_key", "removes", "sqlite_type",
            "sqlite_values"]
 
 #: Staging table: the rows each pre-committed checkpoint holds, as Arrow IPC streams.
@@ -176,6 +176,18 @@ def last_change_per_key(changes: pa.Table, key: tuple[str, ...], updating: bool 
     indexed = changes.select(list(key)).append_column(row, pa.array(np.arange(changes.num_rows, dtype=np.int64)))
     last = indexed.group_by(list(key), use_threads=False).aggregate([(row, "max")]).column(f"{row}_max")
     return pc.take(changes, pa.array(np.sort(last.to_numpy()), pa.int64()))
+
+
+def check_kinds(kinds: pa.Array, *, keyed: bool, table: str, sink: str) -> None:
+    """Refuse row kinds an upsert sink cannot apply: unknown ones, and any but ``+I`` without a key."""
+    bad = pc.invert(pc.is_in(kinds, value_set=_KINDS if keyed else _KINDS[:1]))
+    if not pc.any(bad).as_py():
+        return
+    found = ", ".join(sorted(repr(k) for k in pc.unique(pc.filter(kinds, bad)).to_pylist()))
+    if keyed:
+        raise ConnectorError(f"table {table!r}: unknown row kinds {found} in a changelog")
+    raise ConnectorError(f"table {table!r}: the {sink} sink got {found} rows (updates or deletes), but the "
+                         "table declares no PRIMARY KEY to apply them by; without one it only appends inserts")
 
 
 def removes(last: pa.Table) -> np.ndarray:
@@ -416,7 +428,7 @@ class SqliteSinkWriter(SinkWriter):
         if batch.schema != self._schema:
             batch = pa.RecordBatch.from_arrays(batch.columns, schema=self._schema)  # nullability, metadata
         if self._updating and batch.num_rows:
-            self._check_kinds(batch.column(ROWKIND_COLUMN))
+            check_kinds(batch.column(ROWKIND_COLUMN), keyed=bool(self._key), table=self._name, sink="sqlite")
         self.metrics["rows_out"] += batch.num_rows
         if batch.num_rows == 0:
             return
@@ -427,17 +439,6 @@ class SqliteSinkWriter(SinkWriter):
             self._buffer = reduced.to_batches()
             self._buffered_rows = reduced.num_rows
             self._compact_at = max(COMPACT_ROWS, 2 * reduced.num_rows)
-
-    def _check_kinds(self, kinds: pa.Array) -> None:
-        allowed = _KINDS if self._key else _KINDS[:1]
-        bad = pc.invert(pc.is_in(kinds, value_set=allowed))
-        if not pc.any(bad).as_py():
-            return
-        found = ", ".join(sorted(repr(k) for k in pc.unique(pc.filter(kinds, bad)).to_pylist()))
-        if self._key:
-            raise ConnectorError(f"table {self._name!r}: unknown row kinds {found} in a changelog")
-        raise ConnectorError(f"table {self._name!r}: the sqlite sink got {found} rows (updates or deletes), but the "
-                             "table declares no PRIMARY KEY to apply them by; without one it only appends inserts")
 
     def _buffered(self) -> pa.Table:
         return pa.Table.from_batches(self._buffer, schema=self._schema)
