@@ -509,6 +509,8 @@ class Job:
                 continue
             right = self._nodes[join.right].schema
             keys = tuple(right.field(k).name for k in join.right_keys)
+            if connector.looks_up is not None and not connector.looks_up(node.options, node.primary_key or (), keys):
+                continue
             if all(k in node.schema.names and node.schema.field(k).type == right.field(k).type for k in keys):
                 found[join.id] = (node, chains[::-1], keys)
         return found

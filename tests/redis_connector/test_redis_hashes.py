@@ -184,3 +184,105 @@ def test_lookup_join_against_hashes_matches_duckdb(r: redis.Redis, redis_url: st
     theirs = con.execute(f"SELECT e.k, e.price, c.name, c.tier FROM ev AS e {join} cust AS c ON e.k = c.id").fetchall()
     shared_duckdb.assert_same_rows(ours, theirs)
     assert any(row[2] is None for row in theirs) == (join == "LEFT JOIN")
+
+
+@pytest.fixture
+def made(monkeypatch: pytest.MonkeyPatch) -> list:
+    """Every RedisHashLookup a pipeline makes, and the hash tables it reads whole (by name)."""
+    from clink.runtime.connectors import redis as connector
+
+    lookups: list = []
+    scanned: list = []
+    opened, reading = connector.RedisHashLookup.__init__, connector.RedisHashReader.__init__
+
+    def recording(self, spec, keys, ctx) -> None:
+        opened(self, spec, keys, ctx)
+        lookups.append(self)
+
+    def scanning(self, spec, ctx) -> None:
+        reading(self, spec, ctx)
+        scanned.append(spec.name)
+
+    monkeypatch.setattr(connector.RedisHashLookup, "__init__", recording)
+    monkeypatch.setattr(connector.RedisHashReader, "__init__", scanning)
+    return [lookups, scanned]
+
+
+@pytest.mark.parametrize("cache", ["NONE", "PARTIAL"])
+def test_a_lookup_join_by_the_primary_key_asks_for_its_keys_only(r: redis.Redis, redis_url: str, customers: pa.Table,
+                                                                 made: list, cache: str) -> None:
+    table = TABLES["nulls"]
+    fill(redis_url, "ev", table)
+    options = "" if cache == "NONE" else ", 'lookup.cache' = 'PARTIAL'"
+    query = "SELECT e.k, c.name FROM ev AS e LEFT JOIN cust FOR SYSTEM_TIME AS OF e.pt AS c ON e.k = c.id"
+    ours = clink.sql([source(redis_url), CUSTOMERS.format(url=redis_url)[:-1] + options + ")", query]).to_arrow()
+    con = shared_duckdb.connect()
+    con.register("ev", table)
+    con.register("cust", customers)
+    shared_duckdb.assert_same_rows(ours, con.execute(
+        "SELECT e.k, c.name FROM ev AS e LEFT JOIN cust AS c ON e.k = c.id").fetchall())
+    lookups, scanned = made
+    assert scanned == [] and len(lookups) == 1
+    batches = -(-N // 50)  # the stream is read 50 entries at a time
+    queries = lookups[0].metrics["queries"]
+    if cache == "NONE":
+        assert queries == batches  # each batch has a key that is not NULL
+    else:
+        # 40 distinct keys: once each is cached, later batches ask nothing.
+        assert queries < batches and lookups[0].metrics["cache_misses"] == 40
+
+
+def test_a_lookup_join_by_another_column_reads_the_hashes_whole(r: redis.Redis, redis_url: str, customers: pa.Table,
+                                                                made: list) -> None:
+    fill(redis_url, "ev", TABLES["dense"])
+    query = ("SELECT e.tag, c.id FROM ev AS e JOIN cust FOR SYSTEM_TIME AS OF e.pt AS c "
+             "ON e.tag = c.name")  # no customer is called a, b or c:d
+    r.hset("cust:100", mapping={"id": "100", "name": "a"})
+    ours = clink.sql([source(redis_url), CUSTOMERS.format(url=redis_url), query]).to_arrow()
+    assert set(ours.column("id").to_pylist()) == {100}
+    assert ours.num_rows == pa.compute.sum(pa.compute.equal(TABLES["dense"].column("tag"), "a")).as_py()
+    lookups, scanned = made
+    assert lookups == [] and scanned == ["cust"]
+
+
+def hash_lookup(url: str, schema: pa.Schema, key: tuple[str, ...], now: list[int], **options: str):
+    from clink.runtime.connectors.redis import RedisHashLookup
+
+    spec = TableSpec(name="cust", schema=schema, table_schema=schema, primary_key=key,
+                     options={"url": url, "data-structure": "hash", "key.prefix": "cust:", **options})
+    return RedisHashLookup(spec, key, RuntimeContext(config={}, stdout=io.StringIO(), clock=lambda: now[0]))
+
+
+def test_the_lookup_cache_expires_and_is_bounded(r: redis.Redis, redis_url: str, customers: pa.Table) -> None:
+    now = [0]
+    look = hash_lookup(redis_url, customers.schema, ("id",), now, **{
+        "lookup.cache": "PARTIAL", "lookup.partial-cache.max-rows": "2",
+        "lookup.partial-cache.expire-after-write": "10 s", "lookup.partial-cache.cache-missing-key": "false"})
+    ask = lambda ids: look.lookup(pa.table({"id": pa.array(ids, pa.int64())}))  # noqa: E731
+    assert ask([1, 2, 2, None]).sort_by("id").to_pylist() == customers.take([1, 2]).to_pylist()
+    ask([1, 2])
+    assert look.metrics["queries"] == 1
+    r.hset("cust:1", "name", "renamed")  # the cache still answers for 1 ...
+    ask([3])  # ... until a third key pushes out the least recently used (1)
+    assert ask([1]).column("name").to_pylist() == ["renamed"]
+    assert look.metrics["queries"] == 3
+    ask([99])
+    ask([99])  # a missing key is not cached
+    assert look.metrics["queries"] == 5
+    now[0] = 10_000  # every entry written at 0 has expired
+    ask([3])
+    assert look.metrics["queries"] == 6
+
+
+def test_a_two_column_key_whose_hashes_lack_the_key_fields(r: redis.Redis, redis_url: str) -> None:
+    schema = pa.schema([("region", pa.string()), ("tier", pa.int32()), ("rate", pa.float64())])
+    # The hash key joins the primary key's values in its declared order (tier, then region), and
+    # a hash written by another program may hold only the value: the key comes from what was asked.
+    r.hset("cust:1|eu", mapping={"rate": "9.0"})
+    r.hset("cust:2|eu", mapping={"rate": "2.5", "region": "eu", "tier": "2"})
+    r.hset("cust:eu|3", mapping={"rate": "7.0"})  # the other order: not the key of (3, 'eu')
+    look = hash_lookup(redis_url, schema, ("tier", "region"), [0], **{"key.delimiter": "|"})
+    rows = look.lookup(pa.table({"region": ["eu", "eu", "eu", None], "tier": pa.array([1, 2, 3, 4], pa.int32())}))
+    assert rows.sort_by("tier").to_pylist() == [{"region": "eu", "tier": 1, "rate": 9.0},
+                                                {"region": "eu", "tier": 2, "rate": 2.5}]
+    assert look.metrics["queries"] == 1

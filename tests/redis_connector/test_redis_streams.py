@@ -371,7 +371,8 @@ def test_options_are_checked_when_the_sql_is_compiled(redis_url: str) -> None:
         ")": "needs the option 'stream'",
         ", 'stream' = 's', 'consumer.group' = 'g')": "unknown option 'consumer.group'",
         ", 'stream' = 's', 'port' = '1')": "either 'url' or 'port'",
-        ", 'stream' = 's', 'lookup.cache' = 'PARTIAL')": "unknown option 'lookup.cache'",
+        ", 'stream' = 's', 'lookup.cache' = 'PARTIAL')": "'lookup.cache' applies to a lookup join on 'data-structure' = 'hash'",
+        ", 'data-structure' = 'hash', 'lookup.partial-cache.max-rows' = '0')": "not a whole number of at least 1",
         ", 'data-structure' = 'hash', 'stream' = 's')": "'stream' applies to 'data-structure' = 'stream'",
         ", 'stream' = 's', 'key.prefix' = 'x')": "'key.prefix' applies to 'data-structure' = 'hash'",
     }

@@ -233,6 +233,10 @@ class Connector:
     #: table of those columns and returns the table's rows (``spec.schema``) with those keys,
     #: and whose ``close()`` releases it. Otherwise a lookup join reads the table whole first.
     create_lookup: Callable[[TableSpec, tuple[str, ...], RuntimeContext], Any] | None = None
+    #: Whether ``create_lookup`` serves a table by these key columns:
+    #: ``looks_up(options, primary_key, key_columns)``. None: every table of the connector, by
+    #: any columns. A table it does not serve is read whole first.
+    looks_up: Callable[[Mapping[str, str], tuple[str, ...], tuple[str, ...]], bool] | None = None
 
     def options_for(self, role: str) -> tuple[OptionSpec, ...]:
         return self.source_options if role == "source" else self.sink_options

@@ -47,20 +47,21 @@ import importlib.util
 import re
 import time
 import urllib.parse
-from collections import OrderedDict
 from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
 import pyarrow as pa
 
 from clink.errors import ConnectorError
 from clink.runtime import compute as pc
+from clink.runtime.connectors import lookup_cache
 from clink.runtime.connectors.base import Connector, OptionSpec, SinkWriter, SourceReader, TableSpec
+from clink.runtime.connectors.lookup_cache import KeyLookup
+from clink.runtime.connectors.lookup_cache import count as _count
+from clink.runtime.connectors.lookup_cache import duration as _duration
 from clink.runtime.connectors.shares import DONE, Progress, merge, share_of
 from clink.runtime.connectors.sqlite import check_kinds, last_change_per_key
 from clink.runtime.plan import DELETE, INSERT, ROWKIND_COLUMN, UPDATE_BEFORE
-from clink.runtime.settings import parse_duration
 
 if TYPE_CHECKING:
     from clink.runtime.context import RuntimeContext
@@ -93,17 +94,8 @@ SOURCE_OPTIONS = _CONNECTION + (
     OptionSpec(name="scan.partition.upper-bound", description="the largest value of the last range"),
     OptionSpec(name="scan.fetch-size", default="0",
                description="rows per batch read from the server (0: the driver's batches)"),
-    OptionSpec(name="lookup.cache", default="NONE", choices=("NONE", "PARTIAL"),
-               description="keep looked-up rows in memory (PARTIAL) or ask the server every time (NONE)"),
-    OptionSpec(name="lookup.partial-cache.max-rows", description="keys the lookup cache holds at most"),
-    OptionSpec(name="lookup.partial-cache.expire-after-write",
-               description="how long a cached key is kept after it was read"),
-    OptionSpec(name="lookup.partial-cache.expire-after-access",
-               description="how long a cached key is kept after it was last used"),
-    OptionSpec(name="lookup.partial-cache.cache-missing-key", default="true", choices=("true", "false"),
-               description="cache that a key has no row, too"),
     OptionSpec(name="lookup.max-retries", default="3", description="retries of a failed lookup query"),
-)
+) + lookup_cache.OPTIONS
 
 SINK_OPTIONS = _CONNECTION + (
     OptionSpec(name="sink.buffer-flush.max-rows", default="100",
@@ -225,31 +217,6 @@ def _type_name(t: pa.DataType) -> str:
     if pa.types.is_list(t):
         return "ARRAY"
     return str(t).upper()
-
-
-def _count(options: Mapping[str, str], key: str, errors: dict[str, str], *, minimum: int = 0) -> int | None:
-    text = options.get(key)
-    if text is None:
-        return None
-    try:
-        value = int(text.strip())
-    except ValueError:
-        value = minimum - 1
-    if value < minimum:
-        errors[key] = f"{text!r} is not a whole number of at least {minimum}"
-        return None
-    return value
-
-
-def _duration(options: Mapping[str, str], key: str, errors: dict[str, str]) -> int | None:
-    text = options.get(key)
-    if text is None:
-        return None
-    try:
-        return parse_duration(text)
-    except ValueError as e:
-        errors[key] = str(e)
-        return None
 
 
 def validate(options: Mapping[str, str], table_schema: pa.Schema, role: str) -> dict[str, str]:
@@ -806,91 +773,21 @@ def _conform(batch: pa.RecordBatch, schema: pa.Schema) -> pa.RecordBatch:
 # --- lookups --------------------------------------------------------------------------------
 
 
-class JdbcLookup:
-    """Rows of the table by key, for a lookup join: one query per batch of keys.
-
-    ``lookup(keys)`` takes a table of key columns (named as the table's) and returns the table's
-    rows (``spec.schema``) whose key is among them. One key column is asked for with ``= ANY($1)``
-    and one array parameter; several are copied into a temporary table that the query joins.
-    With ``'lookup.cache' = 'PARTIAL'`` the rows of each key asked for are kept (also that a key
-    has none, unless ``'lookup.partial-cache.cache-missing-key' = 'false'``), up to
-    ``'lookup.partial-cache.max-rows'`` keys, least recently used first out, each until it
-    expires after write or access; only the keys the cache lacks reach the server.
-    ``metrics['queries']`` counts the queries.
-    """
+class JdbcLookup(KeyLookup):
+    """Rows of the table by key, for a lookup join: one query per batch of keys the cache lacks
+    (``lookup_cache.KeyLookup``). One key column is asked for with ``= ANY($1)`` and one array
+    parameter; several are copied into a temporary table that the query joins."""
 
     def __init__(self, spec: TableSpec, keys: tuple[str, ...], ctx: RuntimeContext) -> None:
         errors: dict[str, str] = {}
         retries = _count(spec.options, "lookup.max-retries", errors)
-        max_rows = _count(spec.options, "lookup.partial-cache.max-rows", errors, minimum=1)
-        self._after_write = _duration(spec.options, "lookup.partial-cache.expire-after-write", errors)
-        self._after_access = _duration(spec.options, "lookup.partial-cache.expire-after-access", errors)
         if errors:
             details = "; ".join(f"'{k}': {v}" for k, v in errors.items())
             raise ConnectorError(f"table {spec.name!r}: bad jdbc options: {details}")
-        missing = [k for k in keys if k not in spec.schema.names]
-        if missing:
-            raise ConnectorError(f"table {spec.name!r}: lookup key {', '.join(map(repr, missing))} is not a column")
-        self._spec = spec
-        self._keys = keys
+        super().__init__(spec, keys, ctx.clock, self._query, "jdbc")
         self._server = _Server(spec, 3 if retries is None else retries)
-        self._cached = (spec.options.get("lookup.cache") or "NONE").upper() == "PARTIAL"
-        self._max_rows = max_rows
-        self._cache_missing = (spec.options.get("lookup.partial-cache.cache-missing-key") or "true").lower() == "true"
-        self._clock = ctx.clock
-        #: key tuple -> (its rows, written at, last used at), least recently used first.
-        self._cache: OrderedDict[tuple, tuple[pa.Table, float, float]] = OrderedDict()
-        self.metrics = {"queries": 0, "cache_hits": 0, "cache_misses": 0}
-
-    def lookup(self, keys: pa.Table) -> pa.Table:
-        keys = keys.select(list(self._keys))
-        keys = keys.group_by(list(self._keys), use_threads=False).aggregate([])  # each key once
-        keys = keys.filter(_all_valid(keys))  # a NULL key matches nothing
-        if not self._cached:
-            return self._query(keys)
-        now = self._clock()
-        found: list[pa.Table] = []
-        wanted = np.zeros(keys.num_rows, dtype=bool)
-        # One dictionary probe per distinct key of the batch: the cache is keyed by Python values.
-        for i, key in enumerate(zip(*(c.to_pylist() for c in keys.columns))):
-            entry = self._cache.get(key)
-            if entry is not None and not self._expired(entry, now):
-                self._cache[key] = (entry[0], entry[1], now)
-                self._cache.move_to_end(key)
-                found.append(entry[0])
-            else:
-                wanted[i] = True
-        self.metrics["cache_hits"] += int(keys.num_rows - wanted.sum())
-        self.metrics["cache_misses"] += int(wanted.sum())
-        if wanted.any():
-            asked = keys.filter(pa.array(wanted))
-            rows = self._query(asked)
-            found.append(rows)
-            self._remember(asked, rows, now)
-        return pa.concat_tables(found).combine_chunks() if found else self._spec.schema.empty_table()
-
-    def _expired(self, entry: tuple[pa.Table, float, float], now: float) -> bool:
-        return bool((self._after_write and now - entry[1] >= self._after_write)
-                    or (self._after_access and now - entry[2] >= self._after_access))
-
-    def _remember(self, asked: pa.Table, rows: pa.Table, now: float) -> None:
-        index = "__row"
-        positions = rows.select(list(self._keys)).append_column(index, pa.array(np.arange(rows.num_rows)))
-        grouped = positions.group_by(list(self._keys), use_threads=False).aggregate([(index, "list")])
-        by_key = dict(zip(zip(*(grouped.column(k).to_pylist() for k in self._keys)),
-                          grouped.column(f"{index}_list").to_pylist()))
-        for key in zip(*(c.to_pylist() for c in asked.columns)):
-            taken = by_key.get(key)
-            if taken is None and not self._cache_missing:
-                continue
-            self._cache[key] = (rows.take(pa.array(taken or [], pa.int64())), now, now)
-            self._cache.move_to_end(key)
-        while self._max_rows is not None and len(self._cache) > self._max_rows:
-            self._cache.popitem(last=False)
 
     def _query(self, keys: pa.Table) -> pa.Table:
-        if keys.num_rows == 0:
-            return self._spec.schema.empty_table()
         columns = ", ".join(f"t.{_quote(c)}" for c in self._spec.schema.names)
         table = self._server.table
 
@@ -907,20 +804,12 @@ class JdbcLookup:
                 cur.execute(f'SELECT {columns} FROM {table} t JOIN "_clink_keys" k ON {match}')
             return cur.fetch_arrow_table()
 
-        self.metrics["queries"] += 1
         rows = self._server.retrying("look up rows", ask)
         return pa.Table.from_batches([_conform(b, self._spec.schema) for b in rows.to_batches()],
                                      schema=self._spec.schema)
 
     def close(self) -> None:
         self._server.close()
-
-
-def _all_valid(table: pa.Table) -> pa.ChunkedArray | pa.Array:
-    valid = pa.array(np.ones(table.num_rows, dtype=bool))
-    for column in table.columns:
-        valid = pc.and_(valid, pc.is_valid(column))
-    return valid
 
 
 JDBC = Connector(

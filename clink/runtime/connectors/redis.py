@@ -9,7 +9,8 @@ A table is one Redis data structure (``'data-structure'``):
 - ``hash``: one hash per row, at the key ``'key.prefix'`` followed by the row's primary-key
   values joined by ``'key.delimiter'``; its fields are the row's columns. As a sink it upserts by
   the key (``-D`` deletes the hash); as a source it is read whole (``SCAN`` with the prefix,
-  then one pipelined ``HGETALL`` per batch of keys) — the right side of a lookup join.
+  then one pipelined ``HGETALL`` per batch of keys); on the right of a lookup join by its primary
+  key it is read by key (``RedisHashLookup``: an ``HGETALL`` per key a batch asks for).
 
 Values are text in Redis: written as Flink's ``CAST(x AS STRING)`` writes them, read as
 ``CAST(text AS type)`` reads them (``clink.runtime.kernels.cast``, a whole column at a time).
@@ -41,6 +42,7 @@ import pyarrow as pa
 from clink.errors import ConnectorError, EvaluationError, RecordError
 from clink.runtime import compute as pc
 from clink.runtime import kernels
+from clink.runtime.connectors import lookup_cache
 from clink.runtime.connectors.base import Connector, OptionSpec, SinkWriter, SourceReader, TableSpec
 from clink.runtime.plan import DELETE, INSERT, ROWKIND_COLUMN, UPDATE_AFTER, UPDATE_BEFORE
 
@@ -78,7 +80,7 @@ SOURCE_OPTIONS = _CONNECTION + (
                choices=("unbounded", "latest")),
     OptionSpec(name="scan.fetch-size", description="entries (or hash keys) read per round trip",
                default=str(FETCH_SIZE)),
-)
+) + lookup_cache.OPTIONS
 SINK_OPTIONS = _CONNECTION + (
     OptionSpec(name="sink.delivery-guarantee", description="stream sink: at-least-once (rows appended as they "
                                                            "come) or exactly-once (appended at each checkpoint)",
@@ -176,6 +178,12 @@ def parse_options(options: Mapping[str, str], table_schema: pa.Schema) -> tuple[
             if name in options:
                 errors[name] = (f"{name!r} applies to a stream; a hash table is read whole, and written by key "
                                 "(idempotent by nature)")
+    if structure == "stream":
+        for spec in lookup_cache.OPTIONS:
+            if spec.name in options:
+                errors[spec.name] = (f"{spec.name!r} applies to a lookup join on 'data-structure' = 'hash'; "
+                                     "a stream is read whole by a lookup join")
+    lookup_cache.check(options, errors)
     startup = get("scan.startup.mode", "earliest").strip().lower()
     startup_id = None
     if startup == "id":
@@ -369,6 +377,16 @@ class RedisStreamReader(SourceReader):
 # --- hash source ----------------------------------------------------------------------------
 
 
+def hgetall(client: Any, keys: list) -> list[dict]:
+    """The fields of each hash of ``keys`` (empty for a key without one), in one round trip."""
+    if not keys:
+        return []
+    pipe = client.pipeline(transaction=False)
+    for k in keys:  # one command per key: the client has no multi-key HGETALL
+        pipe.hgetall(k)
+    return pipe.execute()
+
+
 def _glob_escape(text: str) -> str:
     return re.sub(r"([*?\[\]\\])", r"\\\1", text)
 
@@ -400,12 +418,7 @@ class RedisHashReader(SourceReader):
             cursor, keys = self._client.scan(self._cursor, match=_glob_escape(self._prefix) + "*",
                                              count=self._opts.fetch)
             keys = [k for k in dict.fromkeys(keys) if k not in self._seen]
-            records = []
-            if keys:
-                pipe = self._client.pipeline(transaction=False)
-                for k in keys:  # one command per key: the client has no multi-key HGETALL
-                    pipe.hgetall(k)
-                records = pipe.execute()
+            records = hgetall(self._client, keys)
         except _redis_errors() as e:
             raise ConnectorError(f"table {self._spec.name!r}: cannot read {self._where}: {e}") from None
         self._cursor = int(cursor)
@@ -766,6 +779,47 @@ class RedisHashWriter(SinkWriter):
         self._client.close()
 
 
+# --- lookups --------------------------------------------------------------------------------
+
+
+class RedisHashLookup(lookup_cache.KeyLookup):
+    """The hashes of a batch of primary keys, for a lookup join by the table's PRIMARY KEY: one
+    pipelined ``HGETALL`` per key the cache (``lookup_cache.KeyLookup``) lacks. The key columns
+    of a row found are the key asked for, whether or not its hash holds them as fields."""
+
+    def __init__(self, spec: TableSpec, keys: tuple[str, ...], ctx: RuntimeContext) -> None:
+        super().__init__(spec, keys, ctx.clock, self._query, "redis")
+        self._opts = _parsed(spec, spec.table_schema)
+        self._client = connect(self._opts, spec.name)
+        self._prefix = self._opts.prefix if self._opts.prefix is not None else spec.name + self._opts.delimiter
+        self._where = f"redis hashes {self._prefix}*"
+
+    def _query(self, keys: pa.Table) -> pa.Table:
+        names = _key_strings(keys, self._spec.primary_key, self._prefix, self._opts.delimiter).to_pylist()
+        try:
+            records = hgetall(self._client, names)
+        except _redis_errors() as e:
+            raise ConnectorError(f"table {self._spec.name!r}: cannot look up {self._where}: {e}") from None
+        found = np.fromiter((bool(r) for r in records), dtype=bool, count=len(records))
+        records = [r for r in records if r]
+        columns = decode_columns(records, self._spec.schema, self._where)
+        asked = keys.filter(pa.array(found))
+        for name in self._keys:
+            at = self._spec.schema.get_field_index(name)
+            columns[at] = asked.column(name).combine_chunks().cast(self._spec.schema.field(name).type)
+        return pa.Table.from_arrays(columns, schema=self._spec.schema)
+
+    def close(self) -> None:
+        self._client.close()
+
+
+def _looks_up(options: Mapping[str, str], primary_key: tuple[str, ...], keys: tuple[str, ...]) -> bool:
+    """A hash table is looked up by its whole primary key (its hash keys are made of it); any
+    other lookup join, and one on a stream, reads the table whole."""
+    hashes = options.get("data-structure", "stream").strip().lower() == "hash"
+    return hashes and bool(primary_key) and set(keys) == set(primary_key)
+
+
 # --- the connector --------------------------------------------------------------------------
 
 
@@ -784,11 +838,13 @@ def _create_sink(spec: TableSpec, ctx: RuntimeContext) -> SinkWriter:
 REDIS = Connector(
     name="redis",
     description="Redis Streams (read from checkpointed IDs; XADD, exactly-once per checkpoint) and hashes "
-                "(upserts by PRIMARY KEY; read whole for lookup joins)",
+                "(upserts by PRIMARY KEY; read by key for lookup joins)",
     source_options=SOURCE_OPTIONS,
     sink_options=SINK_OPTIONS,
     create_source=_create_source,
     create_sink=_create_sink,
     validate=validate,
+    create_lookup=RedisHashLookup,
+    looks_up=_looks_up,
     upserts=True,
 )
