@@ -147,6 +147,22 @@ def test_changelog_format_options_are_checked_at_their_position(broker, options:
     assert ddl[info.value.span.col - 1:].startswith(repr(where))
 
 
+@pytest.mark.parametrize(("options", "where", "message"), [
+    ({"format": "debezium-json"}, "format", "reads the 'debezium-json' format but does not write it"),
+    ({"value.format": "canal-json"}, "value.format", "reads the 'canal-json' format but does not write it"),
+    ({"format": "json", "topic-pattern": "x.*"}, "topic-pattern", "writes one 'topic'"),
+])
+def test_what_a_kafka_sink_cannot_write_is_refused_at_its_option(broker, options: dict, where: str,
+                                                                  message: str) -> None:
+    ddl = kafka_ddl("o", "id BIGINT", "x", broker.servers, **options)
+    if "topic-pattern" in options:
+        ddl = ddl.replace("'topic' = 'x', ", "")
+    with pytest.raises(clink.SqlError, match=message) as info:
+        clink.compile(f"CREATE TABLE i (id BIGINT) WITH ('connector' = 'datagen');\n{ddl};\nINSERT INTO o SELECT id FROM i")
+    assert info.value.span is not None and info.value.span.line == 2
+    assert ddl[info.value.span.col - 1:].startswith(repr(where))
+
+
 def test_a_changelog_table_cannot_feed_an_append_only_sink(broker, tmp_path) -> None:
     ddl = kafka_ddl("t", "id BIGINT", "x", broker.servers, format="debezium-json")
     with pytest.raises(clink.SqlError, match="is a changelog"):

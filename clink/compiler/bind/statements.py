@@ -21,7 +21,7 @@ from clink.compiler.bind.relations import RelationBinder
 from clink.compiler.bind.scope import did_you_mean, updating_reason
 from clink.compiler.bind.subqueries import SubqueryBinder
 from clink.compiler.bind.windows import WindowBinder
-from clink.compiler.catalog import Catalog, CatalogView
+from clink.compiler.catalog import Catalog, CatalogTable, CatalogView
 from clink.compiler.functions import cast_to
 from clink.compiler.rewrite.limit_ranks import check_ranks_limited
 from clink.errors import Span, SqlError, SqlErrors
@@ -150,6 +150,7 @@ class Binder(DdlBinder, ClientBinder, QueryBinder, SubqueryBinder, RelationBinde
         if connector is None or connector.create_sink is None:
             raise SqlError(f"table {stmt.table!r} uses connector {target.info.connector!r}, which cannot be written",
                            span)
+        self._check_sink_options(target, connector)
         rel = self.select(stmt.query)
         self._raise_collected()
         check_ranks_limited(rel)
@@ -190,6 +191,22 @@ class Binder(DdlBinder, ClientBinder, QueryBinder, SubqueryBinder, RelationBinde
             rel = ir.Project(input=rel, exprs=tuple(exprs), names=columns.names, span=stmt.query.span)
         return ir.Sink(input=rel, name=stmt.table, connector=target.info.connector, options=target.info.options,
                        target=columns, span=stmt.span)
+
+    def _check_sink_options(self, target: CatalogTable, connector) -> None:
+        """Refuse, at the option in the table's DDL, what its connector can read but not write
+        (the connector's checks for the sink role beyond those CREATE TABLE made)."""
+        if connector.validate is None:
+            return
+        options = {p.key: p for p in target.definition.options if p.key != "connector"}
+        values = {k: p.value for k, p in options.items()}
+        schema = target.info.columns.to_arrow()
+        checked = connector.validate(values, schema, "table")
+        errors = [SqlError(f"table {target.info.name!r} cannot be written: {message}",
+                           options[key].span if key in options else target.definition.span)
+                  for key, message in connector.validate(values, schema, "sink").items()
+                  if checked.get(key) != message]
+        if errors:
+            raise errors[0] if len(errors) == 1 else SqlErrors(errors)
 
     def _rows_sink(self, rel: ir.Rel, span: Span) -> BoundStatement:
         """The rows a SHOW or DESCRIBE answers, as a bare query's."""

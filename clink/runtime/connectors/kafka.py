@@ -324,9 +324,20 @@ def _validator(upsert: bool):
     def validate(options: Mapping[str, str], table_schema: pa.Schema, role: str) -> dict[str, str]:
         """Check a kafka table's option values; returns messages keyed by option."""
         # The primary key is not known here: upsert-kafka checks it when it starts.
-        return {k: v for k, v in parse_settings(options, table_schema, upsert=upsert,
-                                                primary_key=("?",) if upsert else ())[1].items()
-                if not (upsert and k == "key.fields" and "not a physical column" in v)}
+        errors = {k: v for k, v in parse_settings(options, table_schema, upsert=upsert,
+                                                  primary_key=("?",) if upsert else ())[1].items()
+                  if not (upsert and k == "key.fields" and "not a physical column" in v)}
+        if role == "sink":
+            value_format = options.get("value.format", options.get("format", "")).strip().lower()
+            if value_format in CHANGELOG_FORMATS:
+                errors.setdefault("value.format" if "value.format" in options else "format", (
+                    f"clink reads the {value_format!r} format but does not write it; write json "
+                    "(an updating query: to an upsert-kafka table)"))
+            if "topic-pattern" in options:
+                errors.setdefault("topic-pattern", "a kafka sink writes one 'topic'; 'topic-pattern' can only be read")
+            elif ";" in options.get("topic", "").strip(" ;"):
+                errors.setdefault("topic", "a kafka sink writes one 'topic'; several topics can only be read")
+        return errors
     return validate
 
 
