@@ -1390,6 +1390,7 @@ class _Checkpointing:
             "sinks": handles,
             "watermarks": {str(k): v for k, v in job._watermarks.items()},
             "input_watermarks": {str(k): {str(i): w for i, w in v.items()} for k, v in job._input_watermarks.items()},
+            "split_watermarks": {str(k): dict(v) for k, v in job._split_watermarks.items()},
         }
         writer.write_bytes("job.json", json.dumps(state, sort_keys=True).encode())
         self.fault("after_state_written_before_commit")
@@ -1463,6 +1464,10 @@ class _Checkpointing:
                         task.watermark = v
                 for k, v in state["input_watermarks"].items():
                     job._input_watermarks[int(k)].update({int(i): w for i, w in v.items()})
+                # Each split's watermark too, so a split that has no rows after the restore still
+                # counts with the watermark its rows had given (older checkpoints lack them).
+                for k, v in state.get("split_watermarks", {}).items():
+                    job._split_watermarks[int(k)] = {str(split): int(w) for split, w in v.items()}
             self.next_id = info.id + 1
             job.metrics.restored_from = info.id
         finally:

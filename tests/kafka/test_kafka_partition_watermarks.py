@@ -60,3 +60,45 @@ def test_a_lagging_partition_holds_the_windows_back_until_it_is_idle(broker, idl
     assert job.metrics.records_in["t"] == 6
     assert job.metrics.watermark == (21 * S if idle else 2 * S)
     job.close()
+
+
+def test_each_partitions_watermark_survives_a_restore(broker, tmp_path) -> None:
+    """After a restore, a partition with no new rows counts with the watermark it had: a row of the
+    other partition moves the source's watermark exactly as in a run that never stopped."""
+    topic = broker.topic(partitions=2)
+    broker.produce(topic, [(None, json.dumps({"ts": ts(t)}).encode()) for t in (0, 20 * S)], partition=0)
+    broker.produce(topic, [(None, json.dumps({"ts": ts(t)}).encode()) for t in (1 * S, 2 * S)], partition=1)
+    sql = "\n".join([
+        f"CREATE TABLE t (ts TIMESTAMP(3), WATERMARK FOR ts AS ts) WITH ('connector' = 'kafka', 'topic' = '{topic}', "
+        f"'properties.bootstrap.servers' = '{broker.servers}', 'format' = 'json', "
+        "'scan.startup.mode' = 'earliest-offset');",
+        "CREATE TABLE out (ts TIMESTAMP(3)) WITH ('connector' = 'blackhole');",
+        "INSERT INTO out SELECT ts FROM t;"])
+    plan = clink.compile(sql).runtime_plan
+
+    def job() -> Job:
+        return Job(plan, RuntimeContext(clock=lambda: 0, state_dir=tmp_path / "state", stdout=io.StringIO()))
+
+    def drain(running: Job, until_rows_read: int) -> None:
+        for _ in range(2000):
+            running.step()
+            running.refresh_metrics()
+            if running.metrics.records_in.get("t", 0) >= until_rows_read:
+                break
+            time.sleep(0.005)
+        for _ in range(3):
+            running.step()
+
+    first = job()
+    drain(first, 4)
+    assert first.metrics.watermark == 2 * S
+    first.checkpoint()
+    del first  # a crash after the checkpoint
+    resumed = job()
+    assert resumed.metrics.restored_from is not None
+    broker.produce(topic, [(None, json.dumps({"ts": ts(15 * S)}).encode())], partition=1)
+    drain(resumed, 1)
+    # Partition 0 still counts at 20 s, partition 1 is at 15 s now (without the partitions'
+    # watermarks in the checkpoint, partition 0 would hold the source at 2 s until its next row).
+    assert resumed.metrics.watermark == 15 * S
+    resumed.close()
