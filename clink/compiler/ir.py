@@ -262,6 +262,15 @@ class TableInfo:
     #: The row kinds a scan of the table produces: a changelog source (its connector says so for
     #: its options, ``Connector.source_changelog``) is an updating stream from the start.
     changelog: ChangelogMode = APPEND_ONLY
+    #: A changelog whose changes may come twice ('table.exec.source.cdc-events-duplicate'): the
+    #: plan passes it through ChangelogNormalize by the primary key, which drops what repeats.
+    deduplicated: bool = False
+
+    @property
+    def normalized(self) -> bool:
+        """Its scan is followed by ChangelogNormalize keyed by the primary key: upserts, or a
+        changelog whose duplicated changes must be dropped."""
+        return self.upserts or self.deduplicated
 
     @property
     def upserts(self) -> bool:
@@ -781,7 +790,7 @@ def changelog_mode(rel: Rel) -> ChangelogMode:
     """The row kinds ``rel`` produces: inserts only (append-only), or also retractions."""
     match rel:
         case Scan(table=table):
-            return UPDATING if table.upserts else table.changelog
+            return UPDATING if table.normalized else table.changelog
         case GroupAggregate():
             return UPDATING
         case Rank():

@@ -469,7 +469,7 @@ def _build(rel: ir.Rel, ops: list[PhysicalOp], *, target: str, shared: dict) -> 
             if source is None:
                 source = shared[node] = SourceOp(id=len(ops) + 1, scan=node)
                 ops.append(source)
-                if node.table.upserts:
+                if node.table.normalized:
                     # Upserts become a changelog by key before anything else reads them (the
                     # scan's predicate too: a row leaving it must retract what it was).
                     keys = tuple(node.columns.index(p) for p in sorted(node.table.key_columns))

@@ -165,6 +165,8 @@ SETTINGS: dict[str, Setting] = {s.key: s for s in (
             "(docs/sql.md)", _choice("true", "false")),
     Setting("table.exec.mini-batch.allow-latency", "the longest a row waits in a mini-batch", _duration),
     Setting("table.exec.mini-batch.size", "the most rows of a mini-batch", _positive_int),
+    Setting("table.exec.source.cdc-events-duplicate", "a changelog source may deliver a change twice: its "
+            "changes pass through ChangelogNormalize by the table's primary key", _choice("true", "false")),
     Setting("table.exec.source.idle-timeout", "a source split silent this long stops holding back "
             "the watermark", _duration),
     Setting("table.exec.allowed-lateness", "how late a row may be and still update its window", _duration),

@@ -275,3 +275,51 @@ def test_what_does_not_take_a_changelog_is_refused_where_it_is_written(query: st
         clink.compile([CDC, APPENDS, query])
     assert info.value.span.line == 3 and query[info.value.span.col - 1:].startswith(at)
     assert "is a changelog" in str(info.value)
+
+
+# --- duplicated change events ------------------------------------------------------------------
+
+
+def redelivered(messages: list[dict], seed: int) -> list[dict]:
+    """``messages`` as a CDC tool that restarts delivers them: now and then it goes back a few
+    messages and sends them again (each change still in order after its last delivery)."""
+    rng = random.Random(seed)
+    out, i = [], 0
+    while i < len(messages):
+        out.append(messages[i])
+        i += 1
+        if rng.random() < 0.08 and i > 1:
+            i -= rng.randrange(1, min(i, 6) + 1)
+    return out
+
+
+@pytest.mark.parametrize("fmt", ["debezium-json", "canal-json"])
+@pytest.mark.parametrize("parallelism", [1, 4])
+def test_duplicated_change_events_are_dropped_by_the_primary_key(broker, fmt: str, parallelism: int) -> None:
+    messages, final = history(seed=11, n_ops=300, nulls=True)
+    if fmt == "canal-json":
+        messages = [canal_of(m) for m in messages]
+    sent = redelivered(messages, seed=3)
+    assert len(sent) > len(messages) + 20
+    topic = broker.topic(partitions=1)
+    broker.produce(topic, [(None, json.dumps(m).encode()) for m in sent])
+    ddl = kafka_ddl("t", "id BIGINT, grp STRING, amount BIGINT, label STRING, PRIMARY KEY (id) NOT ENFORCED", topic,
+                    broker.servers, format=fmt, **BOUNDED, **{"properties.max.poll.records": "37"})
+    rows = pa.table({c: pa.array([r[c] for r in final.values()], t) for c, t in
+                     (("id", pa.int64()), ("grp", pa.string()), ("amount", pa.int64()), ("label", pa.string()))})
+    duck = connect()
+    duck.register("t", rows)
+    query = QUERIES[0]
+    setting = "SET 'table.exec.source.cdc-events-duplicate' = 'true'"
+    got = clink.sql([setting, f"SET 'parallelism.default' = '{parallelism}'", ddl, query]).to_arrow()
+    assert_same_rows(got, duck.execute(query).fetchall())
+    # Without the setting the repeated changes count twice.
+    plain = clink.sql([f"SET 'parallelism.default' = '{parallelism}'", ddl, query]).to_arrow()
+    assert sorted(map(str, plain.to_pylist())) != sorted(map(str, got.to_pylist()))
+
+
+def test_dropping_duplicated_changes_needs_a_primary_key(broker) -> None:
+    ddl = kafka_ddl("t", "id BIGINT", "x", broker.servers, format="debezium-json")
+    with pytest.raises(clink.SqlError, match="declares none") as info:
+        clink.compile(f"SET 'table.exec.source.cdc-events-duplicate' = 'true';\n{ddl};\nSELECT id FROM t")
+    assert info.value.span.line == 3 and info.value.span.col == len("SELECT id FROM ") + 1

@@ -77,6 +77,13 @@ class RelationBinder:
                     "'kafka' connector and 'key.format'/'key.fields' to get every message as a row"
                     if info.connector == "upsert-kafka" else "it can only be written (INSERT INTO)")
             raise SqlError(f"table {info.name!r}: the {info.connector!r} connector cannot be read", span, hint)
+        if (info.changelog.updating and not info.upserts
+                and self.config.get("table.exec.source.cdc-events-duplicate", "false").lower() == "true"):
+            if not info.primary_key:
+                raise SqlError(f"table {info.name!r}: 'table.exec.source.cdc-events-duplicate' drops changes that "
+                               "come twice by the table's primary key, and the table declares none", span,
+                               f"declare PRIMARY KEY (...) NOT ENFORCED in CREATE TABLE {info.name}")
+            info = attrs.evolve(info, deduplicated=True)
         rel: ir.Rel = ir.Scan(table=info, columns=tuple(range(len(info.columns))), span=span)
         if table.computed:
             exprs = tuple(ir.Column(index=i, name=f.name, type=f.type, nullable=f.nullable, span=span)

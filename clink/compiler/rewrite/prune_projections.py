@@ -30,7 +30,7 @@ def _prune(node: ir.Rel, needed: set[int]) -> tuple[ir.Rel, dict[int, int]]:
             keep = set(needed) | (ir.columns_used(predicate) if predicate is not None else set())
             # The source computes the watermark from the batches it reads.
             keep |= {columns.index(p) for p in node.table.watermark_columns if p in columns}
-            if node.table.upserts:
+            if node.table.normalized:
                 # The last row of each key is kept by the key: an upsert scan always reads it.
                 keep |= {columns.index(p) for p in node.table.key_columns if p in columns}
             if not keep and columns:

@@ -46,9 +46,11 @@ def _needs_text(t: pa.DataType) -> bool:
 
 def _row_type(schema: pa.Schema, *, as_text: bool) -> pa.StructType:
     """The struct a row is read as: columns that JSON cannot give directly (or, ``as_text``,
-    every flat column: Canal quotes its values) read as strings, cast afterwards."""
+    every flat column: Canal quotes its values) read as strings, cast afterwards. Every field may
+    be NULL here: a change has no row before (an insert) or after (a delete), even for the
+    columns of a PRIMARY KEY, which are NOT NULL in the table."""
     return pa.struct([pa.field(f.name, pa.string()) if _needs_text(f.type) or (as_text and not pa.types.is_nested(
-        f.type)) else f for f in schema])
+        f.type)) else f.with_nullable(True) for f in schema])
 
 
 def _read(payloads: list[bytes], envelope: pa.Schema) -> pa.Table:
