@@ -83,3 +83,28 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 @pytest.fixture
 def update_golden(request: pytest.FixtureRequest) -> bool:
     return request.config.getoption("--update-golden")
+
+
+#: Test folders that run against real servers the tests start (Kafka, PostgreSQL, Redis): a test
+#: there that skips (its server would not start, a library is missing) fails instead, so a run
+#: that proved nothing about the servers cannot pass.
+SERVER_SUITES = ("kafka", "postgres", "redis_connector", "connector_contract", "end_to_end")
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
+    outcome = yield
+    report = outcome.get_result()
+    if report.skipped and item.path.parent.name in SERVER_SUITES and item.path.parent.parent.name == "tests":
+        report.outcome = "failed"
+        report.longrepr = f"a test against a real server skipped, which counts as a failure: {report.longrepr}"
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_make_collect_report(collector: pytest.Collector):
+    outcome = yield
+    report = outcome.get_result()
+    path = getattr(collector, "path", None)
+    if report.skipped and path is not None and path.parent.name in SERVER_SUITES and path.parent.parent.name == "tests":
+        report.outcome = "failed"
+        report.longrepr = f"a module of tests against a real server skipped, which counts as a failure: {report.longrepr}"
