@@ -323,3 +323,71 @@ def test_dropping_duplicated_changes_needs_a_primary_key(broker) -> None:
     with pytest.raises(clink.SqlError, match="declares none") as info:
         clink.compile(f"SET 'table.exec.source.cdc-events-duplicate' = 'true';\n{ddl};\nSELECT id FROM t")
     assert info.value.span.line == 3 and info.value.span.col == len("SELECT id FROM ") + 1
+
+
+# --- format metadata ---------------------------------------------------------------------------
+
+# The source block of Flink's Debezium page's example (a MySQL change), and its ts_ms.
+DEBEZIUM_SOURCE = {"version": "1.1.1.Final", "connector": "mysql", "name": "dbserver1", "ts_ms": 1589362330000,
+                   "db": "inventory", "schema": None, "table": "products"}
+
+
+@pytest.mark.parametrize("schema_include", [False, True])
+def test_debezium_metadata_columns_carry_each_messages_source(broker, schema_include: bool) -> None:
+    topic = broker.topic(partitions=1)
+    insert = {"before": None, "after": {"id": 7, "name": "hammer"}, "op": "c", "ts_ms": 1589362330904,
+              "source": DEBEZIUM_SOURCE}
+    update = {**DEBEZIUM_UPDATE, "source": {**DEBEZIUM_SOURCE, "db": "shop", "schema": "public", "ts_ms": 17},
+              "ts_ms": 18}
+    update["before"], update["after"] = {"id": 7, "name": "hammer"}, {"id": 7, "name": "mallet"}
+    bare = {"before": None, "after": {"id": 8, "name": "saw"}, "op": "r"}  # no source, no ts_ms: NULLs
+    messages = [insert, update, bare]
+    if schema_include:
+        messages = [{"schema": {"type": "struct"}, "payload": m} for m in messages]
+    broker.produce(topic, [(None, json.dumps(m).encode()) for m in messages])
+    # As Flink's page declares them (TIMESTAMP(3) columns from the TIMESTAMP_LTZ(3) metadata).
+    columns = ("origin_ts TIMESTAMP(3) METADATA FROM 'value.ingestion-timestamp' VIRTUAL, "
+               "event_time TIMESTAMP_LTZ(3) METADATA FROM 'value.source.timestamp' VIRTUAL, "
+               "origin_database STRING METADATA FROM 'value.source.database' VIRTUAL, "
+               "origin_schema STRING METADATA FROM 'value.source.schema' VIRTUAL, "
+               "origin_table STRING METADATA FROM 'value.source.table' VIRTUAL, id BIGINT, name STRING")
+    ddl = kafka_ddl("t", columns, topic, broker.servers, format="debezium-json", **BOUNDED,
+                    **{"debezium-json.schema-include": str(schema_include).lower()})
+    got = changes(clink.sql([ddl, "SELECT id, name, CAST(origin_ts AS STRING), CAST(event_time AS STRING), "
+                                  "origin_database, origin_schema, origin_table FROM t"]))
+    assert got == [
+        ("+I", 7, "hammer", "2020-05-13 09:32:10.904", "2020-05-13 09:32:10.000", "inventory", None, "products"),
+        ("-U", 7, "hammer", "1970-01-01 00:00:00.018", "1970-01-01 00:00:00.017", "shop", "public", "products"),
+        ("+U", 7, "mallet", "1970-01-01 00:00:00.018", "1970-01-01 00:00:00.017", "shop", "public", "products"),
+        ("+I", 8, "saw", None, None, None, None, None),
+    ]
+
+
+def test_canal_metadata_columns(broker) -> None:
+    topic = broker.topic(partitions=1)
+    message = {"data": [{"id": "1", "name": "a"}, {"id": "2", "name": "b"}], "old": None, "type": "INSERT",
+               "database": "inventory", "table": "products", "pkNames": ["id"], "ts": 1589373560798,
+               "es": 1589373560000, "isDdl": False}
+    broker.produce(topic, [(None, json.dumps(message).encode())])
+    columns = ("origin_database STRING METADATA FROM 'value.database' VIRTUAL, "
+               "origin_table STRING METADATA FROM 'value.table' VIRTUAL, "
+               "origin_pk_names ARRAY<STRING> METADATA FROM 'value.pk-names' VIRTUAL, "
+               "origin_ts TIMESTAMP(3) METADATA FROM 'value.ingestion-timestamp' VIRTUAL, "
+               "origin_es TIMESTAMP_LTZ(3) METADATA FROM 'value.event-timestamp' VIRTUAL, id BIGINT, name STRING")
+    ddl = kafka_ddl("t", columns, topic, broker.servers, format="canal-json", **BOUNDED)
+    got = changes(clink.sql([ddl, "SELECT id, origin_database, origin_table, origin_pk_names, "
+                                  "CAST(origin_ts AS STRING), CAST(origin_es AS STRING) FROM t"]))
+    assert got == [("+I", i, "inventory", "products", ["id"], "2020-05-13 12:39:20.798", "2020-05-13 12:39:20.000")
+                   for i in (1, 2)]
+
+
+@pytest.mark.parametrize(("fmt", "column", "message"), [
+    ("debezium-json", "m MAP<STRING, STRING> METADATA FROM 'value.source.properties'", "is not read by clink"),
+    ("canal-json", "m STRING METADATA FROM 'value.source.table'", "metadata of the 'debezium-json' format"),
+    ("json", "m STRING METADATA FROM 'value.table'", "metadata of the 'canal-json' format"),
+    ("debezium-json", "m STRING METADATA FROM 'value.nothing'", "kafka has no metadata 'value.nothing'"),
+])
+def test_format_metadata_of_another_format_is_refused(broker, fmt: str, column: str, message: str) -> None:
+    ddl = kafka_ddl("t", f"id BIGINT, {column}", "x", broker.servers, format=fmt)
+    with pytest.raises(clink.SqlError, match=message):
+        clink.compile(ddl)

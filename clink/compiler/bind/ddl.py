@@ -86,7 +86,7 @@ class DdlBinder:
         physical = [attrs.evolve(f, nullable=False) if f.name in stmt.primary_key else f for f in physical]
         options = {p.key: p for p in stmt.options}
         connector = self._check_connector(stmt, options, ir.Schema(tuple(physical)))
-        metadata = self._metadata_columns(stmt, connector)
+        metadata = self._metadata_columns(stmt, connector, options)
         changelog = self._source_changelog(connector, options)
         if UPDATE_AFTER in changelog.kinds and UPDATE_BEFORE not in changelog.kinds and not stmt.primary_key:
             raise SqlError(f"table {stmt.name!r}: the {connector!r} connector reads upserts by key, and the table "
@@ -164,14 +164,22 @@ class DdlBinder:
         expr = ir.substitute(expr, physical_exprs + tuple(e for _, e in computed))
         return wm.column, expr
 
-    def _metadata_columns(self, stmt: ast.CreateTable, connector: str) -> tuple[tuple[str, str], ...]:
+    def _metadata_columns(self, stmt: ast.CreateTable, connector: str,
+                          options: Mapping[str, ast.Property]) -> tuple[tuple[str, str], ...]:
         """The table's METADATA columns, checked against what its connector fills, as the one
         option that tells the connector which physical columns are metadata (none: nothing)."""
         columns = [c for c in stmt.columns if isinstance(c, ast.MetadataColumn)]
         if not columns:
             return ()
         known = self.connectors.get(connector).metadata
+        problem = self.connectors.get(connector).metadata_problem
         for col in columns:
+            if problem is not None:
+                why = problem({k: p.value for k, p in options.items() if k != "connector"}, col.key)
+                if why is not None:
+                    raise SqlError(f"column {col.name!r}: {why}", col.span,
+                                   f"write {col.name} <type> METADATA FROM '<key>' with one of those keys")
+                continue
             if not known:
                 raise SqlError(f"the {connector!r} connector has no metadata: column {col.name!r} cannot be "
                                "declared METADATA", col.span, "declare it as an ordinary column, or remove it")
@@ -249,6 +257,8 @@ class DdlBinder:
                                            f"got {p.value!r}", p.span))
         if connector.validate is not None and not errors:
             values = {k: p.value for k, p in options.items() if k != "connector"}
+            # Which columns are metadata (checked first, at the column): not read from the values.
+            values.update(self._metadata_columns(stmt, prop.value, options))
             for key, message in connector.validate(values, schema.to_arrow(), "table").items():
                 where = options[key].span if key in options else stmt.span
                 errors.append(SqlError(message, where))

@@ -223,6 +223,10 @@ class Connector:
     #: The metadata keys its source fills into ``name TYPE METADATA [FROM 'key']`` columns; the
     #: compiler refuses METADATA columns of any other key (and of a connector with none).
     metadata: tuple[str, ...] = ()
+    #: Why a table with these options cannot fill a METADATA column of this key (None: it can),
+    #: for metadata that depends on the options (a value format's own); given, it replaces the
+    #: check against ``metadata``, which then lists every key any table of the connector may have.
+    metadata_problem: Callable[[Mapping[str, str], str], str | None] | None = None
     #: The row kinds its source produces for a table's ``WITH`` options (its values, checked by
     #: ``validate`` first); None, or a mode that is not updating: the source appends. An updating
     #: source's batches end with the row-kind column (``TableSpec.changelog`` tells the reader),

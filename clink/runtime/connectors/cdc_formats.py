@@ -17,6 +17,10 @@ Flink's formats of those names do:
 
 The messages are joined into one text and parsed by pyarrow's JSON reader against the envelope
 with the table's columns; the rows and kinds are then put in order by one ``take``.
+
+Format metadata (``FORMAT_METADATA``, Flink's keys, read by a kafka table as
+``METADATA FROM 'value.<key>'``): each change carries the values of the message it came from, as
+extra columns ``value.<key>`` after the table's.
 """
 
 from __future__ import annotations
@@ -32,9 +36,34 @@ from clink.runtime import compute as pc
 from clink.runtime.connectors.filesystem import BadValue, cast_text
 from clink.runtime.plan import DELETE, INSERT, UPDATE_AFTER, UPDATE_BEFORE
 
-__all__ = ["CHANGELOG_FORMATS", "decode_changelog"]
+__all__ = ["CHANGELOG_FORMATS", "FORMAT_METADATA", "UNREAD_METADATA", "decode_changelog"]
 
 CHANGELOG_FORMATS = ("debezium-json", "canal-json")
+
+#: Per format, the metadata a change carries (Flink's keys, without the ``value.`` prefix a kafka
+#: table gives them): its type, and the path to it in the message.
+_TS = pa.timestamp("ms", "UTC")
+FORMAT_METADATA: dict[str, dict[str, tuple[pa.DataType, tuple[str, ...]]]] = {
+    "debezium-json": {
+        "ingestion-timestamp": (_TS, ("ts_ms",)),
+        "source.timestamp": (_TS, ("source", "ts_ms")),
+        "source.database": (pa.string(), ("source", "db")),
+        "source.schema": (pa.string(), ("source", "schema")),
+        "source.table": (pa.string(), ("source", "table")),
+    },
+    "canal-json": {
+        "database": (pa.string(), ("database",)),
+        "table": (pa.string(), ("table",)),
+        "ingestion-timestamp": (_TS, ("ts",)),
+        "event-timestamp": (_TS, ("es",)),
+        "pk-names": (pa.list_(pa.string()), ("pkNames",)),
+    },
+}
+#: Flink's metadata of these formats that clink does not read, and why.
+UNREAD_METADATA = {
+    "debezium-json": {"schema": "the JSON schema of a message", "source.properties": "a MAP of the whole source"},
+    "canal-json": {"sql-type": "a MAP of the columns' SQL types"},
+}
 
 _CANAL_INSERT = ("INSERT", "INIT")
 _CANAL_SKIPPED = ("CREATE",)
@@ -64,6 +93,45 @@ def _read(payloads: list[bytes], envelope: pa.Schema) -> pa.Table:
     return table
 
 
+def _metadata_fields(fmt: str, keys: tuple[str, ...]) -> list[pa.Field]:
+    """The envelope fields that hold the metadata ``keys`` of format ``fmt`` (timestamps as
+    epoch milliseconds, as the formats write them)."""
+    fields: dict[str, dict | pa.DataType] = {}
+    for key in keys:
+        t, path = FORMAT_METADATA[fmt][key]
+        at = fields
+        for step in path[:-1]:
+            at = at.setdefault(step, {})
+        at[path[-1]] = pa.int64() if t == _TS else t
+
+    def field(name: str, t) -> pa.Field:
+        return pa.field(name, pa.struct([field(k, v) for k, v in t.items()]) if isinstance(t, dict) else t)
+
+    return [field(k, v) for k, v in fields.items()]
+
+
+def _metadata(fmt: str, keys: tuple[str, ...], envelope: pa.StructArray | pa.Table) -> dict[str, pa.Array]:
+    """Per message, the values of the metadata ``keys``, as columns named ``value.<key>``."""
+    out = {}
+    for key in keys:
+        t, path = FORMAT_METADATA[fmt][key]
+        if isinstance(envelope, pa.Table):
+            column = envelope.column(path[0]).combine_chunks()
+        else:
+            column = envelope.field(path[0])
+        for step in path[1:]:
+            column = pc.struct_field(column, step)
+        out[f"value.{key}"] = column.cast(t) if t == _TS else column
+    return out
+
+
+def _with_metadata(rows: pa.Table, metadata: dict[str, pa.Array], origin: np.ndarray) -> pa.Table:
+    """``rows`` (one per change) with the metadata of the message each came from."""
+    for name, column in metadata.items():
+        rows = rows.append_column(name, column.take(pa.array(origin, pa.int64())))
+    return rows
+
+
 def _columns(rows: pa.Array, schema: pa.Schema) -> list[pa.Array]:
     """The fields of a struct array as columns of ``schema``'s types (a NULL row: NULL fields)."""
     rows = rows.combine_chunks() if isinstance(rows, pa.ChunkedArray) else rows
@@ -90,10 +158,11 @@ def _interleave(first: np.ndarray, second: np.ndarray, first_kind: np.ndarray, s
     return take, kinds, change
 
 
-def _debezium(payloads: list[bytes], schema: pa.Schema, *, as_text: bool, schema_include: bool
-              ) -> tuple[pa.Table, np.ndarray, np.ndarray]:
+def _debezium(payloads: list[bytes], schema: pa.Schema, *, as_text: bool, schema_include: bool,
+              metadata: tuple[str, ...]) -> tuple[pa.Table, np.ndarray, np.ndarray]:
     row = _row_type(schema, as_text=as_text)
-    body = pa.struct([pa.field("before", row), pa.field("after", row), pa.field("op", pa.string())])
+    body = pa.struct([pa.field("before", row), pa.field("after", row), pa.field("op", pa.string()),
+                      *_metadata_fields("debezium-json", metadata)])
     envelope = pa.schema([pa.field("payload", body)] if schema_include else list(body))
     table = _read(payloads, envelope)
     if schema_include:
@@ -101,8 +170,10 @@ def _debezium(payloads: list[bytes], schema: pa.Schema, *, as_text: bool, schema
         if payload.null_count:
             raise BadValue("a message has no 'payload' ('debezium-json.schema-include' is true)")
         before, after, op = payload.field("before"), payload.field("after"), payload.field("op")
+        meta = _metadata("debezium-json", metadata, payload)
     else:
         before, after, op = (table.column(n).combine_chunks() for n in ("before", "after", "op"))
+        meta = _metadata("debezium-json", metadata, table)
     ops = np.asarray(op.to_numpy(zero_copy_only=False), dtype=object)
     n = len(ops)
     inserts, updates, deletes = np.isin(ops, ("c", "r")), ops == "u", ops == "d"
@@ -125,7 +196,7 @@ def _debezium(payloads: list[bytes], schema: pa.Schema, *, as_text: bool, schema
     both = pa.Table.from_arrays([pa.concat_arrays([b, a]) for b, a in zip(_columns(before, schema),
                                                                         _columns(after, schema), strict=True)],
                                 schema=schema)
-    return both.take(pa.array(take, pa.int64())), kinds, origin
+    return _with_metadata(both.take(pa.array(take, pa.int64())), meta, origin), kinds, origin
 
 
 def _mentioned(old_text: pa.Array, name: str) -> np.ndarray:
@@ -142,13 +213,15 @@ def _old_text(payloads: list[bytes]) -> pa.Array:
     return pc.struct_field(found, "old")
 
 
-def _canal(payloads: list[bytes], schema: pa.Schema, *, as_text: bool, database: str | None, table_name: str | None
-           ) -> tuple[pa.Table, np.ndarray, np.ndarray]:
+def _canal(payloads: list[bytes], schema: pa.Schema, *, as_text: bool, database: str | None, table_name: str | None,
+           metadata: tuple[str, ...]) -> tuple[pa.Table, np.ndarray, np.ndarray]:
     row = _row_type(schema, as_text=as_text)
+    extra = [f for f in _metadata_fields("canal-json", metadata) if f.name not in ("database", "table")]
     envelope = pa.schema([pa.field("data", pa.list_(row)), pa.field("old", pa.list_(row)),
                           pa.field("type", pa.string()), pa.field("database", pa.string()),
-                          pa.field("table", pa.string())])
+                          pa.field("table", pa.string()), *extra])
     table = _read(payloads, envelope)
+    meta = _metadata("canal-json", metadata, table)
     types = np.asarray(table.column("type").to_numpy(zero_copy_only=False), dtype=object)
     keep = ~np.isin(types, _CANAL_SKIPPED)
     for column, pattern in (("database", database), ("table", table_name)):
@@ -198,25 +271,30 @@ def _canal(payloads: list[bytes], schema: pa.Schema, *, as_text: bool, database:
     take, kinds, change = _interleave(first, second, first_kind, second_kind)
     both = pa.Table.from_arrays([pa.concat_arrays([d, b]) for d, b in zip(data_columns, before_columns, strict=True)],
                                 schema=schema)
-    return both.take(pa.array(take, pa.int64())), kinds, parent[change]
+    return _with_metadata(both.take(pa.array(take, pa.int64())), meta, parent[change]), kinds, parent[change]
 
 
 def decode_changelog(fmt: str, payloads: list[bytes], schema: pa.Schema, *, schema_include: bool = False,
-                     database: str | None = None, table: str | None = None) -> tuple[pa.Table, np.ndarray, np.ndarray]:
-    """The changes ``payloads`` carry: the rows (columns of ``schema``), each row's kind, and the
-    index of the message each row comes from (a message gives none, one or several rows).
+                     database: str | None = None, table: str | None = None,
+                     metadata: tuple[str, ...] = ()) -> tuple[pa.Table, np.ndarray, np.ndarray]:
+    """The changes ``payloads`` carry: the rows (columns of ``schema``, then ``value.<key>`` for
+    each key of ``metadata``), each row's kind, and the index of the message each row comes from
+    (a message gives none, one or several rows).
 
     Raises ``BadValue`` (or ``pyarrow.ArrowInvalid``) when some payload does not parse or is not
     a change; the caller bisects to find it. Values may be JSON numbers or quoted (Canal quotes
     them all): a run of messages is read one way, then the other, then in halves.
     """
     if not payloads:
-        return schema.empty_table(), np.zeros(0, object), np.zeros(0, np.int64)
+        empty = schema.empty_table()
+        for key in metadata:
+            empty = empty.append_column(f"value.{key}", pa.array([], FORMAT_METADATA[fmt][key][0]))
+        return empty, np.zeros(0, object), np.zeros(0, np.int64)
 
     def attempt(part: list[bytes], as_text: bool):
         if fmt == "debezium-json":
-            return _debezium(part, schema, as_text=as_text, schema_include=schema_include)
-        return _canal(part, schema, as_text=as_text, database=database, table_name=table)
+            return _debezium(part, schema, as_text=as_text, schema_include=schema_include, metadata=metadata)
+        return _canal(part, schema, as_text=as_text, database=database, table_name=table, metadata=metadata)
 
     first = fmt == "canal-json"  # Canal quotes its values: try text first
     try:
@@ -231,8 +309,8 @@ def decode_changelog(fmt: str, payloads: list[bytes], schema: pa.Schema, *, sche
         raise BadValue(str(problem)) from None
     mid = len(payloads) // 2
     left = decode_changelog(fmt, payloads[:mid], schema, schema_include=schema_include, database=database,
-                            table=table)
+                            table=table, metadata=metadata)
     right = decode_changelog(fmt, payloads[mid:], schema, schema_include=schema_include, database=database,
-                             table=table)
+                             table=table, metadata=metadata)
     return (pa.concat_tables([left[0], right[0]]), np.concatenate([left[1], right[1]]),
             np.concatenate([left[2], right[2] + mid]))

@@ -56,7 +56,7 @@ import pyarrow as pa
 from clink.errors import ConnectorError, RecordError
 from clink.runtime import compute as pc
 from clink.runtime.connectors.base import Connector, OptionSpec, SinkWriter, SourceReader, TableSpec
-from clink.runtime.connectors.cdc_formats import CHANGELOG_FORMATS, decode_changelog
+from clink.runtime.connectors.cdc_formats import CHANGELOG_FORMATS, FORMAT_METADATA, UNREAD_METADATA, decode_changelog
 from clink.runtime.connectors.filesystem import BadValue
 from clink.runtime.connectors.kafka_formats import FORMATS, decode, encode, format_problem
 from clink.runtime.plan import (
@@ -182,6 +182,32 @@ def parse_metadata(text: str) -> dict[str, str]:
     return dict(item.split("=", 1) for item in text.split(";") if item)
 
 
+def _metadata_problem(key: str, value_format: str) -> str | None:
+    """Why a kafka table with values of ``value_format`` cannot fill METADATA FROM ``key``."""
+    if key in METADATA_KEYS:
+        return None
+    own = FORMAT_METADATA.get(value_format, {})
+    offered = ", ".join([*METADATA_KEYS, *(f"value.{k}" for k in own)])
+    if key.startswith("value."):
+        bare = key[len("value."):]
+        if bare in own:
+            return None
+        if bare in UNREAD_METADATA.get(value_format, {}):
+            return (f"the {value_format!r} metadata {key!r} ({UNREAD_METADATA[value_format][bare]}) is not read by "
+                    f"clink; it reads {offered}")
+        formats = [f for f in FORMAT_METADATA if bare in FORMAT_METADATA[f] or bare in UNREAD_METADATA[f]]
+        if formats:
+            return f"{key!r} is metadata of the {' and '.join(map(repr, formats))} format, and the value format is " \
+                   f"{value_format!r}; this table has {offered}"
+    return f"kafka has no metadata {key!r}; this table has {offered}"
+
+
+#: Every METADATA key the compiler lets a kafka table declare; which apply depends on the value
+#: format, checked with the table's options.
+ALL_METADATA = (*METADATA_KEYS, *dict.fromkeys(
+    f"value.{k}" for f in CHANGELOG_FORMATS for k in (*FORMAT_METADATA[f], *UNREAD_METADATA[f])))
+
+
 def parse_settings(options: Mapping[str, str], table_schema: pa.Schema, *, upsert: bool,
                    primary_key: tuple[str, ...] = ()) -> tuple[Settings | None, dict[str, str]]:
     """Parse and check a kafka or upsert-kafka table's options; the settings, or errors by option."""
@@ -239,9 +265,9 @@ def parse_settings(options: Mapping[str, str], table_schema: pa.Schema, *, upser
     physical = list(table_schema.names)
     metadata = parse_metadata(options.get(METADATA_OPTION, ""))
     for column, key in metadata.items():
-        if key not in METADATA_KEYS:
-            errors["connector"] = (f"column {column!r}: {name} has no metadata {key!r}; it has "
-                                   f"{', '.join(METADATA_KEYS)}")
+        problem = _metadata_problem(key, value_format)
+        if problem is not None:
+            errors["connector"] = f"column {column!r}: {problem}"
     physical = [n for n in physical if n not in metadata]
     if upsert:
         if not primary_key:
@@ -429,6 +455,8 @@ class KafkaSourceReader(SourceReader):
         self._value_schema = pa.schema([by_name[n] for n in s.value_fields])
         self._key_schema = pa.schema([by_name[n] for n in s.key_fields])
         self._schema = spec.schema
+        #: The value format's metadata the table reads (Flink's keys after 'value.').
+        self._format_metadata = tuple(k[len("value."):] for k in s.metadata.values() if k.startswith("value."))
 
     # -- partitions and offsets
 
@@ -696,7 +724,8 @@ class KafkaSourceReader(SourceReader):
         if fmt in CHANGELOG_FORMATS:
             def read(part: list[bytes]) -> Any:
                 return decode_changelog(fmt, part, schema, schema_include=s.schema_include,
-                                        database=s.canal_database, table=s.canal_table)
+                                        database=s.canal_database, table=s.canal_table,
+                                        metadata=self._format_metadata)
         else:
             def read(part: list[bytes]) -> Any:
                 return decode(fmt, part, schema, csv_delimiter=delimiter)
@@ -776,7 +805,9 @@ class KafkaSourceReader(SourceReader):
                     kinds = np.where(tombstone, DELETE, "+U" if self._upsert else "+I")
                 columns.append(pa.array(kinds, pa.string()))
             elif f.name in s.metadata:
-                columns.append(pc.cast(meta[s.metadata[f.name]](), f.type))
+                key = s.metadata[f.name]
+                column = value_table.column(key).combine_chunks() if key not in meta else meta[key]()
+                columns.append(pc.cast(column, f.type))
             elif key_table is not None and f.name in s.key_fields and (
                     f.name not in s.value_fields or self._upsert):
                 columns.append(key_table.column(f.name).combine_chunks())
@@ -1059,7 +1090,9 @@ KAFKA = Connector(
     create_sink=_sink(False),
     validate=_validator(False),
     splittable=True,
-    metadata=tuple(METADATA_KEYS),
+    metadata=ALL_METADATA,
+    metadata_problem=lambda options, key: _metadata_problem(
+        key, options.get("value.format", options.get("format", "")).strip().lower()),
     source_changelog=_kafka_changelog,
 )
 
