@@ -266,8 +266,9 @@ APPENDS = ("CREATE TABLE a (id BIGINT, ts TIMESTAMP(3), WATERMARK FOR ts AS ts) 
 @pytest.mark.parametrize(("query", "message", "at"), [
     ("SELECT window_start, COUNT(*) FROM TABLE(TUMBLE(TABLE t, DESCRIPTOR(ts), INTERVAL '1' MINUTE)) "
      "GROUP BY window_start, window_end", "TUMBLE windows over an updating table", "TABLE t"),
-    ("SELECT a.id, t.name FROM a JOIN t FOR SYSTEM_TIME AS OF a.ts ON a.id = t.id",
-     "needs a table of appends on the right", "t FOR SYSTEM_TIME"),
+    ("SELECT a.id, t.name FROM (SELECT *, PROCTIME() AS pt FROM a) AS a JOIN t FOR SYSTEM_TIME AS OF a.pt "
+     "ON a.id = t.id", "lookup join FOR SYSTEM_TIME AS OF a processing time needs a table of appends",
+     "t FOR SYSTEM_TIME"),
     ("SELECT t.id FROM t JOIN a FOR SYSTEM_TIME AS OF t.ts ON a.id = t.id", "takes appends on the left", "t.ts"),
 ])
 def test_what_does_not_take_a_changelog_is_refused_where_it_is_written(query: str, message: str, at: str) -> None:

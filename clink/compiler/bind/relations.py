@@ -239,13 +239,14 @@ class RelationBinder:
         name = item.right.name
         entry = next((frame[name] for frame in reversed(self._ctes) if name in frame), None) \
             or self.catalog.lookup(name)
-        if isinstance(entry, CatalogTable) and entry.info.changelog.updating:
-            # A changelog table is not a versioned table here (nor a lookup table): its rows come
-            # and go as the changes arrive.
-            raise SqlError(f"a join FOR SYSTEM_TIME AS OF needs a table of appends on the right; {name!r} is a "
-                           "changelog (its connector reads updates and deletions)", item.right.span,
-                           "join it with a regular JOIN ... ON, which keeps up with its changes")
+        changelog = isinstance(entry, CatalogTable) and entry.info.changelog.updating
         if isinstance(time, ir.Column) and left.rel is not None and is_proctime(left.rel, time.index):
+            if changelog:
+                # A lookup reads the table as it is; a changelog's rows come and go as changes arrive.
+                raise SqlError(f"a lookup join FOR SYSTEM_TIME AS OF a processing time needs a table of appends on "
+                               f"the right; {name!r} is a changelog (its connector reads updates and deletions)",
+                               item.right.span, "join it FOR SYSTEM_TIME AS OF an event time (a versioned table: "
+                               "it needs a PRIMARY KEY and a WATERMARK), or with a regular JOIN ... ON")
             return True, None, (), right
         if not (isinstance(time, ir.Column) and left.columns[time.index].rowtime):
             raise SqlError("FOR SYSTEM_TIME AS OF needs a time attribute of the left side: an event-time column "

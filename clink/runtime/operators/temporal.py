@@ -6,6 +6,12 @@ time until the key's next version. A left row meets the version of its key valid
 every version up to then has arrived). The result is append-only: ``INNER`` drops a left row
 without a version, ``LEFT`` pads it with NULLs.
 
+The right side may be a changelog (a table with a primary key read from Debezium, Canal or
+upsert-kafka): as in Flink, its ``+I`` and ``+U`` rows are versions, ``-U`` rows are passed over
+(the ``+U`` after them is the new version), and a ``-D`` row says that from its time on the key
+has no row: it is stored as a version with ``_count`` -1, and a left row whose chosen version is
+one meets nothing. Of versions of one key with equal times, the one stored last counts.
+
 State, through the state contract:
 
 - ``pending`` (table state): left rows waiting for the watermark, in buckets of a second;
@@ -29,7 +35,7 @@ from clink.runtime import compute as pc
 from clink.runtime.operators.base import OperatorBase
 from clink.runtime.operators.common import all_valid, epoch_ms, hold, max_parallelism, open_state, take_ready, updating_input
 from clink.runtime.operators.rows import KeyedRows, plain_array
-from clink.runtime.plan import APPEND_ONLY, ChangelogMode
+from clink.runtime.plan import APPEND_ONLY, DELETE, UPDATE_BEFORE, ChangelogMode
 from clink.runtime.state.backend import KEY_GROUP, OperatorState, StateBackend, TableStateDescriptor
 from clink.runtime.state.keygroups import group_of_hash, hash_columns
 
@@ -57,9 +63,12 @@ class TemporalJoinOperator(OperatorBase):
             self.metrics.setdefault(name, 0)
         if node.kind not in ("inner", "left"):
             raise ValueError(f"{self._where}: a temporal join is inner or left, not {node.kind}")
-        for schema, mode, side in ((left_schema, left_mode, "left"), (right_schema, right_mode, "right")):
-            if updating_input(mode, schema, self._where, f"{side} input"):
-                raise ValueError(f"{self._where}: the {side} input is updating; a temporal join takes appends")
+        if updating_input(left_mode, left_schema, self._where, "left input"):
+            raise ValueError(f"{self._where}: the left input is updating; a temporal join takes appends on the left")
+        #: The right input is a changelog: its batches end with the row kind.
+        self._changes = updating_input(right_mode, right_schema, self._where, "right input")
+        if self._changes:
+            right_schema = pa.schema(list(right_schema)[:-1])
         self.left_schema, self.right_schema = left_schema, right_schema
         self.left_time, self.right_time = node.temporal
         self._out_schema = node.schema
@@ -86,12 +95,19 @@ class TemporalJoinOperator(OperatorBase):
             columns = [batch.column(i) for i in range(len(self.right_schema))]
             keys = [columns[k] for k in self.node.right_keys]
             valid = all_valid(keys, n)
-            if not valid.all():  # a version without a key is never met
+            sign = np.ones(n, np.int64)
+            if self._changes:
+                kinds = batch.column(len(self.right_schema))
+                valid &= pc.not_equal(kinds, UPDATE_BEFORE).to_numpy(zero_copy_only=False)
+                sign[pc.equal(kinds, DELETE).to_numpy(zero_copy_only=False)] = -1
+            if not valid.all():  # a version without a key is never met; a -U is no version
                 keep = pa.array(valid)
                 columns = [pc.filter(c, keep) for c in columns]
                 keys = [columns[k] for k in self.node.right_keys]
-            self.versions.store(columns, np.ones(len(columns[0]), np.int64), hash_columns(keys, len(columns[0])),
-                                int(self.ctx.runtime.clock()), epoch_ms(columns[self.right_time]))
+                sign = sign[valid]
+            if len(sign):
+                self.versions.store(columns, sign, hash_columns(keys, len(columns[0])),
+                                    int(self.ctx.runtime.clock()), epoch_ms(columns[self.right_time]))
         else:
             ts = epoch_ms(batch.column(self.left_time))
             khash = hash_columns([batch.column(k) for k in self.node.left_keys], n)
@@ -157,6 +173,8 @@ class TemporalJoinOperator(OperatorBase):
                 last = np.ones(len(ranked), dtype=bool)
                 last[:-1] = probe[ranked][1:] != probe[ranked][:-1]
                 best = ranked[last]
+                # A deletion chosen: the key has no row at that time.
+                best = best[stored.column("_count").to_numpy()[best] > 0]
                 chosen[probe[best]] = best
         matched = np.flatnonzero(chosen >= 0)
         right_width = len(self.right_schema)
