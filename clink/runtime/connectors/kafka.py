@@ -624,23 +624,30 @@ class KafkaSourceReader(SourceReader):
             self._split_names = None
             self._check_ends()
             return None
-        for m in messages:
-            if m.error() is not None:
-                raise ConnectorError(f"table {self._name!r}: reading {m.topic()}/{m.partition()}: {m.error()}")
-        # The client hands messages over one by one: these comprehensions are the only per-message
-        # work; everything after is on whole arrays.
-        topics = [m.topic() for m in messages]
-        partitions = np.fromiter((m.partition() for m in messages), np.int32, len(messages))
-        offsets = np.fromiter((m.offset() for m in messages), np.int64, len(messages))
+        # The client hands messages over one by one: these calls are the only per-message work,
+        # each mapped over the batch in C (no Python frame per message); everything after is on
+        # whole arrays.
+        message = self._ck.Message
+        n = len(messages)
+        errors = list(map(message.error, messages))
+        if errors.count(None) != n:
+            m = next(m for m, e in zip(messages, errors) if e is not None)
+            raise ConnectorError(f"table {self._name!r}: reading {m.topic()}/{m.partition()}: {m.error()}")
+        # A subtask reading one topic (or one partition) knows each message's without asking.
+        single_topic = len({t for t, _ in self._mine}) == 1
+        topics = [self._mine[0][0]] * n if single_topic else list(map(message.topic, messages))
+        partitions = (np.full(n, self._mine[0][1], np.int32) if len(self._mine) == 1
+                      else np.fromiter(map(message.partition, messages), np.int32, n))
+        offsets = np.fromiter(map(message.offset, messages), np.int64, n)
         # Record timestamps only where something reads them (a timestamp mode, a metadata column).
-        stamps = [m.timestamp() for m in messages] if self._reads_times else None
+        stamps = list(map(message.timestamp, messages)) if self._reads_times else None
         times = (np.fromiter((t[1] if t[0] else -1 for t in stamps), np.int64, len(messages))
                  if stamps is not None else None)
         keep = np.ones(len(messages), bool)
         groups: dict[tuple[str, int], np.ndarray] = {}
-        topic_array = np.array(topics, dtype=object)
-        for topic in set(topics):
-            in_topic = topic_array == topic if len(self._mine) > 1 else np.ones(len(messages), bool)
+        topic_array = None if single_topic else np.array(topics, dtype=object)
+        for topic in ([topics[0]] if single_topic else set(topics)):
+            in_topic = np.ones(n, bool) if single_topic else topic_array == topic
             for p in np.unique(partitions[in_topic]):
                 groups[(topic, int(p))] = np.flatnonzero(in_topic & (partitions == p))
         for tp, rows in groups.items():
@@ -669,8 +676,8 @@ class KafkaSourceReader(SourceReader):
                 else self._next[tp]
             if tp in self._stop and self._next[tp] >= self._stop[tp]:
                 self._finish_partition(tp)
-        values = [m.value() for m in messages]
-        keys = [m.key() for m in messages] if self._settings.key_format is not None else None
+        values = list(map(message.value, messages))
+        keys = list(map(message.key, messages)) if self._settings.key_format is not None else None
         # Each message's partition as an index into splits() (as the executor reads it after
         # this poll: the partitions not ended, one that ended with this batch included).
         live = {tp: i for i, tp in enumerate(tp for tp in self._mine if tp not in self._done or tp in groups)}
@@ -755,17 +762,19 @@ class KafkaSourceReader(SourceReader):
     def _rows(self, idx: np.ndarray, values: list, keys: list | None, topics: list[str], partitions: np.ndarray,
               offsets: np.ndarray, times: np.ndarray, stamps: list, split_of: np.ndarray) -> pa.RecordBatch:
         s = self._settings
-        kept_values = [values[i] for i in idx]
+        kept_values = values if len(idx) == len(values) else [values[i] for i in idx]
         where = _Places(topics, partitions, offsets, idx)
-        tombstone = np.fromiter((v is None for v in kept_values), bool, len(kept_values))
-        if not self._upsert and tombstone.any():
+        tombstones = kept_values.count(None)
+        tombstone = (np.fromiter((v is None for v in kept_values), bool, len(kept_values)) if tombstones
+                     else np.zeros(len(kept_values), bool))
+        if not self._upsert and tombstones:
             # A NULL value carries no row for the plain kafka source (Flink skips it likewise).
             self.metrics["skipped_records"] += int(tombstone.sum())
             idx = idx[~tombstone]
             kept_values = [v for v in kept_values if v is not None]
             where = where.select(np.flatnonzero(~tombstone))
             tombstone = np.zeros(len(idx), bool)
-        present = [v for v in kept_values if v is not None]
+        present = [v for v in kept_values if v is not None] if tombstone.any() else kept_values
         value_table = self._decode(s.value_format, present, self._value_schema, s.value_delimiter,
                                    where.select(np.flatnonzero(~tombstone)))
         kinds = None
@@ -858,6 +867,11 @@ class KafkaSinkWriter(SinkWriter):
         except ck.KafkaException as e:
             raise ConnectorError(f"table {spec.name!r}: cannot create the Kafka producer: {e}") from None
         self._initialised = False
+        #: The ledger's committed checkpoint once read from the broker, then kept up to date by
+        #: this writer's own commits (a producer fencing this one makes its next commit fail).
+        self._ledger_committed: int | None = None
+        #: The consumer whose group metadata each transaction commits the ledger offset with.
+        self._ledger_consumer: Any = None
         self._buffer: list[pa.RecordBatch] = []
         self._failure: Any = None
         self.metrics["rows_out"] = 0
@@ -934,16 +948,26 @@ class KafkaSinkWriter(SinkWriter):
         return table
 
     def close(self) -> None:
-        if self._exactly_once:
-            rows = self._take_buffer()
-            if rows.num_rows:
-                self._transaction(rows, None)
-        self._flush()
+        try:
+            if self._exactly_once:
+                rows = self._take_buffer()
+                if rows.num_rows:
+                    self._transaction(rows, None)
+            self._flush()
+        finally:
+            self._close_ledger()
 
     def abort(self) -> None:
         self._buffer = []
         with contextlib.suppress(Exception):
             self._producer.purge()
+        self._close_ledger()
+
+    def _close_ledger(self) -> None:
+        if self._ledger_consumer is not None:
+            consumer, self._ledger_consumer = self._ledger_consumer, None
+            with contextlib.suppress(Exception):
+                consumer.close()
 
     # -- exactly-once: one transaction per checkpoint, with the ledger
 
@@ -979,13 +1003,14 @@ class KafkaSinkWriter(SinkWriter):
             self._producer.begin_transaction()
             self._produce(rows)
             if checkpoint_id is not None:
-                ledger = ck.Consumer({"bootstrap.servers": self._config["bootstrap.servers"],
-                                      "group.id": self._ledger_group, "enable.auto.commit": "false"})
-                try:
-                    self._producer.send_offsets_to_transaction([ck.TopicPartition(self._topic, 0, checkpoint_id)],
-                                                               ledger.consumer_group_metadata(), BROKER_TIMEOUT_S)
-                finally:
-                    ledger.close()
+                if self._ledger_consumer is None:
+                    # One for the writer's life: a consumer per commit cost a connection each time.
+                    self._ledger_consumer = ck.Consumer({"bootstrap.servers": self._config["bootstrap.servers"],
+                                                         "group.id": self._ledger_group,
+                                                         "enable.auto.commit": "false"})
+                self._producer.send_offsets_to_transaction([ck.TopicPartition(self._topic, 0, checkpoint_id)],
+                                                           self._ledger_consumer.consumer_group_metadata(),
+                                                           BROKER_TIMEOUT_S)
             self._producer.commit_transaction(BROKER_TIMEOUT_S)
         except ck.KafkaException as e:
             with contextlib.suppress(ck.KafkaException):
@@ -996,6 +1021,8 @@ class KafkaSinkWriter(SinkWriter):
         if self._failure is not None:
             failure, self._failure = self._failure, None
             raise ConnectorError(f"table {self._name!r}: cannot write to {self._topic!r}: {failure}")
+        if checkpoint_id is not None:
+            self._ledger_committed = checkpoint_id
 
     def _staged(self) -> dict[int, Path]:
         if self._staging is None or not self._staging.is_dir():
@@ -1025,7 +1052,7 @@ class KafkaSinkWriter(SinkWriter):
         staged = {n: p for n, p in self._staged().items() if n <= checkpoint_id}
         if not staged:
             return
-        committed = self._ledger()
+        committed = self._ledger() if self._ledger_committed is None else self._ledger_committed
         for n in sorted(staged):
             if n > committed:
                 with pa.memory_map(str(staged[n])) as source:
@@ -1039,11 +1066,12 @@ class KafkaSinkWriter(SinkWriter):
         if lineage:
             # Checkpoint ids start again at 1 in a new state directory: each keeps its own ledger.
             self._ledger_group = f"{self._settings.transactional_prefix}-clink-ledger-{lineage[:16]}"
+            self._close_ledger()
         self._init()
         for n, path in self._staged().items():
             if n > checkpoint_id:
                 path.unlink()  # the run replays these rows
-        committed = self._ledger()
+        committed = self._ledger_committed = self._ledger()
         if committed > checkpoint_id and checkpoint_id > 0:
             message = (f"table {self._name!r}: the topic {self._topic!r} holds the transactions of checkpoints up to "
                        f"{committed}, committed after checkpoint {checkpoint_id} which this run resumes from, and "
