@@ -60,7 +60,7 @@ from clink.runtime.connectors.lookup_cache import KeyLookup
 from clink.runtime.connectors.lookup_cache import count as _count
 from clink.runtime.connectors.lookup_cache import duration as _duration
 from clink.runtime.connectors.shares import DONE, Progress, merge, share_of
-from clink.runtime.connectors.sqlite import check_kinds, last_change_per_key
+from clink.runtime.connectors.sqlite import check_kinds, last_change_per_key, removes
 from clink.runtime.plan import DELETE, INSERT, ROWKIND_COLUMN, UPDATE_BEFORE
 
 if TYPE_CHECKING:
@@ -498,11 +498,12 @@ class JdbcSinkWriter(SinkWriter):
 
     def _apply_rows(self, cur: Any, changes: pa.Table) -> None:
         cur.adbc_ingest("_clink_rows", changes, mode="replace", temporary=True)
-        self._apply(cur, '"_clink_rows"', "TRUE")
+        self._apply(cur, '"_clink_rows"', "TRUE", deletes=bool(self._key) and bool(removes(changes).any()))
         cur.execute('DROP TABLE "_clink_rows"')
 
-    def _apply(self, cur: Any, rows: str, where: str) -> None:
-        """Apply the changes in relation ``rows`` (those where ``where``) to the target table."""
+    def _apply(self, cur: Any, rows: str, where: str, *, deletes: bool = True) -> None:
+        """Apply the changes in relation ``rows`` (those where ``where``) to the target table;
+        ``deletes`` False says none of them removes its key (no DELETE statement is needed)."""
         table = self._server.table
         names = ", ".join(_quote(c) for c in self._columns)
         kind = _quote(ROWKIND_COLUMN)
@@ -513,7 +514,8 @@ class JdbcSinkWriter(SinkWriter):
         # A -U that is its key's last change (a filter kept its +U away) removes the key, as a -D
         # does: as Flink's upsert sinks read it (see ``sqlite.removes``).
         gone = f"IN ('{DELETE}', '{UPDATE_BEFORE}')"
-        cur.execute(f"DELETE FROM {table} t USING {rows} s WHERE ({where}) AND s.{kind} {gone} AND {match}")
+        if deletes:
+            cur.execute(f"DELETE FROM {table} t USING {rows} s WHERE ({where}) AND s.{kind} {gone} AND {match}")
         others = [c for c in self._columns if c not in self._key]
         conflict = (f"DO UPDATE SET {', '.join(f'{_quote(c)} = EXCLUDED.{_quote(c)}' for c in others)}"
                     if others else "DO NOTHING")

@@ -175,6 +175,8 @@ def last_change_per_key(changes: pa.Table, key: tuple[str, ...], updating: bool 
         row += "_"
     indexed = changes.select(list(key)).append_column(row, pa.array(np.arange(changes.num_rows, dtype=np.int64)))
     last = indexed.group_by(list(key), use_threads=False).aggregate([(row, "max")]).column(f"{row}_max")
+    if len(last) == changes.num_rows:
+        return changes  # every key once: nothing to drop, and the order is the arrival order
     return pc.take(changes, pa.array(np.sort(last.to_numpy()), pa.int64()))
 
 
