@@ -41,6 +41,21 @@ def test_metadata_columns_partition_offset_timestamp(broker) -> None:
     ]
 
 
+@pytest.mark.parametrize("topics", [1, 2])
+def test_metadata_of_one_partition_and_of_several_topics(broker, topics: int) -> None:
+    # One topic of one partition: the source knows every message's topic and partition without
+    # asking it; several topics: it asks each message.
+    names = [broker.topic(partitions=1) for _ in range(topics)]
+    for t, name in enumerate(names):
+        broker.produce(name, [(None, json.dumps({"v": f"{t}-{i}"}).encode()) for i in range(3)])
+    ddl = kafka_ddl("t", "v STRING, tp STRING METADATA FROM 'topic' VIRTUAL, p INT METADATA FROM 'partition' "
+                         "VIRTUAL, `offset` BIGINT METADATA VIRTUAL", ";".join(names), broker.servers,
+                    format="json", **{"scan.startup.mode": "earliest-offset", "scan.bounded.mode": "latest-offset"})
+    got = clink.sql([ddl, "SELECT v, tp, p, `offset` FROM t"]).to_pylist()
+    assert sorted(got, key=lambda r: r["v"]) == [
+        {"v": f"{t}-{i}", "tp": name, "p": 0, "offset": i} for t, name in enumerate(names) for i in range(3)]
+
+
 def test_metadata_of_an_unknown_key_is_a_positioned_error(broker) -> None:
     ddl = kafka_ddl("t", "v STRING, h STRING METADATA FROM 'nope'", "x", broker.servers, format="json")
     with pytest.raises(clink.SqlError) as info:
