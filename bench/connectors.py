@@ -518,8 +518,8 @@ def print_table(n: int, results: dict) -> None:
         if case in TARGETS and TARGETS[case][0] in results:
             reference, least = TARGETS[case]
             ratio = results[reference]["wall_s"] / r["wall_s"]
-            versus = f"{ratio:.2f}x {reference}"
-            target = f">= {least:.2f}x {'met' if ratio >= least else 'NOT met'}"
+            versus = f"{ratio:.3f}x {reference}"
+            target = f">= {least:.3g}x {'met' if ratio >= least else 'NOT met'}"
         elif case == "kafka-source":
             if "kafka-client" in results:
                 versus = f"{results['kafka-client']['wall_s'] / r['wall_s']:.2f}x kafka-client"
