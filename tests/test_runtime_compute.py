@@ -320,3 +320,20 @@ def test_case_when_keeps_constant_results_scalar() -> None:
     assert got.to_pylist() == ["0", "b", "c", None]
     assert K.case_when(conditions, [pa.scalar(1, pa.int32()), pa.scalar(3)], pa.scalar(2), pa.int64()).to_pylist() == [
         1, 2, 2, 3]
+
+
+@settings(max_examples=200)
+@given(st.datetimes(min_value=__import__("datetime").datetime(1900, 1, 1)),
+       st.integers(0, 9), st.sampled_from(["s", "ms", "us"]), st.booleans())
+def test_text_with_more_digits_of_a_second_than_the_type_keeps_is_truncated(when, digits: int, unit: str,
+                                                                           iso: bool) -> None:
+    """Flink reads up to nine digits of a second and truncates to the type's precision."""
+    from clink.runtime import kernels
+
+    fraction = f"{when.microsecond:06d}{(when.microsecond * 7) % 1000:03d}"[:digits]
+    text = when.strftime("%Y-%m-%d" + ("T" if iso else " ") + "%H:%M:%S") + (f".{fraction}" if digits else "")
+    kept = {"s": 0, "ms": 3, "us": 6}[unit]
+    micros = int((fraction + "000000000")[:6]) if digits else 0
+    micros = micros // 10 ** (6 - kept) * 10 ** (6 - kept)
+    got = kernels.cast(pa.array([text]), pa.timestamp(unit)).to_pylist()[0]
+    assert got == when.replace(microsecond=micros)

@@ -1024,6 +1024,13 @@ def cast(a: Value, to: pa.DataType, try_: bool = False, zone: str = "UTC") -> Va
             return _string_to_bool(a, try_)
         if pa.types.is_timestamp(to) or pa.types.is_date(to):
             a = pc.replace_substring(a, pattern="T", replacement=" ", max_replacements=1)
+        if pa.types.is_timestamp(to) and to.unit != "ns":
+            # Digits of a second beyond the type's precision are dropped, as Flink's CAST reads up
+            # to nine and then truncates to the precision; Arrow's parser refuses them.
+            digits = {"s": 0, "ms": 3, "us": 6}[to.unit]
+            a = pc.replace_substring_regex(
+                a, pattern=rf"(:[0-9]{{2}})(\.[0-9]{{{digits}}})[0-9]+" if digits else r"(:[0-9]{2})()\.[0-9]+",
+                replacement=r"\1\2")
         if pa.types.is_integer(to):
             # Read as Flink does: an explicit plus sign is allowed and a fraction of digits is
             # dropped ('+12' is 12, '1.5' is 1, '.5' is 0); Arrow's parser accepts neither.
