@@ -79,6 +79,11 @@ __all__ = ["KAFKA", "UPSERT_KAFKA", "KafkaSinkWriter", "KafkaSourceReader", "par
 BATCH_MESSAGES = 10_000
 #: Seconds one poll waits for messages: short, since the executor polls every source in turn.
 POLL_TIMEOUT_S = 0.02
+#: An exactly-once sink with a state directory keeps at most this many bytes of a checkpoint's
+#: rows in memory; the rest wait in the checkpoint's file.
+SPILL_BYTES = 64 << 20
+#: Rows encoded into messages at a time when a transaction writes a checkpoint's rows.
+PRODUCE_ROWS = 100_000
 #: Seconds to wait for the broker in calls that need an answer (metadata, offsets, commits).
 BROKER_TIMEOUT_S = 30.0
 #: The option that carries the table's METADATA columns to the connector (set by the compiler,
@@ -873,6 +878,11 @@ class KafkaSinkWriter(SinkWriter):
         #: The consumer whose group metadata each transaction commits the ledger offset with.
         self._ledger_consumer: Any = None
         self._buffer: list[pa.RecordBatch] = []
+        self._buffered_bytes = 0
+        #: Exactly-once with a state directory: rows of the checkpoint under way beyond
+        #: SPILL_BYTES go to this Arrow file (``pending.tmp``), which pre_commit renames.
+        self._spill: tuple[Any, Any] | None = None
+        self._spilled_rows = 0
         self._failure: Any = None
         self.metrics["rows_out"] = 0
 
@@ -939,26 +949,70 @@ class KafkaSinkWriter(SinkWriter):
             return
         if self._exactly_once:
             self._buffer.append(batch)
+            self._buffered_bytes += batch.nbytes
+            if self._staging is not None and self._buffered_bytes >= SPILL_BYTES:
+                self._spill_buffer()
         else:
             self._produce(pa.Table.from_batches([batch]))
 
     def _take_buffer(self) -> pa.Table:
         table = pa.Table.from_batches(self._buffer, schema=self._schema)
         self._buffer = []
+        self._buffered_bytes = 0
         return table
+
+    def _spill_buffer(self) -> None:
+        """Move the buffered rows to the checkpoint's file, so a checkpoint of many rows does not
+        hold them all in memory until it is taken."""
+        if self._spill is None:
+            self._staging.mkdir(parents=True, exist_ok=True)
+            sink = pa.OSFile(str(self._staging / "pending.tmp"), "wb")
+            self._spill = (sink, pa.ipc.new_file(sink, self._schema))
+        writer = self._spill[1]
+        for batch in self._buffer:
+            writer.write_batch(batch)
+            self._spilled_rows += batch.num_rows
+        self._buffer = []
+        self._buffered_bytes = 0
+
+    def _end_spill(self) -> tuple[Path, int]:
+        """Write what is buffered to the file and close it: its path and its rows."""
+        self._spill_buffer()
+        sink, writer = self._spill
+        writer.close()
+        sink.close()
+        rows, self._spill, self._spilled_rows = self._spilled_rows, None, 0
+        return self._staging / "pending.tmp", rows
+
+    def _drop_spill(self) -> None:
+        if self._spill is not None:
+            with contextlib.suppress(Exception):
+                self._spill[1].close()
+                self._spill[0].close()
+            self._spill, self._spilled_rows = None, 0
+        if self._staging is not None:
+            (self._staging / "pending.tmp").unlink(missing_ok=True)
 
     def close(self) -> None:
         try:
             if self._exactly_once:
-                rows = self._take_buffer()
-                if rows.num_rows:
-                    self._transaction(rows, None)
+                if self._spill is not None:
+                    path, _ = self._end_spill()
+                    with pa.memory_map(str(path)) as source:
+                        self._transaction(pa.ipc.open_file(source).read_all(), None)
+                    path.unlink()
+                else:
+                    rows = self._take_buffer()
+                    if rows.num_rows:
+                        self._transaction(rows, None)
             self._flush()
         finally:
             self._close_ledger()
 
     def abort(self) -> None:
         self._buffer = []
+        self._buffered_bytes = 0
+        self._drop_spill()
         with contextlib.suppress(Exception):
             self._producer.purge()
         self._close_ledger()
@@ -1001,7 +1055,8 @@ class KafkaSinkWriter(SinkWriter):
         self._init()
         try:
             self._producer.begin_transaction()
-            self._produce(rows)
+            for start in range(0, rows.num_rows, PRODUCE_ROWS):  # encoded a slice at a time
+                self._produce(rows.slice(start, PRODUCE_ROWS))
             if checkpoint_id is not None:
                 if self._ledger_consumer is None:
                     # One for the writer's life: a consumer per commit cost a connection each time.
@@ -1033,18 +1088,15 @@ class KafkaSinkWriter(SinkWriter):
         if not self._exactly_once:
             self._flush()
             return None
-        rows = self._take_buffer()
         if self._staging is None:
             raise ConnectorError(f"table {self._name!r}: an exactly-once kafka sink needs a state directory")
-        self._staging.mkdir(parents=True, exist_ok=True)
-        path = self._staging / f"chk-{checkpoint_id}.arrow"
-        temp = path.with_suffix(".tmp")
-        with pa.OSFile(str(temp), "wb") as sink, pa.ipc.new_file(sink, self._schema) as writer:
-            writer.write_table(rows)
+        if self._spill is None:
+            self._spill_buffer()  # opens the file, even for a checkpoint without rows
+        temp, rows = self._end_spill()
         with open(temp, "rb") as f:
             os.fsync(f.fileno())
-        os.replace(temp, path)
-        return {"rows": rows.num_rows}
+        os.replace(temp, self._staging / f"chk-{checkpoint_id}.arrow")
+        return {"rows": rows}
 
     def commit(self, checkpoint_id: int, handle: dict | None) -> None:
         if not self._exactly_once:
@@ -1056,8 +1108,8 @@ class KafkaSinkWriter(SinkWriter):
         for n in sorted(staged):
             if n > committed:
                 with pa.memory_map(str(staged[n])) as source:
-                    rows = pa.ipc.open_file(source).read_all()
-                self._transaction(rows, n)
+                    rows = pa.ipc.open_file(source).read_all()  # mapped, not copied
+                    self._transaction(rows, n)
             staged[n].unlink()
 
     def recover(self, checkpoint_id: int, handle: dict | None, *, lineage: str = "") -> str | None:
@@ -1068,6 +1120,7 @@ class KafkaSinkWriter(SinkWriter):
             self._ledger_group = f"{self._settings.transactional_prefix}-clink-ledger-{lineage[:16]}"
             self._close_ledger()
         self._init()
+        self._drop_spill()  # rows of a checkpoint the crashed run never took: the run replays them
         for n, path in self._staged().items():
             if n > checkpoint_id:
                 path.unlink()  # the run replays these rows
