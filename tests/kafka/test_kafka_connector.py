@@ -5,6 +5,7 @@ or feeds clink what it wrote to the broker itself."""
 from __future__ import annotations
 
 import json
+from collections import Counter
 
 import pytest
 
@@ -273,3 +274,29 @@ def test_upsert_kafka_needs_a_primary_key(broker) -> None:
                    f"'properties.bootstrap.servers' = '{broker.servers}', 'key.format' = 'json', "
                    "'value.format' = 'json')",
                    "INSERT INTO o SELECT k, COUNT(*) FROM (VALUES (1)) AS v(k) GROUP BY k"]).run()
+
+
+@pytest.mark.parametrize("parallelism", [1, 2])
+@pytest.mark.parametrize("partitioner", ["fixed", "round-robin", "default"])
+def test_sink_partitioner(broker, partitioner: str, parallelism: int) -> None:
+    topic = broker.topic(partitions=3)
+    sql = [f"SET 'parallelism.default' = '{parallelism}'",
+           "CREATE TABLE src (n BIGINT) WITH ('connector' = 'datagen', 'number-of-rows' = '90', "
+           "'fields.n.kind' = 'sequence', 'fields.n.start' = '0', 'fields.n.end' = '89', 'batch-size' = '7')",
+           f"CREATE TABLE dst (n BIGINT, k STRING) WITH ('connector' = 'kafka', 'topic' = '{topic}', "
+           f"'properties.bootstrap.servers' = '{broker.servers}', 'format' = 'json', 'key.format' = 'raw', "
+           f"'key.fields' = 'k', 'sink.partitioner' = '{partitioner}')",
+           "INSERT INTO dst SELECT n, CAST(MOD(n, 5) AS STRING) FROM src"]
+    clink.sql(sql).run()
+    found = broker.read(topic)
+    assert sorted(json.loads(v)["n"] for _, _, _, v in found) == list(range(90))
+    per_partition = Counter(p for p, _, _, _ in found)
+    keys_at = {}
+    for p, _, k, _ in found:
+        keys_at.setdefault(k, set()).add(p)
+    if partitioner == "round-robin":
+        assert sorted(per_partition.values()) == [30, 30, 30]  # the sink cycles through all three
+    elif partitioner == "fixed":
+        assert set(per_partition) == {0}  # the one sink subtask (its rows are gathered) writes partition 0
+    else:
+        assert all(len(ps) == 1 for ps in keys_at.values())  # a key stays in one partition

@@ -96,6 +96,7 @@ METADATA_KEYS = {"topic": pa.string(), "partition": pa.int32(), "offset": pa.int
 STARTUP_MODES = ("earliest-offset", "latest-offset", "group-offsets", "timestamp", "specific-offsets")
 BOUNDED_MODES = ("unbounded", "latest-offset", "group-offsets", "timestamp", "specific-offsets")
 DELIVERY = ("none", "at-least-once", "exactly-once")
+PARTITIONERS = ("default", "fixed", "round-robin")
 
 _COMMON = (
     OptionSpec(name="topic", description="topic name(s) to read or write, several separated by ';'"),
@@ -130,6 +131,10 @@ _SINK = (
     OptionSpec(name="sink.transactional-id-prefix",
                description="with exactly-once: the prefix of the sink's Kafka transactional id"),
 )
+_PARTITIONER = OptionSpec(
+    name="sink.partitioner", default="default", choices=PARTITIONERS,
+    description="which partition a message goes to: default (by the key's hash; without a key, as the client "
+                "spreads them), fixed (each sink subtask to one partition), round-robin (each message to the next)")
 KAFKA_OPTIONS = (*_COMMON, OptionSpec(name="format",
                                       description="format of the message value (same as value.format)"))
 
@@ -848,6 +853,11 @@ class KafkaSinkWriter(SinkWriter):
         if s.pattern is not None or len(s.topics) != 1:
             raise ConnectorError(f"table {spec.name!r}: a kafka sink writes one 'topic'; "
                                  f"{'topic-pattern' if s.pattern else 'several topics'} can only be read")
+        self._partitioner = (spec.options.get("sink.partitioner") or "default").strip().lower()
+        self._subtask = spec.subtask
+        #: round-robin: the partition the next message goes to.
+        self._next_partition = spec.subtask
+        self._partition_count: int | None = None
         if s.metadata:
             raise ConnectorError(f"table {spec.name!r}: a kafka sink cannot write the METADATA columns "
                                  f"{', '.join(s.metadata)}; write to a table without them")
@@ -923,16 +933,38 @@ class KafkaSinkWriter(SinkWriter):
             return
         values, keys = self._messages(table)
         produce, topic, report = self._producer.produce, self._topic, self._on_delivery
+        partitions = self._partitions(len(values))
         # The client takes one message per call: this loop is the one per-row step of the sink.
         for i, value in enumerate(values):
             key = keys[i] if keys is not None else None
+            where = {} if partitions is None else {"partition": int(partitions[i])}
             while True:
                 try:
-                    produce(topic, value=value, key=key, on_delivery=report)
+                    produce(topic, value=value, key=key, on_delivery=report, **where)
                     break
                 except BufferError:
                     self._producer.poll(0.05)  # the client's queue is full: let it send
         self._producer.poll(0)
+
+    def _partitions(self, n: int) -> np.ndarray | None:
+        """The partition of each of ``n`` messages ('sink.partitioner'; None: the client's choice)."""
+        if self._partitioner == "default":
+            return None
+        if self._partition_count is None:
+            try:
+                meta = self._producer.list_topics(self._topic, timeout=BROKER_TIMEOUT_S)
+                self._partition_count = len(meta.topics[self._topic].partitions)
+            except self._ck.KafkaException as e:
+                raise ConnectorError(f"table {self._name!r}: cannot read the partitions of {self._topic!r}: {e}") \
+                    from None
+            if not self._partition_count:
+                raise ConnectorError(f"table {self._name!r}: the topic {self._topic!r} has no partitions "
+                                     "('sink.partitioner' needs them; does the topic exist?)")
+        if self._partitioner == "fixed":
+            return np.full(n, self._subtask % self._partition_count)
+        first = self._next_partition
+        self._next_partition = (first + n) % self._partition_count
+        return (first + np.arange(n)) % self._partition_count
 
     def _flush(self) -> None:
         left = self._producer.flush(BROKER_TIMEOUT_S)
@@ -1166,7 +1198,7 @@ KAFKA = Connector(
     name="kafka",
     description="messages of Kafka topics (confluent-kafka): json, csv or raw; exactly-once by transactions",
     source_options=(*KAFKA_OPTIONS, *_SOURCE, *_CHANGELOG_OPTIONS),
-    sink_options=(*KAFKA_OPTIONS, *_SINK),
+    sink_options=(*KAFKA_OPTIONS, *_SINK, _PARTITIONER),
     create_source=_source(False),
     create_sink=_sink(False),
     validate=_validator(False),
