@@ -51,11 +51,12 @@ def run_to_end(sql_file: Path, state: Path) -> str:
 
 def kill_at(sql_file: Path, state: Path, point: str, partial: Callable[[], bool], nth: int = 3) -> None:
     """Run until the ``nth`` time the job reaches ``point``, where it is killed; then run again
-    to the end from the state directory. ``partial()`` must say that the killed run's output is
-    not yet the whole output (else the kill came after the work, and proved nothing)."""
+    to the end from the state directory. ``partial()`` must say that the killed run left some of
+    the output, not all of it: a kill before any commit, or after the last, would not test the
+    commits of a restored job."""
     run = Run(sql_file, state, env={"CLINK_FAULT": f"{point}:{nth}"})
     assert run.wait() == -signal.SIGKILL, f"the fault point {point} was never reached:\n{run.stderr}"
-    assert partial(), f"the kill at {point} came after the whole output was written"
+    assert partial(), f"the kill at {point} left no output or all of it"
     assert "resuming from checkpoint" in run_to_end(sql_file, state)
 
 
