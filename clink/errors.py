@@ -131,11 +131,13 @@ class RecordError(ClinkError):
     exit_code = 1
 
     def __init__(self, reason: str, *, file: str | None = None, line: int | None = None,
-                 table: str | None = None) -> None:
+                 table: str | None = None, hint: str | None = None) -> None:
         self.reason = reason
         self.file = file
         self.line = line
         self.table = table
+        #: What the table's options can do about it; the filesystem connector's by default.
+        self.hint = hint or "set 'format.ignore-parse-errors' = 'true' on the table to skip and count bad records"
         super().__init__(str(self))
 
     def __str__(self) -> str:
@@ -146,8 +148,7 @@ class RecordError(ClinkError):
         return f"{where}bad record{table}: {self.reason}"
 
     def render(self, sources: dict[str, str] | None = None) -> str:
-        return (f"error: {self}\n"
-                "hint: set 'format.ignore-parse-errors' = 'true' on the table to skip and count bad records")
+        return f"error: {self}\nhint: {self.hint}"
 
 
 class ConnectorError(ClinkError):

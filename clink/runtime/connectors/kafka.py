@@ -125,6 +125,20 @@ _SOURCE = (
     OptionSpec(name="scan.bounded.specific-offsets",
                description="with 'specific-offsets': 'partition:0,offset:42;partition:1,offset:300'"),
 )
+#: Flink's format options that skip a message that does not decode (and count it), by the
+#: format they belong to; ``key.``/``value.`` in front name one side of the message.
+IGNORE_PARSE_ERRORS = tuple(
+    OptionSpec(name=f"{side}{fmt}.ignore-parse-errors", default="false", choices=("true", "false"),
+               description=f"skip and count {side or 'value '}messages that do not decode as {fmt}")
+    for fmt in ("json", "csv") for side in ("", "key.", "value."))
+#: clink's own: where a source sends the messages it cannot decode.
+DEAD_LETTER_OPTION = "scan.dead-letter.topic"
+_POISON = (
+    *IGNORE_PARSE_ERRORS,
+    OptionSpec(name=DEAD_LETTER_OPTION,
+               description="(clink) write messages that do not decode to this topic, raw, with headers naming "
+                           "where they came from and why, and go on"),
+)
 _SINK = (
     OptionSpec(name="sink.delivery-guarantee", default="at-least-once", choices=DELIVERY,
                description="none, at-least-once, or exactly-once (a transaction per checkpoint)"),
@@ -169,6 +183,10 @@ class Settings:
     #: canal-json: regular expressions the "database" and "table" of a change must match.
     canal_database: str | None = None
     canal_table: str | None = None
+    #: What a message that does not decode does, per side ("value", "key"): "fail" the job,
+    #: "skip" it (and count it), or go to the dead-letter topic ("dead-letter").
+    poison: dict[str, str] = attrs.field(factory=lambda: {"value": "fail", "key": "fail"})
+    dead_letter: str | None = None
 
     @property
     def changelog(self) -> bool:
@@ -339,6 +357,7 @@ def parse_settings(options: Mapping[str, str], table_schema: pa.Schema, *, upser
     if delivery == "exactly-once" and not (prefix or "").strip():
         errors["sink.delivery-guarantee"] = ("'exactly-once' needs 'sink.transactional-id-prefix', unique to this "
                                              "sink among the jobs writing to the cluster")
+    poison, dead_letter = _poison_policy(options, value_format, key_format, topics, errors)
     delimiters = {}
     for key in ("key.csv.field-delimiter", "value.csv.field-delimiter"):
         value = options.get(key, options.get("csv.field-delimiter", ","))
@@ -353,7 +372,43 @@ def parse_settings(options: Mapping[str, str], table_schema: pa.Schema, *, upser
                     canal_table=options.get("canal-json.table.include"),
                     key_format=key_format, key_fields=key_fields, value_fields=value_fields, metadata=metadata,
                     delivery=delivery, transactional_prefix=prefix, key_delimiter=delimiters["key"],
-                    value_delimiter=delimiters["value"], **settings), {}
+                    value_delimiter=delimiters["value"], poison=poison, dead_letter=dead_letter, **settings), {}
+
+
+def _poison_policy(options: Mapping[str, str], value_format: str, key_format: str | None,
+                   topics: tuple[str, ...], errors: dict[str, str]) -> tuple[dict[str, str], str | None]:
+    """What each side of a message does when it does not decode, from Flink's
+    ``[key.|value.]<format>.ignore-parse-errors`` and clink's ``scan.dead-letter.topic``."""
+    poison = {"value": "fail", "key": "fail"}
+    formats = {"value": value_format, "key": key_format}
+    for key, text in options.items():
+        if not key.endswith(".ignore-parse-errors"):
+            continue
+        parts = key[:-len(".ignore-parse-errors")].split(".")
+        side = parts[0] if len(parts) == 2 else "value"
+        fmt = parts[-1]
+        if formats.get(side) != fmt:
+            errors[key] = (f"{key!r} is an option of the {fmt!r} format, and the {side} format is "
+                           f"{formats.get(side)!r}")
+            continue
+        if text.strip().lower() not in ("true", "false"):
+            errors[key] = f"expected true or false, found {text!r}"
+        elif text.strip().lower() == "true":
+            poison[side] = "skip"
+    dead_letter = options.get(DEAD_LETTER_OPTION)
+    if dead_letter is not None:
+        dead_letter = dead_letter.strip()
+        if not re.fullmatch(r"[A-Za-z0-9._-]{1,249}", dead_letter):
+            errors[DEAD_LETTER_OPTION] = (f"expected one topic name (letters, digits, '.', '_', '-'), "
+                                          f"found {options[DEAD_LETTER_OPTION]!r}")
+        elif dead_letter in topics:
+            errors[DEAD_LETTER_OPTION] = "the dead-letter topic must not be a topic the table reads"
+        elif "skip" in poison.values():
+            errors[DEAD_LETTER_OPTION] = ("give 'scan.dead-letter.topic' or '...ignore-parse-errors', not both: a "
+                                          "bad message either goes to the dead-letter topic or is skipped")
+        else:
+            poison = {"value": "dead-letter", "key": "dead-letter"}
+    return poison, dead_letter
 
 
 def _validator(upsert: bool):
@@ -402,6 +457,33 @@ def _check(error: Any, doing: str, table: str) -> None:
 
 # --- source ----------------------------------------------------------------------------------
 
+#: What a decoder raises on a payload it cannot read.
+_UNREADABLE = (pa.ArrowInvalid, pa.ArrowNotImplementedError, BadValue)
+
+#: Client properties only a consumer takes; a dead-letter producer leaves them out.
+_CONSUMER_ONLY = ("group.", "isolation.level", "auto.offset.reset", "enable.auto.", "auto.commit.",
+                  "enable.partition.eof", "session.timeout.ms", "heartbeat.interval.ms", "max.poll.",
+                  "fetch.", "queued.", "partition.assignment.strategy", "check.crcs")
+
+
+def _producer_config(client: Mapping[str, str]) -> dict[str, str]:
+    """The table's client properties (servers, security, timeouts) that a producer takes."""
+    return {k: v for k, v in client.items() if not k.startswith(_CONSUMER_ONLY)}
+
+
+def _unreadable(read: Any, payloads: list[bytes]) -> list[tuple[int, str]]:
+    """The positions of the payloads ``read`` cannot decode, each with the reason. Runs of good
+    payloads are decoded together: the list is halved only where decoding fails."""
+    try:
+        read(payloads)
+        return []
+    except _UNREADABLE as e:
+        if len(payloads) == 1:
+            return [(0, str(e).splitlines()[0] if str(e) else type(e).__name__)]
+    mid = len(payloads) // 2
+    return _unreadable(read, payloads[:mid]) + [(mid + j, r) for j, r in _unreadable(read, payloads[mid:])]
+
+
 
 class _Places:
     """Where each row of a batch came from — (topic, partition, offset) for position ``i`` — built
@@ -446,6 +528,8 @@ class KafkaSourceReader(SourceReader):
             raise ConnectorError(f"table {spec.name!r}: cannot create the Kafka consumer: {e}") from None
         self.bounded = s.bounded != "unbounded"
         self.metrics.update(records_in=0, skipped_records=0)
+        #: The producer of dead letters, made at the first bad message.
+        self._dead_letters: Any = None
         everything = self._partitions()
         self._mine = [tp for i, tp in enumerate(everything) if i % spec.parallelism == spec.subtask]
         #: Next offset to read, per (topic, partition) of this subtask.
@@ -477,8 +561,13 @@ class KafkaSourceReader(SourceReader):
         except self._ck.KafkaException as e:
             raise ConnectorError(f"table {self._name!r}: cannot list the topics of "
                                  f"{s.client.get('bootstrap.servers')!r}: {e}") from None
+        if s.dead_letter and s.dead_letter not in meta.topics:
+            raise ConnectorError(f"table {self._name!r}: no dead-letter topic {s.dead_letter!r} "
+                                 f"('{DEAD_LETTER_OPTION}') in {s.client.get('bootstrap.servers')!r}; "
+                                 "create it first")
         if s.pattern is not None:
-            topics = sorted(t for t in meta.topics if re.fullmatch(s.pattern, t))
+            # Never the dead-letter topic: its messages would come back as bad ones.
+            topics = sorted(t for t in meta.topics if re.fullmatch(s.pattern, t) and t != s.dead_letter)
         else:
             topics = list(s.topics)
             missing = [t for t in topics if t not in meta.topics]
@@ -617,6 +706,9 @@ class KafkaSourceReader(SourceReader):
     def close(self) -> None:
         with contextlib.suppress(Exception):
             self._consumer.close()
+        if self._dead_letters is not None:
+            with contextlib.suppress(Exception):
+                self._dead_letters.flush(BROKER_TIMEOUT_S)
 
     # -- reading
 
@@ -687,7 +779,8 @@ class KafkaSourceReader(SourceReader):
             if tp in self._stop and self._next[tp] >= self._stop[tp]:
                 self._finish_partition(tp)
         values = list(map(message.value, messages))
-        keys = list(map(message.key, messages)) if self._settings.key_format is not None else None
+        keys = (list(map(message.key, messages)) if self._settings.key_format is not None or self._settings.dead_letter
+                else None)
         # Each message's partition as an index into splits() (as the executor reads it after
         # this poll: the partitions not ended, one that ended with this batch included).
         live = {tp: i for i, tp in enumerate(tp for tp in self._mine if tp not in self._done or tp in groups)}
@@ -735,8 +828,8 @@ class KafkaSourceReader(SourceReader):
         if len(self._done) == len(self._mine):
             self.finished = True
 
-    def _decode(self, fmt: str, payloads: list[bytes], schema: pa.Schema, delimiter: str,
-                where: _Places) -> Any:
+    def _reader(self, fmt: str, schema: pa.Schema, delimiter: str) -> Any:
+        """A function that decodes a list of payloads in ``fmt`` (raising one of ``_UNREADABLE``)."""
         s = self._settings
         if fmt in CHANGELOG_FORMATS:
             def read(part: list[bytes]) -> Any:
@@ -746,9 +839,14 @@ class KafkaSourceReader(SourceReader):
         else:
             def read(part: list[bytes]) -> Any:
                 return decode(fmt, part, schema, csv_delimiter=delimiter)
+        return read
+
+    def _decode(self, fmt: str, payloads: list[bytes], schema: pa.Schema, delimiter: str,
+                where: _Places) -> Any:
+        read = self._reader(fmt, schema, delimiter)
         try:
             return read(payloads)
-        except (pa.ArrowInvalid, pa.ArrowNotImplementedError, BadValue):
+        except _UNREADABLE:
             pass
         # Some message is bad: bisect to find the first, decoding runs of good ones in bulk.
         lo, hi = 0, len(payloads)
@@ -767,7 +865,74 @@ class KafkaSourceReader(SourceReader):
         except (pa.ArrowInvalid, pa.ArrowNotImplementedError, BadValue) as e:
             reason = f": {e}" if fmt in CHANGELOG_FORMATS else ""
         raise RecordError(f"cannot read {text!r} as {fmt} with columns ({', '.join(schema.names)}){reason}",
-                          file=f"{topic}/{partition}", line=offset, table=self._name)
+                          file=f"{topic}/{partition}", line=offset, table=self._name, hint=self._hint(fmt))
+
+    def _hint(self, fmt: str) -> str:
+        option = f"{fmt}.ignore-parse-errors" if fmt != "raw" else None
+        skip = f"set '{option}' = 'true' on the table to skip and count bad messages, or " if option else ""
+        return f"{skip}set '{DEAD_LETTER_OPTION}' to send them to a topic of their own"
+
+    def _poison(self, idx: np.ndarray, values: list, keys: list | None, where: _Places,
+                tombstone: np.ndarray) -> np.ndarray:
+        """Which of the messages at ``idx`` do not decode, under a policy that goes on without
+        them (skip, dead letter): those are counted, sent to the dead-letter topic if asked,
+        and marked in the mask returned. With the policy ``fail`` nothing is looked for here:
+        decoding raises the error."""
+        s = self._settings
+        bad = np.zeros(len(idx), bool)
+        reasons: dict[int, str] = {}
+        if s.poison["value"] != "fail":
+            positions = np.flatnonzero(~tombstone)
+            read = self._reader(s.value_format, self._value_schema, s.value_delimiter)
+            for j, reason in _unreadable(read, [values[idx[i]] for i in positions]):
+                bad[positions[j]] = True
+                reasons[int(positions[j])] = f"value: {reason}"
+        if s.key_format is not None and keys is not None and s.poison["key"] != "fail":
+            kept = [keys[i] for i in idx]
+            for i in np.flatnonzero([k is None for k in kept]):
+                bad[i] = True
+                reasons.setdefault(int(i), "the message has no key, and the table reads columns from the key")
+            positions = np.flatnonzero(~bad)
+            read = self._reader(s.key_format, self._key_schema, s.key_delimiter)
+            for j, reason in _unreadable(read, [kept[i] for i in positions]):
+                bad[positions[j]] = True
+                reasons[int(positions[j])] = f"key: {reason}"
+        if not bad.any():
+            return bad
+        self.metrics["skipped_records"] += int(bad.sum())
+        if s.dead_letter:
+            self._send_dead_letters([(where[i], idx[i], reasons[i]) for i in sorted(reasons)], values, keys)
+        return bad
+
+    def _send_dead_letters(self, letters: list, values: list, keys: list | None) -> None:
+        """Write each bad message, raw, to the dead-letter topic, with headers that say where it
+        came from and why, and wait until the broker has them all. The write is synchronous:
+        the rows after a bad message go on only once its dead letter is stored, so none is
+        lost (after a crash, the replay from the last checkpoint may write some again)."""
+        if self._dead_letters is None:
+            self._dead_letters = self._ck.Producer(_producer_config(self._settings.client))
+        failures: list[Any] = []
+
+        def delivered(error: Any, message: Any) -> None:
+            if error is not None:
+                failures.append(error)
+
+        for (topic, partition, offset), i, reason in letters:
+            headers = [("clink.source.table", self._name.encode()), ("clink.source.topic", topic.encode()),
+                       ("clink.source.partition", str(partition).encode()),
+                       ("clink.source.offset", str(offset).encode()), ("clink.error", reason.encode())]
+            try:
+                self._dead_letters.produce(self._settings.dead_letter, value=values[i],
+                                           key=keys[i] if keys is not None else None, headers=headers,
+                                           on_delivery=delivered)
+            except (self._ck.KafkaException, BufferError) as e:
+                failures.append(e)
+                break
+        left = self._dead_letters.flush(BROKER_TIMEOUT_S)
+        if failures or left:
+            problem = failures[0] if failures else f"{left} messages not acknowledged in {BROKER_TIMEOUT_S:g} s"
+            raise ConnectorError(f"table {self._name!r}: cannot write bad messages to the dead-letter topic "
+                                 f"{self._settings.dead_letter!r} ('{DEAD_LETTER_OPTION}'): {problem}")
 
     def _rows(self, idx: np.ndarray, values: list, keys: list | None, topics: list[str], partitions: np.ndarray,
               offsets: np.ndarray, times: np.ndarray, stamps: list, split_of: np.ndarray) -> pa.RecordBatch:
@@ -784,6 +949,12 @@ class KafkaSourceReader(SourceReader):
             kept_values = [v for v in kept_values if v is not None]
             where = where.select(np.flatnonzero(~tombstone))
             tombstone = np.zeros(len(idx), bool)
+        if s.poison["value"] != "fail" or s.poison["key"] != "fail":
+            bad = self._poison(idx, values, keys, where, tombstone)
+            if bad.any():
+                good = np.flatnonzero(~bad)
+                idx, tombstone, where = idx[good], tombstone[good], where.select(good)
+                kept_values = [values[i] for i in idx]
         present = [v for v in kept_values if v is not None] if tombstone.any() else kept_values
         value_table = self._decode(s.value_format, present, self._value_schema, s.value_delimiter,
                                    where.select(np.flatnonzero(~tombstone)))
@@ -1191,13 +1362,16 @@ _CHANGELOG_OPTIONS = (
                description="canal-json: read only the changes whose 'database' matches this regular expression"),
     OptionSpec(name="canal-json.table.include",
                description="canal-json: read only the changes whose 'table' matches this regular expression"),
+    *(OptionSpec(name=f"{fmt}.ignore-parse-errors", default="false", choices=("true", "false"),
+                 description=f"{fmt}: skip and count messages that do not decode")
+      for fmt in CHANGELOG_FORMATS),
 )
 
 
 KAFKA = Connector(
     name="kafka",
     description="messages of Kafka topics (confluent-kafka): json, csv or raw; exactly-once by transactions",
-    source_options=(*KAFKA_OPTIONS, *_SOURCE, *_CHANGELOG_OPTIONS),
+    source_options=(*KAFKA_OPTIONS, *_SOURCE, *_CHANGELOG_OPTIONS, *_POISON),
     sink_options=(*KAFKA_OPTIONS, *_SINK, _PARTITIONER),
     create_source=_source(False),
     create_sink=_sink(False),
@@ -1216,7 +1390,7 @@ UPSERTS = ChangelogMode(frozenset({INSERT, UPDATE_AFTER, DELETE}))
 UPSERT_KAFKA = Connector(
     name="upsert-kafka",
     description="a Kafka topic as a table keyed by PRIMARY KEY: values upsert, tombstones delete",
-    source_options=(*_COMMON, *(o for o in _SOURCE if o.name.startswith("scan.bounded."))),
+    source_options=(*_COMMON, *(o for o in _SOURCE if o.name.startswith("scan.bounded.")), *_POISON),
     sink_options=(*_COMMON, *_SINK),
     create_source=_source(True),
     create_sink=_sink(True),
