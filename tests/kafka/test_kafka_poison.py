@@ -82,6 +82,24 @@ def test_skip_of_bad_keys_with_the_key_option(broker) -> None:
     assert result.metrics.skipped_records == {"t": 2}
 
 
+@pytest.mark.parametrize("fmt", ["debezium-json", "canal-json"])
+def test_skip_of_changes_that_do_not_decode(broker, fmt: str) -> None:
+    topic = broker.topic()
+    if fmt == "debezium-json":
+        good = [{"before": None, "after": {"id": i}, "op": "c"} for i in (1, 2, 3)]
+        bad = [b'{"before": null, "after": null, "op": "x"}', b'{"op": "u", "after": {"id": 9}}', b"{"]
+    else:
+        good = [{"data": [{"id": i}], "old": None, "type": "INSERT"} for i in (1, 2, 3)]
+        bad = [b'{"data": [{"id": 9}], "type": "TRUNCATE"}', b"[]", b'{"data": [{"id": "nine"}], "type": "INSERT"}']
+    broker.produce(topic, [(None, json.dumps(good[0]).encode()), (None, bad[0]), (None, json.dumps(good[1]).encode()),
+                           (None, bad[1]), (None, bad[2]), (None, json.dumps(good[2]).encode())], partition=0)
+    ddl = kafka_ddl("t", "id BIGINT", topic, broker.servers, format=fmt, **BOUNDED,
+                    **{f"{fmt}.ignore-parse-errors": "true"})
+    result = clink.sql([ddl, "SELECT id FROM t"])
+    assert sorted(r["id"] for r in result.to_pylist()) == [1, 2, 3]
+    assert result.metrics.skipped_records == {"t": 3}
+
+
 def test_dead_letter_topic_gets_each_bad_message_raw_with_its_origin(broker) -> None:
     topic, dead = broker.topic(partitions=3), broker.topic()
     messages, good, bad = mixed(50, 6, seed=2)
