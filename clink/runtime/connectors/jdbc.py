@@ -62,6 +62,7 @@ from clink.runtime.connectors.lookup_cache import duration as _duration
 from clink.runtime.connectors.shares import DONE, Progress, merge, share_of
 from clink.runtime.connectors.sqlite import check_kinds, last_change_per_key, removes
 from clink.runtime.plan import DELETE, INSERT, ROWKIND_COLUMN, UPDATE_BEFORE
+from clink.runtime.settings import parse_duration
 
 if TYPE_CHECKING:
     from clink.runtime.context import RuntimeContext
@@ -84,6 +85,9 @@ _CONNECTION = (
     OptionSpec(name="password", description="the user's password (default: the url's)"),
     OptionSpec(name="driver", description="the JDBC driver class; only PostgreSQL's is spoken",
                choices=("org.postgresql.Driver",)),
+    OptionSpec(name="connection.max-retry-timeout", default="60s",
+               description="the longest a connection attempt, an unanswered write, or the retries of a lost "
+                           "connection take before the job fails (at least 1 s)"),
 )
 
 SOURCE_OPTIONS = _CONNECTION + (
@@ -243,6 +247,9 @@ def validate(options: Mapping[str, str], table_schema: pa.Schema, role: str) -> 
     for key in ("sink.buffer-flush.interval", "lookup.partial-cache.expire-after-write",
                 "lookup.partial-cache.expire-after-access"):
         _duration(options, key, errors)
+    timeout = _duration(options, "connection.max-retry-timeout", errors)
+    if timeout is not None and timeout < 1000:
+        errors["connection.max-retry-timeout"] = "the timeout is at least 1 s (libpq counts whole seconds)"
     if role != "sink":
         _partitions(options, table_schema, errors)
     return errors
@@ -309,6 +316,10 @@ class _Server:
         self.table = ".".join(_quote(p) for p in self.parts)
         self.retries = retries
         self.conn: Any = None
+        timeout_ms = parse_duration(spec.options.get("connection.max-retry-timeout", "60s"))
+        #: Seconds the retries of a lost connection may take, all together.
+        self.timeout_s = timeout_ms / 1000
+        self.uri = _bounded(self.uri, timeout_ms)
 
     def connect(self) -> Any:
         if self.conn is None:
@@ -344,14 +355,16 @@ class _Server:
 
     def retrying(self, doing: str, work: Any) -> Any:
         """``work(cursor)`` in one transaction, again on a new connection (up to ``retries``
-        times) when the connection was lost; a repeated transaction is safe where the work
-        checks the ledger first, or writes nothing when it failed."""
+        times, within ``connection.max-retry-timeout``) when the connection was lost; a repeated
+        transaction is safe where the work checks the ledger first, or writes nothing when it
+        failed."""
+        deadline = time.monotonic() + self.timeout_s
         for attempt in range(self.retries + 1):
             try:
                 with self.transaction(doing) as cur:
                     return work(cur)
             except ConnectorError:
-                if attempt == self.retries or not self._lost():
+                if attempt == self.retries or time.monotonic() > deadline or not self._lost():
                     raise
                 self.close()
                 time.sleep(min(1.0, 0.1 * 2 ** attempt))
@@ -378,6 +391,19 @@ class _Server:
                     "JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = ANY(i.indkey) "
                     "WHERE i.indrelid = to_regclass($1) AND i.indisunique GROUP BY i.indexrelid", (self.table,))
         return [set(row[0].split(",")) for row in cur.fetchall()]
+
+
+def _bounded(uri: str, timeout_ms: int) -> str:
+    """``uri`` with libpq's timeouts, where the url does not set them: a connection attempt
+    gives up after ``timeout_ms`` (``connect_timeout``), and so does a connection whose writes
+    the server stops acknowledging (``tcp_user_timeout``), or whose keepalive probes go
+    unanswered (a server gone without closing its sockets)."""
+    parts = urllib.parse.urlsplit(uri)
+    query = dict(urllib.parse.parse_qsl(parts.query))
+    bounds = {"connect_timeout": str(max(1, timeout_ms // 1000)), "tcp_user_timeout": str(timeout_ms),
+              "keepalives": "1", "keepalives_idle": "10", "keepalives_interval": "5", "keepalives_count": "3"}
+    query = {**bounds, **query}
+    return urllib.parse.urlunsplit(parts._replace(query=urllib.parse.urlencode(query)))
 
 
 def _reason(e: Exception) -> str:
