@@ -52,7 +52,7 @@ def test_a_server_restart_mid_run_fails_clearly_and_the_rerun_leaves_the_table_e
         assert process.returncode == 1, err
         assert "Traceback" not in err
         assert "error: table 'raw'" in err or "error: table 'totals'" in err, err
-        assert f"PostgreSQL" in err and f"127.0.0.1:{server.port}" in err and "clink-secret" not in err
+        assert "PostgreSQL" in err and f"127.0.0.1:{server.port}" in err and "clink-secret" not in err
         server.start()
         process = clink_run(sql_file, state)
         _, err = process.communicate(timeout=300)
