@@ -3,6 +3,7 @@ wheel embeds (Redis 6.2), started once per test session on a free loopback port.
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import socket
 import subprocess
@@ -27,30 +28,56 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+class RedisServer:
+    """A redis-server on a loopback port: ``url``, and ``stop()``/``start()`` to take it down and
+    bring it back on the same port, with the same folder (and so its persisted data)."""
+
+    def __init__(self, folder: Path, *args: str) -> None:
+        self.folder, self.args = folder, args
+        self.port = _free_port()
+        self.url = f"redis://127.0.0.1:{self.port}"
+        self.process: subprocess.Popen | None = None
+
+    def start(self) -> None:
+        self.process = subprocess.Popen([_redis_server(), "--port", str(self.port), "--bind", "127.0.0.1",
+                                         "--dir", str(self.folder), *self.args],
+                                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        deadline = time.monotonic() + 10
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", self.port), timeout=1).close()
+                return
+            except OSError:
+                if self.process.poll() is not None or time.monotonic() > deadline:
+                    self.process.kill()
+                    raise RuntimeError(f"redis-server did not start on port {self.port}") from None
+                time.sleep(0.02)
+
+    def stop(self, kill: bool = False) -> None:
+        if self.process is not None and self.process.poll() is None:
+            if kill:
+                self.process.kill()
+            else:
+                self.process.terminate()
+            self.process.wait(timeout=10)
+
+
+@contextlib.contextmanager
+def running_redis(folder: Path, *args: str) -> Iterator[RedisServer]:
+    """A started ``RedisServer`` (``args`` go to redis-server), stopped on leaving."""
+    server = RedisServer(folder, *args)
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
 @pytest.fixture(scope="session")
 def redis_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """``redis://127.0.0.1:<port>`` of a server that lives for the session (no persistence)."""
-    folder = tmp_path_factory.mktemp("redis")
-    port = _free_port()
-    server = subprocess.Popen([_redis_server(), "--port", str(port), "--bind", "127.0.0.1", "--save", "",
-                               "--appendonly", "no", "--dir", str(folder)],
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    url = f"redis://127.0.0.1:{port}"
-    client = redis.Redis.from_url(url)
-    deadline = time.monotonic() + 10
-    while True:
-        try:
-            client.ping()
-            break
-        except redis.ConnectionError:
-            if server.poll() is not None or time.monotonic() > deadline:
-                server.kill()
-                raise RuntimeError(f"redis-server did not start on port {port}") from None
-            time.sleep(0.02)
-    client.close()
-    yield url
-    server.terminate()
-    server.wait(timeout=10)
+    with running_redis(tmp_path_factory.mktemp("redis"), "--save", "", "--appendonly", "no") as server:
+        yield server.url
 
 
 @pytest.fixture

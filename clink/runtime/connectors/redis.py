@@ -45,6 +45,7 @@ from clink.runtime import kernels
 from clink.runtime.connectors import lookup_cache
 from clink.runtime.connectors.base import Connector, OptionSpec, SinkWriter, SourceReader, TableSpec
 from clink.runtime.plan import DELETE, INSERT, ROWKIND_COLUMN, UPDATE_AFTER, UPDATE_BEFORE
+from clink.runtime.settings import parse_duration
 
 if TYPE_CHECKING:
     from clink.runtime.context import RuntimeContext
@@ -64,6 +65,8 @@ _CONNECTION = (
     OptionSpec(name="port", description="the Redis server's port", default="6379"),
     OptionSpec(name="database", description="the database number", default="0"),
     OptionSpec(name="password", description="the password (AUTH)"),
+    OptionSpec(name="connection.timeout", default="30s",
+               description="(clink) the longest a connection attempt or a reply from the server may take"),
     OptionSpec(name="data-structure", description="what a table is in Redis: a stream, or one hash per key",
                default="stream", choices=("stream", "hash")),
     OptionSpec(name="stream", description="the key of the stream (data-structure 'stream')"),
@@ -134,6 +137,15 @@ class RedisOptions:
     bounded: bool
     fetch: int
     exactly_once: bool
+    #: Seconds a connection attempt or a reply may take ('connection.timeout').
+    timeout_s: float = 30.0
+
+    @property
+    def server(self) -> str:
+        """The server's address for messages, with the password hidden."""
+        if self.url is None:
+            return f"{self.host}:{self.port}/{self.database}"
+        return re.sub(r"(://[^:@/]*:)[^@/]*@", r"\1***@", self.url)
 
 
 def _is_flat(t: pa.DataType) -> bool:
@@ -160,6 +172,13 @@ def parse_options(options: Mapping[str, str], table_schema: pa.Schema) -> tuple[
             if name in options:
                 errors[name] = f"give either 'url' or {name!r}, not both"
     port = integer("port", "6379", 1)
+    timeout_ms = 30_000
+    try:
+        timeout_ms = parse_duration(get("connection.timeout", "30s"))
+        if timeout_ms <= 0:
+            raise ValueError("'connection.timeout' must be longer than 0")
+    except ValueError as e:
+        errors["connection.timeout"] = str(e)
     database = integer("database", "0", 0)
     fetch = integer("scan.fetch-size", str(FETCH_SIZE), 1)
     structure = get("data-structure", "stream").strip().lower()
@@ -208,6 +227,7 @@ def parse_options(options: Mapping[str, str], table_schema: pa.Schema) -> tuple[
         startup=startup, startup_id=startup_id,
         bounded=get("scan.bounded.mode", "unbounded").strip().lower() == "latest", fetch=fetch,
         exactly_once=get("sink.delivery-guarantee", "at-least-once").strip().lower() == "exactly-once",
+        timeout_s=timeout_ms / 1000,
     ), {}
 
 
@@ -231,17 +251,24 @@ def connect(opts: RedisOptions, table: str) -> Any:
     except ImportError:
         raise ConnectorError(f"table {table!r}: the redis connector needs the redis client library: "
                              "pip install 'clink[redis]'") from None
+    # Every call is bounded: a server that stops answering fails the job after the timeout.
+    bounds = {"socket_timeout": opts.timeout_s, "socket_connect_timeout": opts.timeout_s}
     if opts.url is not None:
-        client = redis.Redis.from_url(opts.url)
-        where = opts.url
+        client = redis.Redis.from_url(opts.url, **bounds)
     else:
-        client = redis.Redis(host=opts.host, port=opts.port, db=opts.database, password=opts.password)
-        where = f"{opts.host}:{opts.port}/{opts.database}"
+        client = redis.Redis(host=opts.host, port=opts.port, db=opts.database, password=opts.password, **bounds)
     try:
         client.ping()
     except redis.RedisError as e:
         client.close()
-        raise ConnectorError(f"table {table!r}: cannot reach Redis at {where}: {e}") from None
+        given = opts.password is not None or client.get_connection_kwargs().get("password") is not None
+        if isinstance(e, redis.AuthenticationError) or "NOAUTH" in str(e):
+            if not given:
+                raise ConnectorError(f"table {table!r}: Redis at {opts.server} needs a password: set the "
+                                     "'password' option (or put it in 'url')") from None
+            raise ConnectorError(f"table {table!r}: Redis at {opts.server} refused the login: {e}; check the "
+                                 "'password' option (or the password in 'url')") from None
+        raise ConnectorError(f"table {table!r}: cannot reach Redis at {opts.server}: {e}") from None
     return client
 
 
@@ -337,7 +364,8 @@ class RedisStreamReader(SourceReader):
         except _redis_errors() as e:
             if "no such key" in str(e).lower():
                 return StreamId(0, 0)
-            raise ConnectorError(f"table {self._spec.name!r}: cannot read {self._where}: {e}") from None
+            raise ConnectorError(f"table {self._spec.name!r}: cannot read {self._where} at {self._opts.server}: "
+                                 f"{e}") from None
         return StreamId.parse(info["last-generated-id"])
 
     def poll(self) -> pa.RecordBatch | None:
@@ -350,7 +378,8 @@ class RedisStreamReader(SourceReader):
         try:
             entries = self._client.xrange(self._key, min=str(self._next), max=end, count=self._opts.fetch)
         except _redis_errors() as e:
-            raise ConnectorError(f"table {self._spec.name!r}: cannot read {self._where}: {e}") from None
+            raise ConnectorError(f"table {self._spec.name!r}: cannot read {self._where} at {self._opts.server}: "
+                                 f"{e}") from None
         if len(entries) < self._opts.fetch and self._end is not None:
             self.finished = True
         if not entries:
@@ -420,7 +449,8 @@ class RedisHashReader(SourceReader):
             keys = [k for k in dict.fromkeys(keys) if k not in self._seen]
             records = hgetall(self._client, keys)
         except _redis_errors() as e:
-            raise ConnectorError(f"table {self._spec.name!r}: cannot read {self._where}: {e}") from None
+            raise ConnectorError(f"table {self._spec.name!r}: cannot read {self._where} at {self._opts.server}: "
+                                 f"{e}") from None
         self._cursor = int(cursor)
         self._seen.update(keys)
         if self._cursor == 0:
@@ -530,7 +560,8 @@ class RedisStreamWriter(SinkWriter):
         self.metrics["rows_out"] = 0
 
     def _fail(self, doing: str, e: BaseException) -> ConnectorError:
-        return ConnectorError(f"table {self._name!r}: cannot {doing} redis stream {self._key!r}: {e}")
+        return ConnectorError(f"table {self._name!r}: cannot {doing} redis stream {self._key!r} at "
+                              f"{self._opts.server}: {e}")
 
     def write(self, batch: pa.RecordBatch) -> None:
         if batch.num_rows == 0:
@@ -770,7 +801,8 @@ class RedisHashWriter(SinkWriter):
                         pipe.hset(key, mapping=fields)
             pipe.execute()
         except _redis_errors() as e:
-            raise ConnectorError(f"table {self._name!r}: cannot write the redis hashes {self._prefix}*: {e}") from None
+            raise ConnectorError(f"table {self._name!r}: cannot write the redis hashes {self._prefix}* at "
+                                 f"{self._opts.server}: {e}") from None
 
     def close(self) -> None:
         self._client.close()
