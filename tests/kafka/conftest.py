@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import signal
 import socket
 import subprocess
 import time
@@ -32,8 +33,10 @@ def _free_port() -> int:
 class Broker:
     """The running broker: its address, and helpers that write and read topics directly."""
 
-    def __init__(self, servers: str) -> None:
+    def __init__(self, servers: str, process: subprocess.Popen | None = None) -> None:
         self.servers = servers
+        #: The broker's process, for tests that stop it or freeze it.
+        self.process = process
 
     def topic(self, partitions: int = 1) -> str:
         """A new topic with a unique name."""
@@ -85,12 +88,13 @@ def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Broker]:
 
 
 @contextlib.contextmanager
-def running_broker(folder: Path) -> Iterator[Broker]:
-    """A Tansu broker on a free loopback port, its log in ``folder``, stopped on leaving."""
+def running_broker(folder: Path, *args: str) -> Iterator[Broker]:
+    """A Tansu broker on a free loopback port, its log in ``folder``, stopped on leaving;
+    ``args`` go to ``tansu broker``."""
     port = _free_port()
     url = f"tcp://127.0.0.1:{port}"
     log = (folder / "broker.log").open("wb")
-    process = subprocess.Popen([str(_tansu()), "broker", "--storage-engine", "memory://tansu/"],
+    process = subprocess.Popen([str(_tansu()), "broker", "--storage-engine", "memory://tansu/", *args],
                                env={**os.environ, "LISTENER_URL": url, "ADVERTISED_LISTENER_URL": url},
                                stdout=log, stderr=subprocess.STDOUT)
     deadline = time.monotonic() + 30
@@ -103,8 +107,10 @@ def running_broker(folder: Path) -> Iterator[Broker]:
                 raise RuntimeError(f"the Tansu broker did not start (exit {process.poll()})") from None
             time.sleep(0.05)
     try:
-        yield Broker(f"127.0.0.1:{port}")
+        yield Broker(f"127.0.0.1:{port}", process)
     finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(process.pid, signal.SIGCONT)  # a test may have frozen it
         process.terminate()
         process.wait(10)
         log.close()

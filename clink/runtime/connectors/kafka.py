@@ -45,6 +45,7 @@ import contextlib
 import hashlib
 import os
 import re
+import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -69,6 +70,7 @@ from clink.runtime.plan import (
     UPDATING,
     ChangelogMode,
 )
+from clink.runtime.settings import parse_duration
 
 if TYPE_CHECKING:
     from clink.runtime.context import RuntimeContext
@@ -84,8 +86,11 @@ POLL_TIMEOUT_S = 0.02
 SPILL_BYTES = 64 << 20
 #: Rows encoded into messages at a time when a transaction writes a checkpoint's rows.
 PRODUCE_ROWS = 100_000
-#: Seconds to wait for the broker in calls that need an answer (metadata, offsets, commits).
+#: Seconds to wait for the broker in calls that need an answer (metadata, offsets, commits),
+#: and the longest the brokers may be unreachable before the job fails ('connection.timeout').
 BROKER_TIMEOUT_S = 30.0
+#: Seconds between checks, while no message comes, that the brokers still answer.
+HEALTH_CHECK_S = 5.0
 #: The option that carries the table's METADATA columns to the connector (set by the compiler,
 #: never by a user: it is no OptionSpec, so a WITH clause that names it is refused).
 METADATA_OPTION = "clink.metadata-columns"
@@ -111,6 +116,9 @@ _COMMON = (
     OptionSpec(name="csv.field-delimiter", default=",", description="CSV field separator, one character"),
     OptionSpec(name="key.csv.field-delimiter", default=",", description="CSV field separator of the key"),
     OptionSpec(name="value.csv.field-delimiter", default=",", description="CSV field separator of the value"),
+    OptionSpec(name="connection.timeout", default="30s",
+               description="(clink) the longest a call waits for the brokers, and the longest they may be "
+                           "unreachable, before the job fails"),
 )
 _SOURCE = (
     OptionSpec(name="topic-pattern", description="a regular expression: read every topic whose name matches"),
@@ -187,6 +195,8 @@ class Settings:
     #: "skip" it (and count it), or go to the dead-letter topic ("dead-letter").
     poison: dict[str, str] = attrs.field(factory=lambda: {"value": "fail", "key": "fail"})
     dead_letter: str | None = None
+    #: Seconds a call waits for the brokers, and they may stay unreachable ('connection.timeout').
+    timeout_s: float = BROKER_TIMEOUT_S
 
     @property
     def changelog(self) -> bool:
@@ -358,6 +368,13 @@ def parse_settings(options: Mapping[str, str], table_schema: pa.Schema, *, upser
         errors["sink.delivery-guarantee"] = ("'exactly-once' needs 'sink.transactional-id-prefix', unique to this "
                                              "sink among the jobs writing to the cluster")
     poison, dead_letter = _poison_policy(options, value_format, key_format, topics, errors)
+    timeout_ms = int(BROKER_TIMEOUT_S * 1000)
+    try:
+        timeout_ms = parse_duration(options.get("connection.timeout", "30s"))
+        if timeout_ms < 1000:
+            raise ValueError("'connection.timeout' must be at least 1 s")
+    except ValueError as e:
+        errors["connection.timeout"] = str(e)
     delimiters = {}
     for key in ("key.csv.field-delimiter", "value.csv.field-delimiter"):
         value = options.get(key, options.get("csv.field-delimiter", ","))
@@ -372,7 +389,8 @@ def parse_settings(options: Mapping[str, str], table_schema: pa.Schema, *, upser
                     canal_table=options.get("canal-json.table.include"),
                     key_format=key_format, key_fields=key_fields, value_fields=value_fields, metadata=metadata,
                     delivery=delivery, transactional_prefix=prefix, key_delimiter=delimiters["key"],
-                    value_delimiter=delimiters["value"], poison=poison, dead_letter=dead_letter, **settings), {}
+                    value_delimiter=delimiters["value"], poison=poison, dead_letter=dead_letter,
+                    timeout_s=timeout_ms / 1000, **settings), {}
 
 
 def _poison_policy(options: Mapping[str, str], value_format: str, key_format: str | None,
@@ -450,6 +468,25 @@ def _client_module():
     return confluent_kafka
 
 
+#: librdkafka's codes for a failed login (SASL, SSL).
+_LOGIN_FAILED = (-169, -181)  # _AUTHENTICATION, _SSL
+
+
+def _broker_problem(settings: Settings, error: Any) -> str:
+    """The client's error, and which options to look at when it is about the login or the
+    connection (the password is never part of either)."""
+    text = str(error)
+    code = error.code() if hasattr(error, "code") else None
+    if code in _LOGIN_FAILED or "authenticat" in text.lower() or "sasl" in text.lower():
+        return (f"{text}; the brokers refused the login: check 'properties.security.protocol', "
+                "'properties.sasl.mechanism', 'properties.sasl.username' and 'properties.sasl.password'")
+    if any(k.startswith(("sasl.", "security.", "ssl.")) for k in settings.client) and "transport" in text.lower():
+        return (f"{text}; the connection failed with the login settings given: check "
+                "'properties.security.protocol' and 'properties.sasl.*' (a broker that does not speak the "
+                "mechanism closes the connection)")
+    return text
+
+
 def _check(error: Any, doing: str, table: str) -> None:
     if error is not None:
         raise ConnectorError(f"table {table!r}: cannot {doing}: {error}")
@@ -518,7 +555,12 @@ class KafkaSourceReader(SourceReader):
         s = self._settings = _settings_or_raise(spec, upsert=upsert)
         self._name = spec.name
         config = {"enable.auto.commit": "false", "enable.partition.eof": "false",
-                  "group.id": f"clink-{spec.name}", **s.client}
+                  "group.id": f"clink-{spec.name}", **s.client, "error_cb": self._on_error}
+        self._timeout = s.timeout_s
+        #: When every broker was first seen down (None: they answer), and a failed login.
+        self._down_since: float | None = None
+        self._refused: Any = None
+        self._checked_at = time.monotonic()
         # The Java client's 'max.poll.records' (librdkafka has none): messages per poll.
         self._batch = int(config.pop("max.poll.records", BATCH_MESSAGES))
         self._group = config["group.id"]
@@ -557,10 +599,12 @@ class KafkaSourceReader(SourceReader):
     def _partitions(self) -> list[tuple[str, int]]:
         s = self._settings
         try:
-            meta = self._consumer.list_topics(timeout=BROKER_TIMEOUT_S)
+            meta = self._consumer.list_topics(timeout=self._timeout)
         except self._ck.KafkaException as e:
+            problem = self._refused if self._refused is not None else e.args[0]
             raise ConnectorError(f"table {self._name!r}: cannot list the topics of "
-                                 f"{s.client.get('bootstrap.servers')!r}: {e}") from None
+                                 f"{s.client.get('bootstrap.servers')!r} (waited up to {self._timeout:g} s, "
+                                 f"'connection.timeout'): {_broker_problem(s, problem)}") from None
         if s.dead_letter and s.dead_letter not in meta.topics:
             raise ConnectorError(f"table {self._name!r}: no dead-letter topic {s.dead_letter!r} "
                                  f"('{DEAD_LETTER_OPTION}') in {s.client.get('bootstrap.servers')!r}; "
@@ -578,7 +622,7 @@ class KafkaSourceReader(SourceReader):
 
     def _watermarks(self, tp: tuple[str, int]) -> tuple[int, int]:
         try:
-            return self._consumer.get_watermark_offsets(self._ck.TopicPartition(*tp), timeout=BROKER_TIMEOUT_S,
+            return self._consumer.get_watermark_offsets(self._ck.TopicPartition(*tp), timeout=self._timeout,
                                                         cached=False)
         except self._ck.KafkaException as e:
             raise ConnectorError(f"table {self._name!r}: cannot read the offsets of {tp[0]}/{tp[1]}: {e}") from None
@@ -588,14 +632,14 @@ class KafkaSourceReader(SourceReader):
         if not self._mine:
             return {}
         found = self._consumer.offsets_for_times([ck.TopicPartition(t, p, ts) for t, p in self._mine],
-                                                 timeout=BROKER_TIMEOUT_S)
+                                                 timeout=self._timeout)
         return {(f.topic, f.partition): f.offset for f in found}
 
     def _committed(self, reset: str | None) -> dict[tuple[str, int], int]:
         ck = self._ck
         if not self._mine:
             return {}
-        found = self._consumer.committed([ck.TopicPartition(t, p) for t, p in self._mine], timeout=BROKER_TIMEOUT_S)
+        found = self._consumer.committed([ck.TopicPartition(t, p) for t, p in self._mine], timeout=self._timeout)
         result = {}
         for f in found:
             tp = (f.topic, f.partition)
@@ -708,7 +752,7 @@ class KafkaSourceReader(SourceReader):
             self._consumer.close()
         if self._dead_letters is not None:
             with contextlib.suppress(Exception):
-                self._dead_letters.flush(BROKER_TIMEOUT_S)
+                self._dead_letters.flush(self._timeout)
 
     # -- reading
 
@@ -722,10 +766,16 @@ class KafkaSourceReader(SourceReader):
             messages = self._consumer.consume(num_messages=self._batch, timeout=POLL_TIMEOUT_S)
         except self._ck.KafkaException as e:
             raise ConnectorError(f"table {self._name!r}: cannot read from Kafka: {e}") from None
+        if self._refused is not None:
+            raise ConnectorError(f"table {self._name!r}: cannot read from "
+                                 f"{self._settings.client.get('bootstrap.servers')!r}: "
+                                 f"{_broker_problem(self._settings, self._refused)}")
         if not messages:
             self._split_names = None
             self._check_ends()
+            self._check_brokers()
             return None
+        self._down_since = None
         # The client hands messages over one by one: these calls are the only per-message work,
         # each mapped over the batch in C (no Python frame per message); everything after is on
         # whole arrays.
@@ -796,6 +846,31 @@ class KafkaSourceReader(SourceReader):
         batch = self._rows(idx, values, keys, topics, partitions, offsets, times, stamps, split_of)
         self.metrics["records_in"] += batch.num_rows
         return batch if batch.num_rows else None
+
+    def _on_error(self, error: Any) -> None:
+        """The client's error events (its own thread; only noted here, acted on in ``poll``)."""
+        if error.code() in _LOGIN_FAILED or error.fatal():
+            self._refused = self._refused or error
+        elif error.code() == -187 and self._down_since is None:  # _ALL_BROKERS_DOWN
+            self._down_since = time.monotonic()
+
+    def _check_brokers(self) -> None:
+        """While no message comes, ask the brokers now and then whether they answer: a source
+        whose brokers went away (or hang) fails after 'connection.timeout', not never."""
+        now = time.monotonic()
+        due = now - self._checked_at >= HEALTH_CHECK_S
+        if not due and (self._down_since is None or now - self._down_since < self._timeout):
+            return
+        topic = self._mine[0][0] if self._mine else None
+        try:
+            self._consumer.list_topics(topic, timeout=self._timeout)
+        except self._ck.KafkaException as e:
+            raise ConnectorError(f"table {self._name!r}: the Kafka brokers "
+                                 f"{self._settings.client.get('bootstrap.servers')!r} did not answer for "
+                                 f"{self._timeout:g} s ('connection.timeout'): "
+                                 f"{_broker_problem(self._settings, e.args[0])}") from None
+        self._down_since = None
+        self._checked_at = time.monotonic()
 
     @property
     def _reads_times(self) -> bool:
@@ -910,7 +985,9 @@ class KafkaSourceReader(SourceReader):
         the rows after a bad message go on only once its dead letter is stored, so none is
         lost (after a crash, the replay from the last checkpoint may write some again)."""
         if self._dead_letters is None:
-            self._dead_letters = self._ck.Producer(_producer_config(self._settings.client))
+            config = _producer_config(self._settings.client)
+            config.setdefault("message.timeout.ms", str(int(self._timeout * 1000)))
+            self._dead_letters = self._ck.Producer(config)
         failures: list[Any] = []
 
         def delivered(error: Any, message: Any) -> None:
@@ -928,9 +1005,9 @@ class KafkaSourceReader(SourceReader):
             except (self._ck.KafkaException, BufferError) as e:
                 failures.append(e)
                 break
-        left = self._dead_letters.flush(BROKER_TIMEOUT_S)
+        left = self._dead_letters.flush(self._timeout)
         if failures or left:
-            problem = failures[0] if failures else f"{left} messages not acknowledged in {BROKER_TIMEOUT_S:g} s"
+            problem = failures[0] if failures else f"{left} messages not acknowledged in {self._timeout:g} s"
             raise ConnectorError(f"table {self._name!r}: cannot write bad messages to the dead-letter topic "
                                  f"{self._settings.dead_letter!r} ('{DEAD_LETTER_OPTION}'): {problem}")
 
@@ -1038,8 +1115,15 @@ class KafkaSinkWriter(SinkWriter):
         if spec.updating and not upsert:
             raise ConnectorError(f"table {spec.name!r}: the kafka sink takes inserts only; write updates with the "
                                  "'upsert-kafka' connector and a PRIMARY KEY")
-        config = {k: v for k, v in s.client.items()
-                  if k not in ("group.id", "isolation.level", "auto.offset.reset", "max.poll.records")}
+        config: dict[str, Any] = _producer_config(s.client)
+        self._timeout = s.timeout_s
+        # A message the brokers do not take is given up on (and the job fails) after the timeout,
+        # not after librdkafka's five minutes; a transaction's messages within its own timeout.
+        limit = int(self._timeout * 1000)
+        if s.delivery == "exactly-once":
+            limit = min(limit, int(config.get("transaction.timeout.ms", 60_000)))
+        config.setdefault("message.timeout.ms", str(limit))
+        config["error_cb"] = self._on_error
         self._exactly_once = s.delivery == "exactly-once"
         self._accept_duplicates = (ctx.get("execution.recovery.accept-duplicates") or "").lower() == "true"
         if self._exactly_once:
@@ -1068,6 +1152,18 @@ class KafkaSinkWriter(SinkWriter):
         self.metrics["rows_out"] = 0
 
     # -- messages
+
+    def _on_error(self, error: Any) -> None:
+        if (error.code() in _LOGIN_FAILED or error.fatal()) and self._failure is None:
+            self._failure = _broker_problem(self._settings, error)
+
+    def _new_ledger_consumer(self) -> Any:
+        """A consumer of the ledger group, with the table's connection and login settings."""
+        config = {k: v for k, v in self._config.items()
+                  if k not in ("transactional.id", "message.timeout.ms", "error_cb", "transaction.timeout.ms")
+                  and not k.startswith(("linger.", "batch.", "queue.buffering.", "enable.idempotence", "acks",
+                                        "compression.", "retries", "retry."))}
+        return self._ck.Consumer({**config, "group.id": self._ledger_group, "enable.auto.commit": "false"})
 
     def _on_delivery(self, error: Any, message: Any) -> None:
         if error is not None and self._failure is None:
@@ -1123,7 +1219,7 @@ class KafkaSinkWriter(SinkWriter):
             return None
         if self._partition_count is None:
             try:
-                meta = self._producer.list_topics(self._topic, timeout=BROKER_TIMEOUT_S)
+                meta = self._producer.list_topics(self._topic, timeout=self._timeout)
                 self._partition_count = len(meta.topics[self._topic].partitions)
             except self._ck.KafkaException as e:
                 raise ConnectorError(f"table {self._name!r}: cannot read the partitions of {self._topic!r}: {e}") \
@@ -1138,10 +1234,10 @@ class KafkaSinkWriter(SinkWriter):
         return (first + np.arange(n)) % self._partition_count
 
     def _flush(self) -> None:
-        left = self._producer.flush(BROKER_TIMEOUT_S)
+        left = self._producer.flush(self._timeout)
         if left:
             raise ConnectorError(f"table {self._name!r}: {left} messages were not delivered to "
-                                 f"{self._topic!r} in {BROKER_TIMEOUT_S:.0f} s")
+                                 f"{self._topic!r} in {self._timeout:g} s ('connection.timeout')")
         if self._failure is not None:
             failure, self._failure = self._failure, None
             raise ConnectorError(f"table {self._name!r}: cannot write to {self._topic!r}: {failure}")
@@ -1233,7 +1329,7 @@ class KafkaSinkWriter(SinkWriter):
             try:
                 # Fences a producer of a crashed run with the same transactional id, and aborts
                 # what it had left open.
-                self._producer.init_transactions(BROKER_TIMEOUT_S)
+                self._producer.init_transactions(self._timeout)
             except self._ck.KafkaException as e:
                 raise ConnectorError(f"table {self._name!r}: cannot start Kafka transactions "
                                      f"(transactional id {self._config['transactional.id']!r}): {e}") from None
@@ -1242,10 +1338,9 @@ class KafkaSinkWriter(SinkWriter):
     def _ledger(self) -> int:
         """The newest checkpoint whose transaction committed (0: none)."""
         ck = self._ck
-        consumer = ck.Consumer({"bootstrap.servers": self._config["bootstrap.servers"],
-                                "group.id": self._ledger_group, "enable.auto.commit": "false"})
+        consumer = self._new_ledger_consumer()
         try:
-            (found,) = consumer.committed([ck.TopicPartition(self._topic, 0)], timeout=BROKER_TIMEOUT_S)
+            (found,) = consumer.committed([ck.TopicPartition(self._topic, 0)], timeout=self._timeout)
             return max(found.offset, 0)
         except ck.KafkaException as e:
             raise ConnectorError(f"table {self._name!r}: cannot read the commit ledger (consumer group "
@@ -1263,16 +1358,14 @@ class KafkaSinkWriter(SinkWriter):
             if checkpoint_id is not None:
                 if self._ledger_consumer is None:
                     # One for the writer's life: a consumer per commit cost a connection each time.
-                    self._ledger_consumer = ck.Consumer({"bootstrap.servers": self._config["bootstrap.servers"],
-                                                         "group.id": self._ledger_group,
-                                                         "enable.auto.commit": "false"})
+                    self._ledger_consumer = self._new_ledger_consumer()
                 self._producer.send_offsets_to_transaction([ck.TopicPartition(self._topic, 0, checkpoint_id)],
                                                            self._ledger_consumer.consumer_group_metadata(),
-                                                           BROKER_TIMEOUT_S)
-            self._producer.commit_transaction(BROKER_TIMEOUT_S)
+                                                           self._timeout)
+            self._producer.commit_transaction(self._timeout)
         except ck.KafkaException as e:
             with contextlib.suppress(ck.KafkaException):
-                self._producer.abort_transaction(BROKER_TIMEOUT_S)
+                self._producer.abort_transaction(self._timeout)
             raise ConnectorError(f"table {self._name!r}: the Kafka transaction of "
                                  f"{'checkpoint ' + str(checkpoint_id) if checkpoint_id else 'the last rows'} "
                                  f"failed: {e}") from None
