@@ -83,6 +83,11 @@ SOURCE_OPTIONS = _CONNECTION + (
                choices=("unbounded", "latest")),
     OptionSpec(name="scan.fetch-size", description="entries (or hash keys) read per round trip",
                default=str(FETCH_SIZE)),
+    OptionSpec(name="scan.ignore-parse-errors", default="false", choices=("true", "false"),
+               description="(clink) skip and count stream entries whose values do not read as their columns"),
+    OptionSpec(name="scan.dead-letter.stream",
+               description="(clink) append stream entries whose values do not read as their columns to this "
+                           "stream, with where they came from and why, and go on"),
 ) + lookup_cache.OPTIONS
 SINK_OPTIONS = _CONNECTION + (
     OptionSpec(name="sink.delivery-guarantee", description="stream sink: at-least-once (rows appended as they "
@@ -139,6 +144,9 @@ class RedisOptions:
     exactly_once: bool
     #: Seconds a connection attempt or a reply may take ('connection.timeout').
     timeout_s: float = 30.0
+    #: What a stream entry that does not read does: "fail", "skip" or "dead-letter".
+    poison: str = "fail"
+    dead_letter: str | None = None
 
     @property
     def server(self) -> str:
@@ -193,7 +201,8 @@ def parse_options(options: Mapping[str, str], table_schema: pa.Schema) -> tuple[
     else:
         if stream is not None:
             errors["stream"] = "'stream' applies to 'data-structure' = 'stream'; a hash table uses 'key.prefix'"
-        for name in ("scan.startup.mode", "scan.startup.id", "scan.bounded.mode", "sink.delivery-guarantee"):
+        for name in ("scan.startup.mode", "scan.startup.id", "scan.bounded.mode", "sink.delivery-guarantee",
+                     "scan.ignore-parse-errors", "scan.dead-letter.stream"):
             if name in options:
                 errors[name] = (f"{name!r} applies to a stream; a hash table is read whole, and written by key "
                                 "(idempotent by nature)")
@@ -215,6 +224,17 @@ def parse_options(options: Mapping[str, str], table_schema: pa.Schema) -> tuple[
                 errors["scan.startup.id"] = str(e)
     elif "scan.startup.id" in options:
         errors["scan.startup.id"] = "'scan.startup.id' needs 'scan.startup.mode' = 'id'"
+    poison = "skip" if get("scan.ignore-parse-errors", "false").strip().lower() == "true" else "fail"
+    dead_letter = get("scan.dead-letter.stream")
+    if dead_letter is not None:
+        if not dead_letter:
+            errors["scan.dead-letter.stream"] = "'scan.dead-letter.stream' needs the key of a stream"
+        elif dead_letter == stream:
+            errors["scan.dead-letter.stream"] = "the dead-letter stream must not be the stream the table reads"
+        elif poison == "skip":
+            errors["scan.dead-letter.stream"] = ("give 'scan.dead-letter.stream' or 'scan.ignore-parse-errors', not "
+                                                 "both: a bad entry either goes to the dead-letter stream or is skipped")
+        poison = "dead-letter"
     for f in table_schema:
         if not _is_flat(f.type):
             errors["connector"] = (f"column {f.name!r} is a {f.type}; a redis field holds a flat value (a number, "
@@ -227,7 +247,7 @@ def parse_options(options: Mapping[str, str], table_schema: pa.Schema) -> tuple[
         startup=startup, startup_id=startup_id,
         bounded=get("scan.bounded.mode", "unbounded").strip().lower() == "latest", fetch=fetch,
         exactly_once=get("sink.delivery-guarantee", "at-least-once").strip().lower() == "exactly-once",
-        timeout_s=timeout_ms / 1000,
+        timeout_s=timeout_ms / 1000, poison=poison, dead_letter=dead_letter,
     ), {}
 
 
@@ -323,6 +343,40 @@ def decode_columns(records: list[dict], schema: pa.Schema, where: str, ids: list
     return columns
 
 
+def _unreadable(values: pa.Array, convert: Any) -> list[tuple[int, str]]:
+    """The positions of ``values`` that ``convert`` cannot read, each with the reason: runs of
+    good values are converted together, and only a part that fails is halved."""
+    try:
+        convert(values)
+        return []
+    except (EvaluationError, pa.ArrowInvalid) as e:
+        if len(values) == 1:
+            return [(0, str(e).splitlines()[0] if str(e) else type(e).__name__)]
+    mid = len(values) // 2
+    return _unreadable(values[:mid], convert) + [(mid + j, r) for j, r in _unreadable(values[mid:], convert)]
+
+
+def bad_entries(records: list[dict], schema: pa.Schema) -> dict[int, str]:
+    """The entries of ``records`` with a value that does not read as its column, by position,
+    with the first reason found for each (``field 'k': cannot CAST ...``)."""
+    bad: dict[int, str] = {}
+    for f in schema:
+        t = f.type
+        if pa.types.is_binary(t) or pa.types.is_large_binary(t):
+            continue
+        name = f.name.encode()
+        raw = pa.array([r.get(name) for r in records], pa.binary())
+
+        def convert(part: pa.Array, t: pa.DataType = t) -> None:
+            text = part.cast(pa.string())
+            if not (pa.types.is_string(t) or pa.types.is_large_string(t)):
+                kernels.cast(text, t)
+
+        for i, reason in _unreadable(raw, convert):
+            bad.setdefault(i, f"field {f.name!r}: {reason}")
+    return bad
+
+
 def _key_strings(table: pa.Table, key: tuple[str, ...], prefix: str, delimiter: str) -> pa.Array:
     """The hash key of every row: ``prefix`` and the key columns' text joined by ``delimiter``."""
     parts = [kernels.cast(table.column(k).combine_chunks(), pa.string()) for k in key]
@@ -356,7 +410,7 @@ class RedisStreamReader(SourceReader):
             self._next = self._opts.startup_id
         self._end: StreamId | None = last if self._opts.bounded else None
         self.bounded = self._opts.bounded
-        self.metrics.update(records_in=0)
+        self.metrics.update(records_in=0, skipped_records=0)
 
     def _last_id(self) -> StreamId:
         try:
@@ -385,10 +439,40 @@ class RedisStreamReader(SourceReader):
         if not entries:
             return None
         ids = [e[0] for e in entries]
-        columns = decode_columns([e[1] for e in entries], self._spec.schema, self._where, ids)
+        records = [e[1] for e in entries]
         self._next = StreamId.parse(ids[-1]).next()
-        self.metrics["records_in"] += len(entries)
-        return pa.RecordBatch.from_arrays(columns, schema=self._spec.schema)
+        if self._opts.poison != "fail":
+            bad = bad_entries(records, self._spec.schema)
+            if bad:
+                self.metrics["skipped_records"] += len(bad)
+                if self._opts.dead_letter:
+                    self._send_dead_letters([(ids[i], records[i], reason) for i, reason in sorted(bad.items())])
+                ids = [x for i, x in enumerate(ids) if i not in bad]
+                records = [x for i, x in enumerate(records) if i not in bad]
+        try:
+            columns = decode_columns(records, self._spec.schema, self._where, ids)
+        except RecordError as e:
+            e.hint = ("set 'scan.ignore-parse-errors' = 'true' on the table to skip and count bad entries, or set "
+                      "'scan.dead-letter.stream' to send them to a stream of their own")
+            raise
+        self.metrics["records_in"] += len(records)
+        return pa.RecordBatch.from_arrays(columns, schema=self._spec.schema) if records else None
+
+    def _send_dead_letters(self, letters: list[tuple[bytes, dict, str]]) -> None:
+        """Append each bad entry's fields, as they were, to the dead-letter stream, with fields
+        naming where it came from and why, in one round trip, before the rows after it go on
+        (at-least-once: a replay from a checkpoint appends them again)."""
+        pipe = self._client.pipeline(transaction=False)
+        for entry_id, fields, reason in letters:
+            pipe.xadd(self._opts.dead_letter, {**fields, "_clink.source.table": self._spec.name,
+                                               "_clink.source.stream": self._key,
+                                               "_clink.source.id": entry_id, "_clink.error": reason})
+        try:
+            pipe.execute()
+        except _redis_errors() as e:
+            raise ConnectorError(f"table {self._spec.name!r}: cannot append bad entries to the dead-letter stream "
+                                 f"{self._opts.dead_letter!r} ('scan.dead-letter.stream') at {self._opts.server}: "
+                                 f"{e}") from None
 
     def position(self) -> dict:
         return {"next": str(self._next), "end": None if self._end is None else str(self._end)}
