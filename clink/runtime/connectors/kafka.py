@@ -572,7 +572,11 @@ class KafkaSourceReader(SourceReader):
         self.metrics.update(records_in=0, skipped_records=0)
         #: The producer of dead letters, made at the first bad message.
         self._dead_letters: Any = None
-        everything = self._partitions()
+        try:
+            everything = self._partitions()
+        except ConnectorError:
+            self._consumer.close()  # else its threads go on reconnecting for the life of the process
+            raise
         self._mine = [tp for i, tp in enumerate(everything) if i % spec.parallelism == spec.subtask]
         #: Next offset to read, per (topic, partition) of this subtask.
         self._next: dict[tuple[str, int], int] = {}
@@ -581,7 +585,11 @@ class KafkaSourceReader(SourceReader):
         self._stop: dict[tuple[str, int], int] = {}
         self._skipping: set[tuple[str, int]] = set()
         self._done: set[tuple[str, int]] = set()
-        self._start()
+        try:
+            self._start()
+        except ConnectorError:
+            self._consumer.close()
+            raise
         self._committable: dict[str, int] | None = None
         #: Per row of the last batch, the index of its partition in ``splits()``, and those.
         self._last_splits: np.ndarray | None = None
