@@ -83,6 +83,33 @@ def test_a_refused_login_names_the_login_options_and_not_the_password(guarded, m
     assert "not-the-password" not in message
 
 
+@pytest.mark.parametrize("delivery", ["at-least-once", "exactly-once"])
+def test_a_sink_whose_login_is_refused_stops_within_the_timeout(guarded, delivery: str) -> None:
+    ddl = kafka_ddl("o", "n BIGINT", "x", guarded.servers, format="json",
+                    **{"connection.timeout": "3s", "properties.security.protocol": "SASL_PLAINTEXT",
+                       "properties.sasl.mechanism": "PLAIN", "properties.sasl.username": "app",
+                       "properties.sasl.password": "not-the-password", "sink.delivery-guarantee": delivery,
+                       "sink.transactional-id-prefix": "tx-login"})
+    with pytest.raises(clink.ConnectorError) as info:
+        clink.sql([ddl, "INSERT INTO o VALUES (1), (2)"]).run()
+    message = str(info.value)
+    assert message.startswith("table 'o': ") and "not-the-password" not in message
+    if delivery == "at-least-once":
+        assert f"2 messages were not delivered to 'x' at '{guarded.servers}' in 3 s ('connection.timeout')" in message
+        assert "'properties.sasl.*'" in message
+    else:
+        assert "cannot start Kafka transactions (transactional id 'tx-login-0')" in message
+
+
+def test_an_exactly_once_sink_without_checkpoints_writes_rows_of_not_null_columns(broker) -> None:
+    # VALUES gives NOT NULL columns: the rows held until the end must still join into one table.
+    topic = broker.topic()
+    ddl = kafka_ddl("o", "n BIGINT", topic, broker.servers, format="json",
+                    **{"sink.delivery-guarantee": "exactly-once", "sink.transactional-id-prefix": f"tx-{topic}"})
+    clink.sql([ddl, "INSERT INTO o VALUES (1), (2)"]).run()
+    assert [json.loads(m[3]) for m in broker.read(topic)] == [{"n": 1}, {"n": 2}]
+
+
 def test_no_login_at_a_broker_that_requires_one_is_a_clear_error(guarded) -> None:
     ddl = kafka_ddl("t", "n BIGINT", "x", guarded.servers, format="json", **BOUNDED,
                     **{"connection.timeout": "3s"})

@@ -1244,8 +1244,13 @@ class KafkaSinkWriter(SinkWriter):
     def _flush(self) -> None:
         left = self._producer.flush(self._timeout)
         if left:
+            login = ""
+            if any(k.startswith(("sasl.", "security.", "ssl.")) for k in self._settings.client):
+                login = ("; if the brokers are up, check the login: 'properties.security.protocol' and "
+                         "'properties.sasl.*'")
             raise ConnectorError(f"table {self._name!r}: {left} messages were not delivered to "
-                                 f"{self._topic!r} in {self._timeout:g} s ('connection.timeout')")
+                                 f"{self._topic!r} at {self._config['bootstrap.servers']!r} in {self._timeout:g} s "
+                                 f"('connection.timeout'){login}")
         if self._failure is not None:
             failure, self._failure = self._failure, None
             raise ConnectorError(f"table {self._name!r}: cannot write to {self._topic!r}: {failure}")
@@ -1255,6 +1260,10 @@ class KafkaSinkWriter(SinkWriter):
         if not batch.num_rows:
             return
         if self._exactly_once:
+            if batch.schema != self._schema:
+                # A batch may differ from the table in nullability only (VALUES gives NOT NULL
+                # columns): the held batches must share one schema to be joined at the commit.
+                batch = pa.RecordBatch.from_arrays(batch.columns, schema=self._schema)
             self._buffer.append(batch)
             self._buffered_bytes += batch.nbytes
             if self._staging is not None and self._buffered_bytes >= SPILL_BYTES:
