@@ -96,7 +96,8 @@ def test_a_server_that_never_answers_is_given_up_on_after_the_timeout(postgres, 
         port = silent.getsockname()[1]
         ddl = (f"CREATE TABLE kv (k INT) WITH ({jdbc(postgres, database, 'kv')}, "
                "'connection.max-retry-timeout' = '2s')").replace(str(postgres.port), str(port))
-        with pytest.raises(ConnectorError, match=f"cannot connect to PostgreSQL at .*127.0.0.1:{port}.*timeout"):
+        with pytest.raises(ConnectorError, match=f"cannot connect to PostgreSQL at .*127.0.0.1:{port}.*timeout.*"
+                                                 "\\(after 2 s, 'connection.max-retry-timeout'\\)"):
             clink.sql([ddl, "INSERT INTO kv VALUES (1)"]).run()
 
 

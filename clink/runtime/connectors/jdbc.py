@@ -326,8 +326,11 @@ class _Server:
             try:
                 self.conn = self.dbapi.connect(self.uri)
             except self.dbapi.Error as e:
+                reason = _reason(e)
+                if "timeout" in reason.lower():
+                    reason += f" (after {self.timeout_s:g} s, 'connection.max-retry-timeout')"
                 raise ConnectorError(f"table {self.name!r}: cannot connect to PostgreSQL at {self.shown}: "
-                                     f"{_reason(e)}") from None
+                                     f"{reason}") from None
         return self.conn
 
     def close(self) -> None:
