@@ -95,8 +95,11 @@ def test_a_sink_whose_login_is_refused_stops_within_the_timeout(guarded, deliver
     message = str(info.value)
     assert message.startswith("table 'o': ") and "not-the-password" not in message
     if delivery == "at-least-once":
-        assert f"2 messages were not delivered to 'x' at '{guarded.servers}' in 3 s ('connection.timeout')" in message
-        assert "'properties.sasl.*'" in message
+        # The client either reports the closed handshake as an authentication error (at once) or
+        # only fails to deliver (after the timeout), depending on when the broker closes it.
+        assert (f"2 messages were not delivered to 'x' at '{guarded.servers}' in 3 s ('connection.timeout')" in message
+                or "the brokers refused the login" in message), message
+        assert "'properties.sasl." in message
     else:
         assert "cannot start Kafka transactions (transactional id 'tx-login-0')" in message
 
