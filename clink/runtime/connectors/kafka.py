@@ -17,6 +17,15 @@ holds even on a broker that answers timestamp lookups roughly.
 Messages are read in batches of up to ``BATCH_MESSAGES``; their values (and keys, with
 ``'key.format'``) are decoded together (``kafka_formats``). A message whose value is NULL (a
 tombstone) is skipped by ``kafka``; ``upsert-kafka`` reads it as the deletion of its key.
+A message that does not decode fails the job (naming topic/partition:offset), or with Flink's
+``[key.|value.]<format>.ignore-parse-errors`` is skipped and counted, or with clink's
+``'scan.dead-letter.topic'`` is written there raw, with headers saying where it came from and
+why, before the rows after it go on (at-least-once: a replay writes it again).
+
+Bad weather. Every call that waits for the brokers is bounded by ``'connection.timeout'``.
+librdkafka reports unreachable brokers only to an error callback, so the source notes those
+events and, while no message comes, asks the brokers for metadata every ``HEALTH_CHECK_S``:
+brokers that went away or hang fail the job after the timeout instead of leaving it idle.
 
 Writing. ``'sink.delivery-guarantee'``: ``none`` hands rows to the client as they come;
 ``at-least-once`` also waits, at each checkpoint, until the broker has them; ``exactly-once``
