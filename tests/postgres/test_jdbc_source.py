@@ -1,10 +1,16 @@
 """The jdbc scan source against a real PostgreSQL: a whole table at parallelism 1 and split by a
 column at 1 and 4 subtasks (compared with DuckDB reading the same rows), types read back as the
-SQL table declares them, and a restore from a checkpoint taken in the middle of a range."""
+SQL table declares them, and a restore from a checkpoint taken in the middle of a range (at another
+parallelism, and at the same one: each subtask from its own position, as after a kill)."""
 
 from __future__ import annotations
 
 import io
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
 from collections import Counter
 from decimal import Decimal
 
@@ -120,6 +126,47 @@ def test_a_restore_mid_range_at_another_parallelism_reads_the_rest_once(postgres
         r.seek_shares(positions)
         seen.extend(drain(r))
     assert sorted(seen) == list(range(1, ROWS + 1))
+
+
+def test_a_restore_at_the_same_parallelism_resumes_each_subtask_from_its_own_position(postgres, shop: str) -> None:
+    """As the executor restores an unchanged parallelism: each reader seeks its own position."""
+    first = [reader(postgres, shop, i, 2) for i in range(2)]
+    seen = []
+    for r in first:
+        for _ in range(3):
+            seen.extend(r.poll().column("id").to_pylist())
+    positions = [r.position() for r in first]
+    for r in first:
+        r.close()
+    resumed = [reader(postgres, shop, i, 2) for i in range(2)]
+    for r, position in zip(resumed, positions, strict=True):
+        r.seek(position)
+        seen.extend(drain(r))
+    assert sorted(seen) == list(range(1, ROWS + 1))
+
+
+def test_a_job_killed_after_a_checkpoint_resumes_a_split_scan_at_the_same_parallelism(postgres, shop: str,
+                                                                                      tmp_path) -> None:
+    options = {"scan.partition.column": "id", "scan.partition.num": "4", "scan.partition.lower-bound": "1",
+               "scan.partition.upper-bound": str(ROWS), "scan.fetch-size": "100"}
+    (tmp_path / "pipeline.sql").write_text(
+        "SET 'execution.checkpointing.interval-rows' = '500';\nSET 'parallelism.default' = '2';\n"
+        f"{ddl(postgres, shop, **options)};\n"
+        f"CREATE TABLE seen (id BIGINT) WITH ('connector' = 'sqlite', 'path' = '{tmp_path / 'out.db'}');\n"
+        "INSERT INTO seen SELECT id FROM orders;\n")
+
+    def run(env: dict) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "clink", "run", "pipeline.sql", "--state-dir", "state"],
+                              cwd=tmp_path, capture_output=True, text=True, timeout=300, env={**os.environ, **env})
+
+    killed = run({"CLINK_FAULT": "after_checkpoint_before_sink_commit:2"})
+    assert killed.returncode == -signal.SIGKILL, killed.stderr
+    resumed = run({})
+    assert resumed.returncode == 0, resumed.stderr
+    assert "resuming from checkpoint" in resumed.stderr
+    with sqlite3.connect(tmp_path / "out.db") as conn:
+        ids = sorted(row[0] for row in conn.execute("SELECT id FROM seen"))
+    assert ids == list(range(1, ROWS + 1))
 
 
 def test_a_missing_table_is_a_clear_error(postgres, shop: str) -> None:

@@ -771,15 +771,27 @@ class JdbcSourceReader(SourceReader):
         return self._progress.position()
 
     def seek(self, position: dict) -> None:
-        self.seek_shares([position])
+        """A restore at an unchanged parallelism: this subtask's own position (the executor gives
+        each reader its own; the other subtasks' are not here to merge)."""
+        try:
+            mine = Progress.of(position)
+        except (ValueError, KeyError, TypeError) as e:
+            raise ConnectorError(f"table {self._spec.name!r}: not a position of the jdbc source: {e}") from None
+        if (mine.subtask, mine.parallelism) != (self._spec.subtask, self._spec.parallelism):
+            self.seek_shares([position])
+            return
+        self._resume(mine)
 
     def seek_shares(self, positions: list[dict]) -> None:
         try:
             first, done = merge(positions)
         except (ValueError, KeyError, TypeError) as e:
             raise ConnectorError(f"table {self._spec.name!r}: not a position of the jdbc source: {e}") from None
+        self._resume(share_of(first, done, subtask=self._spec.subtask, parallelism=self._spec.parallelism))
+
+    def _resume(self, progress: Progress) -> None:
         self._batches = None
-        self._progress = share_of(first, done, subtask=self._spec.subtask, parallelism=self._spec.parallelism)
+        self._progress = progress
         self.finished = False
         self._finish_if_done()
 
