@@ -21,6 +21,7 @@ cannot start fails its cases.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import shutil
 import sqlite3
@@ -35,6 +36,8 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from clink.errors import ConnectorError
 from clink.runtime.connectors.base import Connector, SinkWriter, SourceReader, TableSpec
@@ -312,6 +315,41 @@ def test_a_source_that_does_not_split_is_read_whole_by_its_one_subtask(case: Sou
     got = drain(reader)
     reader.close()
     assert Counter(got) == Counter(expected)
+
+
+@pytest.fixture
+def loaded(source_case: SourceCase, request, tmp_path: Path) -> tuple[Env, dict[str, str], list[tuple]]:
+    """The case's input on its server, once for every example of a property."""
+    env = env_for(request, source_case.server, tmp_path)
+    return (env, *source_case.load(env, rows(0, ROWS)))
+
+
+@settings(max_examples=12, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.data())
+def test_a_job_cut_anywhere_and_restored_at_any_parallelism_reads_each_row_once(source_case: SourceCase, loaded,
+                                                                                 data) -> None:
+    """Each subtask is cut after its own number of rows (none, some, all); the positions restore
+    the subtasks of a job at another parallelism (a source that cannot split: one subtask) as
+    the executor does: ``seek`` at the same parallelism, ``seek_shares`` at another."""
+    env, options, expected = loaded
+    counts = st.integers(1, 4) if source_case.connector.splittable else st.just(1)
+    before, after = data.draw(counts, "parallelism before"), data.draw(counts, "parallelism after")
+    cuts = [data.draw(st.integers(0, ROWS), f"cut of subtask {j}") for j in range(before)]
+    with contextlib.ExitStack() as opened:
+        readers = [opened.enter_context(contextlib.closing(open_reader(source_case, env, options, j, before)))
+                   for j in range(before)]
+        read = [row for r, cut in zip(readers, cuts, strict=True) for row in drain(r, until=cut)]
+        positions = [through_json(r.position()) for r in readers]
+    with contextlib.ExitStack() as opened:
+        restored = [opened.enter_context(contextlib.closing(open_reader(source_case, env, options, j, after)))
+                    for j in range(after)]
+        for j, r in enumerate(restored):
+            if len(positions) == after:
+                r.seek(positions[j])
+            else:
+                r.seek_shares(positions)
+        rest = [row for r in restored for row in drain(r)]
+    assert Counter(read + rest) == Counter(expected)
 
 
 def kafka_group_offsets(env: Env, options: dict[str, str], group: str) -> dict[str, int]:
