@@ -723,3 +723,63 @@ def test_a_transaction_a_crashed_commit_left_open_is_aborted_at_the_restore(case
     # (Whether the crashed run's producer, were it still alive, is fenced: Tansu does not answer
     # its commit at all, so that needs Apache Kafka to be tested.)
     crashed.purge()
+
+
+#: What happens after a batch in the random runs below.
+GO_ON, CHECKPOINT, CRASH, CRASH_BEFORE_COMPLETE, CRASH_BEFORE_COMMIT = (
+    "go on", "checkpoint", "crash", "crash after the pre-commit, before the checkpoint completes",
+    "crash after the checkpoint completed, before the sink's commit")
+
+
+@settings(max_examples=6, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.data())
+def test_a_job_crashed_anywhere_and_restored_writes_what_an_uninterrupted_run_writes(sink_case: SinkCase, request,
+                                                                                   tmp_path: Path, data) -> None:
+    """A job writes batches, takes checkpoints and crashes at random points of the protocol;
+    each restart recovers the sink to the newest completed checkpoint (as the executor does) and
+    replays the batches after it. Exactly-once sinks end with every row once; at-least-once ones
+    with every row at least once (and nothing else); upserts by key with each key's row once."""
+    env = env_for(request, sink_case.server, tmp_path / unique("run-"))
+    options, read = sink_case.prepare(env)
+    sizes = data.draw(st.lists(st.integers(1, 5), min_size=2, max_size=6), "batch sizes")
+    batches = [rows(1000 * (i + 1), n) for i, n in enumerate(sizes)]
+    crashes = data.draw(st.integers(0, 3), "crashes")
+    last = (0, None, 0)  # the newest completed checkpoint: its id, its sink handle, the batches it holds
+    writer = sink_case.open(env, options)
+    writer.recover(0, None, lineage=LINEAGE)
+    position, next_id = 0, 1
+
+    def restart() -> None:
+        nonlocal writer, position, next_id, crashes
+        writer.abort()
+        crashes -= 1
+        writer = sink_case.open(env, options)
+        writer.recover(last[0], last[1], lineage=LINEAGE)
+        position, next_id = last[2], last[0] + 1
+
+    while position < len(batches):
+        writer.write(batch(batches[position]))
+        position += 1
+        choices = [GO_ON, CHECKPOINT] + ([CRASH, CRASH_BEFORE_COMPLETE, CRASH_BEFORE_COMMIT] if crashes else [])
+        step = data.draw(st.sampled_from(choices), f"after batch {position}")
+        if step == CRASH:
+            restart()
+        elif step in (CHECKPOINT, CRASH_BEFORE_COMPLETE, CRASH_BEFORE_COMMIT):
+            handle = writer.pre_commit(next_id)
+            if step == CRASH_BEFORE_COMPLETE:
+                restart()
+                continue
+            last = (next_id, handle, position)
+            if step == CRASH_BEFORE_COMMIT:
+                restart()
+                continue
+            writer.commit(next_id, handle)
+            next_id += 1
+    writer.commit(next_id, writer.pre_commit(next_id))  # the final checkpoint
+    writer.close()
+    everything = Counter(row for b in batches for row in tuples(b))
+    got = Counter(read())
+    if sink_case.after_restore == KEPT and not sink_case.primary_key:
+        assert set(got) == set(everything) and all(got[row] >= 1 for row in everything)
+    else:
+        assert got == everything
