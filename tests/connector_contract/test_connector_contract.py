@@ -324,10 +324,19 @@ def loaded(source_case: SourceCase, request, tmp_path: Path) -> tuple[Env, dict[
     return (env, *source_case.load(env, rows(0, ROWS)))
 
 
-@settings(max_examples=12, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(data=st.data())
-def test_a_job_cut_anywhere_and_restored_at_any_parallelism_reads_each_row_once(source_case: SourceCase, loaded,
-                                                                                 data) -> None:
+def property_test(examples: int, slow_examples: int):
+    """A hypothesis property as two tests: ``examples`` in the default run, and a ``slow`` variant
+    (CI's slow stage) that tries ``slow_examples``. Function-scoped fixtures are shared by the
+    examples of a test on purpose: the server (and a source's input) are made once per test."""
+    def tests(prop: Callable) -> tuple[Callable, Callable]:
+        def made(n: int) -> Callable:
+            return settings(max_examples=n, suppress_health_check=[HealthCheck.function_scoped_fixture])(
+                given(data=st.data())(prop))
+        return made(examples), pytest.mark.slow(made(slow_examples))
+    return tests
+
+
+def cut_anywhere(source_case: SourceCase, loaded, data) -> None:
     """Each subtask is cut after its own number of rows (none, some, all); the positions restore
     the subtasks of a job at another parallelism (a source that cannot split: one subtask) as
     the executor does: ``seek`` at the same parallelism, ``seek_shares`` at another."""
@@ -350,6 +359,11 @@ def test_a_job_cut_anywhere_and_restored_at_any_parallelism_reads_each_row_once(
                 r.seek_shares(positions)
         rest = [row for r in restored for row in drain(r)]
     assert Counter(read + rest) == Counter(expected)
+
+
+(test_a_job_cut_anywhere_and_restored_at_any_parallelism_reads_each_row_once,
+ test_a_job_cut_anywhere_and_restored_at_any_parallelism_reads_each_row_once_many_times) = \
+    property_test(12, 150)(cut_anywhere)
 
 
 def kafka_group_offsets(env: Env, options: dict[str, str], group: str) -> dict[str, int]:
@@ -731,10 +745,7 @@ GO_ON, CHECKPOINT, CRASH, CRASH_BEFORE_COMPLETE, CRASH_BEFORE_COMMIT = (
     "crash after the checkpoint completed, before the sink's commit")
 
 
-@settings(max_examples=6, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(data=st.data())
-def test_a_job_crashed_anywhere_and_restored_writes_what_an_uninterrupted_run_writes(sink_case: SinkCase, request,
-                                                                                   tmp_path: Path, data) -> None:
+def crashed_anywhere(sink_case: SinkCase, request, tmp_path: Path, data) -> None:
     """A job writes batches, takes checkpoints and crashes at random points of the protocol;
     each restart recovers the sink to the newest completed checkpoint (as the executor does) and
     replays the batches after it. Exactly-once sinks end with every row once; at-least-once ones
@@ -783,3 +794,8 @@ def test_a_job_crashed_anywhere_and_restored_writes_what_an_uninterrupted_run_wr
         assert set(got) == set(everything) and all(got[row] >= 1 for row in everything)
     else:
         assert got == everything
+
+
+(test_a_job_crashed_anywhere_and_restored_writes_what_an_uninterrupted_run_writes,
+ test_a_job_crashed_anywhere_and_restored_writes_what_an_uninterrupted_run_writes_many_times) = \
+    property_test(6, 60)(crashed_anywhere)
