@@ -1143,6 +1143,8 @@ class KafkaSinkWriter(SinkWriter):
         config["error_cb"] = self._on_error
         self._exactly_once = s.delivery == "exactly-once"
         self._accept_duplicates = (ctx.get("execution.recovery.accept-duplicates") or "").lower() == "true"
+        #: Where an exactly-once sink stages (and spills) a checkpoint's rows; None otherwise.
+        self._staging: Path | None = None
         if self._exactly_once:
             config["transactional.id"] = f"{s.transactional_prefix}-0"
             self._ledger_group = f"{s.transactional_prefix}-clink-ledger"
