@@ -67,7 +67,8 @@ def newest_checkpoint(state: Path) -> int:
     return max(ids, default=0)
 
 
-def soak(sql_file: Path, state: Path, rng: random.Random, kills: int) -> int:
+def soak(sql_file: Path, state: Path, rng: random.Random, kills: int,
+         before_run: Callable[[], None] | None = None) -> int:
     """Run to completion, killing the run ``kills`` times on the way; the kills that landed.
 
     A kill lands at a random moment: a quarter of them a random time after the start (before
@@ -77,6 +78,8 @@ def soak(sql_file: Path, state: Path, rng: random.Random, kills: int) -> int:
     """
     landed = 0
     while landed < kills:
+        if before_run is not None:
+            before_run()
         run = Run(sql_file, state)
         if rng.random() < 0.25:
             deadline = time.monotonic() + rng.uniform(0.2, 2.0)
@@ -92,5 +95,7 @@ def soak(sql_file: Path, state: Path, rng: random.Random, kills: int) -> int:
             return landed
         run.kill()
         landed += 1
+    if before_run is not None:
+        before_run()
     run_to_end(sql_file, state)
     return landed
