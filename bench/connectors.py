@@ -24,7 +24,7 @@ and its peak RSS. Cases and their references:
 
     python bench/connectors.py                       # 1M events
     python bench/connectors.py --events 200000       # quicker
-    python bench/connectors.py --events 10000000     # the issue's size (preloading takes long)
+    python bench/connectors.py --events 10000000     # the size the targets are stated for (preloading takes long)
     python bench/connectors.py --only kafka,pg       # some servers only
     python bench/connectors.py --events 200000 --only kafka --profile /tmp/k.prof   # cProfile each case
 """
@@ -65,7 +65,7 @@ GROUPS = {
 }
 #: The reference cases: a client library alone, no clink.
 CLIENTS = ("kafka-client", "pg-copy", "redis-client")
-#: case: (reference case, the least ratio of the case's events/s to the reference's), as the issue
+#: case: (reference case, the least ratio of the case's events/s to the reference's), as the project
 #: states its targets; the kafka source's own target (0.5M events/s) is absolute.
 TARGETS = {
     "pg-upsert": ("pg-copy", 0.5),
