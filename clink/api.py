@@ -199,6 +199,21 @@ class Result:
     def __iter__(self) -> Iterator[pa.RecordBatch]:
         return self.batches()
 
+    def __arrow_c_stream__(self, requested_schema: object | None = None) -> object:
+        """The result as an Arrow C stream (the Arrow PyCapsule interface), so that any Arrow
+        consumer reads it without a copy: ``pa.table(result)``, ``duckdb.sql("SELECT ... FROM
+        result")``, ``polars.from_arrow(result)``. An append-only query streams its batches as
+        the pipeline makes them; an updating one gives the final table its changes add up to
+        (as ``to_arrow``), once the pipeline has ended. A script of several queries: export one
+        with ``to_arrow(query)``."""
+        name = self._query_name(None)
+        if self._modes[name].updating:
+            table = self.to_arrow(name)
+            reader = pa.RecordBatchReader.from_batches(table.schema, table.to_batches())
+        else:
+            reader = pa.RecordBatchReader.from_batches(self._schemas[name], self.batches(name))
+        return reader.__arrow_c_stream__(requested_schema)
+
     def step(self) -> bool:
         """Do one round of work (poll every source once); True if anything happened."""
         return self._job.step()
