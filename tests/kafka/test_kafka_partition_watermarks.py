@@ -22,6 +22,18 @@ def ts(ms: int) -> str:
     return time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(ms // 1000)) + f".{ms % 1000:03d}"
 
 
+def drain(running: Job, until_rows_read: int) -> None:
+    """Step ``running`` until table t has read that many rows, then a few steps more."""
+    for _ in range(2000):
+        running.step()
+        running.refresh_metrics()
+        if running.metrics.records_in.get("t", 0) >= until_rows_read:
+            break
+        time.sleep(0.005)
+    for _ in range(3):
+        running.step()
+
+
 @pytest.mark.parametrize("idle", [False, True], ids=["no-idle-timeout", "idle-timeout"])
 def test_a_lagging_partition_holds_the_windows_back_until_it_is_idle(broker, idle: bool) -> None:
     topic = broker.topic(partitions=2)
@@ -39,24 +51,14 @@ def test_a_lagging_partition_holds_the_windows_back_until_it_is_idle(broker, idl
     now = [0]
     job = Job(clink.compile(sql).runtime_plan, RuntimeContext(clock=lambda: now[0], stdout=io.StringIO()))
 
-    def drain(until_rows_read: int) -> None:
-        for _ in range(2000):
-            job.step()
-            job.refresh_metrics()
-            if job.metrics.records_in.get("t", 0) >= until_rows_read:
-                break
-            time.sleep(0.005)
-        for _ in range(3):
-            job.step()
-
-    drain(5)
+    drain(job, 5)
     assert job.metrics.records_in["t"] == 5
     # Partition 0 is at 20 s, partition 1 at 2 s: the watermark is 2 s (one per subtask would
     # be 20 s).
     assert job.metrics.watermark == 2 * S
     now[0] = 11 * S  # partition 1 has had no rows for 11 s; partition 0 gets one more
     broker.produce(topic, [(None, json.dumps({"ts": ts(21 * S)}).encode())], partition=0)
-    drain(6)
+    drain(job, 6)
     assert job.metrics.records_in["t"] == 6
     assert job.metrics.watermark == (21 * S if idle else 2 * S)
     job.close()
@@ -78,16 +80,6 @@ def test_each_partitions_watermark_survives_a_restore(broker, tmp_path) -> None:
 
     def job() -> Job:
         return Job(plan, RuntimeContext(clock=lambda: 0, state_dir=tmp_path / "state", stdout=io.StringIO()))
-
-    def drain(running: Job, until_rows_read: int) -> None:
-        for _ in range(2000):
-            running.step()
-            running.refresh_metrics()
-            if running.metrics.records_in.get("t", 0) >= until_rows_read:
-                break
-            time.sleep(0.005)
-        for _ in range(3):
-            running.step()
 
     first = job()
     drain(first, 4)
