@@ -147,6 +147,10 @@ class Result:
 
     @property
     def metrics(self) -> Metrics:
+        """The run's counters, brought up to date; an Arrow table of one row per operator and
+        subtask to any Arrow reader, ``metrics.to_arrow("splits" | "checkpoints")`` for the others."""
+        if hasattr(self._job, "refresh_metrics"):
+            self._job.refresh_metrics()
         return self._job.metrics
 
     def _deliver(self, name: str, batch: pa.RecordBatch) -> None:

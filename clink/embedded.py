@@ -261,10 +261,19 @@ class EmbeddedJob:
 
     def metrics(self) -> Metrics:
         """A snapshot of the job's counters: rows in per table, rows out per sink, watermark,
-        checkpoints taken, the checkpoint it restored (``restored_from``)."""
+        checkpoints taken, the checkpoint it restored (``restored_from``). It is also an Arrow
+        table of one row per operator and subtask (``pa.table(job.metrics())``, DuckDB, polars);
+        ``.to_arrow("splits")`` and ``.to_arrow("checkpoints")`` give the others
+        (docs/observability.md)."""
         with self._lock:
             self._job.refresh_metrics()
             return copy.deepcopy(self._job.metrics)
+
+    @property
+    def metrics_url(self) -> str | None:
+        """The Prometheus endpoint's address, when ``'metrics.port'`` is set."""
+        endpoint = self._job.metrics_endpoint
+        return endpoint.url if endpoint is not None else None
 
     # -- output
 

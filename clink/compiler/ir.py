@@ -447,6 +447,8 @@ class Sink(Unary):
     connector: str
     options: tuple[tuple[str, str], ...] = ()
     target: Schema | None = None
+    #: The sink column that carries the query's time attribute, if any (for latency metrics).
+    event_time: str | None = None
 
     @functools.cached_property
     def schema(self) -> Schema:

@@ -24,6 +24,7 @@ from clink.runtime.context import RuntimeContext, TaskContext
 from clink.runtime.elements import MAX_WATERMARK, Barrier, Batch, Element, EndOfInput, Idleness, Watermark
 from clink.runtime.kernels import max_epoch_ms
 from clink.runtime.loader import sql_position_of
+from clink.runtime.metrics import Latency, Meter, Rates, position_text, to_table, wall_ms
 from clink.runtime.operators import OperatorEnv, kind_of
 from clink.runtime.plan import (
     INSERT,
@@ -131,6 +132,23 @@ class Metrics:
     #: How long each checkpoint of this run took, in milliseconds.
     checkpoint_ms: list[float] = field(default_factory=list)
     seconds: float = 0.0
+    #: Per operator and subtask, per source split, and per checkpoint (the last 100): rows of plain
+    #: values with the columns of ``clink.runtime.metrics.TABLES``, as of the last refresh.
+    operators: list[dict] = field(default_factory=list)
+    splits: list[dict] = field(default_factory=list)
+    checkpoint_history: list[dict] = field(default_factory=list)
+
+    def to_arrow(self, what: str = "operators") -> pa.Table:
+        """``operators`` (one row per operator and subtask), ``splits`` (one per source split) or
+        ``checkpoints`` (one per checkpoint) as an Arrow table (docs/observability.md)."""
+        rows = {"operators": self.operators, "splits": self.splits, "checkpoints": self.checkpoint_history}
+        if what not in rows:
+            raise UsageError(f"no metrics table {what!r}: there are {', '.join(rows)}")
+        return to_table(rows[what], what)
+
+    def __arrow_c_stream__(self, requested_schema: object | None = None) -> object:
+        """The operators table, for any Arrow reader (``pa.table(metrics)``, DuckDB, polars)."""
+        return self.to_arrow().__arrow_c_stream__(requested_schema)
 
     def summary(self) -> str:
         rows_in = sum(self.records_in.values())
@@ -242,6 +260,14 @@ class Job:
             raise UsageError("'ray.address' is set, and the job runs in this process: set 'execution.target' = "
                              "'ray' (clink run --target ray) to run it on that cluster")
         self.metrics = Metrics()
+        #: Per local subtask, its counters; per sink subtask, its rows' latencies (event time and
+        #: ingestion to the sink's write). ``'metrics.enabled'`` = 'false' keeps the row counts only.
+        self._meters: dict[int, Meter] = {}
+        self._timed = (self.ctx.get("metrics.enabled") or "true").strip().lower() != "false"
+        self._child_ns = 0
+        self._ingested_ms: int | None = None
+        self._latency: dict[int, Latency] = {}
+        self._ingestion_latency: dict[int, Latency] = {}
         #: Subtasks per node, and what each subtask (by its id, ``subtask_id``) runs.
         self.parallelism = job_parallelism(self.ctx)
         self.max_parallelism = int(self.ctx.get("pipeline.max-parallelism") or 128)  # keygroups' default
@@ -316,6 +342,12 @@ class Job:
         self._idle_timeouts: dict[int, int] = {}
         self._ended: set[int] = set()
         self._started = time.perf_counter()
+        self._rates = Rates(self._started)
+        #: Those that read ``metrics`` while the job runs (a Prometheus endpoint, a dashboard, the
+        #: terminal view): while there are any, the job's thread refreshes it every second.
+        self.observers = 0
+        self._published = self._started
+        self.metrics_endpoint = None
         self.finished = False
         self._failed = False
         self.warnings: list[str] = []
@@ -329,6 +361,7 @@ class Job:
         try:
             self._open()
             self._checkpointing = _Checkpointing.configure(self)
+            self._serve_metrics()
         except BaseException:
             self._abort()
             raise
@@ -422,6 +455,10 @@ class Job:
             subtasks = self._subtasks[node.id]
             for j, sid in enumerate(subtasks):
                 if sid in self._local:
+                    self._meters[sid] = Meter()
+                    if isinstance(node, Sink):
+                        self._latency[sid] = Latency()
+                        self._ingestion_latency[sid] = Latency()
                     self._open_subtask(node, sid, j, len(subtasks))
 
     def _open_subtask(self, node: Node, sid: int, index: int, count: int) -> None:
@@ -537,10 +574,15 @@ class Job:
             for sid in self._without_input:
                 self._end(sid)  # a subtask that nothing reaches (its inputs run fewer) is done
             self._without_input = []
+            self._child_ns = 0
             for node_id, reader in self._readers.items():
                 if node_id in self._ended or self._sources_stopped:
                     continue
+                meter = self._meters[node_id]
+                started = time.perf_counter_ns()
                 batch = reader.poll()
+                polled = time.perf_counter_ns()
+                meter.busy_ns += polled - started
                 has_rows = batch is not None and batch.num_rows > 0
                 self._check_idle(node_id, has_rows)
                 if not has_rows and node_id in self._split_watermarks and node_id in self._idle_timeouts:
@@ -548,8 +590,12 @@ class Job:
                     self._advance_split_watermarks(node_id, None)
                 if has_rows:
                     progressed = True
+                    meter.records_in += batch.num_rows
+                    meter.bytes_in += batch.get_total_buffer_size()
+                    self._ingested_ms = wall_ms()
                     self._push(node_id, batch)
                     self._advance_source_watermark(node_id, batch)
+                    meter.blocked_ns += time.perf_counter_ns() - polled
                     if self._checkpointing is not None:
                         self._checkpointing.rows += batch.num_rows
                 if reader.finished:
@@ -575,9 +621,27 @@ class Job:
                 self.checkpoint()
             if len(self._ended) == len(self._local):
                 self._finish()
+            if self.observers and time.perf_counter() - self._published >= 1.0:
+                self.refresh_metrics()
         except BaseException as exc:
             self._fail(exc)
         return progressed
+
+    def _serve_metrics(self) -> None:
+        """With ``'metrics.port'``: a Prometheus endpoint for this job (this worker's part of it)."""
+        port = self.ctx.get("metrics.port")
+        if port is None or str(port).strip() == "":
+            return
+        from clink.runtime.prometheus import Endpoint, parse_port
+
+        worker = self._placement.worker if self._placement is not None else 0
+        labels = {"job": self.ctx.get("pipeline.name") or self.plan.name}
+        if self._placement is not None:
+            labels["worker"] = str(worker)
+        self.metrics_endpoint = Endpoint(lambda: self.metrics, port=parse_port(str(port), worker),
+                                         host=self.ctx.get("metrics.host") or "127.0.0.1", labels=labels)
+        self.observers += 1
+        self.refresh_metrics()
 
     def checkpoint(self) -> int:
         """Take a checkpoint now; return its id. The job needs a state directory."""
@@ -662,6 +726,8 @@ class Job:
         if self.finished:
             return
         try:
+            self._child_ns = 0
+            self._ingested_ms = None  # read by another worker: when is not known here
             self._receive(target, sender, element)
             if len(self._ended) == len(self._local):
                 self._finish()
@@ -767,7 +833,12 @@ class Job:
 
     def _receive(self, target_id: int, from_id: int, element: Element) -> None:
         if target_id in self._remote:
+            started = time.perf_counter_ns()
+            if type(element) is Batch and (sender := self._meters.get(from_id)) is not None:
+                sender.records_out += element.data.num_rows
+                sender.bytes_out += element.data.get_total_buffer_size()
             self._placement.send(target_id, from_id, element)
+            self._child_ns += time.perf_counter_ns() - started
             return
         if self._barriers:
             aligning = self._barriers.get(target_id)
@@ -775,6 +846,30 @@ class Job:
                 # This channel has passed the barrier: what follows waits until every channel has.
                 self._parked.setdefault(target_id, []).append((from_id, element))
                 return
+        meter = self._meters[target_id]
+        if type(element) is Batch:
+            rows, size = element.data.num_rows, element.data.get_total_buffer_size()
+            meter.records_in += rows
+            meter.bytes_in += size
+            if (sender := self._meters.get(from_id)) is not None:
+                sender.records_out += rows
+                sender.bytes_out += size
+        if not self._timed:
+            self._handle(target_id, from_id, element)
+            return
+        # Busy time is the subtask's own; the time spent in the subtasks it feeds (measured by
+        # their own _receive, summed in _child_ns) is time it was blocked on its output.
+        started = time.perf_counter_ns()
+        outer, self._child_ns = self._child_ns, 0
+        try:
+            self._handle(target_id, from_id, element)
+        finally:
+            total = time.perf_counter_ns() - started
+            meter.busy_ns += total - self._child_ns
+            meter.blocked_ns += self._child_ns
+            self._child_ns = outer + total
+
+    def _handle(self, target_id: int, from_id: int, element: Element) -> None:
         node = self._node_of[target_id]
         match element:
             case Batch(data=batch):
@@ -786,6 +881,9 @@ class Job:
                     self._route(target_id, node, batch)
                 elif isinstance(node, Sink):
                     self._writers[target_id].write(batch)
+                    self._meters[target_id].records_out += batch.num_rows
+                    if self._timed:
+                        self._measure_latency(target_id, node, batch)
                 elif isinstance(node, Union):
                     if batch.num_columns < len(node.schema):
                         # A batch of an append-only input of an updating union: its rows are inserts.
@@ -823,8 +921,9 @@ class Job:
                     self._flush(node.id)
                 # A subtask passes a barrier on once it has come on every open channel (aligned).
                 current, seen = self._barriers.get(target_id, (checkpoint_id, set()))
-                if current != checkpoint_id:
+                if current != checkpoint_id or not seen:
                     current, seen = checkpoint_id, set()
+                    self._meters[target_id].aligning_since = time.perf_counter_ns()
                 seen.add(from_id)
                 self._barriers[target_id] = (current, seen)
                 if len(seen) >= self._open_inputs[target_id]:
@@ -851,6 +950,8 @@ class Job:
         """Every open channel of ``target_id`` has delivered the barrier: the subtask takes its part
         of the checkpoint (spread over processes), passes the barrier on, then takes what waited."""
         checkpoint_id, _ = self._barriers.pop(target_id)
+        meter = self._meters[target_id]
+        meter.alignment_ns = time.perf_counter_ns() - meter.aligning_since
         if target_id in self._minibatches:
             self._flush_minibatch(target_id)  # what came before the barrier is in the checkpoint
         if self._placement is not None and (snapshot := self._snapshot_of(checkpoint_id)) is not None:
@@ -1154,6 +1255,90 @@ class Job:
         self.metrics.skipped_records = dict(skipped)
         self.metrics.records_out = dict(records_out)
         self.metrics.seconds = time.perf_counter() - self._started
+        self.metrics.operators = self.operator_rows()
+        self.metrics.splits = self.split_rows()
+        self._published = time.perf_counter()
+
+    def _measure_latency(self, sid: int, node: Sink, batch: pa.RecordBatch) -> None:
+        """The latency of the rows a sink writes: from their event time (the query's time
+        attribute, when its result has one) and from when the source read the rows whose
+        arrival made them (in this process; unknown for rows that came from another worker)."""
+        now = wall_ms()
+        if self._ingested_ms is not None:
+            self._ingestion_latency[sid].add_one(now - self._ingested_ms, batch.num_rows)
+        column = getattr(node, "event_time", None)
+        if column is not None and column in batch.schema.names:
+            times = batch.column(column)
+            if times.null_count:
+                times = times.drop_null()
+            ms = times.cast(pa.timestamp("ms", tz=getattr(times.type, "tz", None))).cast(pa.int64())
+            self._latency[sid].add(now - ms.to_numpy())
+
+    def operator_rows(self) -> list[dict]:
+        """One row per operator and subtask running here (``clink.runtime.metrics.OPERATOR_SCHEMA``)."""
+        now = time.perf_counter()
+        self._rates.update(self._meters, now)
+        wall = wall_ms()
+        rows = []
+        for sid, meter in list(self._meters.items()):
+            node = self._node_of[sid]
+            kind = kind_of(node)
+            kind_name = ("source" if isinstance(node, Source) else "sink" if isinstance(node, Sink)
+                         else kind.name if kind is not None else type(node).__name__.lower())
+            details = {}
+            if (operator := self._operators.get(sid)) is not None:
+                details = operator.metrics
+            elif (reader := self._readers.get(sid)) is not None:
+                details = reader.metrics
+            watermark = self._watermarks.get(sid)
+            final = watermark is not None and watermark >= MAX_WATERMARK
+            latency, ingestion = self._latency.get(sid), self._ingestion_latency.get(sid)
+            rows.append({
+                "operator": self.uids.get(node.id) or f"{kind_name}-{node.id}",
+                "kind": kind_name, "node": node.id, "subtask": self._index_of.get(sid, 0),
+                "name": getattr(node, "table", None) or getattr(node, "description", "") or kind_name,
+                "sql": node.span, "inputs": list(getattr(node, "inputs", ())),
+                "records_in": meter.records_in, "records_out": meter.records_out,
+                "bytes_in": meter.bytes_in, "bytes_out": meter.bytes_out,
+                **self._rates.of(sid),
+                "watermark": None if watermark is None or final else watermark,
+                "watermark_lag_ms": None if watermark is None or final else wall - watermark,
+                "late_records": details.get("late_records", 0), "skipped_records": details.get("skipped_records", 0),
+                "state_rows": details.get("state_rows", 0), "state_bytes": details.get("state_bytes", 0),
+                "busy_ms": meter.busy_ns / 1e6, "backpressured_ms": meter.blocked_ns / 1e6,
+                "alignment_ms": meter.alignment_ns / 1e6,
+                "latency_p50_ms": latency.quantile(0.5) if latency else None,
+                "latency_p99_ms": latency.quantile(0.99) if latency else None,
+                "ingestion_latency_p50_ms": ingestion.quantile(0.5) if ingestion else None,
+                "ingestion_latency_p99_ms": ingestion.quantile(0.99) if ingestion else None,
+            })
+        return rows
+
+    def split_rows(self) -> list[dict]:
+        """One row per split of each source subtask here (one for a reader without splits):
+        its position, how far behind the end it is when the reader knows, its watermark."""
+        rows = []
+        for sid, reader in list(self._readers.items()):
+            if isinstance(reader, _Empty):
+                continue
+            operator = self.uids.get(self._node_of[sid].id, f"source-{sid}")
+            subtask = self._index_of.get(sid, 0)
+            try:
+                position = reader.position()
+            except Exception:  # noqa: BLE001 - a reader that cannot say where it is still has metrics
+                position = None
+            try:
+                lags = reader.split_lag() or {}
+            except Exception:  # noqa: BLE001 - as above
+                lags = {}
+            watermarks = self._split_watermarks.get(sid, {})
+            splits = list(reader.splits()) or list(lags) or [""]
+            for split in splits:
+                watermark = watermarks.get(split, self._watermarks.get(sid) if split == "" else None)
+                rows.append({"operator": operator, "subtask": subtask, "split": split,
+                             "position": position_text(position), "lag": lags.get(split),
+                             "watermark": watermark if watermark is None or watermark < MAX_WATERMARK else None})
+        return rows
 
     def _fail(self, exc: BaseException) -> None:
         self._failed = True
@@ -1190,6 +1375,10 @@ class Job:
 
             shutil.rmtree(self._scratch, ignore_errors=True)
             self._scratch = None
+        if self.metrics_endpoint is not None:
+            self.metrics_endpoint.close()
+            self.metrics_endpoint = None
+            self.observers -= 1
 
 
 
@@ -1394,7 +1583,7 @@ class _Checkpointing:
         }
         writer.write_bytes("job.json", json.dumps(state, sort_keys=True).encode())
         self.fault("after_state_written_before_commit")
-        writer.complete(before_rename=lambda: self.fault("during_manifest_rename"))
+        info = writer.complete(before_rename=lambda: self.fault("during_manifest_rename"))
         self.fault("after_checkpoint_before_sink_commit")
         # The checkpoint exists: now its output may become visible.
         for sid, w in job._writers.items():
@@ -1406,8 +1595,12 @@ class _Checkpointing:
         self.next_id += 1
         self.rows = 0
         self.last_ms = job.ctx.clock()
-        job.metrics.checkpoint_ms.append((time.perf_counter() - started) * 1000)
+        took = (time.perf_counter() - started) * 1000
+        job.metrics.checkpoint_ms.append(took)
         job.metrics.checkpoints += 1
+        job.metrics.checkpoint_history = [*job.metrics.checkpoint_history[-99:], {
+            "checkpoint": checkpoint_id, "completed": wall_ms(), "duration_ms": took, "size_bytes": info.size,
+            "alignment_ms": max((m.alignment_ns for m in job._meters.values()), default=0) / 1e6}]
         return checkpoint_id
 
     def restore(self) -> None:

@@ -618,6 +618,9 @@ class Sink(Node):
     #: The table's PRIMARY KEY (an upserting connector writes by it) and PARTITIONED BY columns.
     primary_key: tuple[str, ...] = ()
     partition_columns: tuple[str, ...] = ()
+    #: The column that carries the rows' event time (the query's time attribute), if it has one:
+    #: what the sink's event-time latency is measured from.
+    event_time: str | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "options", dict(self.options or {}))

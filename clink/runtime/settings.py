@@ -119,6 +119,11 @@ def _choice(*allowed: str) -> Callable[[str], None]:
     return check
 
 
+def _port(text: str) -> None:
+    if not text.strip().isdigit() or int(text) > 65535:
+        raise ValueError("a port number between 0 and 65535")
+
+
 def _any(text: str) -> None:
     return None
 
@@ -185,6 +190,11 @@ SETTINGS: dict[str, Setting] = {s.key: s for s in (
     Setting("restart-strategy.fixed-delay.attempts", "restarts before the job fails (3)", _positive_int),
     Setting("restart-strategy.fixed-delay.delay", "time between a failure and the restart (1 s)", _duration),
     Setting("test.fault-point", "crash at a named point (for crash tests)"),
+    Setting("metrics.enabled", "measure busy and blocked time, bytes and latency per operator ('true'); "
+            "'false' counts rows only", _choice("true", "false")),
+    Setting("metrics.port", "serve the job's metrics to Prometheus on this port (0: any free one; on a "
+            "cluster, worker i takes the port plus i); needs clink[metrics]", _port),
+    Setting("metrics.host", "the address the metrics endpoint binds (127.0.0.1)"),
 )}
 
 

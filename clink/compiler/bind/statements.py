@@ -151,7 +151,8 @@ class Binder(DdlBinder, ClientBinder, QueryBinder, SubqueryBinder, RelationBinde
             raise SqlError(f"table {stmt.table!r} uses connector {target.info.connector!r}, which cannot be written",
                            span)
         self._check_sink_options(target, connector)
-        rel = self.select(stmt.query)
+        rel, rowtime = self._query(stmt.query)
+        names = rel.schema.names
         self._raise_collected()
         check_ranks_limited(rel)
         if ir.is_updating(rel) and connector.upserts and not target.info.primary_key:
@@ -190,7 +191,7 @@ class Binder(DdlBinder, ClientBinder, QueryBinder, SubqueryBinder, RelationBinde
         if any(not isinstance(e, ir.Column) for e in exprs) or rel.schema.names != columns.names:
             rel = ir.Project(input=rel, exprs=tuple(exprs), names=columns.names, span=stmt.query.span)
         return ir.Sink(input=rel, name=stmt.table, connector=target.info.connector, options=target.info.options,
-                       target=columns, span=stmt.span)
+                       target=columns, span=stmt.span, event_time=_event_time(names, rowtime, columns.names))
 
     def _check_sink_options(self, target: CatalogTable, connector) -> None:
         """Refuse, at the option in the table's DDL, what its connector can read but not write
@@ -215,8 +216,18 @@ class Binder(DdlBinder, ClientBinder, QueryBinder, SubqueryBinder, RelationBinde
                                            span=span), span=span)
 
     def query_sink(self, stmt: ast.Query) -> ir.Sink:
-        rel = self.select(stmt.query)
+        rel, rowtime = self._query(stmt.query)
         self._raise_collected()
         check_ranks_limited(rel)
         self.query_count += 1
-        return ir.Sink(input=rel, name=f"query_{self.query_count}", connector="collect", span=stmt.span)
+        names = rel.schema.names
+        return ir.Sink(input=rel, name=f"query_{self.query_count}", connector="collect", span=stmt.span,
+                       event_time=_event_time(names, rowtime, names))
+
+
+def _event_time(names, rowtime: frozenset[str], sink_names) -> str | None:
+    """The sink column that the query's first time attribute becomes (columns match by position)."""
+    for i, name in enumerate(names):
+        if name in rowtime:
+            return sink_names[i]
+    return None

@@ -825,6 +825,8 @@ def _emit_plan(w: SourceWriter, plan: PhysicalPlan, schema_names: dict[int, str]
                             w.line(f"schema={schema_names[op.id * 10]}, options={dict(sink.options)!r},")
                             if sink.connector != "collect" and (keys := _table_keys_py(tables.get(sink.name))):
                                 w.line(keys)
+                            if sink.event_time is not None:
+                                w.line(f"event_time={sink.event_time!r},  # the rows' event time, for latency")
                             w.line(f"{changelog(op.id)}span={str(sink.span or '')!r}),")
         w.line("),")
     w.line(")")

@@ -127,6 +127,12 @@ class SourceReader:
         per-partition watermarks. Empty: one watermark for all the reader gives."""
         return ()
 
+    def split_lag(self) -> dict[str, int]:
+        """Per split, how many records it is behind the end of what there is to read (a Kafka
+        source: the consumer lag), where the reader knows without asking a server; {} otherwise.
+        Called for metrics, at most a few times a second."""
+        return {}
+
     def split_rows(self) -> Any:
         """For the last batch ``poll`` returned: the index into ``splits()`` of each row's split
         (a numpy integer array), or None when the reader keeps no splits."""
