@@ -64,7 +64,12 @@ def _parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("run", parents=[common, pipeline],
                        help="run a pipeline (.sql, or an artefact or module from `clink compile`)")
-    p.add_argument("--progress", action="store_true", help="show rows in and out while running")
+    p.add_argument("--progress", action="store_true", default=None,
+                   help="show each operator's rows/s, watermark lag, late rows and state while running (the "
+                        "default when stderr is a terminal and no query streams rows to the same terminal)")
+    p.add_argument("--no-progress", action="store_false", dest="progress", help="do not show the live view")
+    p.add_argument("--metrics-port", type=int, metavar="N",
+                   help="serve the job's metrics to Prometheus on port N (0: a free one); as SET 'metrics.port'")
     p.add_argument("--stop-with-checkpoint-after", type=int, metavar="N",
                    help="stop, with a final checkpoint, once N checkpoints have been taken")
     p.add_argument("--target", choices=("local", "ray"),
@@ -378,6 +383,8 @@ def _run(args: argparse.Namespace, sources: dict[str, str]) -> int:
         config["execution.target"] = args.target
     if args.ray_address:
         config["ray.address"] = args.ray_address
+    if getattr(args, "metrics_port", None) is not None:
+        config["metrics.port"] = str(args.metrics_port)
     if ({**plan.config, **config}.get("execution.target") or "local") == "ray":
         return _run_on_ray(args, plan, source, sql, {**plan.config, **config}, state_dir)
     ctx = RuntimeContext(config=config, state_dir=state_dir)
@@ -404,6 +411,8 @@ def _run(args: argparse.Namespace, sources: dict[str, str]) -> int:
     job = Job(plan, ctx)
     for warning in job.warnings:
         print(f"warning: {warning}", file=sys.stderr)
+    if job.metrics_endpoint is not None:
+        print(f"metrics: {job.metrics_endpoint.url}", file=sys.stderr)
     if job.metrics.restored_from is not None:
         print(f"resuming from checkpoint {job.metrics.restored_from}", file=sys.stderr)
     # A table is shown at the end, so only for one bounded query on a terminal; otherwise stream.
@@ -415,8 +424,19 @@ def _run(args: argparse.Namespace, sources: dict[str, str]) -> int:
     if stop_requested:
         job.request_stop()
     stop_target.append(job)
-    if args.progress:
-        _run_with_progress(job)
+    progress = args.progress
+    if progress is None:  # rows streaming to the terminal are the view themselves
+        progress = sys.stderr.isatty() and not (sys.stdout.isatty() and queries and not table_mode)
+    if progress:
+        from rich.console import Console
+
+        from clink.live import run_with_view
+
+        try:
+            run_with_view(job, Console(stderr=True), stop_after_checkpoints=args.stop_with_checkpoint_after)
+        except KeyboardInterrupt:
+            job.cancel()
+            raise
     else:
         job.run(stop_after_checkpoints=args.stop_with_checkpoint_after)
     if job.metrics.stopped_at is not None:
@@ -572,27 +592,6 @@ def _print_job(status: dict) -> None:
               f"watermark {watermark}")
     for failure in status["failures"]:
         print(f"  failure: {failure}")
-
-
-def _run_with_progress(job) -> None:
-    import time
-
-    from rich.console import Console
-    from rich.live import Live
-
-    console = Console(stderr=True)
-    with Live(console=console, refresh_per_second=4, transient=True) as live:
-        last = 0.0
-        while not job.finished:
-            if not job.step():
-                time.sleep(0.005)
-            if job.stop_requested and not job.finished:
-                job.stop_with_checkpoint()
-            now = time.perf_counter()
-            if now - last > 0.25:
-                job.refresh_metrics()
-                live.update(f"running: {job.metrics.summary()}")
-                last = now
 
 
 def _print_table(table, zone: str) -> None:
