@@ -590,8 +590,18 @@ def _print_job(status: dict) -> None:
         print(f"  worker {worker} (subtasks {worker} of each operator): {sum(m['records_in'].values()):,} rows in "
               f"({rate:,.0f}/s), {sum(m['records_out'].values()):,} out, {m['bytes_out']:,} bytes sent, "
               f"watermark {watermark}")
+    for worker, m in sorted(status["workers"].items()):
+        if m.get("metrics_url"):
+            print(f"  worker {worker} metrics: {m['metrics_url']}")
     for failure in status["failures"]:
         print(f"  failure: {failure}")
+    from rich.console import Console
+
+    from clink.live import cluster_metrics, render
+
+    metrics = cluster_metrics(status)
+    if metrics.operators:
+        Console(soft_wrap=False, width=max(120, Console().width)).print(render(metrics))
 
 
 def _print_table(table, zone: str) -> None:

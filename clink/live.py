@@ -85,6 +85,24 @@ def render(metrics: Metrics, title: str = ""):
     return table
 
 
+def cluster_metrics(status: dict) -> Metrics:
+    """The operators, splits and checkpoints of a cluster job, from its job master's status
+    (each worker's last heartbeat): the same tables as a local job's ``metrics()``."""
+    metrics = Metrics()
+    for _, live in sorted(status.get("workers", {}).items()):
+        metrics.operators.extend(live.get("operators", ()))
+        metrics.splits.extend(live.get("splits", ()))
+        metrics.seconds = max(metrics.seconds, live.get("seconds", 0.0))
+        for table, n in live["records_in"].items():
+            metrics.records_in[table] = metrics.records_in.get(table, 0) + n
+        for table, n in live["records_out"].items():
+            metrics.records_out[table] = metrics.records_out.get(table, 0) + n
+    metrics.operators.sort(key=lambda row: (row["node"], row["subtask"]))
+    metrics.checkpoint_history = list(status.get("checkpoint_history", ()))
+    metrics.checkpoints = len(metrics.checkpoint_history)
+    return metrics
+
+
 def run_with_view(job: Job, console, *, stop_after_checkpoints: int | None = None) -> None:
     """Run ``job`` to its end (or its stop) with the live view on ``console``."""
     from rich.live import Live

@@ -35,6 +35,8 @@ class Coordinator:
         self.parallelism = parallelism
         self.workers = workers
         self.next_id = 1
+        #: The bytes of the last completed checkpoint's files.
+        self.last_size = 0
         self._writer: CheckpointWriter | None = None
         self._parts: dict[int, dict] = {}
         self.completed: list[int] = []
@@ -128,7 +130,7 @@ class Coordinator:
         state = {"parallelism": self.parallelism, "sources": state_sources, "operators": state_operators,
                  "sinks": sinks, "watermarks": {}, "input_watermarks": {}}
         writer.write_bytes("job.json", json.dumps(state, sort_keys=True).encode())
-        writer.complete()
+        self.last_size = writer.complete().size
         checkpoint_id = writer.id
         self._writer = None
         self._parts = {}

@@ -153,14 +153,10 @@ class RayEmbeddedJob:
             return Metrics(records_in=dict(outcome["records_in"]), records_out=dict(outcome["records_out"]),
                            checkpoints=outcome["checkpoints"], restored_from=outcome["restored_from"],
                            stopped_at=outcome["stopped_at"], seconds=outcome["seconds"])
+        from clink.live import cluster_metrics
+
         status = self._job.status() or {}
-        metrics = Metrics()
-        for live in status.get("workers", {}).values():
-            for table, n in live["records_in"].items():
-                metrics.records_in[table] = metrics.records_in.get(table, 0) + n
-            for table, n in live["records_out"].items():
-                metrics.records_out[table] = metrics.records_out.get(table, 0) + n
-            metrics.seconds = max(metrics.seconds, live["seconds"])
+        metrics = cluster_metrics(status)  # with the operators, splits and checkpoints tables
         metrics.checkpoints = status.get("last_checkpoint") or 0
         return metrics
 

@@ -88,6 +88,8 @@ class JobMaster:
         self.state = "created"
         self.stopped_at: int | None = None
         self.checkpoint_ms: list[float] = []
+        #: The last 100 checkpoints (clink.runtime.metrics.CHECKPOINT_SCHEMA's columns).
+        self.checkpoint_history: list[dict] = []
         #: What each worker of the current attempt said last about itself (its heartbeat).
         self.live: dict[int, dict] = {}
         #: Wall-clock times: when each attempt had every worker running (restored), and when the
@@ -212,6 +214,12 @@ class JobMaster:
                         if self.coordinator.add(worker, checkpoint_id, parts):
                             done, sinks = self.coordinator.complete()
                             self.checkpoint_ms.append((now - checkpoint_started) * 1000)
+                            alignment = max((row["alignment_ms"] for live in self.live.values()
+                                             for row in live.get("operators", ())), default=0.0)
+                            self.checkpoint_history = [*self.checkpoint_history[-99:], {
+                                "checkpoint": done, "completed": int(time.time() * 1000),
+                                "duration_ms": self.checkpoint_ms[-1], "size_bytes": self.coordinator.last_size,
+                                "alignment_ms": alignment}]
                             committed = set()
                             for handle in handles:
                                 # After the last checkpoint the workers close, told with the commit.

@@ -329,7 +329,7 @@ class _MasterActor:
                 "attempt": m.attempt, "restarts": len(m.failures), "submitted": self.submitted,
                 "last_checkpoint": completed[-1] if completed else None, "checkpoint_ms": m.checkpoint_ms[-20:],
                 "stopped_at": m.stopped_at, "state_dir": self.state_dir, "workers": dict(m.live),
-                "hosts": dict(m.hosts),
+                "hosts": dict(m.hosts), "checkpoint_history": list(m.checkpoint_history),
                 "failures": [headline(f) for f in m.failures], "log": list(self.log)}
 
     def _run(self) -> None:

@@ -213,7 +213,11 @@ class Worker:
                 "watermark": m.watermark, "bytes_out": getattr(self.transport, "bytes_out", 0),
                 "late_records": {str(k): v for k, v in m.late_records.items()},
                 "skipped_records": dict(m.skipped_records), "warnings": list(self.job.warnings),
-                "seconds": time.perf_counter() - self.job._started}
+                "seconds": time.perf_counter() - self.job._started,
+                # Per operator subtask and source split here (clink.runtime.metrics), and where
+                # this worker serves them to Prometheus ('metrics.port').
+                "operators": list(m.operators), "splits": list(m.splits),
+                "metrics_url": self.job.metrics_endpoint.url if self.job.metrics_endpoint is not None else None}
 
 
 def describe(exc: BaseException) -> str:

@@ -310,7 +310,7 @@ def test_submit_jobs_and_stop_with_checkpoint_then_go_on_locally(tmp_path: Path)
                               timeout=300)
 
     submitted = clink_cli("submit", "-i", "ddl.sql", "q7.sql", "--ray-address", address, "-p", "2",
-                          "--state-dir", "state")
+                          "--state-dir", "state", "--set", "metrics.port=0")
     assert submitted.returncode == 0, submitted.stderr
     job_id = submitted.stdout.strip()
     job = onray.RayJob.find(job_id)
@@ -319,6 +319,15 @@ def test_submit_jobs_and_stop_with_checkpoint_then_go_on_locally(tmp_path: Path)
     assert job_id in listed.stdout and "running" in listed.stdout
     shown = clink_cli("jobs", job_id, "--ray-address", address)
     assert "worker 1 (subtasks 1 of each operator)" in shown.stdout, shown.stdout + shown.stderr
+    # Each worker serves its own subtasks' metrics; clink jobs shows every operator's.
+    assert "rows in/s" in shown.stdout and "source:datagen ×2" in shown.stdout, shown.stdout
+    workers = job.status()["workers"]
+    for worker, live in workers.items():
+        scraped = scrape_prometheus(live["metrics_url"])
+        read = [s.value for s in scraped["clink_records_out"].samples if s.name == "clink_records_out_total"
+                and s.labels["operator"] == "source:datagen"]
+        assert read and read[0] > 0
+        assert {s.labels["worker"] for s in scraped["clink_records_out"].samples} == {str(worker)}
     stopped = clink_cli("stop", job_id, "--with-checkpoint", "--ray-address", address)
     assert stopped.returncode == 0 and "stopped" in stopped.stderr and "with checkpoint" in stopped.stderr, stopped.stderr
     assert job.status()["state"] == "stopped"
@@ -363,3 +372,11 @@ def test_plan_start_on_ray_polls_rows_and_stops_with_a_checkpoint_a_local_start_
     got = pa.Table.from_batches(polled, schema=expected.schema)
     assert got.num_rows == expected.num_rows
     assert sorted(got.to_pylist(), key=repr) == sorted(expected.to_pylist(), key=repr)
+
+
+def scrape_prometheus(url: str) -> dict:
+    import urllib.request
+
+    from prometheus_client.parser import text_string_to_metric_families
+
+    return {f.name: f for f in text_string_to_metric_families(urllib.request.urlopen(url, timeout=10).read().decode())}
