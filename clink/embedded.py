@@ -204,6 +204,23 @@ class EmbeddedJob:
             if not worked:
                 time.sleep(self._idle_sleep)
 
+    def advance_watermark(self, table: str, ms: int) -> None:
+        """Move push table ``table``'s watermark to ``ms`` (ms since the epoch) now, after every
+        row pushed so far has gone through; windows it closes fire. For a table whose rows alone
+        would not move its watermark far enough yet (an input that is quiet, a test)."""
+        with self._lock:
+            self._check()
+            self._inputs.pushed_position(table)  # an unknown table is refused by name
+            while self._step_locked():
+                pass
+            try:
+                self._job.advance_watermark(table, ms)
+            except BaseException as exc:
+                self._failed(exc)
+                raise
+            while self._step_locked():
+                pass
+
     def checkpoint(self) -> int:
         """Take a checkpoint now; returns its id. Needs ``state_dir``.
 

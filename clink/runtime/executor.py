@@ -643,6 +643,21 @@ class Job:
         self.observers += 1
         self.refresh_metrics()
 
+    def advance_watermark(self, table: str, ms: int) -> None:
+        """Move the watermark of every source subtask that reads ``table`` to ``ms`` (ms since
+        the epoch), as if its rows had allowed it; a watermark never goes back, so a lower one
+        changes nothing. What a driver that knows its input's event time uses (``clink test``'s
+        watermark steps) instead of waiting for rows to move it."""
+        if self.finished:
+            return
+        try:
+            for sid in list(self._readers):
+                if self._node_of[sid].table == table and sid not in self._ended:
+                    self._source_watermark(sid, ms)
+            self._flush_exchanges()
+        except BaseException as exc:
+            self._fail(exc)
+
     def checkpoint(self) -> int:
         """Take a checkpoint now; return its id. The job needs a state directory."""
         if self._checkpointing is None:
