@@ -1,4 +1,4 @@
-"""The ``clink`` command: compile | run | inspect | explain | checkpoints.
+"""The ``clink`` command: compile | run | inspect | explain | checkpoints | test.
 
 Exit codes: 0 success, 1 the pipeline failed while running, 2 a usage or SQL error. Errors are
 printed as ``file:line:col: error: ...`` with the source line and a caret; ``--debug`` adds the
@@ -120,6 +120,14 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--no-history", action="store_true", help="keep no history file")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="a setting, as SET 'KEY' = 'VALUE' would (repeatable)")
+
+    p = sub.add_parser("test", parents=[common],
+                       help="run a pipeline's test cases: rows in, expected rows out, no external systems "
+                            "(docs/testing.md)")
+    p.add_argument("file", help="the pipeline (.sql)")
+    p.add_argument("cases", help="the case file (.yaml, .yml or .json)")
+    p.add_argument("-k", "--case", action="append", default=[], metavar="NAME",
+                   help="run only the case of this name (repeatable)")
     return parser
 
 
@@ -143,6 +151,8 @@ def main(argv: list[str] | None = None) -> int:
             return _checkpoints(args)
         if args.command == "inspect":
             return _inspect(args)
+        if args.command == "test":
+            return _test(args, sources)
         if args.command == "sql":
             from clink.sqlclient import main as sql_client
 
@@ -609,6 +619,30 @@ def _print_table(table, zone: str) -> None:
     from clink.display import print_table
 
     print_table(table, zone)
+
+
+def _test(args: argparse.Namespace, sources: dict[str, str]) -> int:
+    """Run each case of the case file; 0 when all pass, 1 when one fails (its diff is printed),
+    2 for a mistake in the case file or the SQL."""
+    from clink._cases import load_case_file, pipeline_plan, run_case
+
+    cases = load_case_file(args.cases, sources)
+    chosen = [c for c in cases.cases if not args.case or c.name in args.case]
+    unknown = [name for name in args.case if name not in {c.name for c in cases.cases}]
+    if unknown:
+        raise UsageError(f"{args.cases} has no case named {unknown[0]!r} (its cases: "
+                         f"{', '.join(c.name for c in cases.cases) or 'none'})")
+    plan = pipeline_plan(args.file, sources)
+    failed = 0
+    for case in chosen:
+        outcome = run_case(plan, case)
+        print(outcome.line(), flush=True)
+        if not outcome.passed:
+            failed += 1
+            print(outcome.report, flush=True)
+    passed = len(chosen) - failed
+    print(f"{len(chosen)} case{'s' if len(chosen) != 1 else ''}: {passed} passed, {failed} failed")
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":
