@@ -43,9 +43,11 @@ class CaseFileError(SqlError):
 
 
 class _Map(dict):
-    """A mapping read from a case file that remembers where it starts (None for JSON)."""
+    """A mapping read from a case file that remembers where it starts and where each key is
+    (nothing for JSON)."""
 
     span: Span | None = None
+    key_spans: dict[Any, Span] = {}  # noqa: RUF012 - replaced per instance by the YAML reader
 
 
 # --- the model ---------------------------------------------------------------------------------
@@ -58,6 +60,8 @@ class Rows:
     table: str
     rows: tuple[Mapping[str, Any], ...]
     span: Span | None
+    #: Where the case names the table.
+    table_span: Span | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,6 +72,7 @@ class WatermarkStep:
     ms: int
     text: str
     span: Span | None
+    table_span: Span | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -196,6 +201,7 @@ def _read_yaml(text: str, name: str) -> Any:
         loader.flatten_mapping(node)
         out = _Map()
         out.span = _span(name, node.start_mark)
+        out.key_spans = {}
         for key_node, value_node in node.value:
             key = loader.construct_object(key_node, deep=True)
             if key in out:
@@ -203,6 +209,7 @@ def _read_yaml(text: str, name: str) -> Any:
                                     hint="to feed a table in several places, make 'input' a list of "
                                          "{table: steps} mappings")
             out[key] = loader.construct_object(value_node, deep=True)
+            out.key_spans[key] = _span(name, key_node.start_mark)
         return out
 
     Loader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, mapping)
@@ -244,6 +251,13 @@ class _Reader:
                 near = difflib.get_close_matches(str(key), allowed, n=1)
                 hint = f"did you mean {near[0]!r}?" if near else None
                 raise self.error(f"{what} has no key {key!r} (it takes {', '.join(allowed)})", value, hint)
+
+
+@dataclass(frozen=True, slots=True)
+class _At:
+    """A place in the case file to point an error at."""
+
+    span: Span | None
 
 
 def _kind(value: Any) -> str:
@@ -295,7 +309,8 @@ def _case(raw: Any, index: int, file: str) -> Case:
         raise r.error(f"'end_of_input' is true or false, got {end!r}", raw)
     steps = tuple(_steps(r, raw.get("input", _Map()), raw))
     expect = r.mapping(raw["expect"], "'expect'", raw)
-    expected = tuple(_expectation(r, output, value, expect) for output, value in expect.items())
+    expected = tuple(_expectation(r, output, value, expect, expect.key_spans.get(output))
+                     for output, value in expect.items())
     return Case(name=str(raw["name"]), file=file, steps=steps, expected=expected, end_of_input=end,
                 clock_ms=clock_ms, span=raw.span)
 
@@ -312,6 +327,7 @@ def _steps(r: _Reader, raw: Any, case: _Map) -> Iterator[Step]:
     for group in groups:
         group = r.mapping(group, "an element of 'input'", case)
         for table, steps in group.items():
+            named = group.key_spans.get(table)
             if not isinstance(steps, list):
                 raise r.error(f"the input of table {table!r} must be a list of rows and steps, got {_kind(steps)}",
                               group)
@@ -322,7 +338,7 @@ def _steps(r: _Reader, raw: Any, case: _Map) -> Iterator[Step]:
                                  group)
                 if "watermark" in step or "advance" in step:
                     if pending:
-                        yield Rows(str(table), tuple(pending), first)
+                        yield Rows(str(table), tuple(pending), first, named)
                         pending, first = [], None
                     if len(step) != 1:
                         raise r.error("a watermark or advance step has one key: {watermark: '2020-04-15 08:10:00'} "
@@ -330,17 +346,17 @@ def _steps(r: _Reader, raw: Any, case: _Map) -> Iterator[Step]:
                     if "watermark" in step:
                         text = step["watermark"]
                         yield WatermarkStep(str(table), _timestamp_ms(r, text, step, "the watermark"), str(text),
-                                            step.span)
+                                            step.span, named)
                     else:
                         yield AdvanceStep(_duration_ms(r, step["advance"], step), step.span)
                 else:
                     pending.append(step)
                     first = first or step.span
             if pending:
-                yield Rows(str(table), tuple(pending), first)
+                yield Rows(str(table), tuple(pending), first, named)
 
 
-def _expectation(r: _Reader, output: Any, value: Any, where: _Map) -> Expectation:
+def _expectation(r: _Reader, output: Any, value: Any, where: _Map, named: Span | None) -> Expectation:
     if isinstance(value, list):  # the short form: the final rows
         value = _Map(rows=value)
         value.span = where.span
@@ -356,7 +372,7 @@ def _expectation(r: _Reader, output: Any, value: Any, where: _Map) -> Expectatio
         rows = spec["rows"]
         if not isinstance(rows, list) or not all(isinstance(row, Mapping) for row in rows):
             raise r.error(f"the rows of {output!r} must be a list of mappings (column: value)", spec)
-        return Expectation(str(output), tuple(rows), None, ordered, spec.span)
+        return Expectation(str(output), tuple(rows), None, ordered, named or spec.span)
     changes = spec["changelog"]
     if not isinstance(changes, list):
         raise r.error(f"the changelog of {output!r} must be a list like [{{'+I': {{word: a, n: 1}}}}]", spec)
@@ -369,7 +385,7 @@ def _expectation(r: _Reader, output: Any, value: Any, where: _Map) -> Expectatio
                           "like {'+I': {word: a, n: 1}}", change if isinstance(change, _Map) else spec)
         ((kind, row),) = change.items()
         out.append((kind, row))
-    return Expectation(str(output), None, tuple(out), True, spec.span)
+    return Expectation(str(output), None, tuple(out), True, named or spec.span)
 
 
 def _timestamp_ms(r: _Reader, text: Any, where: Any, what: str) -> int:
@@ -445,7 +461,7 @@ def check_case(plan: RuntimePlan, case: Case) -> None:
         if step.table not in sources:
             near = difflib.get_close_matches(step.table, list(sources), n=1)
             raise r.error(f"the pipeline reads no table {step.table!r} (it reads: {', '.join(sources) or 'none'})",
-                          step, f"did you mean {near[0]!r}?" if near else None)
+                          _At(step.table_span or step.span), f"did you mean {near[0]!r}?" if near else None)
         node = sources[step.table]
         if isinstance(step, WatermarkStep):
             if node.watermark is None:
@@ -574,8 +590,10 @@ def _columns(expectation: Expectation, given: tuple[tuple[str, Mapping[str, Any]
     for key in named:
         if key not in schema.names:
             near = difflib.get_close_matches(str(key), schema.names, n=1)
+            row = next(row for _, row in given if key in row)
+            where = _At(getattr(row, "key_spans", {}).get(key) or getattr(row, "span", None) or expectation.span)
             raise r.error(f"output {expectation.output!r} has no column {key!r} (its columns: "
-                          f"{', '.join(schema.names)})", expectation, f"did you mean {near[0]!r}?" if near else None)
+                          f"{', '.join(schema.names)})", where, f"did you mean {near[0]!r}?" if near else None)
     return [name for name in schema.names if name in named]
 
 

@@ -302,6 +302,10 @@ def to_table_rows(table: str, data: Any, schema: pa.Schema) -> pa.Table:
             continue
         column = given.column(field.name)
         if column.type != field.type:
+            if pa.types.is_decimal(field.type) and pa.types.is_integer(column.type):
+                # Arrow casts an integer only to a decimal wide enough for every int64: go through
+                # the widest one, and let the cast below refuse a value that does not fit.
+                column = pc.cast(column, pa.decimal128(38, field.type.scale))
             try:
                 column = pc.cast(column, options=pc.CastOptions(field.type, allow_time_truncate=True))
             except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as exc:
