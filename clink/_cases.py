@@ -562,11 +562,11 @@ def compare(expectation: Expectation, batches: list[pa.RecordBatch], schema: pa.
     if expectation.changelog is not None:
         want = [f"{kind}{_show(columns, row)}" for (kind, _), row in zip(given, expected)]
         got = [f"{kind}{_show(columns, row)}" for kind, row in zip(kinds, actual)]
-        return _sequence_diff(expectation.output, "changelog", want, got)
+        return _sequence_diff(expectation.output, "changelog differs", want, got)
     final = _final_rows(kinds, actual, [columns.index(k) for k in primary_key if k in columns]
                         if primary_key and all(k in columns for k in primary_key) else None)
     if expectation.ordered:
-        return _sequence_diff(expectation.output, "rows", [_show(columns, r) for r in expected],
+        return _sequence_diff(expectation.output, "rows differ", [_show(columns, r) for r in expected],
                               [_show(columns, r) for r in final])
     missing = Counter(expected) - Counter(final)
     unexpected = Counter(final) - Counter(expected)
@@ -670,7 +670,7 @@ def _count(counter: Counter) -> str:
 def _sequence_diff(output: str, what: str, want: list[str], got: list[str]) -> str:
     if want == got:
         return ""
-    lines = [f"  {output}: the {what} differ (- expected, + produced)"]
+    lines = [f"  {output}: the {what} (- expected, + produced)"]
     for line in difflib.ndiff(want, got):
         if line.startswith("?"):
             continue

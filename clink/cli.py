@@ -624,7 +624,7 @@ def _print_table(table, zone: str) -> None:
 def _test(args: argparse.Namespace, sources: dict[str, str]) -> int:
     """Run each case of the case file; 0 when all pass, 1 when one fails (its diff is printed),
     2 for a mistake in the case file or the SQL."""
-    from clink._cases import load_case_file, pipeline_plan, run_case
+    from clink._cases import check_case, load_case_file, pipeline_plan, run_case
 
     cases = load_case_file(args.cases, sources)
     chosen = [c for c in cases.cases if not args.case or c.name in args.case]
@@ -633,6 +633,8 @@ def _test(args: argparse.Namespace, sources: dict[str, str]) -> int:
         raise UsageError(f"{args.cases} has no case named {unknown[0]!r} (its cases: "
                          f"{', '.join(c.name for c in cases.cases) or 'none'})")
     plan = pipeline_plan(args.file, sources)
+    for case in chosen:  # a mistake in any case stops the run before the first case runs
+        check_case(plan, case)
     failed = 0
     for case in chosen:
         outcome = run_case(plan, case)

@@ -12,9 +12,13 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from collections import Counter
+from decimal import Decimal
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from clink.cli import main
 
@@ -163,7 +167,7 @@ def test_a_changelog_that_differs_is_shown_as_a_diff(tmp_path, capsys):
     wrong = CHANGELOG_CASES.replace("- +U: {w: hello, n: 2}", "- +U: {w: hello, n: 3}")
     code, out, _ = clink_test(tmp_path, WORDS, wrong, capsys)
     assert code == 1
-    assert ("  query_1: the changelog differ (- expected, + produced)\n"
+    assert ("  query_1: the changelog differs (- expected, + produced)\n"
             '      +I{w: "hello", n: 1}\n'
             '      -U{w: "hello", n: 1}\n'
             '    - +U{w: "hello", n: 3}\n'
@@ -330,3 +334,116 @@ def test_cases_helper_for_parametrize(pytester):
     result.stdout.fnmatch_lines(["*test_words?counts change as words arrive? FAILED*",
                                  "*CaseFailed: FAIL  counts change as words arrive*",
                                  "*- +U{w: \"hello\", n: 7}*"])
+
+
+UPSERT = """\
+CREATE TABLE words (w STRING) WITH ('connector' = 'datagen');
+CREATE TABLE best (w STRING, n BIGINT, PRIMARY KEY (w) NOT ENFORCED)
+  WITH ('connector' = 'upsert-kafka', 'topic' = 'best', 'properties.bootstrap.servers' = '127.0.0.1:9',
+        'key.format' = 'json', 'value.format' = 'json');
+INSERT INTO best SELECT w, COUNT(*) AS n FROM words GROUP BY w;
+SELECT w, n FROM best;
+"""
+
+
+def test_final_rows_of_a_keyed_sink_and_a_chosen_case(tmp_path, capsys):
+    cases = """\
+cases:
+  - name: the last count of each word
+    input:
+      - words: [{w: hello}]
+      - words: [{w: world}, {w: hello}]
+    expect:
+      best: [{w: hello, n: 2}, {w: world, n: 1}]
+  - name: never run
+    expect:
+      best: [{w: nothing, n: 0}]
+"""
+    code, out, _ = clink_test(tmp_path, UPSERT, cases, capsys)
+    assert code == 1 and "FAIL  never run" in out
+    code = main(["test", str(tmp_path / "pipeline.sql"), str(tmp_path / "cases.yaml"), "-k",
+                 "the last count of each word"])
+    out, _ = capsys.readouterr()
+    assert code == 0
+    assert out.splitlines()[-1] == "1 case: 1 passed, 0 failed"
+
+
+def test_a_changelog_source_refuses_rows_before_any_case_runs(tmp_path, capsys):
+    cases = """\
+cases:
+  - name: fine
+    input: {words: [{w: a}]}
+    expect: {best: [{w: a, n: 1}]}
+  - name: rows for a changelog
+    input:
+      best: [{w: a, n: 1}]
+    expect:
+      query_1: []
+"""
+    code, out, err = clink_test(tmp_path, UPSERT, cases, capsys)
+    assert code == 2
+    assert out == ""  # not even the first case ran
+    assert err.startswith("cases.yaml:7:14: error: case 'rows for a changelog': table 'best' reads a changelog "
+                          "('upsert-kafka')")
+
+
+def test_ordered_rows_compare_in_order(tmp_path, capsys):
+    sql = "CREATE TABLE t (a INT) WITH ('connector' = 'datagen');\nSELECT a * 10 AS b FROM t;\n"
+    cases = """\
+cases:
+  - name: in order
+    input: {t: [{a: 1}, {a: 2}, {a: 3}]}
+    expect:
+      query_1: {rows: [{b: 10}, {b: 20}, {b: 30}], ordered: true}
+  - name: out of order
+    input: {t: [{a: 1}, {a: 2}, {a: 3}]}
+    expect:
+      query_1: {rows: [{b: 20}, {b: 10}, {b: 30}], ordered: true}
+  - name: out of order, as a multiset
+    input: {t: [{a: 1}, {a: 2}, {a: 3}]}
+    expect:
+      query_1: [{b: 20}, {b: 10}, {b: 30}]
+"""
+    code, out, _ = clink_test(tmp_path, sql, cases, capsys)
+    assert code == 1
+    assert out.splitlines()[-1] == "3 cases: 2 passed, 1 failed"
+    assert "FAIL  out of order  (" in out
+    assert "  query_1: the rows differ (- expected, + produced)\n" in out
+
+
+@settings(max_examples=15)
+@given(words=st.lists(st.sampled_from(["a", "b", "c"]), max_size=12),
+       cuts=st.lists(st.integers(0, 12), max_size=4))
+def test_final_counts_match_whatever_the_batches(tmp_path_factory, words, cuts):
+    """However the words are split into batches, the final rows of the updating count are the
+    counts of the words; and a count one too high fails."""
+    from clink._cases import load_case_file, pipeline_plan, run_case
+
+    tmp = tmp_path_factory.mktemp("prop")
+    bounds = sorted({0, len(words), *(c for c in cuts if c <= len(words))})
+    groups = [{"words": [{"w": w} for w in words[lo:hi]]} for lo, hi in zip(bounds, bounds[1:])]
+    counts = Counter(words)
+    right = [{"w": w, "n": n} for w, n in counts.items()]
+    wrong = [{"w": w, "n": n + 1} for w, n in counts.items()] or [{"w": "a", "n": 1}]
+    data = {"cases": [{"name": "right", "input": groups, "expect": {"query_1": right}},
+                      {"name": "wrong", "input": groups, "expect": {"query_1": wrong}}]}
+    path = write(tmp, "cases.json", json.dumps(data))
+    plan = pipeline_plan(write(tmp, "words.sql", WORDS))
+    first, second = (run_case(plan, case) for case in load_case_file(path).cases)
+    assert first.passed, first.report
+    assert not second.passed
+
+
+def test_advance_watermark_fires_an_embedded_jobs_window():
+    import clink
+
+    plan = clink.compile(BID.split("CREATE TABLE totals")[0].replace(
+        "'connector' = 'kafka', 'topic' = 'bids', 'properties.bootstrap.servers' = '127.0.0.1:9',\n"
+        "        'format' = 'json'", "'connector' = 'push'")
+        + "SELECT window_start, SUM(price) AS price FROM TABLE(TUMBLE(TABLE Bid, DESCRIPTOR(bidtime), "
+          "INTERVAL '10' MINUTES)) GROUP BY window_start, window_end", name="bids.sql")
+    job = plan.start()
+    job.push("Bid", [{"bidtime": "2020-04-15 08:05:00", "price": 4}])
+    assert job.poll() is None
+    job.advance_watermark("Bid", 1586938200000)  # 2020-04-15 08:10:00
+    assert [r["price"] for r in job.poll().to_pylist()] == [Decimal("4.00")]
