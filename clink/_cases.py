@@ -494,13 +494,18 @@ def run_case(plan: RuntimePlan, case: Case) -> Outcome:
     here) and compare what each expected output produced. A case file mistake raises
     ``CaseFileError``; a pipeline that fails while running makes a failed outcome."""
     from clink.embedded import EmbeddedJob
+    from clink.runtime.connectors.collect import COLLECT
     from clink.runtime.context import RuntimeContext
+    from clink.runtime.registry import ConnectorRegistry
 
     check_case(plan, case)
     started = time.perf_counter()
     plan = case_plan(plan)
     clock = _Clock(case.clock_ms)
-    ctx = RuntimeContext(clock=clock, stdout=io.StringIO(), stderr=io.StringIO(), config=dict(_CASE_SETTINGS))
+    # A case's plan reads push tables and writes collectors only: a registry of just those keeps
+    # the job from loading every connector module (Kafka's, JDBC's, …) it would not use.
+    ctx = RuntimeContext(clock=clock, stdout=io.StringIO(), stderr=io.StringIO(), config=dict(_CASE_SETTINGS),
+                         connectors=ConnectorRegistry([COLLECT]))
     produced: dict[str, list[pa.RecordBatch]] = {}
     try:
         job = EmbeddedJob(plan, context=ctx)

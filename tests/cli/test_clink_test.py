@@ -447,3 +447,53 @@ def test_advance_watermark_fires_an_embedded_jobs_window():
     assert job.poll() is None
     job.advance_watermark("Bid", 1586938200000)  # 2020-04-15 08:10:00
     assert [r["price"] for r in job.poll().to_pylist()] == [Decimal("4.00")]
+
+
+def _table(nulls: float, seed: int) -> list[dict]:
+    import random
+
+    rng = random.Random(seed)
+    return [{"k": None if rng.random() < nulls else rng.randrange(4),
+             "v": None if rng.random() < nulls else rng.randrange(-50, 50)} for _ in range(40)]
+
+
+@pytest.mark.parametrize("nulls", [0.0, 0.5], ids=["dense", "null-heavy"])
+def test_expected_rows_from_duckdb_pass_and_a_changed_one_fails(tmp_path, capsys, nulls):
+    """A case whose expected rows are DuckDB's answer for the same rows, fed in batches of three,
+    passes; with one value changed it fails and names that row. NULL keys and NULL sums compare
+    as equal to NULL, as SQL's GROUP BY groups them."""
+    from tests.shared_duckdb import connect
+
+    rows = _table(nulls, seed=17)
+    db = connect()
+    db.execute("CREATE TEMP TABLE t (k INTEGER, v INTEGER)")
+    db.executemany("INSERT INTO t VALUES (?, ?)", [(r["k"], r["v"]) for r in rows])
+    want = db.execute("SELECT k, COUNT(*) AS c, SUM(v) AS s, MIN(v) AS lo FROM t GROUP BY k").fetchall()
+    expected = [{"k": k, "c": c, "s": None if s is None else int(s), "lo": lo} for k, c, s, lo in want]
+    sql = ("CREATE TABLE t (k INT, v INT) WITH ('connector' = 'datagen');\n"
+           "SELECT k, COUNT(*) AS c, SUM(v) AS s, MIN(v) AS lo FROM t GROUP BY k;\n")
+    batches = [{"t": rows[i:i + 3]} for i in range(0, len(rows), 3)]
+    changed = [dict(expected[0], c=expected[0]["c"] + 1), *expected[1:]]
+    cases = {"cases": [{"name": "as DuckDB", "input": batches, "expect": {"query_1": expected}},
+                       {"name": "one count off", "input": batches, "expect": {"query_1": changed}}]}
+    code, out, _ = clink_test(tmp_path, sql, json.dumps(cases), capsys, cases_name="cases.json")
+    assert code == 1
+    assert "PASS  as DuckDB  (" in out
+    assert "FAIL  one count off  (" in out
+    assert "  query_1: 1 row missing, 1 row unexpected" in out
+    k = "null" if expected[0]["k"] is None else expected[0]["k"]
+    assert f"    - {{k: {k}, c: {expected[0]['c'] + 1}, " in out
+
+
+def test_a_pipeline_that_fails_fails_the_case(tmp_path, capsys):
+    sql = "CREATE TABLE t (s STRING) WITH ('connector' = 'datagen');\nSELECT CAST(s AS INT) AS n FROM t;\n"
+    cases = """\
+cases:
+  - name: not a number
+    input: {t: [{s: "12"}, {s: twelve}]}
+    expect: {query_1: [{n: 12}]}
+"""
+    code, out, _ = clink_test(tmp_path, sql, cases, capsys)
+    assert code == 1
+    assert "FAIL  not a number  (" in out
+    assert "  the pipeline failed: cannot CAST 'twelve' to INT" in out
