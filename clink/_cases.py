@@ -426,7 +426,7 @@ def case_plan(plan: RuntimePlan) -> RuntimePlan:
 
     nodes = []
     for node in plan.nodes:
-        if isinstance(node, Source):
+        if isinstance(node, Source) and node.connector != "values":  # VALUES rows are the query's own
             node = replace(node, connector="push", options={}, predicate=None)
         elif isinstance(node, Sink) and node.connector != "collect":
             node = replace(node, connector="collect", options={})
@@ -452,7 +452,8 @@ def check_case(plan: RuntimePlan, case: Case) -> None:
 
     sources = {}
     for node in plan.sources:
-        sources.setdefault(node.table, node)
+        if node.connector != "values":  # a VALUES list in the query is not a table
+            sources.setdefault(node.table, node)
     outputs = list(dict.fromkeys(s.table for s in plan.sinks))
     r = _Reader(case.file, case.name, case.span)
     for step in case.steps:
@@ -495,6 +496,7 @@ def run_case(plan: RuntimePlan, case: Case) -> Outcome:
     ``CaseFileError``; a pipeline that fails while running makes a failed outcome."""
     from clink.embedded import EmbeddedJob
     from clink.runtime.connectors.collect import COLLECT
+    from clink.runtime.connectors.values import VALUES
     from clink.runtime.context import RuntimeContext
     from clink.runtime.registry import ConnectorRegistry
 
@@ -502,10 +504,10 @@ def run_case(plan: RuntimePlan, case: Case) -> Outcome:
     started = time.perf_counter()
     plan = case_plan(plan)
     clock = _Clock(case.clock_ms)
-    # A case's plan reads push tables and writes collectors only: a registry of just those keeps
-    # the job from loading every connector module (Kafka's, JDBC's, …) it would not use.
+    # A case's plan reads push tables (and VALUES) and writes collectors only: a registry of just
+    # those keeps the job from loading every connector module (Kafka's, JDBC's, …) it would not use.
     ctx = RuntimeContext(clock=clock, stdout=io.StringIO(), stderr=io.StringIO(), config=dict(_CASE_SETTINGS),
-                         connectors=ConnectorRegistry([COLLECT]))
+                         connectors=ConnectorRegistry([COLLECT, VALUES]))
     produced: dict[str, list[pa.RecordBatch]] = {}
     try:
         job = EmbeddedJob(plan, context=ctx)

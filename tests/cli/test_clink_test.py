@@ -387,6 +387,19 @@ cases:
                           "('upsert-kafka')")
 
 
+def test_values_in_the_query_stay_its_own(tmp_path, capsys):
+    sql = ("CREATE TABLE t (a INT) WITH ('connector' = 'datagen');\n"
+           "SELECT a FROM t UNION ALL SELECT * FROM (VALUES (7), (8)) AS v(a);\n")
+    cases = """\
+cases:
+  - name: rows of the table and of VALUES
+    input: {t: [{a: 1}]}
+    expect: {query_1: [{a: 1}, {a: 7}, {a: 8}]}
+"""
+    code, out, _ = clink_test(tmp_path, sql, cases, capsys)
+    assert code == 0, out
+
+
 def test_ordered_rows_compare_in_order(tmp_path, capsys):
     sql = "CREATE TABLE t (a INT) WITH ('connector' = 'datagen');\nSELECT a * 10 AS b FROM t;\n"
     cases = """\
