@@ -1339,7 +1339,7 @@ class Job:
             operator = self.uids.get(self._node_of[sid].id, f"source-{sid}")
             subtask = self._index_of.get(sid, 0)
             try:
-                position = reader.position()
+                position = reader.metrics_position()
             except Exception:  # noqa: BLE001 - a reader that cannot say where it is still has metrics
                 position = None
             try:

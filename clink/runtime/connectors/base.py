@@ -127,6 +127,11 @@ class SourceReader:
         per-partition watermarks. Empty: one watermark for all the reader gives."""
         return ()
 
+    def metrics_position(self) -> Any:
+        """Where the reader is, for metrics: ``position()`` unless reading it has an effect
+        (a reader whose position() notes what to commit overrides this)."""
+        return self.position()
+
     def split_lag(self) -> dict[str, int]:
         """Per split, how many records it is behind the end of what there is to read (a Kafka
         source: the consumer lag), where the reader knows without asking a server; {} otherwise.

@@ -743,6 +743,23 @@ class KafkaSourceReader(SourceReader):
                 self._stop[tp] = int(stops[key])
         self._assign()
 
+    def metrics_position(self) -> dict:
+        """The next offset of each partition (``position`` without noting it for the commit)."""
+        return {f"{t}:{p}": n for (t, p), n in self._next.items()}
+
+    def split_lag(self) -> dict[str, int]:
+        """Per partition, messages between the next offset and the end the broker gave with the
+        last fetch (librdkafka's cached high watermark: no request to the broker)."""
+        lags = {}
+        for tp, offset in list(self._next.items()):
+            try:
+                _, high = self._consumer.get_watermark_offsets(self._ck.TopicPartition(*tp), cached=True)
+            except self._ck.KafkaException:
+                continue
+            if high >= 0:
+                lags[f"{tp[0]}:{tp[1]}"] = max(high - offset, 0)
+        return lags
+
     def splits(self) -> tuple[str, ...]:
         """This subtask's partitions that have not ended (or ended with the last batch): the
         watermark is kept per partition."""

@@ -111,6 +111,9 @@ class PushReader(SourceReader):
         self.reported = self._handed
         return {"rows": self._handed}
 
+    def metrics_position(self) -> dict:
+        return {"rows": self._handed}  # not what a checkpoint took: ``reported`` stays
+
     def seek(self, position: dict) -> None:
         self._handed = self._accepted = self.reported = int(position["rows"])
         self._buffer.clear()
