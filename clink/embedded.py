@@ -292,6 +292,22 @@ class EmbeddedJob:
         endpoint = self._job.metrics_endpoint
         return endpoint.url if endpoint is not None else None
 
+    # -- state
+
+    def operators(self) -> list[dict]:
+        """The job's stateful operators, sources and sinks: ``id`` (what ``state`` takes), ``kind``,
+        ``position`` in the SQL and ``subtasks``."""
+        with self._lock:
+            return self._job.operators()
+
+    def state(self, operator_id: str, *, state: str | None = None) -> pa.Table:
+        """The current keyed state of stateful operator ``operator_id`` as a ``pyarrow.Table``
+        (docs/embedding.md): for a group aggregate a row per key with its aggregates, for a window
+        aggregate a row per open window and key. Read between two steps of the job, so it holds
+        whole batches only; a copy, which the job's later work does not change."""
+        with self._lock:
+            return self._job.state(operator_id, state=state)
+
     # -- output
 
     def poll(self, query: str | None = None, *, timeout: float | None = None) -> pa.RecordBatch | None:

@@ -665,6 +665,45 @@ class Job:
                              "plan.start(state_dir=...), or RuntimeContext(state_dir=...))")
         return self._checkpointing.take()
 
+    def operators(self) -> list[dict]:
+        """The stateful operators, sources and sinks by stable id (what ``state`` and checkpoints
+        name them by): ``id``, ``kind`` (``group``, ``window``, ... ``source``, ``sink``), ``position``
+        in the SQL and ``subtasks``."""
+        out = []
+        for node in self.plan.nodes:
+            uid = self.uids.get(node.id)
+            if uid is None:
+                continue
+            kind = kind_of(node)
+            out.append({"id": uid, "kind": kind.name if kind else "source" if isinstance(node, Source) else "sink",
+                        "position": node.span, "subtasks": len(self._subtasks[node.id])})
+        return out
+
+    def state(self, operator_id: str, *, state: str | None = None) -> pa.Table:
+        """Stateful operator ``operator_id``'s keyed state as of the last step, over all its
+        subtasks, as a table (docs/state.md, "Queryable state"); ``state`` picks one state of an
+        operator that keeps several, shown as stored."""
+        from clink.runtime.state_view import raw_tables, readable, view_of
+
+        stateful = {self.uids[n.id]: n for n in self.plan.nodes if kind_of(n) is not None}
+        node = stateful.get(operator_id)
+        if node is None:
+            known = ", ".join(sorted(stateful)) or "none: the pipeline keeps no state"
+            raise UsageError(f"no stateful operator {operator_id!r}; the operators with state are: {known}")
+        if self._readers_closed:
+            raise UsageError(f"the job has ended and its state is closed; read operator {operator_id} from its "
+                             "last checkpoint instead (clink state DIR --operator ID)")
+        states = [self._operators[sid].operator_state for sid in self._subtasks[node.id] if sid in self._operators]
+        descriptors = list(states[0].descriptors.values()) if states else []
+        if state is not None:
+            names = [d.name for d in descriptors]
+            if state not in names:
+                raise UsageError(f"operator {operator_id} keeps no state {state!r}; it keeps: {', '.join(names)}")
+            descriptors = [d for d in descriptors if d.name == state]
+        raw = raw_tables(states, descriptors, self.max_parallelism)
+        view = view_of(node, kind_of(node).name) if state is None else {}
+        return readable(view, raw)
+
     def run(self, *, idle_sleep: float = 0.005, stop_after_checkpoints: int | None = None) -> Metrics:
         """Run until every source has ended (forever, for an unbounded source), or until a stop
         is requested (``request_stop``, or ``stop_after_checkpoints`` checkpoints taken)."""
@@ -1580,7 +1619,7 @@ class _Checkpointing:
                     groups = key_group_range(j, len(subtasks), job.max_parallelism)
                     entries.append({"files": [p.name for p in files], "meta": meta,
                                     "key_groups": [groups.start, groups.stop]})
-                entry = {"signature": state_signature(job, node.id)}
+                entry = {"signature": state_signature(job, node.id), **operator_record(job, node)}
                 if len(entries) == 1:
                     entry.update(files=entries[0]["files"], meta=entries[0]["meta"])
                 else:
@@ -1863,6 +1902,21 @@ def state_signature(job: Job, node_id: int) -> str:
     if node.meaning:
         readable += f" as {node.meaning}"
     return f"{readable} | {layout}"
+
+
+def operator_record(job: Job, node: Node) -> dict:
+    """What a checkpoint keeps of a stateful operator besides its state, for reading it without
+    the pipeline (``clink state``, ``clink plan diff``): its kind, position in the SQL, the view
+    of its state and the descriptors of its states. Readers of older checkpoints do without."""
+    from clink.runtime.state_view import descriptors_json, view_of
+
+    kind = kind_of(node).name
+    operator = job._operators.get(job._subtasks[node.id][0])
+    states = getattr(operator, "operator_state", None)
+    record = {"kind": kind, "span": node.span, "view": view_of(node, kind)}
+    if states is not None:
+        record["states"] = descriptors_json(states.descriptors.values())
+    return record
 
 
 def _message(exc: BaseException) -> str:
