@@ -128,6 +128,28 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("cases", help="the case file (.yaml, .yml or .json)")
     p.add_argument("-k", "--case", action="append", default=[], metavar="NAME",
                    help="run only the case of this name (repeatable)")
+
+    p = sub.add_parser("plan", parents=[common], help="compare pipelines before a restart (docs/checkpoints.md)")
+    plan_sub = p.add_subparsers(dest="plan_command", metavar="COMMAND", required=True)
+    d = plan_sub.add_parser("diff", parents=[common],
+                            help="which state a changed pipeline keeps, loses or starts afresh; exit 0 if a restart "
+                                 "keeps it all, 1 if not")
+    d.add_argument("files", nargs="+", metavar="FILE",
+                   help="old.sql new.sql, or new.sql with --state-dir (its newest checkpoint plays the old plan)")
+    d.add_argument("--state-dir", metavar="DIR", help="the old job's state directory")
+    d.add_argument("-i", "--init", action="append", default=[], metavar="FILE",
+                   help="a SQL file of declarations to read before each pipeline; repeatable")
+    d.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                   help="a setting for both pipelines, as SET 'KEY' = 'VALUE' would (repeatable)")
+
+    p = sub.add_parser("state", parents=[common],
+                       help="show the keyed state of an operator in a checkpoint, or list the operators")
+    p.add_argument("state_dir", help="the job's state directory")
+    p.add_argument("--operator", metavar="ID", help="the operator's id (from the list without --operator)")
+    p.add_argument("--checkpoint", type=int, metavar="N", help="read checkpoint N (default: the newest valid one)")
+    p.add_argument("--format", choices=("table", "csv", "json", "parquet"), default="table",
+                   help="how to write it (default: a table on the terminal)")
+    p.add_argument("-o", "--output", metavar="FILE", help="write to this file (csv, json and parquet)")
     return parser
 
 
@@ -153,6 +175,10 @@ def main(argv: list[str] | None = None) -> int:
             return _inspect(args)
         if args.command == "test":
             return _test(args, sources)
+        if args.command == "plan":
+            return _plan_diff(args, sources)
+        if args.command == "state":
+            return _state(args)
         if args.command == "sql":
             from clink.sqlclient import main as sql_client
 
@@ -612,6 +638,102 @@ def _print_job(status: dict) -> None:
     metrics = cluster_metrics(status)
     if metrics.operators:
         Console(soft_wrap=False, width=max(120, Console().width)).print(render(metrics))
+
+
+def _newest_checkpoint(state_dir: str, checkpoint: int | None = None):
+    """A state directory's newest valid checkpoint (or checkpoint ``checkpoint``) and its job.json."""
+    import json
+
+    from clink.runtime.checkpoint import CheckpointStore
+    from clink.runtime.fs import local_directory
+
+    root = local_directory(state_dir)
+    if not (root / "checkpoints").is_dir():
+        raise UsageError(f"{root} holds no checkpoints (no {root / 'checkpoints'} directory)")
+    store = CheckpointStore(root)
+    if checkpoint is None:
+        info, warnings = store.latest()
+        for warning in warnings:
+            print(f"warning: {warning}", file=sys.stderr)
+        if info is None:
+            raise UsageError(f"{root} holds no valid checkpoint")
+    else:
+        info = next((i for i in store.list() if i.id == checkpoint), None)
+        if info is None:
+            raise UsageError(f"{root} holds no checkpoint {checkpoint}")
+        if not info.valid:
+            raise UsageError(f"checkpoint {checkpoint} in {root} is not valid: {info.problem}")
+    return info, json.loads((info.path / "job.json").read_text())
+
+
+def _plan_diff(args: argparse.Namespace, sources: dict[str, str]) -> int:
+    """``clink plan diff``: exit 0 when a restart keeps every state, 1 when it would not."""
+    from clink.runtime.context import RuntimeContext
+    from clink.runtime.plan_diff import checkpoint_identities, compatible, diff, plan_identities, render
+
+    if args.state_dir is not None and len(args.files) != 1:
+        raise UsageError("clink plan diff NEW.sql --state-dir DIR takes one pipeline, the new one")
+    if args.state_dir is None and len(args.files) != 2:
+        raise UsageError("clink plan diff takes OLD.sql NEW.sql, or NEW.sql --state-dir DIR")
+    init = _init_scripts(args, sources)
+    ctx = RuntimeContext(config=_settings(args.set))
+
+    def identities(path: str):
+        name, text = _read_sql(path, sources)
+        plan, _ = _plan_from_sql(text, name, recompile=False, init=init)
+        return name, plan_identities(plan, ctx)
+
+    if args.state_dir is not None:
+        info, state = _newest_checkpoint(args.state_dir)
+        old_name, old = f"checkpoint {info.id} in {args.state_dir}", checkpoint_identities(state)
+    else:
+        old_name, old = identities(args.files[0])
+    new_name, new = identities(args.files[-1])
+    changes = diff(old, new)
+    print(render(changes, old=old_name, new=new_name))
+    return 0 if compatible(changes) else 1
+
+
+def _state(args: argparse.Namespace) -> int:
+    """``clink state``: an operator's state in a checkpoint, or the list of its operators."""
+    import pyarrow as pa
+
+    from clink.runtime.state_view import read_checkpoint_operator, write_table
+
+    info, state = _newest_checkpoint(args.state_dir, args.checkpoint)
+    operators = state.get("operators", {})
+    max_parallelism = int(state.get("max_parallelism") or 128)
+    if args.operator is None:
+        rows = []
+        for uid, entry in sorted(operators.items()):
+            count = read_checkpoint_operator(info.path, uid, entry, max_parallelism).num_rows if "states" in entry else None
+            rows.append({"operator": uid, "kind": entry.get("kind") or uid.replace(":", "-").split("-", 1)[0],
+                         "position": entry.get("span", ""), "rows": count})
+        table = pa.Table.from_pylist(rows, schema=pa.schema([("operator", pa.string()), ("kind", pa.string()),
+                                                             ("position", pa.string()), ("rows", pa.int64())]))
+        footer = f"checkpoint {info.id}: {len(rows)} stateful operator{'s' if len(rows) != 1 else ''}"
+    else:
+        entry = operators.get(args.operator)
+        if entry is None:
+            known = ", ".join(sorted(operators)) or "none"
+            raise UsageError(f"checkpoint {info.id} holds no state of operator {args.operator!r}; "
+                             f"the operators with state are: {known}")
+        table = read_checkpoint_operator(info.path, args.operator, entry, max_parallelism)
+        footer = f"checkpoint {info.id}, operator {args.operator}: {table.num_rows} row{'s' if table.num_rows != 1 else ''}"
+    if args.format == "table":
+        if args.output:
+            raise UsageError("--output takes --format csv, json or parquet")
+        from clink.display import print_table
+
+        print_table(table, "UTC", footer=footer)
+        return 0
+    if args.output is None and args.format == "parquet":
+        raise UsageError("--format parquet needs --output FILE")
+    try:
+        write_table(table, args.format, args.output or "/dev/stdout")
+    except OSError as exc:
+        raise UsageError(f"cannot write {exc.filename}: {exc.strerror}") from None
+    return 0
 
 
 def _print_table(table, zone: str) -> None:

@@ -1628,6 +1628,7 @@ class _Checkpointing:
         handles = {uids[job._node_of[sid].id]: w.pre_commit(checkpoint_id) for sid, w in job._writers.items()}
         state = {
             "parallelism": job.parallelism,
+            "max_parallelism": job.max_parallelism,
             "sources": positions,
             "operators": operators,
             "sinks": handles,
@@ -1898,7 +1899,12 @@ def state_signature(job: Job, node_id: int) -> str:
     restores only into the same signature."""
     node = job._nodes[node_id]
     schemas = tuple(job._nodes[i].schema for i in node.inputs)
-    readable, layout = kind_of(node).describe(node, schemas, job._operators[node_id]).split(" | ", 1)
+    return signature_of(node, schemas, job._operators[node_id])
+
+
+def signature_of(node: Node, schemas: tuple[pa.Schema, ...], operator) -> str:
+    """``state_signature`` of a node whose operator is open (on any backend), given its input schemas."""
+    readable, layout = kind_of(node).describe(node, schemas, operator).split(" | ", 1)
     if node.meaning:
         readable += f" as {node.meaning}"
     return f"{readable} | {layout}"
