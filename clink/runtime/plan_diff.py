@@ -157,7 +157,7 @@ def diff(old: dict[str, Identity], new: dict[str, Identity]) -> list[Change]:
                                   f"{n.backend}): a checkpoint restores only into the backend that wrote it"))
         else:
             changes.append(Change("kept", uid, n.kind, n.position, "same state signature"))
-    for uid, o in old.items():
+    for uid, o in sorted(old.items()):
         if uid in new or uid in renamed.values():
             continue
         if o.kind == "source":
@@ -191,7 +191,7 @@ def _parts(signature: str) -> tuple[str, str, str, str]:
     keys, _, aggs = meaning.partition(" computing ")
     if not meaning:
         keys, _, aggs = described.split("GROUP BY", 1)[-1].partition(" computing ")
-    return window, keys.strip(), aggs.strip(), readable
+    return window, keys.strip().removeprefix("GROUP BY").strip(), aggs.strip(), readable
 
 
 def _why(old: str, new: str) -> str:

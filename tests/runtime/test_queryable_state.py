@@ -161,8 +161,8 @@ def test_the_state_table_is_an_arrow_stream_duckdb_reads(tmp_path: Path) -> None
         def __arrow_c_stream__(self, requested_schema=None):
             return state.__arrow_c_stream__(requested_schema)
 
-    stream = Stream()  # noqa: F841 - DuckDB finds it by its name
     con = connect()
+    con.register("stream", Stream())
     got = con.execute('SELECT k, "COUNT(*)", "SUM(x)" FROM stream').fetchall()
     expected = duck("SELECT k, COUNT(*), SUM(x) FROM rows GROUP BY k", rows)
     assert sorted(got, key=repr) == sorted(expected, key=repr)
