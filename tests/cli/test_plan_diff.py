@@ -167,3 +167,35 @@ def test_usage_and_sql_errors_exit_2_with_a_position(tmp_path: Path, capsys) -> 
     assert main(["plan", "diff", str(tmp_path / "new.sql"), str(tmp_path / "bad.sql")]) == 2
     err = capsys.readouterr().err
     assert "bad.sql:7:" in err and "prise" in err and "^" in err
+
+
+ASKS = """\
+CREATE TABLE ask (id BIGINT) WITH ('connector' = 'datagen', 'number-of-rows' = '5000', 'batch-size' = '500');
+CREATE TABLE asks (id BIGINT) WITH ('connector' = 'filesystem', 'path' = '{out}/asks/', 'format' = 'csv');
+INSERT INTO asks SELECT id FROM ask WHERE id > 0;
+"""
+
+
+def test_a_removed_source_and_sink_drop_their_positions_and_the_restart_goes_on(tmp_path: Path, expected,
+                                                                              capsys) -> None:
+    code, report, restarted, _ = diff_then_restart(tmp_path, OLD + ASKS, OLD, capsys)
+    assert code == 0, report
+    assert re.search(r"removed +source +source:ask: no longer read", report)
+    assert re.search(r"removed +sink +sink:asks", report)
+    assert restarted == 0
+    assert committed_rows(tmp_path / "out" / "totals") == expected
+
+
+def test_another_state_backend_loses_the_state(tmp_path: Path, capsys) -> None:
+    state = tmp_path / "state"
+    assert run(OLD, tmp_path, "old.sql", "--state-dir", str(state), *EVERY, "--set", "state.backend=sqlite",
+               "--stop-with-checkpoint-after", "1") == 0
+    capsys.readouterr()
+    assert main(["plan", "diff", str(tmp_path / "old.sql"), "--state-dir", str(state)]) == 1
+    lost = line_of(capsys.readouterr().out, "lost")
+    assert "the state backend changed (sqlite to memory)" in lost
+    assert main(["plan", "diff", str(tmp_path / "old.sql"), "--state-dir", str(state),
+                 "--set", "state.backend=sqlite"]) == 0
+    capsys.readouterr()
+    assert main(["run", str(tmp_path / "old.sql"), "--state-dir", str(state), *EVERY]) == 2
+    assert "cannot be restored" in capsys.readouterr().err
