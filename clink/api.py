@@ -153,6 +153,20 @@ class Result:
             self._job.refresh_metrics()
         return self._job.metrics
 
+    def operators(self) -> list[dict]:
+        """The stateful operators, sources and sinks: ``id``, ``kind``, ``position``, ``subtasks``."""
+        return self._local_job("operators").operators()
+
+    def state(self, operator_id: str, *, state: str | None = None) -> pa.Table:
+        """Operator ``operator_id``'s current keyed state as a table, between two batches of the
+        iteration (docs/state.md, "Queryable state")."""
+        return self._local_job("state").state(operator_id, state=state)
+
+    def _local_job(self, what: str) -> Job:
+        if not isinstance(self._job, Job):
+            raise UsageError(f"{what}() reads a job running in this process; this one runs on Ray")
+        return self._job
+
     def _deliver(self, name: str, batch: pa.RecordBatch) -> None:
         self._pending[name].append(batch)
 

@@ -215,3 +215,29 @@ def test_dates_of_window_state_are_wall_clock_timestamps() -> None:
                    "COUNT(*)": 2, "SUM(x)": 10, "MAX(x)": 6, "AVG(x)": 5}
     job.close_input("t")
     job.wait()
+
+
+def test_a_result_of_clink_sql_shows_its_state_between_batches() -> None:
+    sql = ("CREATE TABLE g (k BIGINT, x BIGINT) WITH ('connector' = 'datagen', 'number-of-rows' = '2000', "
+           "'batch-size' = '250', 'seed' = '5', 'fields.k.min' = '1', 'fields.k.max' = '9', "
+           "'fields.x.min' = '-5', 'fields.x.max' = '5');\n"
+           "SELECT k, COUNT(*) AS n, SUM(x) AS s FROM g GROUP BY k;\n")
+    result = clink.sql(sql)
+    (uid,) = [o["id"] for o in result.operators() if o["kind"] == "group"]
+    seen, checked = [], 0
+    batches = iter(result)
+    for batch in batches:
+        # The state after a batch holds each key's newest +I / +U row of the changelog so far.
+        seen.append(batch)
+        latest = {}
+        for row in pa.Table.from_batches(seen).to_pylist():
+            if row["_rowkind"] in ("+I", "+U"):
+                latest[row["k"]] = (row["k"], row["n"], row["s"])
+        try:
+            state = result.state(uid)
+        except UsageError as exc:  # the step that gave the last batch ended the job
+            assert "has ended" in str(exc) and next(batches, None) is None
+            break
+        assert_same_rows(state, list(latest.values()))
+        checked += 1
+    assert checked > 1
