@@ -177,8 +177,9 @@ def readable(view: dict, raw: dict[str, pa.Table]) -> pa.Table:
 
 
 def _raw_view(raw: dict[str, pa.Table]) -> pa.Table:
-    """Every state as stored, one after another, with a ``_state`` column naming it; the value of
-    a value state spread into its fields."""
+    """Every state as stored, one after another, with a ``_state`` column naming it (and, when
+    there are several, each column prefixed with its state's name); the value of a value state
+    spread into its fields."""
     tables = []
     for name, table in raw.items():
         if _VALUE in table.column_names and pa.types.is_struct(table[_VALUE].type):
@@ -186,6 +187,9 @@ def _raw_view(raw: dict[str, pa.Table]) -> pa.Table:
             table = table.drop_columns([_VALUE])
             for j in range(value.type.num_fields):
                 table = table.append_column(value.type.field(j).name, value.field(j))
+        if len(raw) > 1:
+            # The states' columns may share names with other types (a join's sides): each keeps its own.
+            table = table.rename_columns([f"{name}.{c}" for c in table.column_names])
         tables.append(table.add_column(0, "_state", pa.array([name] * table.num_rows, pa.string())))
     if not tables:
         return pa.table({"_state": pa.array([], pa.string())})

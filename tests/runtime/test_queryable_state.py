@@ -241,3 +241,27 @@ def test_a_result_of_clink_sql_shows_its_state_between_batches() -> None:
         assert_same_rows(state, list(latest.values()))
         checked += 1
     assert checked > 1
+
+
+@pytest.mark.parametrize("backend", ["memory", "sqlite"])
+def test_a_join_shows_each_sides_stored_rows(tmp_path: Path, backend: str) -> None:
+    sql = ("CREATE TABLE a (k BIGINT, x BIGINT) WITH ('connector' = 'push');\n"
+           "CREATE TABLE b (k BIGINT, y STRING) WITH ('connector' = 'push');\n"
+           "SELECT a.k, x, y FROM a JOIN b ON a.k = b.k;\n")
+    job = clink.compile(sql, name="j.sql").start(state_dir=tmp_path, config={"state.backend": backend})
+    left = [{"k": 1, "x": 5}, {"k": 2, "x": 6}, {"k": 1, "x": 9}, {"k": None, "x": 3}]
+    job.push("a", left)
+    job.push("b", [{"k": 1, "y": "p"}])
+    job.run_until_idle()
+    uid = operator(job, "join")
+    state = job.state(uid)
+    assert sorted(state["_state"].to_pylist()) == ["left"] * 3 + ["right"]  # a NULL key joins nothing
+    sides = job.state(uid, state="left")
+    assert sorted(zip(sides["c0"].to_pylist(), sides["c1"].to_pylist())) == [(1, 5), (1, 9), (2, 6)]
+    with pytest.raises(UsageError, match="keeps no state 'middle'; it keeps: left, right"):
+        job.state(uid, state="middle")
+    job.checkpoint()
+    out = tmp_path / "join.parquet"
+    assert main(["state", str(tmp_path), "--operator", uid, "--format", "parquet", "-o", str(out)]) == 0
+    assert pq.read_table(out).equals(state)
+    job.stop()
