@@ -199,3 +199,29 @@ def test_another_state_backend_loses_the_state(tmp_path: Path, capsys) -> None:
     capsys.readouterr()
     assert main(["run", str(tmp_path / "old.sql"), "--state-dir", str(state), *EVERY]) == 2
     assert "cannot be restored" in capsys.readouterr().err
+
+
+def test_a_checkpoint_of_an_older_clink_is_compared_by_its_ids_and_signatures(tmp_path: Path) -> None:
+    """A job.json without the kind and position of each operator (written before they were
+    recorded): the kind comes from the id, and the verdict is the same."""
+    from clink.runtime.plan_diff import checkpoint_identities, compatible, diff
+
+    state = tmp_path / "state"
+    assert run(OLD, tmp_path, "old.sql", "--state-dir", str(state), *EVERY, "--stop-with-checkpoint-after", "1") == 0
+    import json
+
+    from clink.runtime.checkpoint import CheckpointStore
+
+    info, _ = CheckpointStore(state).latest()
+    job = json.loads((info.path / "job.json").read_text())
+    current = checkpoint_identities(job)
+    for entry in job["operators"].values():
+        for key in ("kind", "span", "view", "states"):
+            entry.pop(key)
+    older = checkpoint_identities(job)
+    assert {uid: (i.kind, i.signature) for uid, i in older.items()} == \
+           {uid: (i.kind, i.signature) for uid, i in current.items()}
+    (uid,) = job["operators"]
+    assert older[uid].kind == "window" and older[uid].position == "" and current[uid].position == "old.sql:7:1"
+    changed = {**older, uid: type(older[uid])(uid, "window", "", older[uid].signature.replace("MAX", "MIN"))}
+    assert not compatible(diff(older, changed)) and compatible(diff(older, current))
