@@ -220,7 +220,7 @@ class Result:
     def __arrow_c_stream__(self, requested_schema: object | None = None) -> object:
         """The result as an Arrow C stream (the Arrow PyCapsule interface), so that any Arrow
         consumer reads it without a copy: ``pa.table(result)``, ``duckdb.sql("SELECT ... FROM
-        result")``, ``polars.from_arrow(result)``. An append-only query streams its batches as
+        result")``, ``polars.DataFrame(result)``. An append-only query streams its batches as
         the pipeline makes them; an updating one gives the final table its changes add up to
         (as ``to_arrow``), once the pipeline has ended. A script of several queries: export one
         with ``to_arrow(query)``."""

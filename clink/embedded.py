@@ -28,7 +28,7 @@ from clink.runtime.context import RuntimeContext
 from clink.runtime.executor import Job, Metrics
 from clink.runtime.plan import Plan as RuntimePlan
 
-__all__ = ["EmbeddedJob"]
+__all__ = ["EmbeddedJob", "QueryStream"]
 
 RowsCallback = Callable[[pa.RecordBatch], None]
 
@@ -352,6 +352,26 @@ class EmbeddedJob:
     def __iter__(self) -> Iterator[pa.RecordBatch]:
         return self.batches()
 
+    def stream(self, query: str | None = None) -> QueryStream:
+        """``query``'s live output as an Arrow C stream (the Arrow PyCapsule interface).
+
+        Whatever reads Arrow streams reads it without a copy, batch by batch as the job makes
+        them, until the job finishes: ``pa.RecordBatchReader.from_stream(job.stream())``,
+        ``duckdb.sql("SELECT ... FROM s")``, ``polars.DataFrame(s)``. It takes its batches from
+        the queue ``poll`` reads, so read a query one way or the other. An updating query's
+        batches are its changes, with their kind in ``_rowkind``.
+
+        >>> import clink
+        >>> job = clink.compile("CREATE TABLE t (a BIGINT) WITH ('connector' = 'push'); "
+        ...                     "SELECT a + 1 AS b FROM t").start()
+        >>> job.push("t", [{"a": 1}, {"a": 2}]); job.close_input("t")
+        2
+        >>> pa.RecordBatchReader.from_stream(job.stream()).read_all().column("b").to_pylist()
+        [2, 3]
+        """
+        name = self._query_name(query)
+        return QueryStream(name, self._queries[name], self.batches(name))
+
     def on_rows(self, query: str | None, callback: RowsCallback) -> None:
         """Call ``callback(batch)`` with each batch of ``query`` from now on, instead of queueing
         it for ``poll``; batches already waiting are handed over at once. The callback runs in
@@ -463,6 +483,32 @@ class EmbeddedJob:
         self._wake.set()
         if thread is not threading.current_thread():
             thread.join()
+
+
+class QueryStream:
+    """One query's batches as an Arrow C stream that is read once (made by ``EmbeddedJob.stream``).
+
+    The batches pass to the reader as the job made them: ``__arrow_c_stream__`` hands out a
+    ``RecordBatchReader`` over them, and the reader ends when the job finishes.
+    """
+
+    def __init__(self, query: str, schema: pa.Schema, batches: Iterator[pa.RecordBatch]) -> None:
+        self.query = query
+        self.schema = schema
+        self._batches: Iterator[pa.RecordBatch] | None = batches
+
+    def __arrow_c_stream__(self, requested_schema: object | None = None) -> object:
+        if self._batches is None:
+            # Its batches went to the first reader: a second one would see a part of them.
+            raise UsageError(f"the stream of {self.query} has been read already; call job.stream() "
+                             "again for the batches from now on")
+        batches, self._batches = self._batches, None
+        reader = pa.RecordBatchReader.from_batches(self.schema, batches)
+        return reader.__arrow_c_stream__(requested_schema)
+
+    def __repr__(self) -> str:
+        state = "read" if self._batches is None else "unread"
+        return f"<clink.QueryStream {self.query} {state}>"
 
 
 def query_name(queries: Iterable[str], query: str | None, how: str) -> str:
