@@ -101,8 +101,9 @@ def test_a_job_stream_reads_in_duckdb_polars_and_pyarrow_as_duckdb_computes_it(n
     assert len(batches) > 1  # batch by batch, as the job made them
     assert_same_rows(pa.Table.from_batches(batches, schema=reader.schema), theirs)
 
-    stream = _started(query, table).stream()
+    stream = _started(query, table).stream()  # DuckDB finds it by its name
     assert_same_rows(pa.table(duckdb.sql("SELECT * FROM stream").arrow()), theirs)
+    assert repr(stream) == "<clink.QueryStream query_1 read>"  # DuckDB read this very stream
 
     frame = pl.DataFrame(_started(query, table).stream())
     assert frame.columns == ["k", "v2", "s"]
