@@ -75,6 +75,14 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--target", choices=("local", "ray"),
                    help="where the job runs ('execution.target'): this process (default), or worker "
                         "processes on Ray, one per subtask index (docs/cluster.md)")
+    p.add_argument("--serve", type=int, metavar="PORT",
+                   help="serve each SELECT's rows as an Arrow Flight stream on PORT (0: a free port) instead "
+                        "of printing them; clients need the token printed at start, or CLINK_SERVE_TOKEN "
+                        "(docs/arrow.md)")
+    p.add_argument("--serve-host", metavar="HOST",
+                   help="the address --serve binds (default 127.0.0.1: this machine only)")
+    p.add_argument("--serve-buffer", metavar="SIZE",
+                   help="how much of each query's output --serve keeps for clients, e.g. '64 mb' (the default)")
 
     p = sub.add_parser("submit", parents=[common, pipeline],
                        help="start a pipeline on a running Ray cluster and leave it running (docs/cluster.md)")
@@ -422,9 +430,13 @@ def _run(args: argparse.Namespace, sources: dict[str, str]) -> int:
     if getattr(args, "metrics_port", None) is not None:
         config["metrics.port"] = str(args.metrics_port)
     if ({**plan.config, **config}.get("execution.target") or "local") == "ray":
+        if getattr(args, "serve", None) is not None:
+            raise UsageError("--serve serves a job that runs in this process; a job on Ray cannot be served "
+                             "yet: run it locally ('execution.target' = 'local'), or write its rows to a table")
         return _run_on_ray(args, plan, source, sql, {**plan.config, **config}, state_dir)
     ctx = RuntimeContext(config=config, state_dir=state_dir)
     queries = [s for s in plan.sinks if s.connector == "collect"]
+    server = _query_server(args, queries)
     collected: dict[str, list] = {q.table: [] for q in queries}
     printers: dict[str, object] = {}
 
@@ -438,7 +450,9 @@ def _run(args: argparse.Namespace, sources: dict[str, str]) -> int:
             printers[q.table] = print_connector.create_sink(spec, ctx)
 
     def deliver(name: str, batch) -> None:
-        if name in printers:
+        if server is not None:
+            server.publish(name, batch)
+        elif name in printers:
             printers[name].write(batch)
         else:
             collected[name].append(batch)
@@ -452,8 +466,8 @@ def _run(args: argparse.Namespace, sources: dict[str, str]) -> int:
     if job.metrics.restored_from is not None:
         print(f"resuming from checkpoint {job.metrics.restored_from}", file=sys.stderr)
     # A table is shown at the end, so only for one bounded query on a terminal; otherwise stream.
-    table_mode = sys.stdout.isatty() and len(queries) == 1 and not job.unbounded_sources
-    if not table_mode:
+    table_mode = server is None and sys.stdout.isatty() and len(queries) == 1 and not job.unbounded_sources
+    if not table_mode and server is None:
         stream_rows()
     if not plan.sinks:
         return 0
@@ -463,7 +477,11 @@ def _run(args: argparse.Namespace, sources: dict[str, str]) -> int:
     progress = args.progress
     if progress is None:  # rows streaming to the terminal are the view themselves
         progress = sys.stderr.isatty() and not (sys.stdout.isatty() and queries and not table_mode)
-    if progress:
+    if server is not None:
+        from clink.serve import serve_job
+
+        serve_job(job, server, stop_after_checkpoints=args.stop_with_checkpoint_after)
+    elif progress:
         from rich.console import Console
 
         from clink.live import run_with_view
@@ -491,6 +509,41 @@ def _run(args: argparse.Namespace, sources: dict[str, str]) -> int:
             _print_table(rows, job.ctx.time_zone)
     print(job.metrics.summary(), file=sys.stderr)
     return 0
+
+
+def _query_server(args: argparse.Namespace, queries: list):
+    """The Flight server of ``clink run --serve``, or None without it."""
+    if getattr(args, "serve", None) is None:
+        for flag in ("serve_host", "serve_buffer"):
+            if getattr(args, flag, None) is not None:
+                raise UsageError(f"--{flag.replace('_', '-')} applies to --serve PORT, which is not given")
+        return None
+    if args.progress:
+        raise UsageError("--progress and --serve both want the run's loop: leave one out")
+    if not 0 <= args.serve <= 65535:
+        raise UsageError(f"--serve takes a port from 0 (any free one) to 65535, got {args.serve}")
+    if not queries:
+        raise UsageError("--serve serves the rows of the script's SELECT queries, and it has none "
+                         "(INSERT INTO writes to its table)")
+    from clink.serve import DEFAULT_BUFFER_BYTES, QueryServer, token_from_environment
+
+    buffer_bytes = DEFAULT_BUFFER_BYTES
+    if args.serve_buffer is not None:
+        from clink.runtime.settings import parse_size
+
+        try:
+            buffer_bytes = parse_size(args.serve_buffer)
+        except ValueError as exc:
+            raise UsageError(f"--serve-buffer: {exc}") from None
+    token, made = token_from_environment()
+    host = args.serve_host or "127.0.0.1"
+    server = QueryServer({q.table: q.schema for q in queries}, token=token, host=host, port=args.serve,
+                         buffer_bytes=buffer_bytes)
+    shown = host if ":" not in host else f"[{host}]"
+    print(f"serving {', '.join(q.table for q in queries)} over Arrow Flight at grpc://{shown}:{server.port}",
+          file=sys.stderr)
+    print(f"token: {token}" if made else "token: the value of CLINK_SERVE_TOKEN", file=sys.stderr, flush=True)
+    return server
 
 
 def _run_on_ray(args: argparse.Namespace, plan: Plan, source: str, sql: str, config: dict,
