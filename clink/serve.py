@@ -214,13 +214,23 @@ class QueryServer(flight.FlightServerBase):
                 self._changed.wait(timeout)
             return self._drained_locked()
 
-    def stop(self, reason: BaseException) -> None:
-        """End every stream now with ``reason``, then shut the server down."""
+    def stop(self, reason: BaseException, *, grace: float = 5.0) -> bool:
+        """End every stream now with ``reason``, then shut the server down, waiting at most
+        ``grace`` seconds for the streams to end; False if a stream did not end in that time."""
         with self._changed:
             if self._stopped is None:
                 self._stopped = reason
             self._changed.notify_all()
-        self.shutdown()
+        # A client that has stopped reading leaves its stream blocked inside gRPC's flow control,
+        # and a shutdown waits for every stream: it must not keep the run from ending.
+        shutting = threading.Thread(target=self.shutdown, name="clink serve shutdown", daemon=True)
+        shutting.start()
+        shutting.join(grace)
+        if shutting.is_alive():
+            print(f"serve: a client stopped reading without closing its stream; not waiting for it after "
+                  f"{grace:g} s", file=self._err, flush=True)
+            return False
+        return True
 
     # -- Flight
 
@@ -242,10 +252,13 @@ class QueryServer(flight.FlightServerBase):
         with self._changed:
             reader = self._next_reader
             self._next_reader += 1
-            log.readers[reader] = log.base_seq  # from the oldest batch still kept
         return flight.GeneratorStream(log.schema, self._stream(log, reader, context))
 
     def _stream(self, log: _Log, reader: int, context):
+        # Registered once the stream starts: a generator that never starts never runs its
+        # ``finally``, and a reader left behind would hold the pipeline back for ever.
+        with self._changed:
+            log.readers[reader] = log.base_seq  # from the oldest batch still kept
         try:
             while True:
                 with self._changed:
@@ -356,9 +369,26 @@ def serve_job(job, server: QueryServer, *, stop_after_checkpoints: int | None = 
         # A stop asked for now (Ctrl-C or SIGTERM with a state directory) ends the serving too.
         while not server.wait_drained(0.2) and not job.stop_requested:
             pass
-        server.stop(_Stopped())
+        if not server.stop(_Stopped()):
+            _exit_without_waiting(0)
     except BaseException as exc:
-        server.stop(exc)
+        if not server.stop(exc):
+            code = 130 if isinstance(exc, KeyboardInterrupt) else getattr(exc, "exit_code", 1)
+            _exit_without_waiting(code)
         if isinstance(exc, KeyboardInterrupt):
             job.cancel()
         raise
+
+
+def _exit_without_waiting(code: int) -> None:
+    """End the process with ``code`` once the command is done, without the wait that pyarrow's
+    exit hook would make for the server's blocked stream (it waits for the client to read, which
+    may be never). Registered last, the hook runs before pyarrow's."""
+    import atexit
+
+    def leave() -> None:
+        for stream in (sys.stdout, sys.stderr):
+            stream.flush()
+        os._exit(code)
+
+    atexit.register(leave)

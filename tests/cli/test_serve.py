@@ -298,3 +298,53 @@ def test_serving_options_clink_does_not_take_are_refused(tmp_path: Path, capsys:
     assert main(["run", str(setting)]) == 2
     err = capsys.readouterr().err
     assert "unknown setting 'serve.port'" in err and "set.sql:1:" in err
+
+
+def test_ctrl_c_ends_the_run_even_while_a_client_has_stopped_reading(tmp_path: Path, runs) -> None:
+    sql = tmp_path / "big.sql"
+    sql.write_text("CREATE TABLE seq (a BIGINT) WITH ('connector' = 'datagen', 'batch-size' = '400', "
+                   "'fields.a.kind' = 'sequence', 'fields.a.start' = '1', 'fields.a.end' = '100000000');\n"
+                   "SELECT a, CONCAT(CAST(a AS STRING), REPEAT('x', 200)) AS pad FROM seq;\n")
+    run = runs(sql, "--serve-buffer", "1 mb")
+    client, options = run.client()
+    reader = client.do_get(flight.Ticket(b"query_1"), options=options)
+    reader.read_chunk()  # then nothing more: its stream stays blocked inside gRPC
+    run.wait_for("serve: a client of query_1 is more than 1 MB behind")
+    time.sleep(2)  # gRPC's windows fill up: the server's write of the next batch blocks
+    run.proc.send_signal(signal.SIGINT)
+    assert run.finish(timeout=30) == 130
+    run.wait_for("serve: a client stopped reading without closing its stream; not waiting for it after 5 s")
+
+
+def test_ctrl_c_with_a_state_directory_stops_with_a_checkpoint_and_cuts_the_streams(tmp_path: Path, runs) -> None:
+    sql = tmp_path / "slow.sql"
+    sql.write_text(SLOW)
+    run = runs(sql, "--state-dir", str(tmp_path / "state"))
+    client, options = run.client()
+    reader = client.do_get(flight.Ticket(b"query_1"), options=options)
+    got, start = _take(reader, 50)
+    assert start == 0 and got.column("a").to_pylist()[:3] == [1, 2, 4]
+    run.proc.send_signal(signal.SIGINT)
+    assert run.finish() == 0
+    run.wait_for("stopped with checkpoint 1; run again with --state-dir")
+    with pytest.raises(flight.FlightCancelledError, match="stopped before query_1 ended"):
+        while True:
+            reader.read_chunk()
+
+
+def test_a_pipeline_failure_ends_the_streams_with_its_error(tmp_path: Path, runs) -> None:
+    sql = tmp_path / "bad.sql"
+    sql.write_text("CREATE TABLE seq (a BIGINT) WITH ('connector' = 'datagen', 'rows-per-second' = '400', "
+                   "'batch-size' = '20', 'fields.a.kind' = 'sequence', 'fields.a.start' = '1', "
+                   "'fields.a.end' = '1000000000');\n"
+                   "SELECT CAST(CASE WHEN a = 150 THEN 'x' ELSE CAST(a AS STRING) END AS INT) AS v FROM seq;\n")
+    run = runs(sql)
+    client, options = run.client()
+    reader = client.do_get(flight.Ticket(b"query_1"), options=options)
+    rows = []
+    with pytest.raises(flight.FlightServerError, match="the pipeline failed, so query_1 ends here: .*'x'"):
+        while True:
+            rows.extend(reader.read_chunk().data.column("v").to_pylist())
+    assert rows == list(range(1, len(rows) + 1)) and len(rows) < 150
+    assert run.finish() == 1
+    run.wait_for("bad.sql:2:8: error: pipeline failed")
