@@ -155,7 +155,8 @@ class QueryServer(flight.FlightServerBase):
     def __init__(self, schemas: dict[str, pa.Schema], *, token: str, host: str = "127.0.0.1", port: int = 0,
                  buffer_bytes: int = DEFAULT_BUFFER_BYTES, err: TextIO | None = None) -> None:
         try:
-            super().__init__(f"grpc+tcp://{host}:{port}", auth_handler=_HandshakeOnly(),
+            bound = f"[{host}]" if ":" in host else host  # an IPv6 address goes in brackets
+            super().__init__(f"grpc+tcp://{bound}:{port}", auth_handler=_HandshakeOnly(),
                              middleware={"token": _TokenCheck(token)})
         except (pa.ArrowException, OSError) as exc:
             raise UsageError(f"cannot serve on {host}:{port}: {exc}") from None
