@@ -184,14 +184,10 @@ class QueryServer(flight.FlightServerBase):
             self._trim(log)
             self._changed.notify_all()
 
-    def has_room(self) -> bool:
-        """False while a query holds more than the buffer because a connected client has not
-        read its oldest batches: the job should wait (backpressure)."""
-        with self._changed:
-            return self._has_room()
-
     def wait_for_room(self, timeout: float) -> bool:
-        """Wait up to ``timeout`` seconds for room; True when there is."""
+        """Wait up to ``timeout`` seconds for room; True when there is. There is none while a
+        query holds more than the buffer because a connected client has not read its oldest
+        batches: the job should then wait (backpressure)."""
         with self._changed:
             if not self._has_room():
                 self._changed.wait(timeout)
@@ -207,9 +203,10 @@ class QueryServer(flight.FlightServerBase):
     def drained(self) -> bool:
         """Every query has been read to its end by some client, and no client is reading."""
         with self._changed:
-            return all(log.read_to_end and not log.readers for log in self._logs.values())
+            return self._drained_locked()
 
     def wait_drained(self, timeout: float) -> bool:
+        """Wait up to ``timeout`` seconds for ``drained``; whether it is."""
         with self._changed:
             if not self._drained_locked():
                 self._changed.wait(timeout)

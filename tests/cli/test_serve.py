@@ -140,6 +140,8 @@ def test_a_bounded_pipeline_serves_its_queries_as_duckdb_computes_them(tmp_path:
     assert infos["query_2"].schema.names == ["s", "n", "total", "_rowkind"]
     schema = client.get_schema(flight.FlightDescriptor.for_path("query_1"), options=options).schema
     assert schema.names == ["k", "v2", "s"]
+    with pytest.raises(flight.FlightServerError, match="no query named 'query_3'; this run serves query_1, query_2"):
+        client.do_get(flight.Ticket(b"query_3"), options=options).read_all()
 
     con = connect()
     con.register("t", table)
