@@ -784,6 +784,8 @@ def _state(args: argparse.Namespace) -> int:
         raise UsageError("--format parquet needs --output FILE")
     try:
         write_table(table, args.format, args.output or "/dev/stdout")
+    except BrokenPipeError:  # the reader (head, less) had enough
+        return 0
     except OSError as exc:
         raise UsageError(f"cannot write {exc.filename}: {exc.strerror}") from None
     return 0

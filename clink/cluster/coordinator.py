@@ -103,8 +103,12 @@ class Coordinator:
         sources: dict[str, dict] = {}
         operators: dict[str, list] = {}
         signatures: dict[str, str] = {}
+        records: dict[str, dict] = {}
+        max_parallelism = None
         sinks: dict[str, object] = {}
         for parts in self._parts.values():
+            records.update(parts.get("records", {}))
+            max_parallelism = parts.get("max_parallelism", max_parallelism)
             for uid, shares in parts["sources"].items():
                 sources.setdefault(uid, {}).update(shares)
             for uid, entries in parts["operators"].items():
@@ -121,7 +125,7 @@ class Coordinator:
             for entry in entries:
                 for name in entry["files"]:
                     writer.record(name, entry["digests"][name])
-            entry = {"signature": signatures[uid]}
+            entry = {"signature": signatures[uid], **records.get(uid, {})}
             if len(entries) == 1:
                 entry.update(files=entries[0]["files"], meta=entries[0]["meta"])
             else:
@@ -129,6 +133,8 @@ class Coordinator:
             state_operators[uid] = entry
         state = {"parallelism": self.parallelism, "sources": state_sources, "operators": state_operators,
                  "sinks": sinks, "watermarks": {}, "input_watermarks": {}}
+        if max_parallelism is not None:
+            state["max_parallelism"] = max_parallelism
         writer.write_bytes("job.json", json.dumps(state, sort_keys=True).encode())
         self.last_size = writer.complete().size
         checkpoint_id = writer.id

@@ -1817,7 +1817,8 @@ class _SubtaskSnapshots:
         self.path = self.store.staging(checkpoint_id)
         self.waiting = {sid for sid in job._local if sid in job._readers or sid in job._writers
                         or sid in job._operators}
-        self.pieces: dict[str, dict] = {"sources": {}, "operators": {}, "sinks": {}, "signatures": {}}
+        self.pieces: dict = {"sources": {}, "operators": {}, "sinks": {}, "signatures": {}, "records": {},
+                             "max_parallelism": job.max_parallelism}
 
     def take_ended(self) -> None:
         for sid in sorted(self.waiting & self.job._ended):
@@ -1848,6 +1849,7 @@ class _SubtaskSnapshots:
                  "key_groups": [groups.start, groups.stop], "digests": self.store.put(self.id, files)})
             if index == 0:
                 self.pieces["signatures"][uid] = state_signature(job, node.id)
+                self.pieces["records"][uid] = operator_record(job, node)  # for clink state and plan diff
         self.done_if_complete()
 
     def done_if_complete(self) -> None:

@@ -307,8 +307,7 @@ def read_checkpoint_operator(path: Path, uid: str, entry: dict, max_parallelism:
 
     if "states" not in entry:
         raise UsageError(f"operator {uid}: this checkpoint does not record the layout of its state (it was "
-                         "written by an older clink, or on a cluster); a checkpoint of a local job of this "
-                         "version does")
+                         "written by an older clink); a checkpoint of this version does")
     descriptors = descriptors_from_json(entry["states"])
     shares = entry["subtasks"] if "subtasks" in entry else [{"files": entry["files"]}]
     files = [path / name for share in shares for name in share["files"] if not name.endswith(".replica.arrow")]

@@ -380,3 +380,33 @@ def scrape_prometheus(url: str) -> dict:
     from prometheus_client.parser import text_string_to_metric_families
 
     return {f.name: f for f in text_string_to_metric_families(urllib.request.urlopen(url, timeout=10).read().decode())}
+
+
+def test_clink_state_reads_the_checkpoint_of_a_cluster_job(tmp_path: Path) -> None:
+    """The job master's checkpoint records each operator's kind and state layout as a local one does:
+    ``clink state`` reads the group aggregate's state of both workers from it, and it holds the final
+    count and maximum of every key (a run in this process is the reference)."""
+    ddl = (BENCH / "ddl.sql").read_text().replace("'events.num' = '10000000'", "'events.num' = '20000'")
+    select = "SELECT auction, COUNT(*) AS bids, MAX(price) AS top FROM bid GROUP BY auction"
+    plan = clink.compile(ddl + "CREATE TABLE out (auction BIGINT, bids BIGINT, top BIGINT) WITH ('connector' = "
+                         f"'blackhole');\nINSERT INTO out {select};", name="counts.sql")
+    state = tmp_path / "state"
+    _submit(plan, workers=2, state_dir=state).result()
+
+    def clink_state(*args: str) -> str:
+        done = subprocess.run([sys.executable, "-m", "clink", "state", str(state), *args], capture_output=True,
+                              text=True, timeout=120)
+        assert done.returncode == 0, done.stderr
+        return done.stdout
+
+    import json
+
+    listed = [json.loads(line) for line in clink_state("--format", "json").splitlines()]
+    (group,) = [row for row in listed if row["kind"] == "group"]
+    expected = clink.sql(ddl + select + ";").to_arrow()
+    assert group["rows"] == expected.num_rows
+    kept = pa.Table.from_pylist([json.loads(line) for line in
+                                 clink_state("--operator", group["operator"], "--format", "json").splitlines()])
+    assert kept.column_names[:2] == ["auction", "COUNT(*)"]  # aggregates by their SQL (the view's, for price)
+    got = sorted(zip(*(kept.column(i).to_pylist() for i in range(3)), strict=True))
+    assert got == sorted(zip(*(expected.column(c).to_pylist() for c in ("auction", "bids", "top")), strict=True))
