@@ -712,7 +712,7 @@ def _literal(value: Any) -> str:
 def pipeline_plan(path: str | Path, sources: dict[str, str] | None = None) -> RuntimePlan:
     """The plan of the pipeline in the SQL file ``path``: from the plan cache when this text was
     compiled before, else compiled now (``SqlError`` for a mistake in it, with its position)."""
-    from clink.cli import _plan_from_sql
+    from clink.cache import plan_from_sql
 
     p = Path(path)
     try:
@@ -723,5 +723,5 @@ def pipeline_plan(path: str | Path, sources: dict[str, str] | None = None) -> Ru
         raise UsageError(f"cannot read the pipeline {path}: {exc}") from None
     if sources is not None:
         sources[p.name] = text
-    plan, _ = _plan_from_sql(text, p.name, recompile=False)
+    plan, _ = plan_from_sql(text, p.name, recompile=False)
     return plan

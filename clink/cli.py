@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from clink._version import __version__
+from clink.cache import plan_from_sql
 from clink.errors import ClinkError, UsageError
 
 if TYPE_CHECKING:
@@ -331,28 +332,6 @@ def _settings(pairs: list[str]) -> dict[str, str]:
     return out
 
 
-def _plan_from_sql(text: str, name: str, *, recompile: bool,
-                   init: list[tuple[str, str]] = ()) -> tuple[Plan, str]:
-    """The plan of a SQL file and its generated module's source: from the plan cache when this
-    text (with the same init scripts) was compiled before (no compiler, no lark), else compiled
-    now and cached."""
-    from clink import cache
-    from clink.runtime.loader import load_generated, plan_of
-
-    # The cache is keyed by the whole text the compiler reads: init scripts, then the file.
-    key = "".join(f"-- init {n}\0{t}\0" for n, t in init) + text
-    hit = None if recompile else cache.cached_plan_source(key, name)
-    if hit is not None:
-        source, fingerprint = hit
-        return plan_of(load_generated(source, name=name, fingerprint=fingerprint), name), source
-    from clink.compiler import compile_text
-
-    compiled = compile_text(text, name=name, init=init)
-    plan = plan_of(load_generated(compiled.source, name=name, fingerprint=compiled.fingerprint), name)
-    cache.store_plan_source(key, name, compiled.source, plan.fingerprint)
-    return plan, compiled.source
-
-
 def _run(args: argparse.Namespace, sources: dict[str, str]) -> int:
     from clink.runtime.connectors.base import TableSpec
     from clink.runtime.context import RuntimeContext
@@ -389,7 +368,7 @@ def _run(args: argparse.Namespace, sources: dict[str, str]) -> int:
         source = Path(args.file).read_text(encoding="utf-8")
     else:
         name, sql = _read_sql(args.file, sources)
-        plan, source = _plan_from_sql(sql, name, recompile=args.recompile, init=_init_scripts(args, sources))
+        plan, source = plan_from_sql(sql, name, recompile=args.recompile, init=_init_scripts(args, sources))
 
     for text in plan.explain:
         sys.stdout.write(text)
@@ -733,7 +712,7 @@ def _plan_diff(args: argparse.Namespace, sources: dict[str, str]) -> int:
 
     def identities(path: str):
         name, text = _read_sql(path, sources)
-        plan, _ = _plan_from_sql(text, name, recompile=False, init=init)
+        plan, _ = plan_from_sql(text, name, recompile=False, init=init)
         return name, plan_identities(plan, ctx)
 
     if args.state_dir is not None:
