@@ -712,7 +712,7 @@ def _literal(value: Any) -> str:
 def pipeline_plan(path: str | Path, sources: dict[str, str] | None = None) -> RuntimePlan:
     """The plan of the pipeline in the SQL file ``path``: from the plan cache when this text was
     compiled before, else compiled now (``SqlError`` for a mistake in it, with its position)."""
-    from clink.cache import plan_from_sql
+    from clink.plans import plan_from_sql
 
     p = Path(path)
     try:

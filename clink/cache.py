@@ -23,10 +23,6 @@ import os
 import re
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from clink.runtime.plan import Plan
 
 __all__ = ["MAX_PLANS", "cache_dir", "cached_plan_source", "store_plan_source"]
 
@@ -110,23 +106,3 @@ def store_plan_source(text: str, name: str, source: str, fingerprint: str) -> No
     except OSError:
         tmp.unlink(missing_ok=True)
 
-
-def plan_from_sql(text: str, name: str, *, recompile: bool,
-                  init: list[tuple[str, str]] = ()) -> tuple[Plan, str]:
-    """The plan of a SQL file and its generated module's source: from the plan cache when this
-    text (with the same init scripts) was compiled before (no compiler, no lark), else compiled
-    now and cached."""
-    from clink.runtime.loader import load_generated, plan_of
-
-    # The cache is keyed by the whole text the compiler reads: init scripts, then the file.
-    key = "".join(f"-- init {n}\0{t}\0" for n, t in init) + text
-    hit = None if recompile else cached_plan_source(key, name)
-    if hit is not None:
-        source, fingerprint = hit
-        return plan_of(load_generated(source, name=name, fingerprint=fingerprint), name), source
-    from clink.compiler import compile_text
-
-    compiled = compile_text(text, name=name, init=init)
-    plan = plan_of(load_generated(compiled.source, name=name, fingerprint=compiled.fingerprint), name)
-    store_plan_source(key, name, compiled.source, plan.fingerprint)
-    return plan, compiled.source

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from clink._version import __version__
-from clink.cache import plan_from_sql
+from clink.plans import plan_from_sql
 from clink.errors import ClinkError, UsageError
 
 if TYPE_CHECKING:

@@ -1,0 +1,32 @@
+"""A SQL file's plan, from the plan cache when it was compiled before, else compiled now: what
+``clink run``, ``clink explain`` and ``clink test`` start from."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from clink.cache import cached_plan_source, store_plan_source
+
+if TYPE_CHECKING:
+    from clink.runtime.plan import Plan
+
+
+def plan_from_sql(text: str, name: str, *, recompile: bool,
+                  init: list[tuple[str, str]] = ()) -> tuple[Plan, str]:
+    """The plan of a SQL file and its generated module's source: from the plan cache when this
+    text (with the same init scripts) was compiled before (no compiler, no lark), else compiled
+    now and cached."""
+    from clink.runtime.loader import load_generated, plan_of
+
+    # The cache is keyed by the whole text the compiler reads: init scripts, then the file.
+    key = "".join(f"-- init {n}\0{t}\0" for n, t in init) + text
+    hit = None if recompile else cached_plan_source(key, name)
+    if hit is not None:
+        source, fingerprint = hit
+        return plan_of(load_generated(source, name=name, fingerprint=fingerprint), name), source
+    from clink.compiler import compile_text
+
+    compiled = compile_text(text, name=name, init=init)
+    plan = plan_of(load_generated(compiled.source, name=name, fingerprint=compiled.fingerprint), name)
+    store_plan_source(key, name, compiled.source, plan.fingerprint)
+    return plan, compiled.source
