@@ -84,6 +84,11 @@ def _parser() -> argparse.ArgumentParser:
                    help="the address --serve binds (default 127.0.0.1: this machine only)")
     p.add_argument("--serve-buffer", metavar="SIZE",
                    help="how much of each query's output --serve keeps for clients, e.g. '64 mb' (the default)")
+    p.add_argument("--ui", action="store_true",
+                   help="serve a web dashboard of the running job (its URL is printed; docs/observability.md)")
+    p.add_argument("--ui-port", type=int, default=0, metavar="N", help="the dashboard's port (default: any free one)")
+    p.add_argument("--ui-host", default="127.0.0.1", metavar="HOST",
+                   help="the address the dashboard binds (default 127.0.0.1; any other needs the printed token)")
 
     p = sub.add_parser("submit", parents=[common, pipeline],
                        help="start a pipeline on a running Ray cluster and leave it running (docs/cluster.md)")
@@ -412,6 +417,9 @@ def _run(args: argparse.Namespace, sources: dict[str, str]) -> int:
         if getattr(args, "serve", None) is not None:
             raise UsageError("--serve serves a job that runs in this process; a job on Ray cannot be served "
                              "yet: run it locally ('execution.target' = 'local'), or write its rows to a table")
+        if getattr(args, "ui", False):
+            raise UsageError("--ui shows a job that runs in this process; a job on Ray is not shown yet: "
+                             "watch it with --set metrics.port=N (Prometheus) or run it here without --target ray")
         return _run_on_ray(args, plan, source, sql, {**plan.config, **config}, state_dir)
     ctx = RuntimeContext(config=config, state_dir=state_dir)
     queries = [s for s in plan.sinks if s.connector == "collect"]
@@ -456,22 +464,31 @@ def _run(args: argparse.Namespace, sources: dict[str, str]) -> int:
     progress = args.progress
     if progress is None:  # rows streaming to the terminal are the view themselves
         progress = sys.stderr.isatty() and not (sys.stdout.isatty() and queries and not table_mode)
-    if server is not None:
-        from clink.serve import serve_job
+    dashboard = _serve_dashboard(args, job, sources) if getattr(args, "ui", False) else None
+    try:
+        if server is not None:
+            from clink.serve import serve_job
 
-        serve_job(job, server, stop_after_checkpoints=args.stop_with_checkpoint_after)
-    elif progress:
-        from rich.console import Console
+            serve_job(job, server, stop_after_checkpoints=args.stop_with_checkpoint_after)
+        elif progress:
+            from rich.console import Console
 
-        from clink.live import run_with_view
+            from clink.live import run_with_view
 
-        try:
-            run_with_view(job, Console(stderr=True), stop_after_checkpoints=args.stop_with_checkpoint_after)
-        except KeyboardInterrupt:
-            job.cancel()
-            raise
-    else:
-        job.run(stop_after_checkpoints=args.stop_with_checkpoint_after)
+            try:
+                run_with_view(job, Console(stderr=True), stop_after_checkpoints=args.stop_with_checkpoint_after)
+            except KeyboardInterrupt:
+                job.cancel()
+                raise
+        else:
+            job.run(stop_after_checkpoints=args.stop_with_checkpoint_after)
+    except Exception as exc:  # a failure, shown on the page; an interrupt is not one
+        if dashboard is not None:
+            dashboard.fail(exc)
+        raise
+    finally:
+        if dashboard is not None:
+            dashboard.close()
     if job.metrics.stopped_at is not None:
         print(f"stopped with checkpoint {job.metrics.stopped_at}; run again with --state-dir "
               f"{ctx.state_dir} to continue", file=sys.stderr)
@@ -523,6 +540,15 @@ def _query_server(args: argparse.Namespace, queries: list):
           file=sys.stderr)
     print(f"token: {token}" if made else "token: the value of CLINK_SERVE_TOKEN", file=sys.stderr, flush=True)
     return server
+
+
+def _serve_dashboard(args: argparse.Namespace, job, sources: dict[str, str]):
+    """``--ui``: the dashboard of ``job`` in a thread of this process, until the run ends."""
+    from clink.ui import serve
+
+    dashboard = serve(job, sql=dict(sources), host=args.ui_host, port=args.ui_port)
+    print(f"dashboard: {dashboard.url}", file=sys.stderr, flush=True)
+    return dashboard
 
 
 def _run_on_ray(args: argparse.Namespace, plan: Plan, source: str, sql: str, config: dict,
