@@ -27,6 +27,7 @@ import ipaddress
 import json
 import os
 import secrets
+import socket
 import threading
 import time
 import urllib.parse
@@ -179,7 +180,8 @@ class Dashboard:
         self._closing = False
         self._changed = threading.Condition()
         try:
-            self._server = ThreadingHTTPServer((host, port), _handler_for(self))
+            server_class = _Server6 if ":" in host else ThreadingHTTPServer
+            self._server = server_class((host.strip("[]"), port), _handler_for(self))
         except OSError as exc:
             raise UsageError(f"cannot serve the dashboard on {host}:{port}: {exc.strerror or exc}") from None
         self._server.daemon_threads = True
@@ -288,6 +290,10 @@ def serve(job, *, sql: str | Mapping[str, str] | None = None, name: str | None =
     (port 0: any free one) until ``close()``. Bound to anything but a loopback address, every
     request needs ``token`` (default: ``CLINK_UI_TOKEN``, else a random one, in ``.url``)."""
     return Dashboard(job, sql=sql, name=name, host=host, port=port, token=token)
+
+
+class _Server6(ThreadingHTTPServer):
+    address_family = socket.AF_INET6
 
 
 def _handler_for(dashboard: Dashboard) -> type[BaseHTTPRequestHandler]:

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import json
 import socket
+import subprocess
+import sys
 import urllib.error
 import urllib.request
 
@@ -17,6 +19,7 @@ import pytest
 
 import clink
 from clink import cli
+from clink.errors import UsageError
 from clink.ui import serve
 
 WINDOWED = """CREATE TABLE bids (
@@ -256,3 +259,25 @@ def test_clink_run_ui_port_taken_is_a_usage_error(tmp_path, capsys):
         port = taken.getsockname()[1]
         assert cli.main(["run", str(path), "--ui", "--ui-port", str(port)]) == 2
     assert f"cannot serve the dashboard on 127.0.0.1:{port}" in capsys.readouterr().err
+
+
+def test_the_dashboard_serves_on_an_ipv6_loopback_address():
+    job = clink.compile(WINDOWED, name="windowed.sql").start()
+    try:
+        board = serve(job, host="::1")
+    except UsageError as exc:  # a machine without IPv6 says so; the test then checks that message
+        assert "cannot serve the dashboard on ::1:0" in str(exc)
+        return
+    with board:
+        assert board.url == f"http://[::1]:{board.port}/" and board.token is None
+        assert get_json(board.url + "api/metrics")["state"] == "running"
+
+
+def test_the_runtime_never_imports_the_dashboard_and_the_dashboard_never_the_compiler():
+    check = ("import sys, clink.runtime, clink.runtime.executor, clink.runtime.loader; "
+             "assert not [m for m in sys.modules if m.startswith('clink.ui')]; "
+             "import clink.ui.server; "
+             "print(sorted(m for m in sys.modules if m == 'lark' or m.startswith(('lark.', 'clink.compiler', "
+             "'clink.grammar'))))")
+    out = subprocess.run([sys.executable, "-c", check], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
