@@ -88,9 +88,7 @@ def plan_description(plan, sources: Mapping[str, str]) -> dict:
     nodes, edges = [], []
     for node in plan.nodes:
         file, line, col = _place(node.span)
-        label = getattr(node, "table", None) or getattr(node, "description", "") or ""
-        if not label and hasattr(node, "distribution"):
-            label = str(getattr(node.distribution, "kind", "")) or "exchange"
+        label = _label(node)
         nodes.append({"id": node.id, "operator": operator_name(node, uids), "kind": kind_name(node),
                       "label": label, "span": node.span, "file": file if file in sources else None,
                       "line": line if file in sources else None, "col": col, "depth": depth[node.id],
@@ -98,6 +96,19 @@ def plan_description(plan, sources: Mapping[str, str]) -> dict:
         edges.extend({"from": i, "to": node.id} for i in node.inputs)
     return {"name": plan.name, "nodes": nodes, "edges": edges,
             "sources": [{"name": name, "text": text} for name, text in sources.items()]}
+
+
+def _label(node) -> str:
+    """What a box says under the operator's name: the table, what a chain computes, or how an
+    exchange spreads the rows (``hash(auction)``)."""
+    from clink.runtime.plan import Exchange
+
+    if isinstance(node, Exchange):
+        spread = node.distribution
+        if spread.kind == "hash":
+            return f"hash({', '.join(node.schema.names[k] for k in spread.keys)})"
+        return spread.kind
+    return getattr(node, "table", None) or getattr(node, "description", "") or ""
 
 
 def _place(span: str) -> tuple[str | None, int | None, int | None]:

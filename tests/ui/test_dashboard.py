@@ -16,11 +16,14 @@ import duckdb
 import numpy as np
 import pyarrow as pa
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import clink
 from clink import cli
 from clink.errors import UsageError
 from clink.ui import serve
+from clink.ui.server import _LARGEST as LARGEST, _SUMMED as SUMMED, fold_subtasks
 
 WINDOWED = """CREATE TABLE bids (
   auction BIGINT,
@@ -140,6 +143,8 @@ def test_the_plan_names_operators_as_the_metrics_do_and_places_them_in_the_sql()
     assert placed["source"].startswith("TABLE bids, DESCRIPTOR(ts)")
     assert placed["window"].startswith("SELECT auction, window_start")
     assert placed["sink"].startswith("SELECT auction, window_start")
+    # Rows go to the window's subtasks by its key, and to the one sink subtask.
+    assert [n["label"] for n in plan["nodes"] if n["kind"] == "exchange"] == ["hash(auction)", "single"]
     for node in plan["nodes"]:
         assert (node["line"] is None) == (node["span"] == "")
         if node["line"]:
@@ -159,6 +164,39 @@ def test_a_failed_job_shows_its_error_with_the_sql_position():
     assert error["text"].startswith("cast.sql:2:12: error: pipeline failed: cannot CAST 'twelve' to INT\n")
     assert error["text"].splitlines()[1:3] == [" 2 | SELECT id, CAST(s AS INT) AS n FROM t;",
                                                "   |            ^^^^^^^^^^^^^^"]
+
+
+nullable = st.none() | st.integers(0, 10**6)
+subtask_rows = st.lists(st.fixed_dictionaries({
+    "operator": st.sampled_from(["source:t", "window-1", "sink:s"]),
+    **{c: st.integers(0, 10**6) for c in ("records_in", "records_out", "bytes_in", "bytes_out", "late_records",
+                                          "skipped_records", "state_rows", "state_bytes")},
+    **{c: st.floats(0, 1e6) for c in ("records_in_per_s", "records_out_per_s", "busy_ms", "backpressured_ms",
+                                      "alignment_ms")},
+    **{c: st.floats(0, 1) for c in ("busy_ratio", "backpressured_ratio")},
+    **{c: nullable for c in ("watermark", "watermark_lag_ms", "latency_p50_ms", "latency_p99_ms",
+                             "ingestion_latency_p50_ms", "ingestion_latency_p99_ms")},
+}), max_size=12)
+
+
+@settings(max_examples=60)
+@given(rows=subtask_rows)
+def test_folding_subtasks_is_a_group_by_operator(rows):
+    folded = fold_subtasks(rows)
+    assert [r["operator"] for r in folded] == list(dict.fromkeys(r["operator"] for r in rows))
+    if not rows:
+        return
+    con = duckdb.connect()
+    con.register("subtasks", pa.Table.from_pylist(rows))
+    summed = ", ".join(f"SUM({c})" for c in SUMMED)
+    largest = ", ".join(f"MAX({c})" for c in LARGEST)
+    expected = {row[0]: row[1:] for row in con.execute(
+        f"SELECT operator, COUNT(*), {summed}, {largest}, MIN(watermark) FROM subtasks GROUP BY operator").fetchall()}
+    for r in folded:
+        got = (r["subtasks"], *(r[c] for c in SUMMED), *(r[c] for c in LARGEST), r["watermark"])
+        want = expected[r["operator"]]
+        assert [g is None for g in got] == [w is None for w in want]
+        assert [g for g in got if g is not None] == pytest.approx([w for w in want if w is not None], rel=1e-9)
 
 
 # -- who may ask ----------------------------------------------------------------------------------
