@@ -213,7 +213,9 @@ class Dashboard:
 
     @property
     def url(self) -> str:
-        host = "127.0.0.1" if self.host in ("0.0.0.0", "") else f"[{self.host}]" if ":" in self.host else self.host
+        # Bound to every address, the page is opened on this machine's loopback one.
+        host = {"0.0.0.0": "127.0.0.1", "": "127.0.0.1", "::": "::1"}.get(self.host.strip("[]"), self.host.strip("[]"))
+        host = f"[{host}]" if ":" in host else host
         query = f"?token={urllib.parse.quote(self.token)}" if self.token else ""
         return f"http://{host}:{self.port}/{query}"
 
@@ -222,14 +224,11 @@ class Dashboard:
         self._error = error_description(exc, self._sources)
         self._publish()
 
-    def close(self, *, linger: float = 0.0) -> None:
-        """Send the final snapshot to every open event stream, then stop serving; with ``linger``
-        seconds, keep answering that long first (pages see the end of the job)."""
+    def close(self) -> None:
+        """Send the final snapshot to every open event stream, then stop serving."""
         if self._closing:
             return
         self._publish()
-        if linger > 0:
-            time.sleep(linger)
         with self._changed:
             self._closing = True
             self._changed.notify_all()

@@ -9,6 +9,7 @@ import json
 import socket
 import subprocess
 import sys
+import threading
 import urllib.error
 import urllib.request
 
@@ -105,6 +106,30 @@ def test_events_stream_a_snapshot_a_second_that_follows_the_job():
         job.close_input("bids")
         job.wait(timeout=30)
     assert job.finished
+
+
+def test_closing_sends_the_final_state_and_ends_the_open_streams():
+    job = clink.compile(WINDOWED, name="windowed.sql").start(background=True)
+    board = serve(job, sql=WINDOWED, name="windowed.sql")
+    seen: list[dict] = []
+    response = urllib.request.urlopen(board.url + "events", timeout=10)
+
+    def read() -> None:
+        for raw in response:
+            if raw.startswith(b"data: "):
+                seen.append(json.loads(raw[6:]))
+
+    reader = threading.Thread(target=read)
+    reader.start()
+    job.push("bids", bids(500, 3))
+    job.close_input("bids")
+    job.wait(timeout=30)
+    board.close()
+    reader.join(timeout=10)
+    assert not reader.is_alive()  # the stream ended with the server
+    assert seen[0]["state"] == "running" and seen[-1]["state"] == "finished"
+    assert source_rows(seen[-1]) == 500
+    assert refused(board.port)
 
 
 def test_operator_totals_are_the_subtask_rows_summed_as_duckdb_sums_them():
