@@ -220,8 +220,14 @@ class Dashboard:
         return f"http://{host}:{self.port}/{query}"
 
     def fail(self, exc: BaseException) -> None:
-        """Show ``exc`` as the job's error (``clink run`` calls it when the run raises)."""
+        """Show ``exc`` as the job's error. ``clink run`` calls it from the thread that ran the
+        job, once the run has raised: the job's counters are brought up to date first, as far as
+        they still can be, so the page shows how far it got."""
         self._error = error_description(exc, self._sources)
+        try:
+            self._job.refresh_metrics()
+        except Exception:  # noqa: BLE001 - the failure to show is the one given, not this one
+            pass
         self._publish()
 
     def close(self) -> None:

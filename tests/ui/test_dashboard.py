@@ -224,6 +224,35 @@ def test_folding_subtasks_is_a_group_by_operator(rows):
         assert [g for g in got if g is not None] == pytest.approx([w for w in want if w is not None], rel=1e-9)
 
 
+FAILING = """CREATE TABLE words (id BIGINT, s STRING)
+  WITH ('connector' = 'datagen', 'number-of-rows' = '50', 'fields.s.length' = '6');
+
+CREATE TABLE numbers (id BIGINT, n INT) WITH ('connector' = 'blackhole');
+
+INSERT INTO numbers
+SELECT id, CAST(s AS INT) FROM words;
+"""
+
+
+def test_a_run_that_raises_shows_the_error_and_how_far_it_got():
+    # As clink run --ui does it: the runtime Job runs in this thread; its error is handed over.
+    from clink.runtime.context import RuntimeContext
+    from clink.runtime.executor import Job
+
+    job = Job(clink.compile(FAILING, name="failing.sql").runtime_plan, RuntimeContext())
+    board = serve(job, sql=FAILING, name="failing.sql")
+    stream = urllib.request.urlopen(board.url + "events", timeout=10)
+    with pytest.raises(clink.PipelineError) as raised:
+        job.run()
+    board.fail(raised.value)
+    board.close()
+    last = [json.loads(raw[6:]) for raw in stream if raw.startswith(b"data: ")][-1]
+    assert last["state"] == "failed"
+    assert last["error"]["position"] == f"failing.sql:{FAILING.splitlines().index('SELECT id, CAST(s AS INT) FROM words;') + 1}:12"
+    assert "cannot CAST" in last["error"]["message"]
+    assert source_rows(last) > 0  # the counters were brought up to date after the failure
+
+
 # -- who may ask ----------------------------------------------------------------------------------
 
 def status_of(url: str, headers: dict | None = None) -> int:
