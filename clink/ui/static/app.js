@@ -50,23 +50,34 @@ const fmt = {
 const COMPACT = new Set(["chain", "exchange", "union"]);
 const heightOf = (n) => COMPACT.has(n.kind) ? SMALL_H : BOX_H;
 
-// Depth runs down the page (sources at the top, sinks at the bottom); the nodes of one depth
-// stand side by side. Stateless nodes (chains, exchanges) are drawn smaller than the operators.
+// Depth runs down the page (sources at the top, sinks at the bottom). Each node keeps a column
+// from its own row down to its furthest consumer, so an edge that skips rows runs down an empty
+// column instead of through the boxes in between; a node takes its first input's column when
+// that column is free. Stateless nodes (chains, exchanges) are drawn smaller than the operators.
 function layout(nodes) {
+  const depth = new Map(nodes.map((n) => [n.id, n.depth]));
+  const reach = new Map(nodes.map((n) => [n.id, n.depth]));
+  for (const n of nodes) for (const i of n.inputs) reach.set(i, Math.max(reach.get(i), n.depth));
+  const column = new Map(), occupants = [];  // occupants[c]: the nodes whose column c is
+  const free = (c, d) => (occupants[c] || []).every((m) => depth.get(m) === d ? false
+    : reach.get(m) <= d || depth.get(m) > d);
   const rows = new Map();
-  for (const n of nodes) {
+  for (const n of [...nodes].sort((a, b) => a.depth - b.depth || a.id - b.id)) {
+    const preferred = n.inputs.length ? [column.get(n.inputs[0])] : [];
+    let c = preferred.find((p) => free(p, n.depth));
+    for (let k = 0; c === undefined; k++) if (free(k, n.depth)) c = k;
+    column.set(n.id, c);
+    (occupants[c] = occupants[c] || []).push(n.id);
     if (!rows.has(n.depth)) rows.set(n.depth, []);
     rows.get(n.depth).push(n);
   }
   const at = new Map();
-  let y = PAD, widest = 1;
-  for (const depth of [...rows.keys()].sort((a, b) => a - b)) {
-    const members = rows.get(depth);
-    members.forEach((n, i) => at.set(n.id, { x: PAD + i * (BOX_W + GAP_X), y, h: heightOf(n) }));
-    y += Math.max(...members.map(heightOf)) + GAP_Y;
-    widest = Math.max(widest, members.length);
+  let y = PAD;
+  for (const d of [...rows.keys()].sort((a, b) => a - b)) {
+    for (const n of rows.get(d)) at.set(n.id, { x: PAD + column.get(n.id) * (BOX_W + GAP_X), y, h: heightOf(n) });
+    y += Math.max(...rows.get(d).map(heightOf)) + GAP_Y;
   }
-  return { at, width: PAD * 2 + widest * (BOX_W + GAP_X) - GAP_X, height: y - GAP_Y + PAD };
+  return { at, width: PAD * 2 + occupants.length * (BOX_W + GAP_X) - GAP_X, height: y - GAP_Y + PAD };
 }
 
 function drawGraph() {
@@ -79,9 +90,10 @@ function drawGraph() {
   const byId = new Map(plan.nodes.map((n) => [n.id, n]));
   for (const e of plan.edges) {
     const a = at.get(e.from), b = at.get(e.to);
-    const x1 = a.x + BOX_W / 2, y1 = a.y + a.h, x2 = b.x + BOX_W / 2, y2 = b.y, mid = (y1 + y2) / 2;
+    // Down the source's column to the gap above the target's row, then across to the target.
+    const x1 = a.x + BOX_W / 2, y1 = a.y + a.h, x2 = b.x + BOX_W / 2, y2 = b.y, yb = y2 - GAP_Y, mid = (yb + y2) / 2;
     const from = byId.get(e.from).operator, to = byId.get(e.to).operator;
-    graph.append(svg("path", { class: "edge", d: `M${x1},${y1} C${x1},${mid} ${x2},${mid} ${x2},${y2}`,
+    graph.append(svg("path", { class: "edge", d: `M${x1},${y1} L${x1},${yb} C${x1},${mid} ${x2},${mid} ${x2},${y2}`,
       "data-edge": `${e.from}-${e.to}`, "data-from": from, "data-to": to, stroke: "#9aa4b5" }));
     graph.append(svg("text", { class: "edge-label", x: (x1 + x2) / 2 + 6, y: mid + 4,
       "data-edge-label": `${e.from}-${e.to}`, "data-operator": from, "data-metric": "records_out_per_s" }, ""));
