@@ -171,8 +171,14 @@ class Dashboard:
 
     def __init__(self, job, *, sql: str | Mapping[str, str] | None = None, name: str | None = None,
                  host: str = "127.0.0.1", port: int = 0, token: str | None = None, interval: float = 1.0) -> None:
+        from clink.runtime.executor import Job
+
         self._outer = job
         self._job = getattr(job, "_job", job)  # an EmbeddedJob wraps the runtime Job
+        if not isinstance(self._job, Job):
+            raise UsageError(f"the dashboard shows a job that runs in this process, not {type(job).__name__}: a "
+                             "job on Ray has no dashboard yet; read its job.metrics() or its Prometheus "
+                             "endpoint ('metrics.port')")
         plan = self._job.plan
         if isinstance(sql, Mapping):
             self._sources = dict(sql)

@@ -365,6 +365,14 @@ def test_the_dashboard_serves_on_an_ipv6_loopback_address():
         assert get_json(board.url + "api/metrics")["state"] == "running"
 
 
+def test_only_a_job_of_this_process_is_served():
+    class Elsewhere:  # as a job on Ray looks from here: a handle, no runtime Job inside
+        _job = object()
+
+    with pytest.raises(UsageError, match="the dashboard shows a job that runs in this process, not Elsewhere"):
+        serve(Elsewhere())
+
+
 def test_the_runtime_never_imports_the_dashboard_and_the_dashboard_never_the_compiler():
     check = ("import sys, clink.runtime, clink.runtime.executor, clink.runtime.loader; "
              "assert not [m for m in sys.modules if m.startswith('clink.ui')]; "
