@@ -99,8 +99,8 @@ def plan_description(plan, sources: Mapping[str, str]) -> dict:
 
 
 def _label(node) -> str:
-    """What a box says under the operator's name: the table, what a chain computes, or how an
-    exchange spreads the rows (``hash(auction)``)."""
+    """What a box says under the operator's name: the table, what a chain or a stateful operator
+    computes, or how an exchange spreads the rows (``hash(auction)``)."""
     from clink.runtime.plan import Exchange
 
     if isinstance(node, Exchange):
@@ -108,7 +108,8 @@ def _label(node) -> str:
         if spread.kind == "hash":
             return f"hash({', '.join(node.schema.names[k] for k in spread.keys)})"
         return spread.kind
-    return getattr(node, "table", None) or getattr(node, "description", "") or ""
+    # A stateful operator: what its state means (``GROUP BY (auction) computing COUNT(*)``).
+    return getattr(node, "table", None) or getattr(node, "description", "") or node.meaning or ""
 
 
 def _place(span: str) -> tuple[str | None, int | None, int | None]:

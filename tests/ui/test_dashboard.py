@@ -168,6 +168,8 @@ def test_the_plan_names_operators_as_the_metrics_do_and_places_them_in_the_sql()
     assert placed["source"].startswith("TABLE bids, DESCRIPTOR(ts)")
     assert placed["window"].startswith("SELECT auction, window_start")
     assert placed["sink"].startswith("SELECT auction, window_start")
+    assert [n["label"] for n in plan["nodes"] if n["kind"] == "window"] == [
+        "GROUP BY (auction) computing COUNT(*), SUM(price)"]
     # Rows go to the window's subtasks by its key, and to the one sink subtask.
     assert [n["label"] for n in plan["nodes"] if n["kind"] == "exchange"] == ["hash(auction)", "single"]
     for node in plan["nodes"]:

@@ -4,7 +4,7 @@
 "use strict";
 
 const SVG = "http://www.w3.org/2000/svg";
-const BOX_W = 210, BOX_H = 68, SMALL_H = 36, GAP_X = 24, GAP_Y = 30, PAD = 12;
+const BOX_W = 210, BOX_H = 84, SMALL_H = 36, GAP_X = 24, GAP_Y = 30, PAD = 12;
 const token = new URLSearchParams(location.search).get("token");
 const withToken = (path) => token ? `${path}?token=${encodeURIComponent(token)}` : path;
 let plan = null;
@@ -111,9 +111,10 @@ function drawGraph() {
       g.append(svg("text", { x: 8, y: 29, "data-metric": "records_in_per_s" }, "in –"));
     } else {
       g.append(svg("text", { class: "title", x: 8, y: 16 }, clip(n.operator, 28)));
-      g.append(svg("text", { x: 8, y: 31 }, clip(`${n.kind}${n.label ? ": " + n.label : ""}${n.span ? " · line " + (n.line || "?") : ""}`, 32)));
-      g.append(svg("text", { x: 8, y: 46, "data-metric": "records_in_per_s" }, "in –"));
-      g.append(svg("text", { x: 8, y: 61, "data-metric": "watermark_lag_ms" }, ""));
+      g.append(svg("text", { class: "kind", x: 8, y: 31 }, `${n.kind}${n.span ? " · " + (n.line ? "line " + n.line : n.span) : ""}`));
+      g.append(svg("text", { class: "label", x: 8, y: 46 }, clip(n.label, 31)));
+      g.append(svg("text", { x: 8, y: 61, "data-metric": "records_in_per_s" }, "in –"));
+      g.append(svg("text", { x: 8, y: 76, "data-metric": "watermark_lag_ms" }, ""));
     }
     g.addEventListener("mouseenter", () => highlight(new Set([n.operator]), n.line ? [[n.file, n.line]] : []));
     g.addEventListener("mouseleave", () => highlight(new Set(), []));
