@@ -95,6 +95,11 @@ def _parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("jobs", parents=[common], help="list the jobs on a Ray cluster, or show one")
     p.add_argument("job", nargs="?", help="a job id (from clink submit or clink jobs)")
+    p.add_argument("--ui", action="store_true",
+                   help="serve the job's web dashboard until it ends or Ctrl-C (its URL is printed)")
+    p.add_argument("--ui-port", type=int, default=0, metavar="N", help="the dashboard's port (default: any free one)")
+    p.add_argument("--ui-host", default="127.0.0.1", metavar="HOST",
+                   help="the address the dashboard binds (default 127.0.0.1; any other needs the printed token)")
     p.add_argument("--ray-address", metavar="HOST:PORT", help="the Ray cluster (default: RAY_ADDRESS)")
 
     p = sub.add_parser("stop", parents=[common], help="stop a job on a Ray cluster")
@@ -417,9 +422,6 @@ def _run(args: argparse.Namespace, sources: dict[str, str]) -> int:
         if getattr(args, "serve", None) is not None:
             raise UsageError("--serve serves a job that runs in this process; a job on Ray cannot be served "
                              "yet: run it locally ('execution.target' = 'local'), or write its rows to a table")
-        if getattr(args, "ui", False):
-            raise UsageError("--ui shows a job that runs in this process; a job on Ray is not shown yet: "
-                             "watch it with --set metrics.port=N (Prometheus) or run it here without --target ray")
         return _run_on_ray(args, plan, source, sql, {**plan.config, **config}, state_dir)
     ctx = RuntimeContext(config=config, state_dir=state_dir)
     queries = [s for s in plan.sinks if s.connector == "collect"]
@@ -551,6 +553,15 @@ def _serve_dashboard(args: argparse.Namespace, job, sources: dict[str, str]):
     return dashboard
 
 
+def _serve_cluster_dashboard(args: argparse.Namespace, job, plan: Plan, sources: dict[str, str]):
+    """``--ui`` for a job on Ray: the dashboard in this process, from its job master's status."""
+    from clink.ui.cluster import serve_cluster_job
+
+    board = serve_cluster_job(job, plan, sql=sources, name=plan.name, host=args.ui_host, port=args.ui_port)
+    print(f"dashboard: {board.url}", file=sys.stderr, flush=True)
+    return board
+
+
 def _run_on_ray(args: argparse.Namespace, plan: Plan, source: str, sql: str, config: dict,
                 state_dir: Path | None) -> int:
     """``clink run --target ray``: the job's artefact on Ray workers, to its end."""
@@ -595,10 +606,22 @@ def _run_on_ray(args: argparse.Namespace, plan: Plan, source: str, sql: str, con
         print(f"submitted {plan.name} to Ray: {parallelism} worker(s); clink jobs {job.id} shows it", file=sys.stderr)
         return 0
     print(f"running {plan.name} on Ray: {parallelism} worker(s)", file=sys.stderr)
-    outcome = onray.run_on_ray(artefact, config=config, state_dir=state, fingerprint=plan.fingerprint,
-                               cwd=os.getcwd(), on_result=(lambda name, batch: printers[name].write(batch))
-                               if printers else None,
-                               on_print=lambda stream, text: (sys.stdout if stream == "stdout" else sys.stderr).write(text))
+    boards = []
+
+    def submitted(job) -> None:
+        if getattr(args, "ui", False):
+            boards.append(_serve_cluster_dashboard(args, job, plan, {plan.name: sql}))
+
+    try:
+        outcome = onray.run_on_ray(artefact, config=config, state_dir=state, fingerprint=plan.fingerprint,
+                                   cwd=os.getcwd(), on_result=(lambda name, batch: printers[name].write(batch))
+                                   if printers else None,
+                                   on_print=lambda stream, text: (sys.stdout if stream == "stdout" else
+                                                                  sys.stderr).write(text),
+                                   on_submitted=submitted)
+    finally:
+        for board in boards:
+            board.close()
     for printer in printers.values():
         printer.close()
     for warning in outcome["warnings"]:
@@ -651,7 +674,21 @@ def _cluster_command(args: argparse.Namespace) -> int:
                   f"{j['last_checkpoint'] if j['last_checkpoint'] is not None else '-':>10}")
         return 0
     job = onray.RayJob.find(args.job)
-    if args.command == "jobs":
+    if args.command == "jobs" and args.ui:
+        artefact = job.artefact()
+        board = _serve_cluster_dashboard(args, job, artefact.plan(), {artefact.name: artefact.manifest.get("sql", "")})
+        import time
+
+        try:
+            while not board.finished:
+                time.sleep(0.5)
+            time.sleep(1.5)  # the final state reaches the open pages
+        except KeyboardInterrupt:
+            pass
+        finally:
+            board.close()
+        _print_job(job.status())
+    elif args.command == "jobs":
         _print_job(job.status())
     elif args.command == "stop":
         outcome = job.stop(with_checkpoint=args.with_checkpoint)

@@ -259,6 +259,11 @@ class _MasterActor:
         self._thread.start()
         self._begun.set()
 
+    def artefact_bytes(self) -> bytes | None:
+        """The artefact the job runs (its plan and SQL, for the dashboard); None between jobs."""
+        self._begun.wait()
+        return getattr(self, "artefact", None)
+
     def reset(self) -> None:
         """Forget the ended job (its client has its result): ready for the next."""
         if self._thread is not None:
@@ -445,6 +450,17 @@ class RayJob:
     def rescale(self, parallelism: int) -> None:
         ray.get(self._master().rescale.remote(parallelism))
 
+    def artefact(self):
+        """The job's artefact (``clink.runtime.artefact.Artefact``), as its job master has it."""
+        from clink.runtime.artefact import read_artefact
+
+        data = ray.get(self._master().artefact_bytes.remote())
+        if data is None:
+            raise UsageError(f"job {self.id} has no artefact on its job master any more")
+        folder = Path(tempfile.mkdtemp(prefix="clink-artefact-"))
+        (folder / "plan.clk").write_bytes(data)
+        return read_artefact(folder / "plan.clk")
+
     def done(self) -> bool:
         """Whether the job has ended (finished, failed or stopped)."""
         if self._result is None:
@@ -627,15 +643,19 @@ def submit(artefact: bytes, *, config: dict, state_dir: str | None, workers: int
 
 
 def run_on_ray(artefact: bytes, *, config: dict, state_dir: str | None, fingerprint: str,
-               cwd: str | None = None, on_result=None, on_print=None) -> dict:
+               cwd: str | None = None, on_result=None, on_print=None, on_submitted=None) -> dict:
     """Run the artefact's job on Ray to its end (``'parallelism.default'`` workers, one subtask of
-    each operator per worker); start a Ray runtime for it if none is reachable."""
+    each operator per worker); start a Ray runtime for it if none is reachable. ``on_submitted``
+    gets the ``RayJob`` once it is submitted, before waiting for its end."""
     parallelism = int(config.get("parallelism.default") or 1)
     started = ensure_ray(config.get("ray.address"), workers=parallelism)
     try:
-        return submit(artefact, config=config, state_dir=state_dir, workers=parallelism, parallelism=parallelism,
-                      fingerprint=fingerprint, cwd=cwd, host=data_plane_host(started), on_result=on_result,
-                      on_print=on_print).result()
+        job = submit(artefact, config=config, state_dir=state_dir, workers=parallelism, parallelism=parallelism,
+                     fingerprint=fingerprint, cwd=cwd, host=data_plane_host(started), on_result=on_result,
+                     on_print=on_print)
+        if on_submitted is not None:
+            on_submitted(job)
+        return job.result()
     finally:
         if started:
             end_runtime()

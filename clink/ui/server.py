@@ -176,10 +176,11 @@ class Dashboard:
 
         self._outer = job
         self._job = getattr(job, "_job", job)  # an EmbeddedJob wraps the runtime Job
-        if not isinstance(self._job, Job):
-            raise UsageError(f"the dashboard shows a job that runs in this process, not {type(job).__name__}: a "
-                             "job on Ray has no dashboard yet; read its job.metrics() or its Prometheus "
-                             "endpoint ('metrics.port')")
+        # A runtime Job, or what stands for one (a job on Ray: clink.ui.cluster.ClusterJobView).
+        looks_like_job = all(hasattr(self._job, a) for a in ("plan", "metrics", "observers", "refresh_metrics"))
+        if not (isinstance(self._job, Job) or looks_like_job):
+            raise UsageError(f"the dashboard shows a job that runs in this process, not {type(job).__name__}: "
+                             "a job on Ray is shown by clink jobs JOB --ui (or clink run --target ray --ui)")
         plan = self._job.plan
         if isinstance(sql, Mapping):
             self._sources = dict(sql)
@@ -193,6 +194,8 @@ class Dashboard:
         else:
             self.token = token or os.environ.get("CLINK_UI_TOKEN") or secrets.token_urlsafe(24)
         self._error: dict | None = None
+        #: Called once the server has stopped (what a view of a job elsewhere stops with it).
+        self.on_close = None
         self._snapshot: dict = {}
         self._seq = 0
         self._closing = False
@@ -226,6 +229,11 @@ class Dashboard:
         query = f"?token={urllib.parse.quote(self.token)}" if self.token else ""
         return f"http://{host}:{self.port}/{query}"
 
+    @property
+    def finished(self) -> bool:
+        """Whether the job has ended (finished, stopped or failed)."""
+        return bool(self._job.finished)
+
     def fail(self, exc: BaseException) -> None:
         """Show ``exc`` as the job's error. ``clink run`` calls it from the thread that ran the
         job, once the run has raised: the job's counters are brought up to date first, as far as
@@ -248,6 +256,8 @@ class Dashboard:
         self._server.shutdown()
         self._server.server_close()
         self._job.observers -= 1
+        if self.on_close is not None:
+            self.on_close()
 
     def __enter__(self) -> Dashboard:
         return self

@@ -410,3 +410,91 @@ def test_clink_state_reads_the_checkpoint_of_a_cluster_job(tmp_path: Path) -> No
     assert kept.column_names[:2] == ["auction", "COUNT(*)"]  # aggregates by their SQL (the view's, for price)
     got = sorted(zip(*(kept.column(i).to_pylist() for i in range(3)), strict=True))
     assert got == sorted(zip(*(expected.column(c).to_pylist() for c in ("auction", "bids", "top")), strict=True))
+
+
+def _dashboard_url(proc: subprocess.Popen) -> str:
+    for _ in range(200):
+        line = proc.stderr.readline()
+        if line.startswith("dashboard: "):
+            return line.removeprefix("dashboard: ").strip()
+        if not line and proc.poll() is not None:
+            break
+    raise AssertionError("no dashboard address printed")
+
+
+def _get_json(url: str) -> dict:
+    import json
+    import urllib.request
+
+    with urllib.request.urlopen(url, timeout=10) as answer:
+        return json.loads(answer.read())
+
+
+def test_the_dashboard_of_a_job_on_ray(tmp_path: Path) -> None:
+    """``clink run --target ray --ui`` serves the job's dashboard from this process, with the numbers
+    of both workers' subtasks as the job master has them; ``clink jobs JOB --ui`` serves the same
+    for a submitted job, until it ends."""
+    ddl = tmp_path / "ddl.sql"
+    ddl.write_text((BENCH / "ddl.sql").read_text()
+                   .replace("'events.num' = '10000000'", "'events.num' = '300000', 'rate.limited' = 'true'")
+                   .replace("'10000'", "'50000'"))  # six seconds at least
+    query = tmp_path / "q7.sql"
+    query.write_text(QUERIES["q7"].format(csv=CSV, sqlite=SQLITE) + "\n")
+    address = ray.get_runtime_context().gcs_address
+    run = subprocess.Popen([sys.executable, "-m", "clink", "run", "-i", "ddl.sql", "q7.sql", "--target", "ray",
+                            "--ray-address", address, "-p", "2", "--ui"], cwd=tmp_path, stdout=subprocess.PIPE,
+                           stderr=subprocess.PIPE, text=True)
+    try:
+        url = _dashboard_url(run)
+        plan = _get_json(url + "api/plan")
+        assert any(node["operator"] == "source:datagen" for node in plan["nodes"])
+        assert [s["name"] for s in plan["sources"]] == ["q7.sql"] and "TUMBLE" in plan["sources"][0]["text"]
+        seen = []
+        for _ in range(40):
+            snapshot = _get_json(url + "api/metrics")
+            source = [row for row in snapshot["subtasks"] if row["operator"] == "source:datagen"]
+            if len(source) == 2 and all(row["records_out"] > 0 for row in source):
+                seen.append(sum(row["records_out"] for row in source))
+                if len(seen) == 2:
+                    break
+            time.sleep(1)
+        assert len(seen) == 2 and 0 < seen[0] < seen[1], seen
+        assert snapshot["state"] == "running"
+    finally:
+        _, err = run.communicate(timeout=300)
+    assert run.returncode == 0, err
+
+
+def test_clink_jobs_ui_shows_a_submitted_job_until_it_stops(tmp_path: Path) -> None:
+    ddl = tmp_path / "ddl.sql"
+    ddl.write_text((BENCH / "ddl.sql").read_text()
+                   .replace("'events.num' = '10000000'", "'events.num' = '2000000', 'rate.limited' = 'true'")
+                   .replace("'10000'", "'50000'"))  # forty seconds: stopped long before
+    query = tmp_path / "q7.sql"
+    query.write_text(QUERIES["q7"].format(csv=CSV, sqlite=SQLITE) + "\n")
+    address = ray.get_runtime_context().gcs_address
+    submitted = subprocess.run([sys.executable, "-m", "clink", "submit", "-i", "ddl.sql", "q7.sql", "--ray-address",
+                                address, "-p", "2"], cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert submitted.returncode == 0, submitted.stderr
+    job_id = submitted.stdout.strip()
+    _wait_for_workers(onray.RayJob.find(job_id), 2)
+    shown = subprocess.Popen([sys.executable, "-m", "clink", "jobs", job_id, "--ray-address", address, "--ui"],
+                             cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        url = _dashboard_url(shown)
+        assert [s["name"] for s in _get_json(url + "api/plan")["sources"]] == ["q7.sql"]
+        for _ in range(30):
+            snapshot = _get_json(url + "api/metrics")
+            if sum(row["records_out"] for row in snapshot["subtasks"] if row["operator"] == "source:datagen"):
+                break
+            time.sleep(1)
+        assert snapshot["state"] == "running" and {row["subtask"] for row in snapshot["subtasks"]} == {0, 1}
+        stopped = subprocess.run([sys.executable, "-m", "clink", "stop", job_id, "--ray-address", address],
+                                 capture_output=True, text=True, timeout=300)
+        assert stopped.returncode == 0, stopped.stderr
+        out, err = shown.communicate(timeout=120)  # it ends with the job
+    finally:
+        if shown.poll() is None:
+            shown.kill()
+    assert shown.returncode == 0, err
+    assert f"job {job_id}" in out

@@ -336,12 +336,12 @@ def test_clink_run_ui_serves_while_the_job_runs_and_ends_with_it(tmp_path, capsy
     assert "5000 rows in" in err
 
 
-def test_clink_run_ui_on_ray_is_refused_with_what_to_do_instead(tmp_path, capsys):
+def test_clink_submit_has_no_ui_a_submitted_job_is_shown_by_clink_jobs(tmp_path, capsys):
     path = tmp_path / "bounded.sql"
     path.write_text(BOUNDED)
-    assert cli.main(["run", str(path), "--ui", "--target", "ray"]) == 2
-    err = capsys.readouterr().err
-    assert err.startswith("error: --ui shows a job that runs in this process") and "metrics.port" in err
+    with pytest.raises(SystemExit) as exited:
+        cli.main(["submit", str(path), "--ui", "--ray-address", "127.0.0.1:1"])
+    assert exited.value.code == 2 and "unrecognized arguments: --ui" in capsys.readouterr().err
 
 
 def test_clink_run_ui_port_taken_is_a_usage_error(tmp_path, capsys):
