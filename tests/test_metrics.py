@@ -179,3 +179,16 @@ def test_prometheus_scrape_matches_the_metrics_table():
 def test_a_bad_metrics_port_is_refused():
     with pytest.raises(clink.SqlError, match="metrics.port"):
         clink.compile("SET 'metrics.port' = 'x';\n" + GROUPED)
+
+
+def test_a_failed_job_publishes_how_far_it_got():
+    job = clink.compile("CREATE TABLE t (a BIGINT) WITH ('connector' = 'push');\n"
+                        "SELECT a * 4611686018427387904 AS x FROM t", name="fails.sql").start()
+    job.push("t", [{"a": 0}, {"a": 1}])
+    job.run_until_idle()
+    job._job.observers += 1  # as a dashboard or an endpoint does: it reads what the job published
+    job.push("t", [{"a": 2}])  # overflows
+    with pytest.raises(clink.PipelineError, match="overflow"):
+        job.run_until_idle()
+    source = [r for r in job._job.metrics.operators if r["operator"] == "source:t"]
+    assert source and source[0]["records_in"] == 3

@@ -1403,6 +1403,10 @@ class Job:
         self._failed = True
         self._abort()
         self.finished = True
+        try:
+            self.refresh_metrics()  # what a failed job's observers last see: how far it got
+        except Exception:  # noqa: BLE001 - the failure to report is exc
+            pass
         raise exc
 
     def _abort(self) -> None:
