@@ -147,16 +147,10 @@ def load_case_file(path: str | Path, sources: dict[str, str] | None = None) -> C
     Raises ``CaseFileError`` naming the file, the case and the place; ``UsageError`` when the
     file cannot be read or PyYAML is missing for a YAML file.
     """
+    from clink.plans import read_source
+
     p = Path(path)
-    try:
-        text = p.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise UsageError(f"no such case file: {path}") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise UsageError(f"cannot read the case file {path}: {exc}") from None
-    name = p.name
-    if sources is not None:
-        sources[name] = text
+    name, text = read_source(path, sources, what="case file")
     if p.suffix.lower() == ".json":
         data = _read_json(text, name)
     elif p.suffix.lower() in (".yaml", ".yml"):
@@ -712,16 +706,8 @@ def _literal(value: Any) -> str:
 def pipeline_plan(path: str | Path, sources: dict[str, str] | None = None) -> RuntimePlan:
     """The plan of the pipeline in the SQL file ``path``: from the plan cache when this text was
     compiled before, else compiled now (``SqlError`` for a mistake in it, with its position)."""
-    from clink.plans import plan_from_sql
+    from clink.plans import plan_from_sql, read_source
 
-    p = Path(path)
-    try:
-        text = p.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise UsageError(f"no such pipeline: {path}") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise UsageError(f"cannot read the pipeline {path}: {exc}") from None
-    if sources is not None:
-        sources[p.name] = text
-    plan, _ = plan_from_sql(text, p.name, recompile=False)
+    name, text = read_source(path, sources, what="pipeline")
+    plan, _ = plan_from_sql(text, name, recompile=False)
     return plan

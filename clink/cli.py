@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from clink._version import __version__
-from clink.plans import plan_from_sql
+from clink.plans import plan_from_sql, read_source
 from clink.errors import ClinkError, UsageError
 
 if TYPE_CHECKING:
@@ -222,17 +222,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _read_sql(path: str, sources: dict[str, str]) -> tuple[str, str]:
-    p = Path(path)
-    try:
-        text = p.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise UsageError(f"no such file: {path}") from None
-    except OSError as exc:
-        raise UsageError(f"cannot read {path}: {exc.strerror}") from None
-    except UnicodeDecodeError:
-        raise UsageError(f"{path} is not UTF-8 text") from None
-    sources[p.name] = text
-    return p.name, text
+    return read_source(path, sources)
 
 
 def _init_scripts(args: argparse.Namespace, sources: dict[str, str]) -> list[tuple[str, str]]:
@@ -477,11 +467,7 @@ def _run(args: argparse.Namespace, sources: dict[str, str]) -> int:
 
             from clink.live import run_with_view
 
-            try:
-                run_with_view(job, Console(stderr=True), stop_after_checkpoints=args.stop_with_checkpoint_after)
-            except KeyboardInterrupt:
-                job.cancel()
-                raise
+            run_with_view(job, Console(stderr=True), stop_after_checkpoints=args.stop_with_checkpoint_after)
         else:
             job.run(stop_after_checkpoints=args.stop_with_checkpoint_after)
     except Exception as exc:  # a failure, shown on the page; an interrupt is not one

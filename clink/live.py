@@ -110,18 +110,15 @@ def run_with_view(job: Job, console, *, stop_after_checkpoints: int | None = Non
     job.observers += 1
     try:
         with Live(console=console, refresh_per_second=4, transient=True) as live:
-            last = 0.0
-            while not job.finished:
-                if not job.step():
-                    time.sleep(0.005)
-                if stop_after_checkpoints is not None and job.metrics.checkpoints >= stop_after_checkpoints:
-                    job.request_stop()
-                if job.stop_requested and not job.finished:
-                    job.stop_with_checkpoint()
+            last = [0.0]
+
+            def redraw() -> None:
                 now = time.perf_counter()
-                if now - last > 0.25:
+                if now - last[0] > 0.25:
                     job.refresh_metrics()
                     live.update(render(job.metrics, f"{job.plan.name}: {job.metrics.summary()}"))
-                    last = now
+                    last[0] = now
+
+            job.run(stop_after_checkpoints=stop_after_checkpoints, each_round=redraw)
     finally:
         job.observers -= 1

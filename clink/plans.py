@@ -3,9 +3,11 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from clink.cache import cached_plan_source, store_plan_source
+from clink.errors import UsageError
 
 if TYPE_CHECKING:
     from clink.runtime.plan import Plan
@@ -30,3 +32,21 @@ def plan_from_sql(text: str, name: str, *, recompile: bool,
     plan = plan_of(load_generated(compiled.source, name=name, fingerprint=compiled.fingerprint), name)
     store_plan_source(key, name, compiled.source, plan.fingerprint)
     return plan, compiled.source
+
+
+def read_source(path: str | Path, sources: dict[str, str] | None = None, *, what: str = "file") -> tuple[str, str]:
+    """The name and text of the UTF-8 file ``path`` (a pipeline, an init script, a case file),
+    kept in ``sources`` under its name for errors with a caret; ``what`` names it in the error
+    when it cannot be read."""
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise UsageError(f"no such {what}: {path}") from None
+    except OSError as exc:
+        raise UsageError(f"cannot read {path}: {exc.strerror}") from None
+    except UnicodeDecodeError:
+        raise UsageError(f"{path} is not UTF-8 text") from None
+    if sources is not None:
+        sources[p.name] = text
+    return p.name, text

@@ -704,13 +704,17 @@ class Job:
         view = view_of(node, kind_of(node).name) if state is None else {}
         return readable(view, raw)
 
-    def run(self, *, idle_sleep: float = 0.005, stop_after_checkpoints: int | None = None) -> Metrics:
+    def run(self, *, idle_sleep: float = 0.005, stop_after_checkpoints: int | None = None,
+            each_round=None) -> Metrics:
         """Run until every source has ended (forever, for an unbounded source), or until a stop
-        is requested (``request_stop``, or ``stop_after_checkpoints`` checkpoints taken)."""
+        is requested (``request_stop``, or ``stop_after_checkpoints`` checkpoints taken).
+        ``each_round()``, if given, is called after every round (a live view redraws from it)."""
         try:
             while not self.finished:
                 if not self.step():
                     time.sleep(idle_sleep)
+                if each_round is not None:
+                    each_round()
                 if stop_after_checkpoints is not None and self.metrics.checkpoints >= stop_after_checkpoints:
                     self._stop_requested = True
                 if self._stop_requested and not self.finished:
