@@ -693,7 +693,10 @@ class Job:
         if self._readers_closed:
             raise UsageError(f"the job has ended and its state is closed; read operator {operator_id} from its "
                              "last checkpoint instead (clink state DIR --operator ID)")
-        states = [self._operators[sid].operator_state for sid in self._subtasks[node.id] if sid in self._operators]
+        operators = [self._operators[sid] for sid in self._subtasks[node.id] if sid in self._operators]
+        for op in operators:
+            op.settle()
+        states = [op.operator_state for op in operators]
         descriptors = list(states[0].descriptors.values()) if states else []
         if state is not None:
             names = [d.name for d in descriptors]

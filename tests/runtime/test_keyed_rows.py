@@ -1,4 +1,5 @@
-"""The array helpers of the join and Top-N row stores against numpy's and Arrow's own answers."""
+"""The join and Top-N row stores: their array helpers against numpy's and Arrow's own answers,
+and rows removed in place against a plain list of rows."""
 
 from __future__ import annotations
 
@@ -7,7 +8,9 @@ import pyarrow as pa
 from hypothesis import given
 from hypothesis import strategies as st
 
-from clink.runtime.operators.rows import _merge_sorted, take_rows
+from clink.runtime.operators.rows import KeyedRows, _merge_sorted, take_rows
+from clink.runtime.state.keygroups import hash_columns
+from clink.runtime.state.memory import MemoryStateBackend
 
 _keys = st.lists(st.integers(0, 12), max_size=40).map(lambda v: np.sort(np.array(v, dtype=np.uint64)))
 
@@ -32,3 +35,44 @@ def test_taking_rows_of_a_chunked_table_gives_arrows_take(sizes, data):
     rows = np.array(data.draw(st.lists(st.integers(0, max(total - 1, 0)), max_size=total // 8 if total else 0)),
                     dtype=np.int64)
     assert take_rows(table, rows).to_pydict() == table.take(pa.array(rows, type=pa.int64())).to_pydict()
+
+
+_OPS = st.lists(st.tuples(st.sampled_from(["store", "kill", "settle"]),
+                          st.lists(st.integers(0, 30), min_size=1, max_size=40)), min_size=1, max_size=30)
+
+
+@given(_OPS, st.data())
+def test_rows_killed_in_place_are_never_found_again(ops, data):
+    """A store whose rows are removed by id (a Top-N's) holds what a plain list of rows holds:
+    every lookup, after any mix of stores, kills (each starting a merge or a rewrite), and
+    settles, finds exactly the live rows of the keys asked for; ``stored`` and ``rows`` agree."""
+    schema = pa.schema([("k", pa.int64()), ("seq", pa.int64())])
+    store = KeyedRows("rows", schema, (0,), 128, retractions=True, identity=(1,))
+    store.table = MemoryStateBackend().open("rank", [store.descriptor]).table_state("rows")
+    live: dict[int, int] = {}  # seq -> key
+    seq = 0
+    for op, keys in ops:
+        if op == "store":
+            seqs = list(range(seq, seq + len(keys)))
+            seq += len(keys)
+            columns = [pa.array(keys, pa.int64()), pa.array(seqs, pa.int64())]
+            store.store(columns, np.ones(len(keys), np.int64), hash_columns(columns[:1], len(keys)), 0, None)
+            live.update(zip(seqs, keys, strict=True))
+        elif op == "kill":
+            probes = np.unique(hash_columns([pa.array(keys, pa.int64())], len(keys)))
+            _, found, ids = store.lookup(probes)
+            if found is None:
+                continue
+            chosen = data.draw(st.lists(st.integers(0, found.num_rows - 1), unique=True, max_size=found.num_rows))
+            store.kill(ids[np.asarray(chosen, dtype=np.int64)])
+            for i in chosen:
+                del live[found.column("c1")[i].as_py()]
+        else:
+            store.settle()
+        wanted = sorted(set(keys))
+        _, found, _ = store.lookup(np.unique(hash_columns([pa.array(wanted, pa.int64())], len(wanted))))
+        got = [] if found is None else sorted(found.column("c1").to_pylist())
+        assert got == sorted(s for s, k in live.items() if k in wanted)
+        assert store.rows() == len(live)
+    assert sorted(store.stored().column("c1").to_pylist()) == sorted(live)
+    assert all(run.n_dead == 0 for run in store.runs)

@@ -13,6 +13,7 @@ The executor (local or, later, a cluster worker) drives an operator through thes
   ``restore(files, meta, key_groups=None)``: checkpoint and restore its keyed state
   (``key_groups``: only those groups, for a subtask that owns a range of them).
 - ``close()``: let go of resources (the run ended or failed).
+- ``settle()``: make the keyed state hold what the operator means by it, before it is read whole.
 
 ``OperatorBase`` supplies the calls an operator has no use for.
 """
@@ -52,6 +53,8 @@ class Operator(Protocol):
 
     def close(self) -> None: ...
 
+    def settle(self) -> None: ...
+
 
 class OperatorBase:
     """Defaults for the calls of the contract that an operator has no use for."""
@@ -64,6 +67,10 @@ class OperatorBase:
 
     def close(self) -> None:
         pass
+
+    def settle(self) -> None:
+        """Bring the keyed state up to date before it is read whole (``job.state``): an operator
+        that removes rows lazily writes the removals through."""
 
 
 @dataclass(frozen=True, slots=True)

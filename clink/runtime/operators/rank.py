@@ -104,7 +104,7 @@ class RankOperator(NumberedRowsOperator):
         khash = hash_columns([columns[p] for p in self.node.partition], n)
         # 1. the current top rows of the partitions this batch touches
         touched = np.unique(khash)
-        stored = self._live_rows(touched)
+        stored, ids = self._live(touched)
         old_count = 0 if stored is None else stored.num_rows
         # 2. old and new rows sorted together, numbered within their partition
         names = [f"c{i}" for i in range(self.width + 1)]
@@ -157,7 +157,7 @@ class RankOperator(NumberedRowsOperator):
         gone = np.flatnonzero(leaving)
         now = int(self.ctx.runtime.clock())
         new = np.flatnonzero(entering)
-        self.rows.store_rows(both, gone, -1, now)
+        self.remove(both, gone, ids, now)
         self.rows.store_rows(both, new, 1, now)
         self._update_state_metrics()
         return out
@@ -172,7 +172,7 @@ class RankOperator(NumberedRowsOperator):
         self._next_seq += n
         columns = [*(batch.column(i) for i in range(self.width)), pa.array(seq)]
         khash = hash_columns([columns[p] for p in self.node.partition], n)
-        stored = self._live_rows(np.unique(khash))
+        stored, ids = self._live(np.unique(khash))
         old_count = 0 if stored is None else stored.num_rows
         names = [*(f"c{i}" for i in range(self.width)), "_seq", "_khash"]
         added = pa.table([*columns, pa.array(khash)], names=names).filter(pa.array(adds))
@@ -213,7 +213,7 @@ class RankOperator(NumberedRowsOperator):
         emit = np.flatnonzero(now_in & (~was_in | moved))
         out = self._changes(both, retract, old_rank, emit, new_rank)
         now = int(self.ctx.runtime.clock())
-        self.rows.store_rows(both, np.flatnonzero(is_old & removed), -1, now)
+        self.remove(both, np.flatnonzero(is_old & removed), ids, now)
         self.rows.store_rows(both, np.flatnonzero(~is_old & alive), 1, now)
         self._update_state_metrics()
         return out

@@ -75,6 +75,11 @@ class _Run:
     #: The lane of the run, and its place in it (smaller: older rows).
     lane: int = 0
     seq: int = 0
+    #: Rows removed in place (``KeyedRows.kill``), by table row; None: none yet.
+    dead: np.ndarray | None = None
+    n_dead: int = 0
+    #: Rows stored with count -1 (retractions waiting for a merge to net them).
+    negatives: int = 0
 
 
 #: Lookups with at most this many probes scan a run that is not indexed yet instead of sorting it.
@@ -133,13 +138,13 @@ class KeyedRows:
         return columns, sign
 
     def rows(self) -> int:
-        return self.table.num_rows()
+        return self.table.num_rows() - sum(run.n_dead for run in self.runs)
 
     # -- reading
 
     def lookup(self, khash: np.ndarray) -> tuple[np.ndarray, pa.Table | None, np.ndarray]:
         """Every stored row whose key hash equals a probe's: (probe index per pair, the rows, an
-        id per stored row: equal ids are the same stored row)."""
+        id per stored row: equal ids are the same stored row, and ``kill`` takes them)."""
         probes: list[np.ndarray] = []
         parts: list[pa.Table] = []
         ids: list[np.ndarray] = []
@@ -153,7 +158,13 @@ class KeyedRows:
                 if total == 0:
                     continue
                 rows = np.concatenate(hits)
-                probes.append(np.repeat(np.arange(len(khash), dtype=np.int64), [len(h) for h in hits]))
+                probe = np.repeat(np.arange(len(khash), dtype=np.int64), [len(h) for h in hits])
+                if run.n_dead:
+                    alive = ~run.dead[rows]
+                    rows, probe = rows[alive], probe[alive]
+                    if not len(rows):
+                        continue
+                probes.append(probe)
                 parts.append(_rows_of(self.table.get(run.namespace), rows))
                 ids.append(rows + (run.namespace << 32))
                 continue
@@ -181,9 +192,15 @@ class KeyedRows:
             probe = np.repeat(np.arange(len(khash), dtype=np.int64), lengths)
             starts = np.cumsum(lengths) - lengths
             positions = np.arange(total, dtype=np.int64) - np.repeat(starts - lo, lengths)
-            parts.append(_rows_of(self.table.get(run.namespace), run.order[positions]))
+            rows = run.order[positions]
+            if run.n_dead:
+                alive = ~run.dead[rows]
+                rows, probe = rows[alive], probe[alive]
+                if not len(rows):
+                    continue
+            parts.append(_rows_of(self.table.get(run.namespace), rows))
             probes.append(probe)
-            ids.append(positions + (run.namespace << 32))
+            ids.append(rows + (run.namespace << 32))
         if not parts:
             return np.zeros(0, dtype=np.int64), None, np.zeros(0, dtype=np.int64)
         if len(parts) == 1:
@@ -212,7 +229,7 @@ class KeyedRows:
                   pa.array(time_values), pa.array(group_of_hash(khash, self.max_parallelism))]
         lane = self._lane_for(times) if times is not None and not self.retractions else 0
         self._add_run(pa.Table.from_arrays(arrays, schema=self.state_schema), khash, lane=lane,
-                      least=(int(time_values.min()), now))
+                      least=(int(time_values.min()), now), negatives=int((sign < 0).sum()))
         while True:
             mine = sorted((r for r in self.runs if r.lane == lane), key=lambda r: r.seq)
             if len(mine) < 2 or len(mine[-2].raw) > 2 * len(mine[-1].raw):
@@ -244,6 +261,53 @@ class KeyedRows:
         self.store([plain_array(taken.column(i)) for i in range(self.width)], np.full(len(rows), sign, dtype=np.int64),
                    taken.column("_khash").to_numpy(), now, None)
 
+    def kill(self, ids: np.ndarray) -> None:
+        """Remove stored rows in place, by the ids ``lookup`` gave them: marked dead in their run
+        (lookups no longer find them), and left out when the run is next rewritten. A run is
+        rewritten once half of it is dead, so a store whose rows are replaced (a Top-N's) holds
+        at most about twice its live rows, and no row is written a second time to remove it."""
+        if not len(ids):
+            return
+        namespaces = ids >> 32
+        rows = ids & 0xFFFFFFFF
+        by_namespace = {run.namespace: run for run in self.runs}
+        full = []
+        for namespace in np.unique(namespaces).tolist():
+            run = by_namespace[namespace]
+            hit = rows[namespaces == namespace]
+            if run.dead is None:
+                run.dead = np.zeros(len(run.raw), dtype=bool)
+            run.n_dead += int(np.count_nonzero(~run.dead[hit]))
+            run.dead[hit] = True
+            if run.n_dead * 2 >= len(run.raw):
+                full.append(run)
+        for run in full:
+            self._compact(run)
+
+    def settle(self) -> None:
+        """Rewrite every run that holds rows removed in place, so that the table state holds the
+        live rows only: before a snapshot, and before the state is read as a whole."""
+        for run in [r for r in self.runs if r.n_dead]:
+            self._compact(run)
+
+    def _compact(self, run: _Run) -> None:
+        """Rewrite ``run`` without its dead rows, keeping its index (filtered, in linear time)."""
+        self.runs.remove(run)
+        table = self.table.take(run.namespace)
+        keep = ~run.dead
+        if not keep.any():
+            return
+        kept = table.filter(pa.array(keep))
+        khash = order = None
+        if run.order is not None:
+            alive = keep[run.order]
+            khash = run.khash[alive]
+            order = (np.cumsum(keep) - 1)[run.order[alive]]
+        if kept.num_columns and kept.column(0).num_chunks > 1:
+            kept = kept.combine_chunks()
+        self._add_run(kept, run.raw[keep], khash, order, lane=run.lane, seq=run.seq,
+                      least=(run.min_time, run.min_written), negatives=run.negatives)
+
     def largest(self, column: int) -> int:
         """The largest value of an integer column over the stored rows (-1 if none)."""
         largest = -1
@@ -255,9 +319,11 @@ class KeyedRows:
 
     def _add_run(self, table: pa.Table, raw: np.ndarray, khash: np.ndarray | None = None,
                  order: np.ndarray | None = None, *, lane: int = 0, seq: int | None = None,
-                 least: tuple[int, int] | None = None) -> None:
+                 least: tuple[int, int] | None = None, dead: np.ndarray | None = None,
+                 negatives: int | None = None) -> None:
         """Store ``table`` as a run of ``lane``; ``seq``: its place there (None: the newest);
-        ``least``: its smallest ``_time`` and ``_written`` where the caller knows them."""
+        ``least``: its smallest ``_time`` and ``_written`` where the caller knows them; ``dead``:
+        its rows already removed in place; ``negatives``: its rows of count -1 (None: counted)."""
         if table.num_rows == 0:
             return
         namespace = self.next_namespace
@@ -268,7 +334,11 @@ class KeyedRows:
         self.table.add(namespace, table)
         if least is None:
             least = (_min(table, "_time"), _min(table, "_written"))
-        self.runs.append(_Run(namespace, raw, khash, order, least[0], least[1], lane, seq))
+        if negatives is None:
+            negatives = int(np.count_nonzero(table.column("_count").to_numpy() < 0)) if self.retractions else 0
+        n_dead = 0 if dead is None else int(np.count_nonzero(dead))
+        self.runs.append(_Run(namespace, raw, khash, order, least[0], least[1], lane, seq,
+                              dead if n_dead else None, n_dead, negatives))
 
     def _merge(self, a: _Run, b: _Run) -> None:
         """One run from runs ``a`` and ``b`` (the newer) of a lane, in the older one's place. Rows
@@ -278,8 +348,12 @@ class KeyedRows:
         self.runs = [r for r in self.runs if r is not a and r is not b]
         first = self.table.take(a.namespace)
         merged = pa.concat_tables([first, self.table.take(b.namespace)])
-        if self.retractions:
-            self._rebuild(merged, lane=a.lane, seq=a.seq)
+        dead = None
+        if a.n_dead or b.n_dead:
+            dead = np.concatenate([_dead_of(a), _dead_of(b)])
+        if self.retractions and (a.negatives or b.negatives):
+            # Retractions to net: the rows are rewritten (those removed in place left out).
+            self._rebuild(merged if dead is None else merged.filter(pa.array(~dead)), lane=a.lane, seq=a.seq)
             return
         raw = np.concatenate([a.raw, b.raw])
         if merged.num_columns and merged.column(0).num_chunks > _MAX_CHUNKS:
@@ -287,26 +361,31 @@ class KeyedRows:
         # Where expire looks at the merged run again: where it would have looked at either.
         least = (min(a.min_time, b.min_time), min(a.min_written, b.min_written))
         if a.order is None:
-            self._add_run(merged, raw, lane=a.lane, seq=a.seq, least=least)  # indexed when first searched
-            return
-        if b.order is None:
-            # The older run has been searched, so this side is probed: index the newer (smaller)
-            # run now and merge in linear time, rather than sort the merged run from scratch at
-            # the next search.
-            b.order = np.argsort(b.raw, kind="stable")
-            b.khash = b.raw[b.order]
-        keys, rows = _merge_sorted(a.khash, a.order, b.khash, b.order + first.num_rows)
-        self._add_run(merged, raw, keys, rows, lane=a.lane, seq=a.seq, least=least)
+            # indexed when first searched
+            self._add_run(merged, raw, lane=a.lane, seq=a.seq, least=least, dead=dead, negatives=0)
+        else:
+            if b.order is None:
+                # The older run has been searched, so this side is probed: index the newer
+                # (smaller) run now and merge in linear time, rather than sort the merged run
+                # from scratch at the next search.
+                b.order = np.argsort(b.raw, kind="stable")
+                b.khash = b.raw[b.order]
+            keys, rows = _merge_sorted(a.khash, a.order, b.khash, b.order + first.num_rows)
+            self._add_run(merged, raw, keys, rows, lane=a.lane, seq=a.seq, least=least, dead=dead, negatives=0)
+        run = self.runs[-1]
+        if run.n_dead * 2 >= len(run.raw):
+            self._compact(run)
 
     def _rebuild(self, table: pa.Table, *, lane: int = 0, seq: int | None = None) -> None:
         """Net (a store that takes retractions) and index ``table``, and store it as one run."""
-        if self.retractions and table.num_rows:
+        if self.retractions and table.num_rows and (table.column("_count").to_numpy() < 0).any():
             table = _net(table)
         table = table.combine_chunks()
         self._add_run(table, table.column("_khash").to_numpy(), lane=lane, seq=seq)
 
     def stored(self) -> pa.Table:
         """Every stored row, as the runs hold them (their state columns included)."""
+        self.settle()
         parts = [self.table.get(ns) for ns in self.table.namespaces()]
         parts = [p for p in parts if p is not None and p.num_rows]
         return pa.concat_tables(parts) if parts else self.state_schema.empty_table()
@@ -338,6 +417,8 @@ class KeyedRows:
                 keep &= times >= time_before
             if written is not None:
                 keep &= written >= written_before
+            if run.n_dead:
+                keep &= ~run.dead
             dropped = table.num_rows - int(keep.sum())
             if dropped == 0 or (dropped * 4 < table.num_rows and keep.any()):
                 # Not worth a rewrite yet: look again only once a quarter of the run would go by
@@ -353,7 +434,7 @@ class KeyedRows:
             if not keep.any():
                 continue
             first = int(np.argmax(keep))
-            if not self.retractions and first * 4 >= table.num_rows:
+            if not self.retractions and not run.n_dead and first * 4 >= table.num_rows:
                 # Rows mostly arrive in time order: the run's first rows, up to its first one to
                 # keep, are a quarter of it or more. They go and the rest stays as a slice (no copy),
                 # its hashes too, and its index keeps its order. The few later rows past the bound
@@ -405,24 +486,46 @@ class NumberedRowsOperator(OperatorBase):
     def _live_rows(self, partitions: np.ndarray) -> pa.Table | None:
         """The stored rows of the partitions with these key hashes (each once), or None; with a
         TTL, rows stored longer ago than it are left out (and dropped from the store)."""
+        return self._live(partitions)[0]
+
+    def _live(self, partitions: np.ndarray) -> tuple[pa.Table | None, np.ndarray | None]:
+        """``_live_rows``, with the id of each row for ``KeyedRows.kill`` — or None for the ids
+        where the store holds retractions (rows of count -1) to net: those rows are removed by
+        storing their retraction."""
         if self.ttl_ms is not None:
             oldest = int(self.ctx.runtime.clock()) - self.ttl_ms
             self.rows.expire(written_before=oldest)
         probe, stored, ids = self.rows.lookup(partitions)
         if stored is None:
-            return None
+            return None, None
         if self.ttl_ms is not None:
             # An expired run is rewritten only once a quarter of it has expired: filter the rest.
             fresh = stored.column("_written").to_numpy() >= oldest
             if not fresh.all():
                 probe, stored, ids = probe[fresh], stored.filter(pa.array(fresh)), ids[fresh]
-        _, stored, _, _ = net_pairs(probe, stored, ids)
-        return stored if stored.num_rows else None
+        if not (stored.column("_count").to_numpy() == 1).all():
+            _, stored, _, _ = net_pairs(probe, stored, ids)
+            return (stored if stored.num_rows else None), None
+        # Every row counts once and each is a distinct row (its arrival number): nothing to net.
+        return (stored if stored.num_rows else None), ids
+
+    def remove(self, table: pa.Table, rows: np.ndarray, ids: np.ndarray | None, now: int) -> None:
+        """Remove stored rows ``rows`` of ``table`` (the stored rows ``_live`` gave, first): in
+        place by their ids, or by storing their retraction where ``_live`` gave no ids."""
+        if ids is not None:
+            self.rows.kill(ids[rows])
+        else:
+            self.rows.store_rows(table, rows, -1, now)
+
+    def settle(self) -> None:
+        """Make the table state hold the live rows only (see ``KeyedRows.settle``)."""
+        self.rows.settle()
 
     def on_watermark(self, watermark: int) -> list[pa.RecordBatch]:
         return []
 
     def snapshot(self, checkpoint_id: int, directory: Path) -> tuple[list[Path], dict[str, int]]:
+        self.rows.settle()
         self.operator_state.commit(checkpoint_id)
         files = self.operator_state.snapshot(directory)
         return files, {"rows": self.rows.rows(), "next_seq": self._next_seq}
@@ -477,6 +580,10 @@ def _net(table: pa.Table) -> pa.Table:
 
 def _hashable(t: pa.DataType) -> bool:
     return not (pa.types.is_nested(t) or pa.types.is_dictionary(t) or pa.types.is_map(t))
+
+
+def _dead_of(run: _Run) -> np.ndarray:
+    return run.dead if run.dead is not None else np.zeros(len(run.raw), dtype=bool)
 
 
 def _min(table: pa.Table, column: str) -> int:
