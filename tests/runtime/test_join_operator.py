@@ -491,3 +491,24 @@ def test_few_rows_probing_long_stretches_of_one_key_find_every_match(data) -> No
             found.update(tuple(r.values()) for r in batch.to_pylist())
         probing += probes
     assert found == Counter((w, n, w2, m) for w2, m in probing for w, n in stored if w == w2 and n >= m)
+
+
+def test_keys_whose_hashes_collide_do_not_match(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every string key hashed alike: rows meet only where their keys are really equal. (A
+    signed integer key skips the comparison: its hash is a bijection, tests/runtime/test_keygroups.py.)"""
+    import numpy as np
+
+    import clink.runtime.operators.join as join_module
+
+    monkeypatch.setattr(join_module, "hash_columns", lambda columns, n=None: np.zeros(
+        n if n is not None else len(columns[0]), dtype=np.uint64))
+    left = pa.schema([("k", pa.string()), ("v", pa.int64())])
+    right = pa.schema([("k", pa.string()), ("w", pa.int64())])
+    node = P.Join(id=3, left=1, right=2, kind="inner", left_keys=(0,), right_keys=(0,),
+                  schema=pa.schema([*left, pa.field("k2", pa.string()), pa.field("w", pa.int64())]))
+    ctx = TaskContext(runtime=RuntimeContext(), node_id=3)
+    op = JoinOperator(node, ctx, left_schema=left, right_schema=right)
+    assert op.process(pa.record_batch([pa.array(["a", "b"]), pa.array([1, 2])], schema=left), 0) == []
+    out = op.process(pa.record_batch([pa.array(["b", "c", "a"]), pa.array([10, 20, 30])], schema=right), 1)
+    rows = sorted(r for b in out for r in zip(*(c.to_pylist() for c in b.columns)))
+    assert rows == [("a", 1, "a", 30), ("b", 2, "b", 10)]

@@ -46,6 +46,14 @@ if TYPE_CHECKING:
     from clink.runtime.context import TaskContext
 
 
+def _hash_is_key(keys: list[pa.Array], other: KeyedRows) -> bool:
+    """Whether equal key hashes mean equal keys, so that candidate pairs need no comparison: one
+    signed integer key on both sides. Its hash is a bijection of the value widened to 64 bits
+    (``keygroups._hash_integers``), and rows with a NULL key are neither stored nor probed."""
+    return (len(keys) == 1 and pa.types.is_signed_integer(keys[0].type)
+            and pa.types.is_signed_integer(other.schema.field(other.keys[0]).type))
+
+
 class JoinOperator(OperatorBase):
     """Run one ``plan.Join`` node.
 
@@ -329,10 +337,11 @@ class JoinOperator(OperatorBase):
             return probe, None, np.zeros(0, dtype=np.int64), ids
         keep = np.ones(len(probe), dtype=bool)
         probe_arr = pa.array(probe)
-        for key, k in zip(keys, other.keys, strict=True):
-            # One probing row (a window's maximum against the window's rows): against its value.
-            same = pc.equal(key[0] if len(key) == 1 else key.take(probe_arr), stored.column(k))
-            keep &= pc.fill_null(same, False).to_numpy(zero_copy_only=False)
+        if not _hash_is_key(keys, other):
+            for key, k in zip(keys, other.keys, strict=True):
+                # One probing row (a window's maximum against the window's rows): against its value.
+                same = pc.equal(key[0] if len(key) == 1 else key.take(probe_arr), stored.column(k))
+                keep &= pc.fill_null(same, False).to_numpy(zero_copy_only=False)
         if self.ttl_ms is not None:
             keep &= stored.column("_written").to_numpy() >= int(self.ctx.runtime.clock()) - self.ttl_ms
         if self.node.residual is not None and keep.any():
