@@ -104,7 +104,7 @@ class UpdatingOverOperator(NumberedRowsOperator):
         columns = [plain_array(batch.column(i)) for i in range(self.width)]
         khash = hash_columns([columns[p] for p in self.node.partition], n)
         # 1. the live rows of the touched partitions
-        stored = self._live_rows(np.unique(khash))
+        stored, ids = self._live(np.unique(khash))
         names = [f"c{i}" for i in range(self.width)]
         added = np.flatnonzero(~retract)
         seq = np.arange(self._next_seq, self._next_seq + len(added), dtype=np.int64)
@@ -130,7 +130,7 @@ class UpdatingOverOperator(NumberedRowsOperator):
         out = self._changes(pool, is_old, after_rows, before, after)
         # 4. the live rows follow
         now = int(self.ctx.runtime.clock())
-        self.rows.store_rows(pool, np.flatnonzero(is_old & removed), -1, now)
+        self.remove(pool, np.flatnonzero(is_old & removed), ids, now)
         self.rows.store_rows(pool, np.flatnonzero(~is_old & ~removed), 1, now)
         self._update_state_metrics()
         return out
