@@ -332,9 +332,15 @@ class JoinOperator(OperatorBase):
         (probe index, the stored rows, each one's multiplicity, each one's id), after keys and
         residual."""
         other = self.sides[1 - side]
-        probe, stored, ids = other.lookup(khash)
+        # The pairs as the runs give them: put in the order of the probes only once they are
+        # kept, so that the stored rows are taken once (reordering then filtering takes them twice).
+        probe, stored, ids, order = other.lookup_unordered(khash)
         if stored is None:
             return probe, None, np.zeros(0, dtype=np.int64), ids
+        if stored.num_columns and stored.column(0).num_chunks > 1:
+            # Pieces of several runs: joined once here, rather than by every read of a column
+            # and again by the take below.
+            stored = stored.combine_chunks()
         keep = np.ones(len(probe), dtype=bool)
         probe_arr = pa.array(probe)
         if not _hash_is_key(keys, other):
@@ -346,16 +352,19 @@ class JoinOperator(OperatorBase):
             keep &= stored.column("_written").to_numpy() >= int(self.ctx.runtime.clock()) - self.ttl_ms
         if self.node.residual is not None and keep.any():
             if not keep.all():
-                probe, stored, ids = probe[keep], stored.filter(pa.array(keep)), ids[keep]
+                chosen = np.flatnonzero(keep) if order is None else order[keep[order]]
+                probe, stored, ids = probe[chosen], stored.take(pa.array(chosen)), ids[chosen]
                 keep = np.ones(len(probe), dtype=bool)
                 probe_arr = pa.array(probe)
+                order = None
             mine = [c.take(probe_arr) for c in columns]
             theirs = [plain_array(stored.column(i)) for i in range(other.width)]
             pairs = pa.RecordBatch.from_arrays(self._arrange(side, mine, theirs), schema=self._pair_schema)
             verdict = self.node.residual(pairs, self.ctx)
             keep &= pc.fill_null(verdict, False).to_numpy(zero_copy_only=False)
-        if not keep.all():
-            probe, stored, ids = probe[keep], stored.filter(pa.array(keep)), ids[keep]
+        if order is not None or not keep.all():
+            chosen = np.flatnonzero(keep) if order is None else order[keep[order]]
+            probe, stored, ids = probe[chosen], stored.take(pa.array(chosen)), ids[chosen]
         if other.retractions and len(probe):
             return net_pairs(probe, stored, ids)
         counts = stored.column("_count").to_numpy()

@@ -104,7 +104,8 @@ class RankOperator(NumberedRowsOperator):
         khash = hash_columns([columns[p] for p in self.node.partition], n)
         # 1. the current top rows of the partitions this batch touches
         touched = np.unique(khash)
-        stored, ids = self._live(touched)
+        # In any order: they are sorted below with the batch (by partition, order and arrival).
+        stored, ids = self._live(touched, ordered=False)
         old_count = 0 if stored is None else stored.num_rows
         # 2. old and new rows sorted together, numbered within their partition
         names = [f"c{i}" for i in range(self.width + 1)]

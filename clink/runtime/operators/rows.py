@@ -145,6 +145,15 @@ class KeyedRows:
     def lookup(self, khash: np.ndarray) -> tuple[np.ndarray, pa.Table | None, np.ndarray]:
         """Every stored row whose key hash equals a probe's: (probe index per pair, the rows, an
         id per stored row: equal ids are the same stored row, and ``kill`` takes them)."""
+        probe, stored, found, order = self.lookup_unordered(khash)
+        if order is not None:
+            probe, stored, found = probe[order], stored.take(pa.array(order)), found[order]
+        return probe, stored, found
+
+    def lookup_unordered(self, khash: np.ndarray) -> tuple[np.ndarray, pa.Table | None, np.ndarray,
+                                                           np.ndarray | None]:
+        """``lookup``'s pairs as the runs give them, and the order that puts them in the order of
+        the probes (None: they are in it): a caller that drops pairs first takes the rows once."""
         probes: list[np.ndarray] = []
         parts: list[pa.Table] = []
         ids: list[np.ndarray] = []
@@ -202,17 +211,17 @@ class KeyedRows:
             probes.append(probe)
             ids.append(rows + (run.namespace << 32))
         if not parts:
-            return np.zeros(0, dtype=np.int64), None, np.zeros(0, dtype=np.int64)
+            return np.zeros(0, dtype=np.int64), None, np.zeros(0, dtype=np.int64), None
         if len(parts) == 1:
-            return probes[0], parts[0], ids[0]
+            return probes[0], parts[0], ids[0], None
         probe, stored, found = np.concatenate(probes), pa.concat_tables(parts), np.concatenate(ids)
+        order = None
         if (probe[1:] < probe[:-1]).any():
             # Pairs in the order of the probes (each probe's in the order of the runs), as if the
             # probes had come one at a time: what follows (a Top-N or a ROWS frame ordering peers
             # by arrival) sees the order of the input.
             order = np.argsort(probe, kind="stable")
-            probe, stored, found = probe[order], stored.take(pa.array(order)), found[order]
-        return probe, stored, found
+        return probe, stored, found, order
 
     # -- writing
 
@@ -488,16 +497,19 @@ class NumberedRowsOperator(OperatorBase):
         TTL, rows stored longer ago than it are left out (and dropped from the store)."""
         return self._live(partitions)[0]
 
-    def _live(self, partitions: np.ndarray) -> tuple[pa.Table | None, np.ndarray | None]:
+    def _live(self, partitions: np.ndarray, *, ordered: bool = True) -> tuple[pa.Table | None, np.ndarray | None]:
         """``_live_rows``, with the id of each row for ``KeyedRows.kill`` — or None for the ids
         where the store holds retractions (rows of count -1) to net: those rows are removed by
-        storing their retraction."""
+        storing their retraction. ``ordered=False``: the rows in any order (the caller sorts
+        them), which spares a copy of them."""
         if self.ttl_ms is not None:
             oldest = int(self.ctx.runtime.clock()) - self.ttl_ms
             self.rows.expire(written_before=oldest)
-        probe, stored, ids = self.rows.lookup(partitions)
+        probe, stored, ids, order = self.rows.lookup_unordered(partitions)
         if stored is None:
             return None, None
+        if order is not None and (ordered or not (stored.column("_count").to_numpy() == 1).all()):
+            probe, stored, ids = probe[order], stored.take(pa.array(order)), ids[order]
         if self.ttl_ms is not None:
             # An expired run is rewritten only once a quarter of it has expired: filter the rest.
             fresh = stored.column("_written").to_numpy() >= oldest
