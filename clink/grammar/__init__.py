@@ -98,7 +98,28 @@ def _build_tables(text: str, digest: str) -> dict:
             actions.append(arg["@"] * 2 + 1 if action == 1 else arg * 2)
         rows.append((terminals.tobytes(), actions.tobytes()))
     table["states"] = {}
-    return {"grammar": digest, "lark": lark.__version__, "data": data, "memo": memo, "rows": rows}
+    return {"grammar": digest, "lark": lark.__version__, "data": data, "memo": memo, "rows": rows,
+            "keywords": _keyword_terminals(built)}
+
+
+def _keyword_terminals(built: lark.Lark) -> dict | None:
+    """Which keywords each name-like terminal stands for (Lark's "unless" analysis, done once
+    here instead of in every process), or None where it is not plain keyword text."""
+    from lark.lexer import BasicLexer, PatternStr, _create_unless
+
+    lexer = built.parser.lexer
+    if type(lexer) is not BasicLexer or lexer.user_callbacks:
+        return None
+    kept, callbacks = _create_unless(lexer.terminals, lexer.g_regex_flags, lexer.re, lexer.use_bytes)
+    unless = {}
+    for name, callback in callbacks.items():
+        words = callback.scanner.terminals
+        if not all(isinstance(t.pattern, PatternStr) and t.pattern.value.isascii() and set(t.pattern.flags) <= {"i"}
+                   for t in words):
+            return None
+        unless[name] = [t.name for t in words]
+    kept_names = {t.name for t in kept}
+    return {"unless": unless, "embedded": [t.name for t in lexer.terminals if t.name not in kept_names]}
 
 
 def _write_tables(path: Path, tables: dict) -> None:
@@ -145,6 +166,7 @@ def _read_tables(path: Path, digest: str) -> dict | None:
 
 def _parser_from(tables: dict) -> lark.Lark:
     """A ``lark.Lark`` LALR parser over ``tables``, its action rows unpacked on first use."""
+    from lark.lexer import BasicLexer
     from lark.parsers.lalr_analysis import Reduce, Shift
 
     data = tables["data"]
@@ -166,4 +188,60 @@ def _parser_from(tables: dict) -> lark.Lark:
             return row
 
     built.parser.parser._parse_table.states = States()
+    lexer = built.parser.lexer
+    if tables.get("keywords") is not None and type(lexer) is BasicLexer and not lexer.user_callbacks:
+        _use_keyword_lookup(lexer, tables["keywords"])
     return built
+
+
+class _Keywords:
+    """What Lark's ``UnlessCallback`` does for a name-like terminal, turning a token whose whole
+    text is a keyword into that keyword's terminal, by dict lookup instead of a regex over all
+    ~190 keywords, which takes longer to compile than the rest of the lexer. The keywords are
+    ASCII text, matched exactly or, for ``"word"i``, case-insensitively; the first keyword in
+    Lark's order wins, as in the regex. Text that is not ASCII goes to Lark's own callback."""
+
+    def __init__(self, words: list, g_regex_flags: int, re_module, use_bytes: bool) -> None:
+        self.exact: dict[str, tuple[int, str]] = {}
+        self.folded: dict[str, tuple[int, str]] = {}
+        for order, word in enumerate(words):
+            value = word.pattern.value
+            if "i" in word.pattern.flags:
+                self.folded.setdefault(value.lower(), (order, word.name))
+            else:
+                self.exact.setdefault(value, (order, word.name))
+        self._words, self._lark_args = words, (g_regex_flags, re_module, use_bytes)
+        self._lark_callback = None
+
+    def __call__(self, token):
+        value = token.value
+        if not value.isascii():
+            if self._lark_callback is None:
+                from lark.lexer import Scanner, UnlessCallback
+
+                self._lark_callback = UnlessCallback(Scanner(self._words, *self._lark_args))
+            return self._lark_callback(token)
+        exact, folded = self.exact.get(value), self.folded.get(value.lower())
+        hit = folded if exact is None else exact if folded is None else min(exact, folded)
+        if hit is not None:
+            token.type = hit[1]
+        return token
+
+
+def _use_keyword_lookup(lexer, keywords: dict) -> None:
+    """Build ``lexer``'s scanner from the stored keyword analysis when it is first needed (what
+    Lark's ``BasicLexer._build_scanner`` does, less its "unless" analysis)."""
+    from lark.lexer import Scanner
+
+    by_name = {t.name: t for t in lexer.terminals}
+    embedded = set(keywords["embedded"])
+
+    def build_scanner() -> Scanner:
+        lexer.callback = {
+            name: _Keywords([by_name[w] for w in words], lexer.g_regex_flags, lexer.re, lexer.use_bytes)
+            for name, words in keywords["unless"].items()
+        }
+        return Scanner([t for t in lexer.terminals if t.name not in embedded], lexer.g_regex_flags, lexer.re,
+                       lexer.use_bytes)
+
+    lexer._build_scanner = build_scanner
