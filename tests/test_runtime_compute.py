@@ -4,6 +4,7 @@ the import guard that keeps a simple compiled pipeline's start cheap."""
 from __future__ import annotations
 
 import functools
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -99,6 +100,29 @@ def test_a_stateless_compiled_pipeline_starts_without_the_heavy_imports(tmp_path
     assert done.returncode == 0, done.stderr
     lines = done.stdout.splitlines()
     assert sum(line.startswith("+I[") for line in lines) >= 1
+    assert lines[-1] == "LOADED []"
+
+
+def test_compiling_and_running_from_sql_does_not_import_pyarrow_compute(tmp_path: Path) -> None:
+    """``clink run q.sql --recompile`` compiles in the process: the compiler checks SIMILAR TO
+    patterns and builds constants through the runtime's facade, so ``pyarrow.compute`` (≈75 ms)
+    stays unloaded there too."""
+    sql = tmp_path / "q.sql"
+    sql.write_text(
+        "CREATE TABLE orders (id BIGINT, price DOUBLE, region STRING)\n"
+        "  WITH ('connector' = 'datagen', 'number-of-rows' = '5', 'seed' = '7');\n"
+        "SELECT id, price * 0.908 AS eur, region SIMILAR TO '(a|b)%' AS ab FROM orders WHERE price > 0.1;\n")
+    code = (
+        "import sys\n"
+        "from clink.cli import main\n"
+        "assert main(['run', '--recompile', sys.argv[1]]) == 0\n"
+        "print('LOADED', sorted(m for m in sys.modules if m == 'pyarrow.compute'))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code, str(sql)], capture_output=True, text=True, cwd=tmp_path,
+                          env={**os.environ, "XDG_CACHE_HOME": str(tmp_path / "cache")})
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert sum(line.startswith("+I[") for line in lines) == 5
     assert lines[-1] == "LOADED []"
 
 

@@ -10,7 +10,6 @@ import datetime as dt
 import re
 
 import pyarrow as pa
-import pyarrow.compute as pc
 import pyarrow.types as pt
 
 from clink.compiler import ast, ir, similar, udfs
@@ -30,6 +29,7 @@ from clink.compiler.functions import (
     extract,
 )
 from clink.errors import Span, SqlError
+from clink.runtime import compute as pc
 from clink.runtime.udaf import AggregateUdf
 
 _INTERVAL_MS = {
