@@ -127,3 +127,25 @@ def test_init_scripts_are_part_of_the_cached_text(tmp_path: Path, cache_home: Pa
     ddl.write_text(ddl.read_text().replace("'number-of-rows' = '3'", "'number-of-rows' = '2'"))
     rows, status = _run(tmp_path, cache_home, "-i", str(ddl), str(query))
     assert rows == ["+I[7]", "+I[14]"] and status == "COMPILED 0"
+
+
+def test_compiling_pauses_the_garbage_collector_only_while_it_compiles(cache_home: Path,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    import gc
+
+    from clink.errors import SqlError
+    from clink.plans import plan_from_sql
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(cache_home))
+    assert gc.isenabled()
+    _, source = plan_from_sql(SQL.format(factor=5), "gc.sql", recompile=True)
+    assert "def " in source and gc.isenabled()
+    with pytest.raises(SqlError):
+        plan_from_sql("SELECT FROM;", "bad.sql", recompile=True)
+    assert gc.isenabled(), "an error while compiling leaves the collector on"
+    gc.disable()
+    try:
+        plan_from_sql(SQL.format(factor=6), "gc.sql", recompile=True)
+        assert not gc.isenabled(), "a collector the caller had turned off stays off"
+    finally:
+        gc.enable()
