@@ -473,7 +473,7 @@ class Job:
             spec = TableSpec(name=node.table, schema=node.schema, table_schema=node.table_schema,
                              options=node.options, predicate=node.predicate() if node.predicate else None,
                              subtask=index, parallelism=count, primary_key=node.primary_key,
-                             partition_columns=node.partition_columns,
+                             partition_columns=node.partition_columns, fields=node.fields,
                              changelog=node.changelog if node.changelog.updating else None)
             self._readers[sid] = connector.create_source(spec, self.ctx)
             self._source_subtasks.add(sid)

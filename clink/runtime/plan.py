@@ -153,9 +153,13 @@ class Source(Node):
     #: The table's PRIMARY KEY and PARTITIONED BY columns, as declared.
     primary_key: tuple[str, ...] = ()
     partition_columns: tuple[str, ...] = ()
+    #: ROW columns that the plan reads only through some of their fields: column name → those
+    #: fields' names. The source may leave the other fields null (a JSON reader skips them).
+    fields: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "options", dict(self.options or {}))
+        object.__setattr__(self, "fields", dict(self.fields or {}))
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -488,6 +488,48 @@ def _fields_read_by(steps: tuple) -> dict[int, tuple[int, ...]]:
     return {c: tuple(sorted(f)) for c, f in sorted(fields.items()) if c not in whole}
 
 
+def _source_fields(source: SourceOp, ops: tuple) -> dict[str, tuple[str, ...]]:
+    """The ROW columns of ``source`` that the plan reads only through some of their fields, each
+    with those fields' names, so that a reader may leave the others null (nested projection
+    pushdown: a JSON reader then skips them). Only when every node reading the source is a chain
+    whose first step is a projection or filter, which read fields by name; nothing otherwise."""
+    scan = source.scan
+    exprs: list[ir.Expr] = []
+    for op in ops:
+        reads = getattr(op, "inputs", None) or tuple(
+            getattr(op, name) for name in ("input", "left", "right") if hasattr(op, name))
+        if source.id not in reads:
+            continue
+        if not isinstance(op, ChainOp) or not op.steps or not isinstance(op.steps[0], ir.Calc | ir.Project):
+            return {}
+        step = op.steps[0]
+        exprs += [*step.exprs, *(e for e in (op.scan_predicate, getattr(step, "predicate", None)) if e is not None)]
+    if scan.table.watermark is not None:
+        exprs.append(ir.remap(scan.table.watermark[1],
+                              {physical: position for position, physical in enumerate(scan.columns)}))
+    fields: dict[int, set[int]] = {}
+    whole: set[int] = set()
+
+    def visit(e: ir.Expr) -> None:
+        if isinstance(e, ir.Call) and e.fn == "field" and isinstance(e.args[0], ir.Column):
+            fields.setdefault(e.args[0].index, set()).add(e.params[0])
+            return
+        if isinstance(e, ir.Column):
+            whole.add(e.index)
+        for child in e.children:
+            visit(child)
+
+    for e in exprs:
+        visit(e)
+    out = {}
+    for c, read in sorted(fields.items()):
+        t = scan.schema[c].type
+        if c in whole or not pt.is_struct(t) or len(read) == t.num_fields:
+            continue
+        out[scan.schema[c].name] = tuple(t.field(i).name for i in sorted(read))
+    return out
+
+
 #: Calls cheap enough to evaluate on every row before a filter: comparisons, boolean logic,
 #: NULL tests, field access, casts. A conjunct with anything else waits until they have filtered.
 _CHEAP = frozenset({"eq", "ne", "lt", "le", "gt", "ge", "and", "or", "not", "is_null", "is_not_null", "is_true",
@@ -645,6 +687,8 @@ def _emit_plan(w: SourceWriter, plan: PhysicalPlan, schema_names: dict[int, str]
                                 w.line(keys)
                             if scan.table.watermark is not None:
                                 w.line(f"watermark=watermark_{op.id},")
+                            if not modes[op.id].updating and (fields := _source_fields(op, plan.ops)):
+                                w.line(f"fields={fields!r},  # ROW columns read only through these fields")
                             if scan.table.idle_timeout is not None:
                                 w.line(f"idle_timeout={scan.table.idle_timeout},")
                             if modes[op.id].updating:

@@ -81,6 +81,10 @@ class TableSpec:
     #: The table's ``PARTITIONED BY`` columns, in order (the filesystem sink writes one directory
     #: level per column); empty for an unpartitioned table.
     partition_columns: tuple[str, ...] = ()
+    #: ROW columns of ``schema`` that the plan reads only through some of their fields: column
+    #: name → those fields' names. A source may fill the other fields with nulls instead of
+    #: decoding them (the JSON reader does); it must still produce ``schema`` exactly.
+    fields: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
 
     @property
     def updating(self) -> bool:

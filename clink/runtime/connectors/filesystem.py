@@ -33,7 +33,6 @@ from __future__ import annotations
 import base64
 import contextlib
 import hashlib
-import io
 import itertools
 import json
 import os
@@ -602,8 +601,19 @@ class FileSourceReader(SourceReader):
         # Types pyarrow's JSON reader does not read from strings as we want are read as text.
         self._json_text = {f.name for f in schema
                            if pa.types.is_temporal(f.type) or pa.types.is_binary(f.type)}
-        read_schema = pa.schema([pa.field(f.name, pa.string()) if f.name in self._json_text else f
-                                 for f in schema])
+        # ROW columns the plan reads only some fields of are read with those fields alone (the
+        # reader skips the rest of each object) and given back whole, the others null.
+        self._json_pruned = {name: set(fields) for name, fields in self._spec.fields.items()
+                             if name in schema.names and pa.types.is_struct(schema.field(name).type)}
+
+        def read_field(f: pa.Field) -> pa.Field:
+            if f.name in self._json_text:
+                return pa.field(f.name, pa.string())
+            if f.name in self._json_pruned:
+                return f.with_type(pa.struct([c for c in f.type if c.name in self._json_pruned[f.name]]))
+            return f
+
+        read_schema = pa.schema([read_field(f) for f in schema])
         self._json_options = pa_json.ParseOptions(explicit_schema=read_schema,
                                                   unexpected_field_behavior="ignore")
         try:
@@ -612,53 +622,62 @@ class FileSourceReader(SourceReader):
         except OSError as e:
             raise ConnectorError(f"table {self._spec.name!r}: cannot read {path!r}: {e}") from None
         try:
-            line = 0
+            offset = 0  # bytes of the file before ``chunk``
             rest = b""
             while True:
                 data = handle.read(JSON_CHUNK_SIZE)
                 if data:
-                    buffer = rest + data
+                    buffer = rest + data if rest else data
                     cut = buffer.rfind(b"\n") + 1
                     if cut == 0:
                         rest = buffer
                         continue
-                    chunk, rest = buffer[:cut], buffer[cut:]
+                    # A view, not a copy: pyarrow reads the chunk in place.
+                    chunk, rest = memoryview(buffer)[:cut], buffer[cut:]
                 else:
-                    chunk, rest = rest, b""
-                if chunk.strip():
-                    for table in self._json_chunk(chunk, path, line):
+                    chunk, rest = memoryview(rest), b""
+                if not _blank(chunk):
+                    for table in self._json_chunk(chunk, path, offset):
                         yield from table.to_batches()
-                line += chunk.count(b"\n")
+                offset += len(chunk)
                 if not data:
                     return
         finally:
             handle.close()
 
-    def _decode_json(self, data: bytes) -> pa.Table:
-        table = pa_json.read_json(io.BytesIO(data),
+    def _decode_json(self, data: bytes | memoryview) -> pa.Table:
+        table = pa_json.read_json(pa.BufferReader(pa.py_buffer(data)),
                                   read_options=pa_json.ReadOptions(use_threads=False,
                                                                    block_size=len(data) + 1),
                                   parse_options=self._json_options)
         table = table.combine_chunks()
-        if not self._json_text:
+        if not self._json_text and not self._json_pruned:
             return table
         columns = []
         for f in self._spec.schema:
             column = table.column(f.name)
-            if f.name in self._json_text:
-                text = column.chunk(0) if column.num_chunks else pa.array([], pa.string())
-                column = cast_text(text, f.type, empty_is_null=False,
-                                   base64_binary=pa.types.is_binary(f.type))
+            if f.name in self._json_text or f.name in self._json_pruned:
+                read = column.chunk(0) if column.num_chunks else pa.array([], column.type)
+                if f.name in self._json_text:
+                    column = cast_text(read, f.type, empty_is_null=False,
+                                       base64_binary=pa.types.is_binary(f.type))
+                else:
+                    column = _widen(read, f.type)
             columns.append(column)
         return pa.Table.from_arrays(columns, schema=self._spec.schema)
 
-    def _json_chunk(self, chunk: bytes, path: str, first_line: int) -> list[pa.Table]:
+    def _json_chunk(self, chunk: memoryview, path: str, offset: int) -> list[pa.Table]:
+        """The rows of ``chunk`` (whole lines, starting ``offset`` bytes into ``path``).
+
+        The fast path decodes the whole chunk in one call. When that fails, some line is bad:
+        the chunk is bisected by lines, the good runs still decoded in bulk, until the bad lines
+        are single; each fails the read with its line number, or is skipped and counted.
+        """
         try:
             return [self._decode_json(chunk)]
         except (pa.ArrowInvalid, pa.ArrowNotImplementedError, BadValue):
             pass
-        # Some line is bad: bisect to find it (them), decoding the good runs of lines in bulk.
-        lines = chunk.split(b"\n")
+        lines = bytes(chunk).split(b"\n")
         tables: list[pa.Table] = []
 
         def visit(lo: int, hi: int) -> None:
@@ -678,10 +697,24 @@ class FileSourceReader(SourceReader):
                     self._skip()
                     return
                 reason = self._explain_json(lines[lo], e)
-                raise self._record_error(reason, path, first_line + lo + 1) from None
+                line = self._lines_before(path, offset) + lo + 1
+                raise self._record_error(reason, path, line) from None
 
         visit(0, len(lines))
         return tables
+
+    def _lines_before(self, path: str, offset: int) -> int:
+        """The line breaks in the first ``offset`` bytes of ``path``: counted only when a bad
+        line is reported, so that reading good data does not pay for line numbers."""
+        with open(path, "rb") if self._where.local else self._where.open_input(path) as handle:
+            count = 0
+            while offset > 0:
+                data = handle.read(min(offset, JSON_CHUNK_SIZE))
+                if not data:
+                    break
+                count += data.count(b"\n")
+                offset -= len(data)
+            return count
 
     def _explain_json(self, line: bytes, error: Exception) -> str:
         """Why one JSON line cannot be read (the error path only: it parses the line in Python)."""
@@ -742,6 +775,22 @@ class FileSourceReader(SourceReader):
         finally:
             file.close()
             _close_input(source)
+
+
+def _widen(arr: pa.StructArray, t: pa.StructType) -> pa.StructArray:
+    """``arr``, a struct of some of ``t``'s fields, as a ``t``: the fields it lacks are null."""
+    present = {arr.type.field(i).name: i for i in range(arr.type.num_fields)}
+    children = [arr.field(present[c.name]) if c.name in present else pa.nulls(len(arr), c.type) for c in t]
+    mask = arr.is_null() if arr.null_count else None
+    return pa.StructArray.from_arrays(children, fields=list(t), mask=mask)
+
+
+_NOT_BLANK = re.compile(rb"[^ \t\r\n]")
+
+
+def _blank(data: memoryview) -> bool:
+    """Whether ``data`` holds only whitespace (stops at the first other byte; no copy)."""
+    return _NOT_BLANK.search(data) is None
 
 
 def _close_input(source: str | pa.NativeFile | None) -> None:
