@@ -662,7 +662,7 @@ class FileSourceReader(SourceReader):
                     column = cast_text(read, f.type, empty_is_null=False,
                                        base64_binary=pa.types.is_binary(f.type))
                 else:
-                    column = _widen(read, f.type)
+                    column = widen_struct(read, f.type)
             columns.append(column)
         return pa.Table.from_arrays(columns, schema=self._spec.schema)
 
@@ -777,7 +777,7 @@ class FileSourceReader(SourceReader):
             _close_input(source)
 
 
-def _widen(arr: pa.StructArray, t: pa.StructType) -> pa.StructArray:
+def widen_struct(arr: pa.StructArray, t: pa.StructType) -> pa.StructArray:
     """``arr``, a struct of some of ``t``'s fields, as a ``t``: the fields it lacks are null."""
     present = {arr.type.field(i).name: i for i in range(arr.type.num_fields)}
     children = [arr.field(present[c.name]) if c.name in present else pa.nulls(len(arr), c.type) for c in t]

@@ -946,8 +946,10 @@ class KafkaSourceReader(SourceReader):
                                         database=s.canal_database, table=s.canal_table,
                                         metadata=self._format_metadata)
         else:
+            fields = self._spec.fields
+
             def read(part: list[bytes]) -> Any:
-                return decode(fmt, part, schema, csv_delimiter=delimiter)
+                return decode(fmt, part, schema, csv_delimiter=delimiter, fields=fields)
         return read
 
     def _decode(self, fmt: str, payloads: list[bytes], schema: pa.Schema, delimiter: str,

@@ -13,13 +13,14 @@ import base64
 import io
 import json
 import re
+from collections.abc import Mapping
 
 import pyarrow as pa
 import pyarrow.csv as pa_csv
 import pyarrow.json as pa_json
 
 from clink.runtime import compute as pc
-from clink.runtime.connectors.filesystem import BadValue, cast_text, json_text
+from clink.runtime.connectors.filesystem import BadValue, cast_text, json_text, widen_struct
 
 __all__ = ["FORMATS", "decode", "encode", "format_problem"]
 
@@ -54,8 +55,12 @@ def _needs_text(t: pa.DataType) -> bool:
     return pa.types.is_temporal(t) or pa.types.is_binary(t)
 
 
-def decode(fmt: str, payloads: list[bytes], schema: pa.Schema, *, csv_delimiter: str = ",") -> pa.Table:
+def decode(fmt: str, payloads: list[bytes], schema: pa.Schema, *, csv_delimiter: str = ",",
+           fields: Mapping[str, tuple[str, ...]] | None = None) -> pa.Table:
     """The rows of ``payloads`` (one message each, none None) as a table of ``schema``.
+
+    ``fields`` (``TableSpec.fields``): ROW columns of which only these fields are read; JSON
+    decodes just those and leaves the others null, as the filesystem source does.
 
     Raises ``BadValue`` (or ``pyarrow.ArrowInvalid``) when some payload does not parse; the
     caller bisects to find it.
@@ -69,7 +74,17 @@ def decode(fmt: str, payloads: list[bytes], schema: pa.Schema, *, csv_delimiter:
     if not len(schema):
         return pa.table({"_": pa.nulls(len(payloads))}).drop_columns(["_"])
     text_columns = {f.name for f in schema if _needs_text(f.type)}
-    read_schema = pa.schema([pa.field(f.name, pa.string()) if f.name in text_columns else f for f in schema])
+    pruned = {name: set(read) for name, read in (fields or {}).items()
+              if fmt == "json" and name in schema.names and pa.types.is_struct(schema.field(name).type)}
+
+    def read_field(f: pa.Field) -> pa.Field:
+        if f.name in text_columns:
+            return pa.field(f.name, pa.string())
+        if f.name in pruned:
+            return f.with_type(pa.struct([c for c in f.type if c.name in pruned[f.name]]))
+        return f
+
+    read_schema = pa.schema([read_field(f) for f in schema])
     data = b"\n".join(payloads) + b"\n"
     if fmt == "json":
         table = pa_json.read_json(io.BytesIO(data),
@@ -92,6 +107,8 @@ def decode(fmt: str, payloads: list[bytes], schema: pa.Schema, *, csv_delimiter:
         if f.name in text_columns:
             column = cast_text(column, f.type, empty_is_null=fmt == "csv",
                                base64_binary=fmt == "json" and pa.types.is_binary(f.type))
+        elif f.name in pruned:
+            column = widen_struct(column, f.type)
         columns.append(column)
     return pa.Table.from_arrays(columns, schema=schema)
 
