@@ -1495,11 +1495,17 @@ def make_state_backend(ctx: RuntimeContext, job: Job):
 
         return MemoryStateBackend(max_parallelism=max_parallelism)
     if name == "sqlite":
+        import shutil
         import tempfile
         from pathlib import Path
 
         from clink.runtime.state.sqlite import SqliteStateBackend
 
+        # Checkpoints copy only what changed since the previous one (docs/state.md), unless
+        # 'state.backend.incremental' is false; a restart keeps a working database that a clean
+        # stop left, when it holds the checkpoint restored ('state.backend.local-recovery').
+        incremental = _flag(ctx, "state.backend.incremental", True)
+        local_recovery = incremental and _flag(ctx, "state.backend.local-recovery", True)
         if ctx.state_dir is not None:
             directory = Path(ctx.state_dir) / "state"
             if job._placement is not None:
@@ -1508,9 +1514,21 @@ def make_state_backend(ctx: RuntimeContext, job: Job):
                 directory = directory / f"worker-{job._placement.worker}"
             # The working databases are a copy of the newest checkpoint's state plus changes
             # since; a new run starts from the checkpoint again, so what a crash left goes.
+            # Only a database a clean stop left with its checksum beside it may be kept (local
+            # recovery: its operator's restore decides).
+            local = local_recovery and job._placement is None
             if directory.exists():
+                keep = set()
+                if local:
+                    for sidecar in [*directory.glob("*.sqlite.local"), *directory.glob("*.sqlite.recover.local")]:
+                        keep.update({sidecar, sidecar.with_suffix("")})
                 for leftover in directory.glob("*.sqlite*"):
-                    leftover.unlink()
+                    if leftover in keep:
+                        continue
+                    if leftover.is_dir():
+                        shutil.rmtree(leftover, ignore_errors=True)
+                    else:
+                        leftover.unlink()
         else:
             job._scratch = tempfile.mkdtemp(prefix="clink-state-")
             directory = Path(job._scratch)
@@ -1518,8 +1536,20 @@ def make_state_backend(ctx: RuntimeContext, job: Job):
             cache = parse_size(ctx.get("state.sqlite.cache-size") or "64 mb")
         except ValueError as exc:
             raise UsageError(f"'state.sqlite.cache-size': {exc}") from None
-        return SqliteStateBackend(directory, max_parallelism=max_parallelism, table_cache_bytes=cache)
+        return SqliteStateBackend(directory, max_parallelism=max_parallelism, table_cache_bytes=cache,
+                                  incremental=incremental, local_recovery=local_recovery and ctx.state_dir is not None
+                                  and job._placement is None)
     raise UsageError(f"unknown state backend {name!r} in 'state.backend'; choose one of: {', '.join(STATE_BACKENDS)}")
+
+
+def _flag(ctx: RuntimeContext, key: str, default: bool) -> bool:
+    text = ctx.get(key)
+    if text is None or text == "":
+        return default
+    value = str(text).strip().lower()
+    if value not in ("true", "false"):
+        raise UsageError(f"{key!r} must be 'true' or 'false', got {text!r}")
+    return value == "true"
 
 
 def run_plan(plan: Plan, ctx: RuntimeContext) -> Metrics:
@@ -1630,10 +1660,9 @@ class _Checkpointing:
                 entries = []
                 for j, sid in enumerate(subtasks):
                     files, meta = job._operators[sid].snapshot(checkpoint_id, writer.path)
-                    for path in files:
-                        writer.add(path.name)
+                    names = writer.include(files)
                     groups = key_group_range(j, len(subtasks), job.max_parallelism)
-                    entries.append({"files": [p.name for p in files], "meta": meta,
+                    entries.append({"files": names, "meta": meta,
                                     "key_groups": [groups.start, groups.stop]})
                 entry = {"signature": state_signature(job, node.id), **operator_record(job, node)}
                 if len(entries) == 1:
@@ -1741,6 +1770,7 @@ class _Checkpointing:
         """Give each subtask of ``node`` the state of its key groups, from the snapshots of the
         subtasks that held them (one or several, when the parallelism changed)."""
         job = self.job
+        from clink.runtime.checkpoint.store import checkpoint_file
         from clink.runtime.state.backend import IncompatibleState
 
         saved = entry["subtasks"] if "subtasks" in entry else [
@@ -1755,7 +1785,7 @@ class _Checkpointing:
                 # made, whatever their key group, so every subtask's snapshot is read for them.
                 parts = saved
             whole = len(parts) == 1 and parts[0]["key_groups"] == [mine.start, mine.stop]
-            files = [info.path / name for e in parts for name in e["files"]]
+            files = [checkpoint_file(info.path, name) for e in parts for name in e["files"]]
             try:
                 job._operators[sid].restore(files, _merge_meta([e["meta"] for e in parts]),
                                             key_groups=None if whole else mine)
@@ -1855,9 +1885,10 @@ class _SubtaskSnapshots:
             files, meta = job._operators[sid].snapshot(self.id, self.path)
             count = len(job._subtasks[node.id])
             groups = key_group_range(index, count, job.max_parallelism)
+            names, digests = self.store.include(self.id, files)
             self.pieces["operators"].setdefault(uid, []).append(
-                {"index": index, "files": [p.name for p in files], "meta": meta,
-                 "key_groups": [groups.start, groups.stop], "digests": self.store.put(self.id, files)})
+                {"index": index, "files": names, "meta": meta,
+                 "key_groups": [groups.start, groups.stop], "digests": digests})
             if index == 0:
                 self.pieces["signatures"][uid] = state_signature(job, node.id)
                 self.pieces["records"][uid] = operator_record(job, node)  # for clink state and plan diff

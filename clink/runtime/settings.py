@@ -165,6 +165,10 @@ SETTINGS: dict[str, Setting] = {s.key: s for s in (
     Setting("state.backend", "where keyed state lives", _choice("memory", "hashmap", "sqlite")),
     Setting("state.checkpoints.num-retained", "how many complete checkpoints are kept", _positive_int),
     Setting("state.sqlite.cache-size", "how much sqlite state stays in memory", parse_size),
+    Setting("state.backend.incremental", "sqlite checkpoints copy only what changed since the previous one "
+            "('true'); 'false' copies the whole database each time", _choice("true", "false")),
+    Setting("state.backend.local-recovery", "a restart keeps the sqlite working databases a clean stop left "
+            "when they hold the checkpoint restored ('true')", _choice("true", "false")),
     Setting("table.exec.state.ttl", "keyed state not updated for this long is forgotten", _duration),
     Setting("table.exec.mini-batch.enabled", "group aggregations take their input in mini-batches "
             "(docs/sql.md)", _choice("true", "false")),

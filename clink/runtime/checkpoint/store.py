@@ -46,6 +46,16 @@ ROLLED_BACK = "_rolled_back"
 #: checkpoints downloaded to restore from.
 STAGING = "checkpoint-staging"
 DOWNLOADS = "checkpoint-downloads"
+#: Beside the checkpoint directories: pieces of state that several checkpoints use (incremental
+#: snapshots). A manifest lists those it uses under ``shared``; a piece goes once no kept
+#: checkpoint lists it.
+SHARED = "shared"
+
+
+def checkpoint_file(path: Path, name: str) -> Path:
+    """The local path of file ``name`` of the checkpoint in folder ``path``: its own file, or
+    ``shared/<piece>`` in the shared folder beside it."""
+    return path.parent / name if name.startswith(SHARED + "/") else path / name
 
 
 def _fsync_dir(path: Path) -> None:
@@ -102,6 +112,15 @@ class CheckpointWriter:
         self.path = store.staging(checkpoint_id, fresh=True)
         store.discard(checkpoint_id)  # a leftover of a crash before it completed: it never counted
         self._files: dict[str, dict] = {}
+        self._shared: dict[str, dict] = {}
+
+    def include(self, paths: list[Path]) -> list[str]:
+        """Record the files a snapshot wrote (``add`` for the checkpoint's own, ``share`` for
+        pieces in the shared folder); return the names the checkpoint lists them by."""
+        names, digests = self.store.include(self.id, paths)
+        for name in names:
+            self.record(name, digests[name])
+        return names
 
     def file(self, name: str) -> Path:
         """The path to write the file ``name`` to; call ``add(name)`` once it is written."""
@@ -115,7 +134,12 @@ class CheckpointWriter:
         self._files.update(self.store.put(self.id, [self.file(name)]))
 
     def record(self, name: str, digest: dict) -> None:
-        """Record a file another process wrote and put in the store (``CheckpointStore.put``)."""
+        """Record a file another process wrote and put in the store (``CheckpointStore.put``,
+        or ``include`` for a shared piece, named ``shared/<piece>``)."""
+        if name.startswith(SHARED + "/"):
+            self.file(name.split("/", 1)[1])  # checks the name
+            self._shared[name.split("/", 1)[1]] = digest
+            return
         self.file(name)  # checks the name
         self._files[name] = digest
 
@@ -132,6 +156,7 @@ class CheckpointWriter:
             "created_ms": int(time.time() * 1000),
             "plan_fingerprint": self.fingerprint,
             "files": self._files,
+            **({"shared": self._shared} if self._shared else {}),
             **({"extra": self.extra} if self.extra else {}),
         }
         store = self.store
@@ -177,6 +202,9 @@ class CheckpointStore:
         self.retained = retained
         self.state_dir = Path(state_dir) if state_dir is not None else None
         self.filesystems = filesystems
+        #: Size and checksum of shared pieces this store wrote or verified, by name: a piece
+        #: another checkpoint lists again is not read again.
+        self._pieces: dict[str, dict] = {}
         #: The store's files when it is not local (None: ``root`` is a local folder).
         self.remote: Files | None = None
         files = resolve(location, filesystems) if location else None
@@ -240,6 +268,33 @@ class CheckpointStore:
                 path.unlink()
         return digests
 
+    def include(self, checkpoint_id: int, paths: list[Path]) -> tuple[list[str], dict[str, dict]]:
+        """Make a snapshot's files part of checkpoint ``checkpoint_id``: files in its staging
+        folder as ``put`` does, pieces in the shared folder beside it once (hashed, and uploaded
+        to a remote store, the first time). Returns the names the manifest lists them by, and
+        each one's size and checksum."""
+        names, digests, own = [], {}, []
+        for path in paths:
+            if path.parent.name != SHARED:
+                own.append(path)
+                names.append(path.name)
+                continue
+            name = f"{SHARED}/{path.name}"
+            names.append(name)
+            digest = self._pieces.get(path.name)
+            if digest is None:
+                digest = self._pieces[path.name] = _digest(path, sync=False)  # (synced when written)
+                if self.remote is not None:
+                    remote = self.remote
+                    target = remote.join(remote.path, SHARED, path.name)
+                    remote.makedirs(remote.join(remote.path, SHARED))
+                    with path.open("rb") as f, remote.open_output(target) as out:
+                        shutil.copyfileobj(f, out, 1 << 20)
+                    path.unlink()
+            digests[name] = digest
+        digests.update(self.put(checkpoint_id, own))
+        return names, digests
+
     def discard(self, checkpoint_id: int) -> None:
         """Remove what an unfinished checkpoint ``checkpoint_id`` left in a remote store."""
         if self.remote is not None:
@@ -265,7 +320,7 @@ class CheckpointStore:
         selector = pafs.FileSelector(folder, allow_not_found=True)
         return [posix_name(i.path) for i in self.remote.arrow.get_file_info(selector)]
 
-    def info(self, path: Path | str) -> CheckpointInfo:
+    def info(self, path: Path | str, *, hash_shared: bool = True) -> CheckpointInfo:
         """Verify one checkpoint directory against its manifest (from a remote store: a copy,
         downloaded to the state directory; ``release`` removes it)."""
         if self.remote is not None and not isinstance(path, Path):
@@ -274,7 +329,7 @@ class CheckpointStore:
         size = sum(f.stat().st_size for f in path.iterdir() if f.is_file())
         location = str(path) if self.remote is None else self.location_of(checkpoint_id)
         try:
-            manifest = self._verified_manifest(path)
+            manifest = self._verified_manifest(path, hash_shared=hash_shared)
         except CheckpointCorrupted as exc:
             return CheckpointInfo(id=checkpoint_id, path=path, created_ms=None, size=size, problem=str(exc),
                                   location=location)
@@ -296,6 +351,17 @@ class CheckpointStore:
             if i.type == pafs.FileType.File:
                 with files.arrow.open_input_stream(i.path) as f, (local / posix_name(i.path)).open("wb") as out:
                     shutil.copyfileobj(f, out, 1 << 20)
+        # The shared pieces it lists, into a shared folder beside the copy (a damaged manifest
+        # lists none: verifying the copy reports it).
+        shared = local.parent / SHARED
+        for name in _shared_names(local / MANIFEST):
+            source = folder.rstrip("/").rsplit("/", 1)[0] + f"/{SHARED}/{name}"
+            shared.mkdir(exist_ok=True)
+            try:
+                with files.arrow.open_input_stream(source) as f, (shared / name).open("wb") as out:
+                    shutil.copyfileobj(f, out, 1 << 20)
+            except (OSError, FileNotFoundError):
+                pass  # missing: verifying the copy reports it
         info = self.info(local)
         _, mark, query = files.uri.partition("?")
         return attrs.evolve(info, location=f"{root_uri}/{name}{mark}{query}")
@@ -305,7 +371,7 @@ class CheckpointStore:
         if info.path.parent.parent.name == DOWNLOADS:
             shutil.rmtree(info.path.parent, ignore_errors=True)
 
-    def _verified_manifest(self, path: Path) -> dict:
+    def _verified_manifest(self, path: Path, *, hash_shared: bool = True) -> dict:
         manifest_path = path / MANIFEST
         if not manifest_path.exists():
             raise CheckpointCorrupted(f"checkpoint {path.name} has no manifest: it never completed")
@@ -332,6 +398,18 @@ class CheckpointStore:
                                           f"the manifest says {expected.get('size')}")
             if _sha256(file) != expected.get("sha256"):
                 raise CheckpointCorrupted(f"checkpoint {path.name}: file {name!r} does not match its checksum")
+        for name, expected in manifest.get("shared", {}).items():
+            file = path.parent / SHARED / name
+            if not file.is_file():
+                raise CheckpointCorrupted(f"checkpoint {path.name}: shared piece {name!r} is missing")
+            if file.stat().st_size != expected.get("size"):
+                raise CheckpointCorrupted(f"checkpoint {path.name}: shared piece {name!r} has {file.stat().st_size} "
+                                          f"bytes, the manifest says {expected.get('size')}")
+            if not hash_shared:
+                continue  # (pruning: a piece's content is checked when a restore reads it)
+            if _sha256(file) != expected.get("sha256"):
+                raise CheckpointCorrupted(f"checkpoint {path.name}: shared piece {name!r} does not match its checksum")
+            self._pieces[name] = {"size": expected["size"], "sha256": expected["sha256"]}
         return manifest
 
     def manifest(self, info: CheckpointInfo) -> dict:
@@ -450,7 +528,9 @@ class CheckpointStore:
         """The ids of the checkpoints with a manifest, newest first (a remote store's are not
         downloaded to be verified: only restoring reads them)."""
         if self.remote is None:
-            return [i.id for i in self.list() if i.valid]
+            # (Shared pieces are not hashed again here: several checkpoints list the same ones.)
+            return [i.id for i in (self.info(path, hash_shared=False)
+                                   for _, path in sorted(self._directories(), reverse=True)) if i.valid]
         return sorted((n for n, path in self._directories()
                        if self.remote.exists(self.remote.join(path, MANIFEST))), reverse=True)
 
@@ -469,6 +549,61 @@ class CheckpointStore:
             if checkpoint_id > newest and not (path / MANIFEST).exists():
                 continue  # possibly being written right now
             shutil.rmtree(path, ignore_errors=True)
+        self._prune_shared(keep, newest)
+
+    def _prune_shared(self, keep: set[int], newest: int) -> None:
+        """Remove the shared pieces no kept checkpoint lists (reference counting over the kept
+        manifests). A piece newer than the newest complete checkpoint may belong to one being
+        written, and stays."""
+        used: set[str] = set()
+        if self.remote is not None:
+            remote = self.remote
+            folder = remote.join(remote.path, SHARED)
+            names = self._remote_names(folder)
+            if not names:
+                return
+            for checkpoint_id in keep:
+                try:
+                    with remote.arrow.open_input_stream(remote.join(remote.path, f"{_PREFIX}{checkpoint_id}",
+                                                                    MANIFEST)) as f:
+                        used.update(_shared_names_of(f.read()))
+                except OSError:
+                    return  # unreadable: remove nothing
+            for name in names:
+                if name not in used and _piece_id(name) <= newest:
+                    remote.arrow.delete_file(remote.join(folder, name))
+                    self._pieces.pop(name, None)
+            return
+        folder = self.root / SHARED
+        if not folder.is_dir():
+            return
+        for checkpoint_id in keep:
+            used.update(_shared_names(self.root / f"{_PREFIX}{checkpoint_id}" / MANIFEST))
+        for piece in folder.iterdir():
+            if piece.name not in used and _piece_id(piece.name) <= newest:
+                piece.unlink(missing_ok=True)
+                self._pieces.pop(piece.name, None)
+
+
+def _shared_names_of(data: bytes) -> list[str]:
+    try:
+        return list(json.loads(data.decode("utf-8")).get("shared", {}))
+    except (ValueError, AttributeError):
+        return []
+
+
+def _shared_names(manifest: Path) -> list[str]:
+    """The shared pieces a manifest lists (none if it cannot be read)."""
+    try:
+        return _shared_names_of(manifest.read_bytes())
+    except OSError:
+        return []
+
+
+def _piece_id(name: str) -> int:
+    """The checkpoint a shared piece was cut for: its name starts with it (``00000007.<...>``)."""
+    head = name.split(".", 1)[0]
+    return int(head) if head.isdigit() else 0
 
 
 def posix_name(path: str) -> str:

@@ -20,7 +20,10 @@ from __future__ import annotations
 
 import bisect
 import contextlib
+import hashlib
+import json
 import os
+import shutil
 import sqlite3
 import urllib.parse
 from collections import OrderedDict
@@ -70,7 +73,8 @@ class SqliteStateBackend(StateBackend):
 
     def __init__(self, directory: str | Path, *, cache_entries: int = 100_000,
                  max_parallelism: int = DEFAULT_MAX_PARALLELISM, page_cache_kib: int = 65_536,
-                 table_cache_bytes: int = 64 << 20) -> None:
+                 table_cache_bytes: int = 64 << 20, incremental: bool = False,
+                 local_recovery: bool = False) -> None:
         if max_parallelism <= 0:
             raise ValueError(f"max_parallelism must be positive, got {max_parallelism}")
         if cache_entries < 0:
@@ -80,6 +84,8 @@ class SqliteStateBackend(StateBackend):
         self.max_parallelism = max_parallelism
         self.page_cache_kib = page_cache_kib
         self.table_cache_bytes = table_cache_bytes
+        self.incremental = incremental
+        self.local_recovery = local_recovery
 
     def path_of(self, operator_id: str) -> Path:
         """The database file of ``operator_id``."""
@@ -89,7 +95,8 @@ class SqliteStateBackend(StateBackend):
         self.directory.mkdir(parents=True, exist_ok=True)
         return SqliteOperatorState(self.path_of(operator_id), operator_id, descriptor_map(operator_id, descriptors),
                                    max_parallelism=self.max_parallelism, cache_entries=self.cache_entries,
-                                   page_cache_kib=self.page_cache_kib, table_cache_bytes=self.table_cache_bytes)
+                                   page_cache_kib=self.page_cache_kib, table_cache_bytes=self.table_cache_bytes,
+                                   incremental=self.incremental, local_recovery=self.local_recovery)
 
 
 class _SqliteValueState(ValueState):
@@ -175,9 +182,15 @@ class _SqliteValueState(ValueState):
         deletes = [(self.encode_key(k),) for k, e in entries if e[1] is None]
         if upserts:
             upserts.sort(key=_second)  # in key order, so the B-tree is written page by page
-            conn.executemany(f"INSERT OR REPLACE INTO {self.tbl} (kg, k, v) VALUES (?, ?, ?)", upserts)
+            # An upsert changes the row in place: a key's group never changes, so the index on
+            # kg is left alone (INSERT OR REPLACE would delete and insert both entries).
+            conn.executemany(f"INSERT INTO {self.tbl} (kg, k, v) VALUES (?, ?, ?) "
+                             "ON CONFLICT (k) DO UPDATE SET v = excluded.v", upserts)
         if deletes:
             conn.executemany(f"DELETE FROM {self.tbl} WHERE k = ?", deletes)
+        if self.owner.incremental:
+            conn.executemany(f"INSERT OR IGNORE INTO {self.tbl}_chg (k) VALUES (?)",
+                             [(u[1],) for u in upserts] + deletes)
 
     def scan(self, key_group: int) -> Iterator[tuple[Key, Any]]:
         for kb, vb in self.owner.conn.execute(f"SELECT k, v FROM {self.tbl} WHERE kg = ?", (key_group,)).fetchall():
@@ -285,6 +298,9 @@ class _SqliteTableState(TableState):
             return None
         if entry[0]:
             self.owner.begin()
+            if self.owner.incremental:
+                self.owner.conn.execute(f"INSERT OR IGNORE INTO {self.tbl}_chg (ns, seq) "
+                                        f"SELECT ns, seq FROM {self.tbl} WHERE ns = ?", (namespace,))
             self.owner.conn.execute(f"DELETE FROM {self.tbl} WHERE ns = ?", (namespace,))
         self._forget(namespace)
         return table
@@ -326,6 +342,9 @@ class _SqliteTableState(TableState):
                 self.clean_size[namespace] = self.clean_size.get(namespace, 0) + size
                 self.clean_bytes += size
         self.owner.conn.executemany(f"INSERT INTO {self.tbl} (ns, seq, n, data) VALUES (?, ?, ?, ?)", rows)
+        if self.owner.incremental:
+            self.owner.conn.executemany(f"INSERT OR IGNORE INTO {self.tbl}_chg (ns, seq) VALUES (?, ?)",
+                                        [r[:2] for r in rows])
         self.pending.clear()
         self.pending_size.clear()
         self.pending_bytes = 0
@@ -372,6 +391,12 @@ _COLUMNS = {
               "PRIMARY KEY (ns, seq)", "ns, seq, n, data"),
 }
 _KINDS: dict[str, type] = {"value": _SqliteValueState, "table": _SqliteTableState}
+#: Per kind: the columns of a state's change table (the primary keys written since the last
+#: checkpoint's piece), the key columns, and how to match them against the state's rows.
+_CHANGES = {
+    "value": ("k BLOB NOT NULL, PRIMARY KEY (k)", "k", "k"),
+    "table": ("ns INTEGER NOT NULL, seq INTEGER NOT NULL, PRIMARY KEY (ns, seq)", "ns, seq", "(ns, seq)"),
+}
 
 
 class SqliteOperatorState(OperatorState):
@@ -379,8 +404,35 @@ class SqliteOperatorState(OperatorState):
 
     def __init__(self, path: Path, operator_id: str, descriptors: dict[str, StateDescriptor], *,
                  max_parallelism: int, cache_entries: int, page_cache_kib: int,
-                 table_cache_bytes: int = 64 << 20) -> None:
+                 table_cache_bytes: int = 64 << 20, incremental: bool = False,
+                 local_recovery: bool = False) -> None:
         self.path = path
+        self.incremental = incremental
+        self.page_cache_kib = page_cache_kib
+        #: Pieces committed but not yet in a checkpoint's shared folder: (name, kind).
+        self._unpublished: list[tuple[str, str]] = []
+        #: Bytes of each piece of the chain this process wrote or restored (None: unknown).
+        self._piece_bytes: dict[str, int] = {}
+        #: How the last ``restore`` went: ``"local"`` (the working database was kept), or why it
+        #: was not (None: no restore, or local recovery off).
+        self.recovery: str | None = None
+        #: A working database a clean stop left, with what it held: (path, sidecar record).
+        self._candidate: tuple[Path, dict] | None = None
+        self.local_recovery = local_recovery
+        sidecar = _sidecar(path)
+        if local_recovery and sidecar.exists():
+            aside = path.with_name(path.name + ".recover")
+            os.replace(path, aside)
+            os.replace(sidecar, _sidecar(aside))
+            for stale in ("-wal", "-shm"):  # (emptied by the clean stop)
+                path.with_name(path.name + stale).unlink(missing_ok=True)
+        aside = path.with_name(path.name + ".recover")
+        if local_recovery and aside.exists() and _sidecar(aside).exists():
+            try:
+                self._candidate = (aside, json.loads(_sidecar(aside).read_text()))
+            except ValueError:
+                self._candidate = None
+        shutil.rmtree(self._work, ignore_errors=True)
         self.operator_id = operator_id
         self.descriptors = descriptors
         self.max_parallelism = max_parallelism
@@ -390,6 +442,17 @@ class SqliteOperatorState(OperatorState):
         self.cache: OrderedDict[tuple[int, Key], list] = OrderedDict()
         self._dirty: set[tuple[int, Key]] = set()
         self._in_transaction = False
+        self._connect()
+
+    @property
+    def _work(self) -> Path:
+        """A folder beside the database for pieces written at a commit, until a snapshot puts
+        them in the checkpoint's shared folder, and for chains being put together on restore."""
+        return self.path.with_name(self.path.name + ".pieces")
+
+    def _connect(self) -> None:
+        path = self.path
+        page_cache_kib = self.page_cache_kib
         # A URI connection, so that ATTACH (in restore) accepts read-only URIs.
         self.conn = sqlite3.connect(path.resolve().as_uri(), uri=True, isolation_level=None)
         try:
@@ -418,6 +481,9 @@ class SqliteOperatorState(OperatorState):
                 conn.executemany("INSERT INTO clink_meta VALUES (?, ?)", [*expected.items(), ("committed_checkpoint", None)])
             else:
                 _check_meta(meta, expected, str(self.path))
+            # The pieces of the chain the last checkpoint is made of (JSON; NULL: the next
+            # checkpoint starts a new chain with a copy of the whole database).
+            conn.execute("INSERT OR IGNORE INTO clink_meta VALUES ('chain', NULL)")
             stored = {name: (tbl, sig) for name, tbl, sig in conn.execute("SELECT name, tbl, signature FROM clink_states")}
             tables = []
             for index, (name, d) in enumerate(self.descriptors.items()):
@@ -433,6 +499,7 @@ class SqliteOperatorState(OperatorState):
                     conn.execute(f"CREATE TABLE {tbl} ({_COLUMNS[d.kind][0]}) WITHOUT ROWID")
                     if d.kind != "table":
                         conn.execute(f"CREATE INDEX {tbl}_kg ON {tbl} (kg)")
+                conn.execute(f"CREATE TABLE IF NOT EXISTS {tbl}_chg ({_CHANGES[d.kind][0]}) WITHOUT ROWID")
                 tables.append(_KINDS[d.kind](self, index, tbl, d))  # type: ignore[arg-type]
             conn.execute("COMMIT")
         except BaseException:
@@ -516,6 +583,8 @@ class SqliteOperatorState(OperatorState):
     def _commit(self, checkpoint_id: int | None, *, set_id: bool) -> None:
         self._flush_all()
         self._begin()
+        if self.incremental:
+            self._cut_piece(checkpoint_id)
         if set_id:
             self.conn.execute("UPDATE clink_meta SET value = ? WHERE name = 'committed_checkpoint'",
                               (None if checkpoint_id is None else str(checkpoint_id),))
@@ -530,6 +599,99 @@ class SqliteOperatorState(OperatorState):
         for table in self._tables:
             if isinstance(table, _SqliteTableState):
                 table.clear_all()
+
+    # -- incremental checkpoints ---------------------------------------------------------------------
+
+    def _chain(self) -> list[str] | None:
+        (value,) = self.conn.execute("SELECT value FROM clink_meta WHERE name = 'chain'").fetchone()
+        return None if value is None else json.loads(value)
+
+    def _set_chain(self, chain: list[str] | None) -> None:
+        self.conn.execute("UPDATE clink_meta SET value = ? WHERE name = 'chain'",
+                          (None if chain is None else json.dumps(chain),))
+
+    def _clear_changes(self) -> None:
+        for table in self._tables:
+            self.conn.execute(f"DELETE FROM {table.tbl}_chg")
+
+    def _cut_piece(self, checkpoint_id: int | None) -> None:
+        """Inside the commit's transaction: end the current piece of the chain. Either a new
+        chain starts (its base, a copy of the whole database, is made by the next ``snapshot``),
+        or the rows changed since the previous piece go to a delta file now. Either way the
+        change tables are emptied in the same transaction, so the commit and the piece agree."""
+        chain = self._chain()
+        token = f"{checkpoint_id or 0:08d}.{os.urandom(5).hex()}.{self.path.stem}"
+        sizes = [self._piece_bytes.get(name) for name in chain or ()]
+        deltas = sum(size or 0 for size in sizes[1:])
+        # A new base once the deltas outweigh it (or the chain is long): a restore then reads
+        # at most about twice the state, and old pieces can go with the checkpoints that use them.
+        if (chain is None or len(chain) > MAX_CHAIN or None in sizes
+                or deltas > max(sizes[0] or 0, _SMALL)):
+            name = f"{token}.base.sqlite"
+            chain = [name]
+            self._unpublished = [(name, "base")]
+        else:
+            name = f"{token}.delta.sqlite"
+            self._write_delta(self._work / name, chain, checkpoint_id)
+            self._piece_bytes[name] = (self._work / name).stat().st_size
+            chain = [*chain, name]
+            self._unpublished.append((name, "delta"))
+        self._clear_changes()
+        self._set_chain(chain)
+
+    def _write_delta(self, target: Path, chain: list[str], checkpoint_id: int | None) -> None:
+        """Write the rows changed since the last piece: for each state its changed rows as they
+        are now and the keys of every changed row (a key without a row was deleted)."""
+        self._work.mkdir(exist_ok=True)
+        target.unlink(missing_ok=True)
+        conn = self.conn
+        meta = dict(conn.execute("SELECT name, value FROM clink_meta"))
+        meta.update(chain=None, committed_checkpoint=None if checkpoint_id is None else str(checkpoint_id),
+                    piece_base=chain[0], piece_index=str(len(chain)))
+        kinds = {t.tbl: t.descriptor.kind for t in self._tables}
+        # The states this operator declares (others stay as they are in the base).
+        states = [row for row in conn.execute("SELECT name, tbl, signature FROM clink_states") if row[1] in kinds]
+        with contextlib.closing(sqlite3.connect(str(target), isolation_level=None)) as out:
+            out.execute("PRAGMA journal_mode=OFF")
+            out.execute("PRAGMA synchronous=OFF")
+            out.execute("BEGIN")
+            out.execute("CREATE TABLE clink_meta (name TEXT PRIMARY KEY, value TEXT)")
+            out.executemany("INSERT INTO clink_meta VALUES (?, ?)", meta.items())
+            out.execute("CREATE TABLE clink_states (name TEXT PRIMARY KEY, tbl TEXT NOT NULL, signature TEXT NOT NULL)")
+            out.executemany("INSERT INTO clink_states VALUES (?, ?, ?)", states)
+            for _, tbl, _ in states:
+                kind = kinds[tbl]
+                columns, keys, match = _CHANGES[kind]
+                out.execute(f"CREATE TABLE {tbl} ({_COLUMNS[kind][0]}) WITHOUT ROWID")
+                out.execute(f"CREATE TABLE {tbl}_chg ({columns}) WITHOUT ROWID")
+                cols = _COLUMNS[kind][1]
+                out.executemany(f"INSERT INTO {tbl}_chg ({keys}) VALUES ({','.join('?' * (keys.count(',') + 1))})",
+                                conn.execute(f"SELECT {keys} FROM {tbl}_chg"))
+                out.executemany(f"INSERT INTO {tbl} ({cols}) VALUES ({','.join('?' * (cols.count(',') + 1))})",
+                                conn.execute(f"SELECT {', '.join('t.' + c.strip() for c in cols.split(','))} "
+                                             f"FROM {tbl}_chg AS c JOIN {tbl} AS t USING ({keys})"))
+            out.execute("COMMIT")
+        with open(target, "rb+") as f:
+            os.fsync(f.fileno())
+
+    def _publish(self, shared: Path) -> None:
+        """Put the pieces committed since the last snapshot into ``shared``: a base as a copy of
+        the database (SQLite's backup API), a delta by moving its file."""
+        if not self._unpublished:
+            return
+        shared.mkdir(parents=True, exist_ok=True)
+        for name, kind in self._unpublished:
+            target = shared / name
+            if kind == "base":
+                _backup(self.conn, target)
+                self._piece_bytes[name] = target.stat().st_size
+            else:
+                shutil.copyfile(self._work / name, target)
+                with open(target, "rb+") as f:
+                    os.fsync(f.fileno())
+                (self._work / name).unlink()
+        self._unpublished = []
+        _fsync_dir(shared)
 
     # -- the contract ----------------------------------------------------------------------------------
 
@@ -561,6 +723,9 @@ class SqliteOperatorState(OperatorState):
             self.conn.execute(f"DELETE FROM {table.tbl}")
             if isinstance(table, _SqliteTableState):
                 table.clear_all()
+        if self.incremental:  # the next checkpoint starts a new chain
+            self._clear_changes()
+            self._set_chain(None)
 
     def commit(self, checkpoint_id: int) -> None:
         self._commit(int(checkpoint_id), set_id=True)
@@ -575,19 +740,16 @@ class SqliteOperatorState(OperatorState):
             # Changes since the last commit go into the file too; the database then no longer
             # holds the state of a checkpoint, which the missing id records.
             self._commit(None, set_id=True)
+        if self.incremental:
+            if self._chain() is None:  # (restored from several snapshots, or cleared and not committed)
+                self._commit(self.committed_checkpoint, set_id=False)
+            # The pieces live in a folder beside the checkpoint's, shared by every checkpoint
+            # that uses them (the checkpoint store counts the references).
+            shared = Path(directory).parent / SHARED
+            self._publish(shared)
+            return [shared / name for name in self._chain()]
         target = Path(directory) / self.path.name
-        # A checkpoint id an earlier run began and never completed is used again: what that run
-        # left goes, its journal too (a fresh file beside a stale journal is a disk I/O error).
-        for stale in (target, *(target.with_name(target.name + s) for s in ("-journal", "-wal", "-shm"))):
-            stale.unlink(missing_ok=True)
-        copy = sqlite3.connect(str(target))
-        try:
-            self.conn.backup(copy)
-            copy.execute("PRAGMA journal_mode=DELETE")  # one self-contained file, no -wal beside it
-        finally:
-            copy.close()
-        with open(target, "rb+") as f:
-            os.fsync(f.fileno())
+        _backup(self.conn, target)
         return [target]
 
     def restore(self, files: Sequence[str | Path], *, key_groups: Collection[int] | None = None) -> None:
@@ -596,14 +758,44 @@ class SqliteOperatorState(OperatorState):
             conn.execute("ROLLBACK")
             self._in_transaction = False
         self._drop_cache()
+        self._unpublished = []
         by_name = {t.descriptor.name: t for t in self._tables}
         filter_sql, params = "", []
         if key_groups is not None:
             groups = sorted({check_key_group(g, self.max_parallelism) for g in key_groups})
             filter_sql = f" WHERE kg IN ({','.join('?' * len(groups))})"
             params = groups
+        chains = self._chains([Path(f) for f in files])
+        if self._recover_locally(chains, key_groups):
+            return
+        assembled: list[Path] = []
+        try:
+            self._restore_files(chains, assembled, by_name, key_groups, filter_sql, params)
+        finally:
+            for path in assembled:
+                path.unlink(missing_ok=True)
+        if self.incremental:
+            # Restored from one whole chain, the next checkpoint goes on with it.
+            whole = key_groups is None and len(chains) == 1 and _is_piece(chains[0][0][1], chains[0][0][0])
+            conn.execute("BEGIN")
+            self._clear_changes()
+            self._set_chain([path.name for path, _ in chains[0]] if whole else None)
+            conn.execute("COMMIT")
+            if whole:
+                self._piece_bytes = {path.name: path.stat().st_size for path, _ in chains[0]}
+
+    def _restore_files(self, chains: list[list[tuple[Path, dict]]], assembled: list[Path],
+                       by_name: dict, key_groups: Collection[int] | None, filter_sql: str, params: list) -> None:
+        conn = self.conn
+        sources = []
+        for chain in chains:
+            if len(chain) == 1:
+                sources.append(chain[0][0])
+            else:
+                assembled.append(self._assemble(chain))
+                sources.append(assembled[-1])
         # Checked before anything is removed, so a bad file leaves the state as it was.
-        plans = [self._read_snapshot(Path(f), by_name) for f in files]
+        plans = [self._read_snapshot(path, by_name) for path in sources]
         conn.execute("BEGIN")
         try:
             for table in self._tables:
@@ -636,6 +828,105 @@ class SqliteOperatorState(OperatorState):
         ids = {checkpoint for _, _, checkpoint in plans}
         if len(ids) == 1 and None not in ids:  # the state is that of one checkpoint
             conn.execute("UPDATE clink_meta SET value = ? WHERE name = 'committed_checkpoint'", (ids.pop(),))
+
+    def _chains(self, paths: list[Path]) -> list[list[tuple[Path, dict]]]:
+        """The snapshots in ``paths`` as chains: a whole-database file alone, or the base of an
+        incremental chain followed by its deltas in order. A chain missing a piece is refused."""
+        groups: dict[str, list[tuple[int, Path, dict]]] = {}
+        for path in paths:
+            try:
+                with contextlib.closing(sqlite3.connect(_read_only_uri(path), uri=True)) as snap:
+                    meta = dict(snap.execute("SELECT name, value FROM clink_meta"))
+            except sqlite3.DatabaseError as e:
+                raise IncompatibleState(f"{path} is not a readable sqlite-state snapshot: {e}") from e
+            if "piece_index" in meta:
+                groups.setdefault(meta["piece_base"], []).append((int(meta["piece_index"]), path, meta))
+            else:
+                groups.setdefault(path.name if _is_piece(meta, path) else str(path), []).append((0, path, meta))
+        chains = []
+        for base, pieces in groups.items():
+            pieces.sort(key=lambda p: p[0])
+            if [p[0] for p in pieces] != list(range(len(pieces))) or (len(pieces) > 1 and pieces[0][1].name != base):
+                raise IncompatibleState(f"the incremental snapshot of operator {self.operator_id!r} based on {base} "
+                                        f"is incomplete: given pieces {[p[1].name for p in pieces]}")
+            chains.append([(path, meta) for _, path, meta in pieces])
+        return chains
+
+    def _assemble(self, chain: list[tuple[Path, dict]]) -> Path:
+        """One whole-database file from a chain: a copy of the base with each delta applied."""
+        self._work.mkdir(exist_ok=True)
+        target = self._work / f"assemble-{os.urandom(5).hex()}.sqlite"
+        shutil.copyfile(chain[0][0], target)
+        with contextlib.closing(sqlite3.connect(target.resolve().as_uri(), uri=True, isolation_level=None)) as c:
+            c.execute("PRAGMA journal_mode=OFF")
+            c.execute("PRAGMA synchronous=OFF")
+            tables = {name: tbl for name, tbl in c.execute("SELECT name, tbl FROM clink_states")}
+            for path, meta in chain[1:]:
+                c.execute("ATTACH DATABASE ? AS d", (_read_only_uri(path),))
+                try:
+                    c.execute("BEGIN")
+                    for name, tbl, signature in c.execute("SELECT name, tbl, signature FROM d.clink_states").fetchall():
+                        kind = "table" if signature.startswith("table") else "value"
+                        target_tbl = tables.get(name)
+                        if target_tbl is None:  # a state first declared after the base was made
+                            target_tbl = tables[name] = f"s{len(tables)}"
+                            c.execute("INSERT INTO clink_states VALUES (?, ?, ?)", (name, target_tbl, signature))
+                            c.execute(f"CREATE TABLE {target_tbl} ({_COLUMNS[kind][0]}) WITHOUT ROWID")
+                        _, keys, match = _CHANGES[kind]
+                        cols = _COLUMNS[kind][1]
+                        c.execute(f"DELETE FROM main.{target_tbl} WHERE {match} IN (SELECT {keys} FROM d.{tbl}_chg)")
+                        c.execute(f"INSERT INTO main.{target_tbl} ({cols}) SELECT {cols} FROM d.{tbl}")
+                    c.execute("UPDATE clink_meta SET value = ? WHERE name = 'committed_checkpoint'",
+                              (meta.get("committed_checkpoint"),))
+                    c.execute("COMMIT")
+                except BaseException:
+                    if c.in_transaction:
+                        c.execute("ROLLBACK")
+                    raise
+                finally:
+                    c.execute("DETACH DATABASE d")
+        return target
+
+    def _recover_locally(self, chains: list[list[tuple[Path, dict]]], key_groups: Collection[int] | None) -> bool:
+        """Keep the working database a clean stop left instead of restoring, when it holds the
+        very state of the snapshot given: the same chain of pieces, the same committed checkpoint,
+        and its checksum as recorded at the stop."""
+        candidate, self._candidate = self._candidate, None
+        if candidate is None:
+            self.recovery = None
+            return False
+        aside, record = candidate
+        last = chains[-1][-1][1] if chains else {}
+        if key_groups is not None or len(chains) != 1:
+            reason = "the operator's key groups changed"
+        elif str(record.get("checkpoint")) != str(last.get("committed_checkpoint")):
+            reason = (f"it holds checkpoint {record.get('checkpoint')}, the checkpoint restored is "
+                      f"{last.get('committed_checkpoint')}")
+        elif record.get("chain") != [path.name for path, _ in chains[0]]:
+            reason = "it holds other pieces than the checkpoint's"
+        elif aside.stat().st_size != record.get("size") or _file_sha256(aside) != record.get("sha256"):
+            reason = "it does not match its checksum"
+        else:
+            self.conn.close()
+            for stale in ("-wal", "-shm"):
+                self.path.with_name(self.path.name + stale).unlink(missing_ok=True)
+            os.replace(aside, self.path)
+            _sidecar(aside).unlink(missing_ok=True)
+            handles = self._tables
+            self._connect()
+            # The handles operators hold stay valid: they take the reopened database's tables.
+            for handle, table in zip(handles, self._tables, strict=True):
+                handle.tbl = table.tbl
+                if isinstance(handle, _SqliteTableState):
+                    handle.reload_index()
+            self._tables = handles
+            self._piece_bytes = {path.name: path.stat().st_size for path, _ in chains[0]}
+            self.recovery = "local"
+            return True
+        aside.unlink(missing_ok=True)
+        _sidecar(aside).unlink(missing_ok=True)
+        self.recovery = f"the working database was not reused ({reason}); restored from the checkpoint"
+        return False
 
     def _restore_table(self, src: str, table: _SqliteTableState, key_groups: Collection[int] | None) -> None:
         """Append the buckets of snapshot table ``src`` after what ``table`` holds (several
@@ -687,8 +978,86 @@ class SqliteOperatorState(OperatorState):
             self.conn.execute("ROLLBACK")
             self._in_transaction = False
         self._drop_cache()
+        record = None
+        if self.local_recovery and self.incremental and not self._unpublished:
+            chain, checkpoint = self._chain(), self.committed_checkpoint
+            if chain is not None and checkpoint is not None:
+                # Everything into the database file, so that it alone is the state, then its
+                # checksum beside it: the next start may keep it instead of restoring.
+                self.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+                record = {"checkpoint": checkpoint, "chain": chain}
         self.conn.close()
         self.conn = None  # type: ignore[assignment]
+        if self._candidate is not None:  # never restored into: a job without a checkpoint
+            aside = self._candidate[0]
+            aside.unlink(missing_ok=True)
+            _sidecar(aside).unlink(missing_ok=True)
+            self._candidate = None
+        shutil.rmtree(self._work, ignore_errors=True)
+        if record is not None:
+            record.update(size=self.path.stat().st_size, sha256=_file_sha256(self.path))
+            sidecar = _sidecar(self.path)
+            temporary = sidecar.with_name(sidecar.name + ".tmp")
+            temporary.write_text(json.dumps(record))
+            with temporary.open("rb") as f:
+                os.fsync(f.fileno())
+            os.replace(temporary, sidecar)
+
+
+#: The folder beside a checkpoint's directory that holds the pieces of incremental snapshots.
+SHARED = "shared"
+#: Deltas after which a chain starts again from a new base.
+MAX_CHAIN = 16
+#: Deltas of a small state may outweigh its base up to this size before a new base is made.
+_SMALL = 1 << 20
+
+
+def _backup(conn: sqlite3.Connection, target: Path) -> None:
+    """A consistent copy of ``conn``'s database as one self-contained file, made durable."""
+    # A checkpoint id an earlier run began and never completed is used again: what that run
+    # left goes, its journal too (a fresh file beside a stale journal is a disk I/O error).
+    for stale in (target, *(target.with_name(target.name + s) for s in ("-journal", "-wal", "-shm"))):
+        stale.unlink(missing_ok=True)
+    copy = sqlite3.connect(str(target))
+    try:
+        conn.backup(copy)
+        copy.execute("PRAGMA journal_mode=DELETE")  # one self-contained file, no -wal beside it
+    finally:
+        copy.close()
+    with open(target, "rb+") as f:
+        os.fsync(f.fileno())
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _is_piece(meta: dict, path: Path) -> bool:
+    """Whether a snapshot file is the base of an incremental chain (its own name first in it)."""
+    if "piece_index" in meta:
+        return True
+    try:
+        chain = json.loads(meta.get("chain") or "null")
+    except ValueError:
+        return False
+    return bool(chain) and chain[0] == path.name
+
+
+def _sidecar(path: Path) -> Path:
+    """Beside a working database stopped cleanly: the checkpoint it holds and its checksum."""
+    return path.with_name(path.name + ".local")
+
+
+def _file_sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
 
 
 def _second(row: tuple) -> Any:
