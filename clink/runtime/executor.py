@@ -127,6 +127,9 @@ class Metrics:
     #: Checkpoints completed in this run, and the checkpoint it resumed from (None: a fresh start).
     checkpoints: int = 0
     restored_from: int | None = None
+    #: Per subtask of a sqlite-state operator restored (``uid`` or ``uid#i``): ``"local"`` when
+    #: its working database was kept (local recovery), else why it was not.
+    local_recovery: dict[str, str] = field(default_factory=dict)
     #: The checkpoint a requested stop ended with (None: it ran to the end, or had no state dir).
     stopped_at: int | None = None
     #: How long each checkpoint of this run took, in milliseconds.
@@ -1792,6 +1795,12 @@ class _Checkpointing:
             except IncompatibleState as exc:
                 raise IncompatibleCheckpoint(f"checkpoint {info.path.name}: the state of operator "
                                              f"{job.uids[node.id]} cannot be restored: {exc}") from exc
+            note = getattr(getattr(job._operators[sid], "operator_state", None), "recovery", None)
+            if isinstance(note, str):
+                name = job.uids[node.id] + (f"#{j}" if len(subtasks) > 1 else "")
+                job.metrics.local_recovery[name] = note
+                if note != "local":
+                    job.warnings.append(f"operator {name}: {note}")
 
     def recover_sinks(self, checkpoint_id: int, handles: dict, lineage: str) -> None:
         """Bring every sink to ``checkpoint_id``: commit what it pre-committed, roll back what

@@ -310,7 +310,10 @@ def read_checkpoint_operator(path: Path, uid: str, entry: dict, max_parallelism:
                          "written by an older clink); a checkpoint of this version does")
     descriptors = descriptors_from_json(entry["states"])
     shares = entry["subtasks"] if "subtasks" in entry else [{"files": entry["files"]}]
-    files = [path / name for share in shares for name in share["files"] if not name.endswith(".replica.arrow")]
+    from clink.runtime.checkpoint.store import checkpoint_file
+
+    files = [checkpoint_file(path, name) for share in shares for name in share["files"]
+             if not name.endswith(".replica.arrow")]
     scratch = tempfile.mkdtemp(prefix="clink-state-view-")
     try:
         if any(f.suffix == ".sqlite" for f in files):

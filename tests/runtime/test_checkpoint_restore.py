@@ -254,7 +254,14 @@ def test_a_truncated_manifest_is_found(crashed: tuple[str, Path], tmp_path: Path
 
 def test_a_deleted_state_file_is_found(crashed: tuple[str, Path], tmp_path: Path, expected: list[tuple]) -> None:
     def delete_state(newest: Path) -> str:
-        (victim,) = [p for p in newest.iterdir() if p.suffix in (".arrow", ".sqlite")]
+        own = [p for p in newest.iterdir() if p.suffix in (".arrow", ".sqlite")]
+        if not own:  # incremental sqlite state: the piece the newest checkpoint cut, in shared/
+            import json
+
+            piece = max(json.loads((newest / "_manifest.json").read_text())["shared"])
+            (newest.parent / "shared" / piece).unlink()
+            return f"shared piece {piece!r} is missing"
+        (victim,) = own
         victim.unlink()
         return f"file {victim.name!r} is missing"
 

@@ -279,7 +279,11 @@ class OperatorState(abc.ABC):
     @abc.abstractmethod
     def snapshot(self, directory: str | Path) -> list[Path]:
         """Write the whole state, as it is now, to new files in ``directory`` (which must exist)
-        and return their paths. The files are self-contained and never pickles."""
+        and return their paths. The files are self-contained and never pickles.
+
+        An incremental backend may instead return pieces in ``directory.parent / "shared"``,
+        some written by earlier snapshots (the state is all of them together); pieces are never
+        changed once written, and the checkpoint store keeps each while a checkpoint lists it."""
 
     @abc.abstractmethod
     def restore(self, files: Sequence[str | Path], *, key_groups: Collection[int] | None = None) -> None:

@@ -14,6 +14,15 @@ Value state is read and written through an LRU cache of at most ``cache_entries`
 entries are written when evicted. Everything written since the last ``commit`` sits in one open
 transaction, so the database file always holds the state as of the last commit: ``commit``
 writes the dirty entries and the checkpoint id and commits, durably.
+
+Incremental checkpoints (``incremental=True``): each state table has a change table
+``<tbl>_chg`` of the primary keys written since the last piece; ``commit`` cuts a piece in its
+own transaction (a base, copied whole by the next ``snapshot``, or a delta file of the changed
+rows and keys), and ``snapshot`` returns the chain of pieces, in the ``shared`` folder beside the
+checkpoint's. ``restore`` applies a chain's deltas to a copy of its base. With
+``local_recovery=True`` a clean ``close`` leaves a checksum beside the database, and the next
+``restore`` of the same checkpoint keeps the database instead of rebuilding it. See
+``docs/state.md``.
 """
 
 from __future__ import annotations
@@ -188,7 +197,7 @@ class _SqliteValueState(ValueState):
                              "ON CONFLICT (k) DO UPDATE SET v = excluded.v", upserts)
         if deletes:
             conn.executemany(f"DELETE FROM {self.tbl} WHERE k = ?", deletes)
-        if self.owner.incremental:
+        if self.owner.tracking:
             conn.executemany(f"INSERT OR IGNORE INTO {self.tbl}_chg (k) VALUES (?)",
                              [(u[1],) for u in upserts] + deletes)
 
@@ -298,7 +307,7 @@ class _SqliteTableState(TableState):
             return None
         if entry[0]:
             self.owner.begin()
-            if self.owner.incremental:
+            if self.owner.tracking:
                 self.owner.conn.execute(f"INSERT OR IGNORE INTO {self.tbl}_chg (ns, seq) "
                                         f"SELECT ns, seq FROM {self.tbl} WHERE ns = ?", (namespace,))
             self.owner.conn.execute(f"DELETE FROM {self.tbl} WHERE ns = ?", (namespace,))
@@ -342,7 +351,7 @@ class _SqliteTableState(TableState):
                 self.clean_size[namespace] = self.clean_size.get(namespace, 0) + size
                 self.clean_bytes += size
         self.owner.conn.executemany(f"INSERT INTO {self.tbl} (ns, seq, n, data) VALUES (?, ?, ?, ?)", rows)
-        if self.owner.incremental:
+        if self.owner.tracking:
             self.owner.conn.executemany(f"INSERT OR IGNORE INTO {self.tbl}_chg (ns, seq) VALUES (?, ?)",
                                         [r[:2] for r in rows])
         self.pending.clear()
@@ -463,6 +472,7 @@ class SqliteOperatorState(OperatorState):
             self.conn.execute("PRAGMA synchronous=FULL")
             self.conn.execute(f"PRAGMA cache_size=-{int(page_cache_kib)}")
             self._tables = self._open_tables()
+            self._tracking = self._chain() is not None
         except BaseException:
             self.conn.close()
             raise
@@ -609,6 +619,19 @@ class SqliteOperatorState(OperatorState):
     def _set_chain(self, chain: list[str] | None) -> None:
         self.conn.execute("UPDATE clink_meta SET value = ? WHERE name = 'chain'",
                           (None if chain is None else json.dumps(chain),))
+        self._tracking = chain is not None
+
+    @property
+    def tracking(self) -> bool:
+        """Whether writes are recorded in the change tables: only when the next piece may be a
+        delta (before a base, as on the first checkpoint, the whole database is copied anyway)."""
+        return self.incremental and self._tracking
+
+    def clear_chain(self) -> None:
+        """Start a new chain at the next commit (its base a copy of the whole database)."""
+        self._begin()
+        self._clear_changes()
+        self._set_chain(None)
 
     def _clear_changes(self) -> None:
         for table in self._tables:
