@@ -161,3 +161,32 @@ def test_clink_run_resumes_from_a_checkpoint_given_by_its_s3_uri(tmp_path: Path,
     assert done.returncode == 0, done.stderr
     assert "resuming from checkpoint 2" in done.stderr
     assert read_csv_rows(tmp_path / "out") == expected
+
+
+def test_incremental_sqlite_checkpoints_on_s3_share_their_pieces_and_resume_exactly(
+        tmp_path: Path, expected: list[tuple], s3_uri) -> None:
+    """The sqlite backend's pieces go to ``shared/`` in the bucket once each; pruning leaves
+    exactly those the kept checkpoints list; a crashed job resumes from them exactly."""
+    import json
+
+    uri = s3_uri("jobs/incremental")
+    config = {"execution.checkpointing.dir": uri, "state.checkpoints.num-retained": "2", "state.backend": "sqlite"}
+    state = tmp_path / "state"
+    crash_after(job(tmp_path / "out", state, config), 22)
+    files = s3_listing(uri)
+    manifests = [f for f in files if f.endswith("/_manifest.json")]
+    assert len(manifests) == 2, files
+    pieces = {f for f in files if f.startswith("shared/")}
+    assert any(f.endswith(".delta.sqlite") for f in pieces), files
+    fs, path = pafs.FileSystem.from_uri(uri)
+    listed = set()
+    for manifest in manifests:
+        with fs.open_input_stream(f"{path}/{manifest}") as f:
+            listed |= {f"shared/{name}" for name in json.loads(f.read())["shared"]}
+    assert pieces == listed
+    assert leftovers(state) == []
+    resumed = job(tmp_path / "out", state, config)
+    assert resumed.metrics.restored_from == max(int(m.split("/")[0].removeprefix("chk-")) for m in manifests)
+    resumed.run()
+    assert read_csv_rows(tmp_path / "out") == expected
+    assert leftovers(state) == []

@@ -182,7 +182,10 @@ class CheckpointWriter:
         os.replace(temporary, self.path / MANIFEST)
         _fsync_dir(self.path)
         _fsync_dir(store.root)
-        return store.info(self.path)
+        # (Every file was hashed as it was added: not read again here.)
+        return CheckpointInfo(id=self.id, path=self.path, created_ms=manifest["created_ms"],
+                              size=sum(f["size"] for f in self._files.values()), fingerprint=self.fingerprint,
+                              location=str(self.path))
 
 
 def _clink_version() -> str:
@@ -320,7 +323,7 @@ class CheckpointStore:
         selector = pafs.FileSelector(folder, allow_not_found=True)
         return [posix_name(i.path) for i in self.remote.arrow.get_file_info(selector)]
 
-    def info(self, path: Path | str, *, hash_shared: bool = True) -> CheckpointInfo:
+    def info(self, path: Path | str, *, hash_files: bool = True) -> CheckpointInfo:
         """Verify one checkpoint directory against its manifest (from a remote store: a copy,
         downloaded to the state directory; ``release`` removes it)."""
         if self.remote is not None and not isinstance(path, Path):
@@ -329,7 +332,7 @@ class CheckpointStore:
         size = sum(f.stat().st_size for f in path.iterdir() if f.is_file())
         location = str(path) if self.remote is None else self.location_of(checkpoint_id)
         try:
-            manifest = self._verified_manifest(path, hash_shared=hash_shared)
+            manifest = self._verified_manifest(path, hash_files=hash_files)
         except CheckpointCorrupted as exc:
             return CheckpointInfo(id=checkpoint_id, path=path, created_ms=None, size=size, problem=str(exc),
                                   location=location)
@@ -371,7 +374,9 @@ class CheckpointStore:
         if info.path.parent.parent.name == DOWNLOADS:
             shutil.rmtree(info.path.parent, ignore_errors=True)
 
-    def _verified_manifest(self, path: Path, *, hash_shared: bool = True) -> dict:
+    def _verified_manifest(self, path: Path, *, hash_files: bool = True) -> dict:
+        """The manifest of checkpoint folder ``path``, with every file it lists checked: present,
+        of the size recorded and (``hash_files``) of the sha256 recorded."""
         manifest_path = path / MANIFEST
         if not manifest_path.exists():
             raise CheckpointCorrupted(f"checkpoint {path.name} has no manifest: it never completed")
@@ -396,7 +401,7 @@ class CheckpointStore:
             if file.stat().st_size != expected.get("size"):
                 raise CheckpointCorrupted(f"checkpoint {path.name}: file {name!r} has {file.stat().st_size} bytes, "
                                           f"the manifest says {expected.get('size')}")
-            if _sha256(file) != expected.get("sha256"):
+            if hash_files and _sha256(file) != expected.get("sha256"):
                 raise CheckpointCorrupted(f"checkpoint {path.name}: file {name!r} does not match its checksum")
         for name, expected in manifest.get("shared", {}).items():
             file = path.parent / SHARED / name
@@ -405,8 +410,8 @@ class CheckpointStore:
             if file.stat().st_size != expected.get("size"):
                 raise CheckpointCorrupted(f"checkpoint {path.name}: shared piece {name!r} has {file.stat().st_size} "
                                           f"bytes, the manifest says {expected.get('size')}")
-            if not hash_shared:
-                continue  # (pruning: a piece's content is checked when a restore reads it)
+            if not hash_files:
+                continue
             if _sha256(file) != expected.get("sha256"):
                 raise CheckpointCorrupted(f"checkpoint {path.name}: shared piece {name!r} does not match its checksum")
             self._pieces[name] = {"size": expected["size"], "sha256": expected["sha256"]}
@@ -528,8 +533,9 @@ class CheckpointStore:
         """The ids of the checkpoints with a manifest, newest first (a remote store's are not
         downloaded to be verified: only restoring reads them)."""
         if self.remote is None:
-            # (Shared pieces are not hashed again here: several checkpoints list the same ones.)
-            return [i.id for i in (self.info(path, hash_shared=False)
+            # Checked by their files' sizes, not hashed: pruning after every checkpoint would
+            # otherwise read every kept checkpoint again. A restore hashes what it reads.
+            return [i.id for i in (self.info(path, hash_files=False)
                                    for _, path in sorted(self._directories(), reverse=True)) if i.valid]
         return sorted((n for n, path in self._directories()
                        if self.remote.exists(self.remote.join(path, MANIFEST))), reverse=True)

@@ -254,7 +254,9 @@ class GroupAggregateOperator(OperatorBase):
         self.operator_state.restore(files, key_groups=key_groups)
         for d in self._distinct:
             d.reload()
-        if key_groups is None and len(files) == 1 and "keys" in meta:
+        # One snapshot: one file, or the pieces of one incremental chain (sqlite).
+        one = len(files) == 1 or getattr(self.operator_state, "restored_one_chain", False)
+        if key_groups is None and one and "keys" in meta:
             self._num_keys = int(meta["keys"])
         else:
             # The count in ``meta`` is that of one whole snapshot: count what was kept instead.

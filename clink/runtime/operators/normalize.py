@@ -180,7 +180,9 @@ class ChangelogNormalizeOperator(OperatorBase):
     def restore(self, files: list[Path], meta: dict[str, Any], *,
                 key_groups: Collection[int] | None = None) -> None:
         self.operator_state.restore(files, key_groups=key_groups)
-        if key_groups is None and len(files) == 1 and "keys" in meta:
+        # One snapshot: one file, or the pieces of one incremental chain (sqlite).
+        one = len(files) == 1 or getattr(self.operator_state, "restored_one_chain", False)
+        if key_groups is None and one and "keys" in meta:
             self._num_keys = int(meta["keys"])
         else:
             groups = range(self._max_parallelism) if key_groups is None else sorted(set(key_groups))

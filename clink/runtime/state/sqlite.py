@@ -789,6 +789,8 @@ class SqliteOperatorState(OperatorState):
             filter_sql = f" WHERE kg IN ({','.join('?' * len(groups))})"
             params = groups
         chains = self._chains([Path(f) for f in files])
+        #: Whether the last restore took exactly one snapshot (one file, or one whole chain).
+        self.restored_one_chain = len(chains) == 1
         if self._recover_locally(chains, key_groups):
             return
         assembled: list[Path] = []
