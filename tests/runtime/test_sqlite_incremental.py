@@ -19,13 +19,14 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 import pytest
-from hypothesis import given, settings, strategies as st
+from contract.test_state_backends import DESCRIPTORS, MAX_PARALLELISM, all_entries, apply, normal, operations
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from clink.errors import CheckpointCorrupted
 from clink.runtime.checkpoint.store import SHARED, CheckpointStore, checkpoint_file
 from clink.runtime.state.backend import IncompatibleState
 from clink.runtime.state.sqlite import SqliteStateBackend
-from contract.test_state_backends import DESCRIPTORS, MAX_PARALLELISM, all_entries, apply, normal, operations
 
 
 def _backend(directory: Path, **options) -> SqliteStateBackend:
@@ -96,9 +97,8 @@ def test_a_chain_missing_a_piece_is_refused(tmp_path: Path) -> None:
         _checkpoint(state, tmp_path / "chk", 2)
         state.value_state("count").put((3, "a"), 3)
         base, _, last = _checkpoint(state, tmp_path / "chk", 3)
-    with _backend(tmp_path / "b").open("op", DESCRIPTORS) as fresh:
-        with pytest.raises(IncompatibleState, match="incomplete"):
-            fresh.restore([base, last])
+    with _backend(tmp_path / "b").open("op", DESCRIPTORS) as fresh, pytest.raises(IncompatibleState, match="incomplete"):
+        fresh.restore([base, last])
 
 
 def test_a_checkpoint_writes_only_what_changed(tmp_path: Path) -> None:

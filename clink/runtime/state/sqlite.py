@@ -684,7 +684,7 @@ class SqliteOperatorState(OperatorState):
             out.executemany("INSERT INTO clink_states VALUES (?, ?, ?)", states)
             for _, tbl, _ in states:
                 kind = kinds[tbl]
-                columns, keys, match = _CHANGES[kind]
+                columns, keys, _ = _CHANGES[kind]
                 out.execute(f"CREATE TABLE {tbl} ({_COLUMNS[kind][0]}) WITHOUT ROWID")
                 out.execute(f"CREATE TABLE {tbl}_chg ({columns}) WITHOUT ROWID")
                 cols = _COLUMNS[kind][1]
