@@ -35,8 +35,10 @@ from clink.runtime.fs import Files, resolve
 from clink.runtime.sealed import seal, unseal
 from clink.runtime.settings import checkpoint_location
 
-#: 2: the manifest carries its own checksum (``manifest_sha256``).
-FORMAT_VERSION = 2
+#: 2: the manifest carries its own checksum (``manifest_sha256``). 3: it may list shared pieces
+#: (``shared``); a manifest without any is still written as 2, so older readers keep reading it.
+FORMAT_VERSION = 3
+READABLE_VERSIONS = (2, 3)
 MANIFEST = "_manifest.json"
 _PREFIX = "chk-"
 _LINEAGE = "_lineage"
@@ -150,7 +152,7 @@ class CheckpointWriter:
     def complete(self, *, before_rename=None) -> CheckpointInfo:
         """Write the manifest atomically; from now on the checkpoint exists."""
         manifest = {
-            "format_version": FORMAT_VERSION,
+            "format_version": FORMAT_VERSION if self._shared else 2,
             "clink_version": _clink_version(),
             "checkpoint_id": self.id,
             "created_ms": int(time.time() * 1000),
@@ -385,9 +387,9 @@ class CheckpointStore:
             version = json.loads(data.decode("utf-8"))["format_version"]
         except (ValueError, KeyError, TypeError) as exc:
             raise CheckpointCorrupted(f"checkpoint {path.name}: the manifest is damaged ({exc})") from None
-        if version != FORMAT_VERSION:
+        if version not in READABLE_VERSIONS:
             raise CheckpointCorrupted(f"checkpoint {path.name} has format version {version}; "
-                                      f"this clink reads version {FORMAT_VERSION}")
+                                      f"this clink reads versions {', '.join(map(str, READABLE_VERSIONS))}")
         try:
             manifest = unseal(data)
             files = manifest["files"]
