@@ -15,6 +15,7 @@ from clink.errors import ConnectorError, RecordError
 from clink.runtime.connectors.base import ConnectorRegistry, SinkWriter, SourceReader, TableSpec
 from clink.runtime.connectors.blackhole import BLACKHOLE
 from clink.runtime.connectors.datagen import ANCHOR_MS, DATAGEN
+from clink.runtime.connectors import filesystem
 from clink.runtime.connectors.filesystem import FILESYSTEM
 from clink.runtime.connectors.print import PRINT
 from clink.runtime.context import RuntimeContext
@@ -564,3 +565,83 @@ def test_blackhole_counts_rows() -> None:
     writer.write(sample(3).to_batches()[0])
     writer.close()
     assert writer.metrics["rows_out"] == 7
+
+
+def test_csv_blocks_are_joined_into_batches_of_csv_batch_rows(tmp_path: Path,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    # Small blocks and batches, so a small file shows the joining: each batch but the last holds
+    # at least CSV_BATCH_ROWS rows, and less than one block more.
+    monkeypatch.setattr(filesystem, "CSV_BLOCK_SIZE", 4096)
+    monkeypatch.setattr(filesystem, "CSV_BATCH_ROWS", 1000)
+    n = 10_000
+    data = pa.table({"id": pa.array(range(n), pa.int64()), "price": pa.array([i / 4 for i in range(n)]),
+                     "region": pa.array([f"r{i % 7}" for i in range(n)])})
+    options = {"path": str(tmp_path / "big.csv"), "format": "csv"}
+    write(SIMPLE, options, data)
+    reader = FILESYSTEM.create_source(spec(SIMPLE, options), ctx())
+    sizes = []
+    while not reader.finished:
+        batch = reader.poll()
+        if batch is not None:
+            sizes.append(batch.num_rows)
+    assert sum(sizes) == n and len(sizes) > 3
+    assert all(1000 <= size < 2000 for size in sizes[:-1])  # a 4 KiB block holds < 1000 of these lines
+    table, _ = read(SIMPLE, options)
+    assert table.equals(data)
+    assert reader.metrics == {"records_in": n, "skipped_records": 0}
+
+
+def test_csv_rows_before_a_bad_record_come_out_before_its_error(tmp_path: Path,
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    # The rows of the blocks before the bad one are given out (and counted) before the error is
+    # raised, as when every block was its own batch.
+    monkeypatch.setattr(filesystem, "CSV_BLOCK_SIZE", 4096)
+    lines = [f"{i},{i}.5,r{i}" for i in range(5000)]
+    lines[4321] = "4321,4321.5"  # line 4322: too few fields
+    path = tmp_path / "bad.csv"
+    path.write_text("\n".join(lines) + "\n")
+    reader = FILESYSTEM.create_source(spec(SIMPLE, {"path": str(path), "format": "csv"}), ctx())
+    ids = []
+    with pytest.raises(RecordError) as info:
+        while not reader.finished:
+            batch = reader.poll()
+            if batch is not None:
+                ids += batch.column("id").to_pylist()
+    assert info.value.line == 4322
+    assert info.value.reason == "expected 3 fields, found 2"
+    # Every row of the blocks before the bad one's (a 4 KiB block holds < 400 of these lines).
+    assert 4321 - 400 < len(ids) <= 4321 and ids == list(range(len(ids)))
+    assert reader.metrics["records_in"] == len(ids)
+
+
+def test_coalesce_batches_joins_in_order_and_yields_what_it_holds_before_an_error() -> None:
+    def batches(sizes: list[int], fail: bool):
+        start = 0
+        for size in sizes:
+            yield pa.record_batch({"x": pa.array(range(start, start + size), pa.int64())})
+            start += size
+        if fail:
+            raise ValueError("bad block")
+
+    out = list(filesystem.coalesce_batches(batches([3, 4, 10, 0, 2, 2, 1], False), 5))
+    assert [b.num_rows for b in out] == [7, 10, 5]
+    assert pa.Table.from_batches(out)["x"].to_pylist() == list(range(22))
+
+    got = []
+    with pytest.raises(ValueError, match="bad block"):
+        for b in filesystem.coalesce_batches(batches([3, 1], True), 5):
+            got.append(b.num_rows)
+    assert got == [4]
+
+    closed = []
+
+    def watched():
+        try:
+            yield from batches([5, 5, 5], False)
+        finally:
+            closed.append(True)
+
+    joined = filesystem.coalesce_batches(watched(), 5)
+    assert next(joined).num_rows == 5
+    joined.close()
+    assert closed == [True]
