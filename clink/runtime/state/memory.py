@@ -1,8 +1,9 @@
-"""The ``memory`` state backend: Python dicts, one per key group and state.
+"""The ``memory`` state backend: value state in columns under a hash index, table state as Arrow tables.
 
-Keys are canonical tuples (see ``backend``), values Python values (see ``codec``). A snapshot is
-one Arrow IPC file per state holding every entry with its key group; ``commit`` records the id
-only, since nothing here outlives the process.
+Value state is ``columnar.ColumnarValues``: key and value columns in numpy and Arrow, found by a
+vectorized hash table over the key columns; the scalar forms go through the batch forms with one
+row. A snapshot is one Arrow IPC file per state holding every entry with its key group, written
+from the columns; ``commit`` records the id only, since nothing here outlives the process.
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ from clink.runtime.state.backend import (
     lookup,
     values_array,
 )
+from clink.runtime.state.columnar import ColumnarValues
 from clink.runtime.state.keygroups import DEFAULT_MAX_PARALLELISM
 
 __all__ = ["MemoryOperatorState", "MemoryStateBackend", "split_by_namespace"]
@@ -48,7 +50,7 @@ VALUE = "_value"
 
 
 class MemoryStateBackend(StateBackend):
-    """Keyed state in Python dicts.
+    """Keyed state in memory: columns under a hash index (value state), Arrow tables (table state).
 
     >>> import pyarrow as pa
     >>> d = ValueStateDescriptor("count", [("user", pa.string())], pa.int64())
@@ -69,51 +71,44 @@ class MemoryStateBackend(StateBackend):
 
 
 class _MemoryValueState(ValueState):
-    """One dict per key group, from canonical key to value."""
+    """Values in columns indexed by a hash table over the keys (``columnar.ColumnarValues``):
+    the batch forms are vectorized, and no Python object is kept per key."""
 
     def __init__(self, descriptor: ValueStateDescriptor, max_parallelism: int) -> None:
         self.descriptor = descriptor
         self.keys = KeyHelper(descriptor.key_schema, max_parallelism)
-        self.groups: list[dict[Key, Any]] = [{} for _ in range(max_parallelism)]
-
-    def slot(self, key: Any) -> tuple[dict[Key, Any], Key]:
-        k = self.keys.key(key)
-        return self.groups[self.keys.group(k)], k
+        self.store = ColumnarValues(descriptor.key_schema.types, descriptor.value_type, max_parallelism)
 
     def clear_all(self) -> None:
-        for g in self.groups:
-            g.clear()
+        self.store.clear()
+
+    def _one(self, key: Any) -> list[pa.Array]:
+        return self.keys.arrays([self.keys.key(key)])
 
     def get(self, key: Any) -> Any:
-        group, k = self.slot(key)
-        return group.get(k)
+        return codec.to_pylist(self.store.get(self._one(key)))[0]
 
     def put(self, key: Any, value: Any) -> None:
-        group, k = self.slot(key)
-        if value is None:
-            group.pop(k, None)
-        else:
-            group[k] = value
+        self.store.put(self._one(key), codec.from_pylist([value], self.descriptor.value_type))
 
     def delete(self, key: Any) -> None:
-        group, k = self.slot(key)
-        group.pop(k, None)
+        self.store.put(self._one(key), pa.nulls(1, self.descriptor.value_type))
 
     def get_many(self, keys: KeyColumns) -> pa.Array:
-        tuples, groups = self.keys.batch(keys)
-        dicts = self.groups
-        values = [dicts[g].get(k) for g, k in zip(groups.tolist(), tuples)]
-        return codec.from_pylist(values, self.descriptor.value_type)
+        return self.store.get(self.keys.columns(keys))
 
     def put_many(self, keys: KeyColumns, values: pa.Array | pa.ChunkedArray) -> None:
-        tuples, groups = self.keys.batch(keys)
-        new = codec.to_pylist(values_array(values, self.descriptor.value_type, len(tuples)))
-        dicts = self.groups
-        for g, k, v in zip(groups.tolist(), tuples, new):
-            if v is None:
-                dicts[g].pop(k, None)
-            else:
-                dicts[g][k] = v
+        columns = self.keys.columns(keys)
+        self.store.put(columns, values_array(values, self.descriptor.value_type, len(columns[0])))
+
+    def group_entries(self, key_group: int) -> Iterator[tuple[Key, Any]]:
+        """``(key, value)`` of every key in ``key_group``, as Python values."""
+        slots = self.store.slots_of_group(key_group)
+        if not len(slots):
+            return
+        keys = [self.keys.key(k) for k in zip(*(codec.to_pylist(a) for a in self.store.key_arrays(slots)),
+                                              strict=True)]
+        yield from zip(keys, codec.to_pylist(self.store.value_array(slots)), strict=True)
 
 
 #: Tables of at least this many rows are measured (``nbytes``); smaller ones are estimated.
@@ -245,9 +240,8 @@ class MemoryOperatorState(OperatorState):
                 for namespace, rows in store.group_rows(g):
                     yield name, (namespace,), rows
                 continue
-            for key, value in store.groups[g].items():
-                yield name, key, (dict(value) if isinstance(value, dict) else
-                                  list(value) if isinstance(value, list) else value)
+            for key, value in store.group_entries(g):
+                yield name, key, value
 
     def clear(self) -> None:
         for store in self._stores.values():
@@ -316,16 +310,9 @@ def _to_table(store: Any, operator_id: str, max_parallelism: int) -> pa.Table:
         if not tables:
             return schema.empty_table()
         return pa.concat_tables(tables).cast(schema)
-    keys: list[Key] = []
-    groups: list[int] = []
-    values: list[Any] = []
-    for g, entries in enumerate(store.groups):
-        for k, v in entries.items():
-            keys.append(k)
-            groups.append(g)
-            values.append(v)
-    columns = [*store.keys.arrays(keys), pa.array(np.asarray(groups, dtype=np.int32), pa.int32()),
-               codec.from_pylist(values, d.value_type)]
+    slots = store.store.live_slots()
+    columns = [*store.store.key_arrays(slots), pa.array(store.store.groups[slots], pa.int32()),
+               store.store.value_array(slots)]
     return pa.Table.from_arrays(columns, schema=schema)
 
 
@@ -362,14 +349,9 @@ def _load(store: Any, table: pa.Table) -> None:
             store.add(namespace, rows)
         return
     width = len(d.key_schema)
-    key_lists = [codec.to_pylist(table.column(i)) for i in range(width)]
-    keys = [store.keys.key(k) for k in zip(*key_lists, strict=True)] if key_lists else []
-    groups = table[KEY_GROUP].to_pylist()
-    values = codec.to_pylist(table[VALUE])
-    dicts = store.groups
-    for g, k, v in zip(groups, keys, values, strict=True):
-        if v is not None:
-            dicts[g][k] = v
+    table = table.combine_chunks()
+    # Each file holds a key once, and files of one state hold disjoint key groups: one write.
+    store.put_many([table.column(i) for i in range(width)], table[VALUE])
 
 
 def split_by_namespace(table: pa.Table, column: str = NAMESPACE) -> list[tuple[int, pa.Table]]:

@@ -1,0 +1,646 @@
+"""Columnar value state: a hash index over the key columns, values in numpy and Arrow columns.
+
+This is how the ``memory`` backend holds value state (``memory._MemoryValueState``): no Python
+object per key, and a batch read or write costs what the batch touches, not the whole state.
+
+Layout. Every key the state has seen since its last compaction owns a **slot**, a row number
+into a set of parallel arrays that grow by doubling:
+
+- ``hashes`` (uint64, ``keygroups.hash_columns`` of the key) and ``groups`` (int32, its key
+  group, derived from the hash as exchanges derive it);
+- ``alive`` (bool): whether the key holds a value. Deleting a key only clears it; the slot keeps
+  its key, so a later write of the same key revives the same slot (a tombstone that is found
+  again, not a hole in the probe chains);
+- the key, one store per key field: fixed-width types (integers, floats, booleans, dates, times,
+  timestamps, durations) as numpy values plus a validity mask, floats canonical (``-0.0`` stored
+  as ``0.0``, every NaN as one NaN) so that bitwise equality is the contract's key equality;
+  decimals and fixed-size binary as a matrix of bytes; strings and binary as offsets and lengths
+  into one growing byte buffer;
+- the value, one store per field of a struct value type (or one for any other type): fixed-width
+  fields in numpy with a validity mask, scattered and gathered by slot; other types
+  (strings, lists, maps, nested rows) as Arrow arrays appended per write (``_ArrowColumn``), each
+  slot pointing at its latest row.
+
+The **index** is an open-addressing table (int32 slot numbers, -1 for empty, a power of two in
+size, at most half full) probed linearly. A batch is looked up in vectorized rounds: every row
+still pending reads its table position; an empty position ends the search (or, when inserting,
+is claimed: all rows write a marker there, and the row whose marker stays wins and gets a new
+slot, the others look again); an occupied one whose stored hash equals the row's has its key
+compared **exactly**, field by field, with the stored key; otherwise the row moves on to the next
+position. Two keys whose 64-bit hashes collide therefore sit in two slots of one probe chain and
+are never merged. Rounds stop when no row is pending: their number is the longest probe of the
+batch, a handful at this load.
+
+When deleted slots outnumber the live ones (and are more than ``_MIN_COMPACT``), the state is
+compacted in bulk: the live slots are copied to new arrays and the index rebuilt, which costs
+O(live keys), paid for by at least as many deletes. The Arrow value columns are rewritten the
+same way once their dead rows outnumber the live ones.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from clink.runtime import compute as pc
+from clink.runtime.state import keygroups
+from clink.runtime.state.keygroups import group_of_hash
+
+__all__ = ["ColumnarValues"]
+
+#: Deleted slots below this many never trigger a compaction.
+_MIN_COMPACT = 4096
+#: The index never has fewer positions than this.
+_MIN_INDEX = 1024
+_EMPTY = -1
+
+
+def _grow(array: np.ndarray, needed: int) -> np.ndarray:
+    """``array`` with room for at least ``needed`` rows (capacity doubles), contents kept."""
+    if needed <= len(array):
+        return array
+    capacity = max(needed, 2 * len(array), 16)
+    out = np.zeros((capacity, *array.shape[1:]), dtype=array.dtype)
+    out[: len(array)] = array
+    return out
+
+
+def _valid(arr: pa.Array) -> np.ndarray:
+    if arr.null_count == 0:
+        return np.ones(len(arr), dtype=bool)
+    return arr.is_valid().to_numpy(zero_copy_only=False)
+
+
+def _validity_buffer(valid: np.ndarray) -> tuple[pa.Buffer | None, int]:
+    nulls = len(valid) - int(np.count_nonzero(valid))
+    if nulls == 0:
+        return None, 0
+    return pa.py_buffer(np.packbits(valid, bitorder="little")), nulls
+
+
+def _fixed_width(t: pa.DataType) -> int | None:
+    """Bytes per value of a type held in numpy, or None for a type held as Arrow arrays."""
+    if pa.types.is_boolean(t):
+        return 1
+    if pa.types.is_decimal(t) or pa.types.is_fixed_size_binary(t):
+        return t.byte_width
+    if (pa.types.is_integer(t) or pa.types.is_floating(t)
+            or (pa.types.is_temporal(t) and not pa.types.is_interval(t))):
+        return t.bit_width // 8
+    return None
+
+
+def _numpy_layout(t: pa.DataType, width: int) -> tuple[str, tuple[int, ...]]:
+    """The dtype and the per-row shape that hold one value of ``t``: a word of its width, or a
+    row of bytes for decimals and fixed-size binary."""
+    if pa.types.is_boolean(t):
+        return "u1", ()
+    if width in (1, 2, 4, 8) and not (pa.types.is_decimal(t) or pa.types.is_fixed_size_binary(t)):
+        return f"<u{width}", ()
+    return "u1", (width,)
+
+
+def _fixed_values(arr: pa.Array, dtype: str, shape: tuple[int, ...]) -> np.ndarray:
+    """The values of a fixed-width array as numpy (raw bits; zero where NULL)."""
+    n = len(arr)
+    if pa.types.is_boolean(arr.type):
+        return pc.fill_null(arr, False).to_numpy(zero_copy_only=False).astype(np.uint8)
+    buf = arr.buffers()[1]
+    if buf is None or n == 0:
+        return np.zeros((n, *shape), dtype=dtype)
+    if shape:
+        width = shape[0]
+        values = np.frombuffer(buf, dtype=np.uint8, count=(arr.offset + n) * width)[arr.offset * width:]
+        values = values.reshape(n, width)
+    else:
+        values = np.frombuffer(buf, dtype=dtype, count=arr.offset + n)[arr.offset:]
+    if arr.null_count:
+        values = values.copy()
+        values[~_valid(arr)] = 0
+    return values
+
+
+def _fixed_array(t: pa.DataType, values: np.ndarray, valid: np.ndarray) -> pa.Array:
+    """An Arrow array of type ``t`` from raw values and a validity mask."""
+    n = len(valid)
+    validity, nulls = _validity_buffer(valid)
+    if pa.types.is_boolean(t):
+        data = pa.py_buffer(np.packbits(values.astype(bool), bitorder="little"))
+    else:
+        data = pa.py_buffer(np.ascontiguousarray(values))
+    return pa.Array.from_buffers(t, n, [validity, data], null_count=nulls)
+
+
+def _canonical_floats(values: np.ndarray, t: pa.DataType) -> np.ndarray:
+    """Float bits with ``-0.0`` as ``0.0`` and every NaN as one NaN (keys only)."""
+    as_float = values.view({2: np.float16, 4: np.float32, 8: np.float64}[t.bit_width // 8])
+    as_float = as_float + as_float.dtype.type(0.0)
+    nan = np.isnan(as_float)
+    if nan.any():
+        as_float[nan] = np.nan
+    return as_float.view(values.dtype)
+
+
+def _ragged_positions(starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+    """For rows of ``lengths`` bytes starting at ``starts``, the position of every byte in turn."""
+    total = int(lengths.sum())
+    firsts = np.cumsum(lengths) - lengths
+    return np.arange(total, dtype=np.int64) + np.repeat(starts - firsts, lengths)
+
+
+# -- key stores -----------------------------------------------------------------------------------
+
+
+class _FixedKey:
+    """One key field of a fixed-width type: values and validity per slot, compared bitwise."""
+
+    def __init__(self, t: pa.DataType, width: int) -> None:
+        self.type = t
+        self.dtype, self.shape = _numpy_layout(t, width)
+        self.floating = pa.types.is_floating(t)
+        self.values = np.zeros((0, *self.shape), dtype=self.dtype)
+        self.valid = np.zeros(0, dtype=bool)
+
+    def probe(self, arr: pa.Array) -> tuple[np.ndarray, np.ndarray]:
+        values = _fixed_values(arr, self.dtype, self.shape)
+        if self.floating:
+            values = _canonical_floats(values, self.type)
+        return values, _valid(arr)
+
+    def equal(self, probe: tuple[np.ndarray, np.ndarray], rows: np.ndarray, slots: np.ndarray) -> np.ndarray:
+        values, valid = probe
+        same = valid[rows] == self.valid[slots]
+        if self.shape:
+            return same & (values[rows] == self.values[slots]).all(axis=1)
+        return same & (values[rows] == self.values[slots])
+
+    def append(self, probe: tuple[np.ndarray, np.ndarray], rows: np.ndarray, start: int) -> None:
+        end = start + len(rows)
+        self.values = _grow(self.values, end)
+        self.valid = _grow(self.valid, end)
+        self.values[start:end] = probe[0][rows]
+        self.valid[start:end] = probe[1][rows]
+
+    def array(self, slots: np.ndarray) -> pa.Array:
+        return _fixed_array(self.type, self.values[slots], self.valid[slots])
+
+    def keep(self, slots: np.ndarray) -> None:
+        self.values = self.values[slots]
+        self.valid = self.valid[slots]
+
+
+class _BytesKey:
+    """One key field of strings or binary: each slot's bytes in one growing buffer."""
+
+    def __init__(self, t: pa.DataType) -> None:
+        self.type = t
+        self.large = pa.types.is_large_string(t) or pa.types.is_large_binary(t)
+        self.starts = np.zeros(0, dtype=np.int64)
+        self.lengths = np.zeros(0, dtype=np.int64)
+        self.valid = np.zeros(0, dtype=bool)
+        self.data = np.zeros(0, dtype=np.uint8)
+        self.used = 0  # bytes of ``data`` in use
+
+    def probe(self, arr: pa.Array) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        n = len(arr)
+        valid = _valid(arr)
+        if n == 0:
+            empty = np.zeros(0, dtype=np.int64)
+            return empty, empty, valid, np.zeros(0, dtype=np.uint8)
+        offsets = np.frombuffer(arr.buffers()[1], dtype="<i8" if self.large else "<i4",
+                                count=arr.offset + n + 1)[arr.offset:].astype(np.int64)
+        lengths = np.diff(offsets)
+        if arr.null_count:
+            lengths = np.where(valid, lengths, 0)
+        data_buf = arr.buffers()[2]
+        data = (np.zeros(0, dtype=np.uint8) if data_buf is None or offsets[-1] == 0
+                else np.frombuffer(data_buf, dtype=np.uint8, count=int(offsets[-1])))
+        return offsets[:-1], lengths, valid, data
+
+    def equal(self, probe: tuple, rows: np.ndarray, slots: np.ndarray) -> np.ndarray:
+        starts, lengths, valid, data = probe
+        la = lengths[rows]
+        same = (valid[rows] == self.valid[slots]) & (la == self.lengths[slots])
+        check = np.flatnonzero(same & (la > 0))
+        if len(check):
+            counts = la[check]
+            a = data[_ragged_positions(starts[rows[check]], counts)]
+            b = self.data[_ragged_positions(self.starts[slots[check]], counts)]
+            firsts = np.cumsum(counts) - counts
+            differ = np.add.reduceat((a != b).astype(np.int64), firsts) > 0
+            same[check[differ]] = False
+        return same
+
+    def append(self, probe: tuple, rows: np.ndarray, start: int) -> None:
+        starts, lengths, valid, data = probe
+        end = start + len(rows)
+        self.starts = _grow(self.starts, end)
+        self.lengths = _grow(self.lengths, end)
+        self.valid = _grow(self.valid, end)
+        counts = lengths[rows]
+        size = int(counts.sum())
+        self.data = _grow(self.data, self.used + size)
+        self.data[self.used:self.used + size] = data[_ragged_positions(starts[rows], counts)]
+        self.starts[start:end] = self.used + np.cumsum(counts) - counts
+        self.lengths[start:end] = counts
+        self.valid[start:end] = valid[rows]
+        self.used += size
+
+    def array(self, slots: np.ndarray) -> pa.Array:
+        counts = self.lengths[slots]
+        offsets = np.zeros(len(slots) + 1, dtype=np.int64)
+        np.cumsum(counts, out=offsets[1:])
+        if not self.large and offsets[-1] >= 2**31:
+            raise OverflowError(f"{offsets[-1]} bytes of {self.type} keys do not fit one array")
+        data = self.data[_ragged_positions(self.starts[slots], counts)]
+        validity, nulls = _validity_buffer(self.valid[slots])
+        offsets_buf = pa.py_buffer(offsets if self.large else offsets.astype(np.int32))
+        return pa.Array.from_buffers(self.type, len(slots), [validity, offsets_buf, pa.py_buffer(data)],
+                                     null_count=nulls)
+
+    def keep(self, slots: np.ndarray) -> None:
+        counts = self.lengths[slots]
+        self.data = self.data[_ragged_positions(self.starts[slots], counts)]
+        self.used = len(self.data)
+        self.starts = np.cumsum(counts) - counts
+        self.lengths = counts
+        self.valid = self.valid[slots]
+
+
+def _key_store(t: pa.DataType) -> _FixedKey | _BytesKey:
+    width = _fixed_width(t)
+    if width is not None:
+        return _FixedKey(t, width)
+    if pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_binary(t) or pa.types.is_large_binary(t):
+        return _BytesKey(t)
+    raise TypeError(f"value state cannot index keys of type {t}")
+
+
+# -- value stores ---------------------------------------------------------------------------------
+
+
+class _FixedColumn:
+    """One value field of a fixed-width type, in numpy: scattered and gathered by slot."""
+
+    def __init__(self, t: pa.DataType, width: int) -> None:
+        self.type = t
+        self.dtype, self.shape = _numpy_layout(t, width)
+        self.values = np.zeros((0, *self.shape), dtype=self.dtype)
+        self.valid = np.zeros(0, dtype=bool)
+
+    def reserve(self, capacity: int) -> None:
+        self.values = _grow(self.values, capacity)
+        self.valid = _grow(self.valid, capacity)
+
+    def put(self, slots: np.ndarray, arr: pa.Array) -> None:
+        self.values[slots] = _fixed_values(arr, self.dtype, self.shape)
+        self.valid[slots] = _valid(arr)
+
+    def get(self, slots: np.ndarray, found: np.ndarray | None, *, mask: bool = True) -> pa.Array:
+        valid = self.valid[slots]
+        if mask and found is not None:
+            valid = valid & found
+        return _fixed_array(self.type, self.values[slots], valid)
+
+    def keep(self, slots: np.ndarray) -> None:
+        self.values = self.values[slots]
+        self.valid = self.valid[slots]
+
+    def garbage_collect(self, live: np.ndarray) -> None:
+        pass
+
+    def clear(self) -> None:
+        self.values = self.values[:0]
+        self.valid = self.valid[:0]
+
+
+class _ArrowColumn:
+    """One value field of any other type (strings, lists, maps, rows) as Arrow arrays.
+
+    Each write appends its rows as a new chunk; ``rows`` gives each slot its row in the
+    concatenation of the chunks (which never moves when neighbouring chunks are merged). Chunks
+    are merged while the older is at most twice the newer, so there are O(log rows) of them; rows
+    no slot points at any more are dropped by rewriting the live ones once they are the majority.
+    """
+
+    def __init__(self, t: pa.DataType) -> None:
+        self.type = t
+        self.rows = np.zeros(0, dtype=np.int64)
+        self.chunks: list[pa.Array] = []
+        self.total = 0  # rows in all chunks
+
+    def reserve(self, capacity: int) -> None:
+        self.rows = _grow(self.rows, capacity)
+
+    def put(self, slots: np.ndarray, arr: pa.Array) -> None:
+        if len(arr) == 0:
+            return
+        self.rows[slots] = self.total + np.arange(len(arr), dtype=np.int64)
+        self.chunks.append(arr)
+        self.total += len(arr)
+        while len(self.chunks) >= 2 and len(self.chunks[-2]) <= 2 * len(self.chunks[-1]):
+            newer = self.chunks.pop()
+            self.chunks[-1] = pa.concat_arrays([self.chunks[-1], newer])
+
+    def get(self, slots: np.ndarray, found: np.ndarray | None, *, mask: bool = True) -> pa.Array:
+        """The values of ``slots``; where ``found`` is False the slot may hold none (read as NULL
+        if ``mask``, else as anything)."""
+        if not self.chunks:
+            return pa.nulls(len(slots), self.type)
+        rows = self.rows[slots]
+        if found is not None:
+            rows = np.where(found, rows, 0)
+        if len(self.chunks) == 1:
+            out = self.chunks[0].take(pa.array(rows))
+        else:
+            bounds = np.cumsum([0] + [len(c) for c in self.chunks])
+            chunk = np.searchsorted(bounds, rows, side="right") - 1
+            order = np.argsort(chunk, kind="stable")
+            sorted_chunk = chunk[order]
+            parts = []
+            for c in np.unique(sorted_chunk).tolist():
+                lo, hi = np.searchsorted(sorted_chunk, [c, c + 1])
+                parts.append(self.chunks[c].take(pa.array(rows[order[lo:hi]] - bounds[c])))
+            inverse = np.empty_like(order)
+            inverse[order] = np.arange(len(order))
+            out = pa.concat_arrays(parts).take(pa.array(inverse))
+        if mask and found is not None and not found.all():
+            out = pc.if_else(pa.array(found), out, pa.scalar(None, self.type))
+        return out
+
+    def keep(self, slots: np.ndarray) -> None:
+        if not self.chunks:
+            self.rows = self.rows[slots]
+            return
+        column = self.get(slots, None)
+        self.chunks = [column] if len(column) else []
+        self.total = len(column)
+        self.rows = np.arange(len(slots), dtype=np.int64)
+
+    def garbage_collect(self, live: np.ndarray) -> None:
+        """Drop the rows no slot points at if they are most of the rows (``live``: the slots that
+        hold a value)."""
+        if self.total > 2 * len(live) + _MIN_COMPACT:
+            column = self.get(live, None)
+            self.chunks = [column] if len(column) else []
+            self.total = len(column)
+            self.rows[live] = np.arange(len(live), dtype=np.int64)
+
+    def clear(self) -> None:
+        self.rows = self.rows[:0]
+        self.chunks = []
+        self.total = 0
+
+
+def _value_store(t: pa.DataType) -> _FixedColumn | _ArrowColumn:
+    width = _fixed_width(t)
+    return _ArrowColumn(t) if width is None else _FixedColumn(t, width)
+
+
+# -- the state ------------------------------------------------------------------------------------
+
+
+class ColumnarValues:
+    """Values of ``value_type`` per key of ``key_types``, indexed by a hash table over the keys
+    (see the module docstring). Keys arrive as arrays of exactly ``key_types``; values as one
+    array of exactly ``value_type``."""
+
+    def __init__(self, key_types: Sequence[pa.DataType], value_type: pa.DataType, max_parallelism: int) -> None:
+        self.key_types = list(key_types)
+        self.value_type = value_type
+        self.max_parallelism = max_parallelism
+        self.struct = pa.types.is_struct(value_type)
+        self.fields = list(value_type) if self.struct else []
+        self.clear()
+
+    def clear(self) -> None:
+        self.used = 0  # slots handed out
+        self.live = 0  # slots alive
+        self.hashes = np.zeros(0, dtype=np.uint64)
+        self.groups = np.zeros(0, dtype=np.int32)
+        self.alive = np.zeros(0, dtype=bool)
+        self.keys = [_key_store(t) for t in self.key_types]
+        types = [f.type for f in self.fields] if self.struct else [self.value_type]
+        self.columns = [_value_store(t) for t in types]
+        self.index = np.full(_MIN_INDEX, _EMPTY, dtype=np.int32)
+        self._stamp = np.zeros(0, dtype=np.int64)
+
+    def __len__(self) -> int:
+        return self.live
+
+    # -- batch access ----------------------------------------------------------------------------
+
+    def get(self, keys: list[pa.Array]) -> pa.Array:
+        """Each row's value, NULL where its key holds none."""
+        n = len(keys[0])
+        if n == 0 or self.live == 0:
+            return pa.nulls(n, self.value_type)
+        hashes, probes = self._probe(keys)
+        slots = self._find(hashes, probes, np.arange(n, dtype=np.int64), insert=False)
+        found = slots >= 0
+        found[found] = self.alive[slots[found]]
+        return self._values(np.where(found, slots, 0), None if found.all() else found)
+
+    def put(self, keys: list[pa.Array], values: pa.Array) -> None:
+        """Set each row's key to its value, the last row of a key winning; NULL deletes."""
+        n = len(values)
+        if n == 0:
+            return
+        hashes, probes = self._probe(keys)
+        has_value = _valid(values)
+        slots = np.full(n, _EMPTY, dtype=np.int64)
+        writes = np.flatnonzero(has_value)
+        if len(writes):
+            slots[writes] = self._find(hashes, probes, writes, insert=True)
+        deletes = np.flatnonzero(~has_value)
+        if len(deletes) and self.used:
+            slots[deletes] = self._find(hashes, probes, deletes, insert=False)
+        rows = np.flatnonzero(slots >= 0)
+        rows = rows[self._last_of_each(slots[rows])]
+        targets = slots[rows]
+        keep = has_value[rows]
+        was_alive = int(np.count_nonzero(self.alive[targets]))
+        self.alive[targets] = keep
+        self.live += int(np.count_nonzero(keep)) - was_alive
+        written, at = rows[keep], targets[keep]
+        if len(written):
+            chosen = values if len(written) == n else values.take(pa.array(written))
+            if self.struct:
+                # flatten() folds the struct's own validity into its fields; these rows are valid.
+                parts = chosen.flatten()
+            else:
+                parts = [chosen]
+            for column, part in zip(self.columns, parts, strict=True):
+                column.put(at, part)
+        if self.used - self.live > max(self.live, _MIN_COMPACT):
+            self._compact()
+        else:
+            live_slots = None
+            for column in self.columns:
+                if isinstance(column, _ArrowColumn) and column.total > 2 * self.live + _MIN_COMPACT:
+                    if live_slots is None:
+                        live_slots = np.flatnonzero(self.alive[: self.used])
+                    column.garbage_collect(live_slots)
+
+    # -- whole-state access ----------------------------------------------------------------------
+
+    def slots_of_group(self, group: int) -> np.ndarray:
+        """The live slots whose keys are in key group ``group``."""
+        used = self.used
+        return np.flatnonzero(self.alive[:used] & (self.groups[:used] == group))
+
+    def live_slots(self) -> np.ndarray:
+        return np.flatnonzero(self.alive[: self.used])
+
+    def key_arrays(self, slots: np.ndarray) -> list[pa.Array]:
+        return [k.array(slots) for k in self.keys]
+
+    def value_array(self, slots: np.ndarray) -> pa.Array:
+        return self._values(slots, None)
+
+    # -- internals -------------------------------------------------------------------------------
+
+    def _probe(self, keys: list[pa.Array]) -> tuple[np.ndarray, list[Any]]:
+        # Looked up at call time, so a test can replace the hash to force collisions.
+        hashes = keygroups.hash_columns(keys, len(keys[0]))
+        return hashes, [store.probe(arr) for store, arr in zip(self.keys, keys, strict=True)]
+
+    def _values(self, slots: np.ndarray, found: np.ndarray | None) -> pa.Array:
+        if self.used == 0:
+            return pa.nulls(len(slots), self.value_type)
+        if not self.struct:
+            return self.columns[0].get(slots, found)
+        # The struct's mask says which rows have no value: its fields need not say it again.
+        arrays = [column.get(slots, found, mask=False) for column in self.columns]
+        mask = None if found is None else pa.array(~found)
+        return pa.StructArray.from_arrays(arrays, fields=self.fields, mask=mask)
+
+    def _equal(self, probes: list[Any], rows: np.ndarray, slots: np.ndarray) -> np.ndarray:
+        same = np.ones(len(rows), dtype=bool)
+        for store, probe in zip(self.keys, probes, strict=True):
+            same &= store.equal(probe, rows, slots)
+        return same
+
+    def _find(self, hashes: np.ndarray, probes: list[Any], rows: np.ndarray, *, insert: bool) -> np.ndarray:
+        """The slot of each of ``rows``' keys (-1 if absent); with ``insert``, an absent key gets
+        a new slot (rows with one key share it). Vectorized rounds of linear probing."""
+        result = np.full(len(rows), _EMPTY, dtype=np.int64)
+        if insert:
+            self._reserve(self.used + len(rows))
+        index = self.index
+        mask = np.uint64(len(index) - 1)
+        pending = np.arange(len(rows), dtype=np.int64)  # positions into ``rows``
+        wanted = hashes[rows]
+        position = (wanted & mask).astype(np.int64)
+        while len(pending):
+            at = position[pending]
+            held = index[at].astype(np.int64)
+            occupied = held >= 0
+            done = np.zeros(len(pending), dtype=bool)
+            candidates = np.flatnonzero(occupied)
+            if len(candidates):
+                slots = held[candidates]
+                same_hash = self.hashes[slots] == wanted[pending[candidates]]
+                candidates, slots = candidates[same_hash], slots[same_hash]
+                if len(candidates):
+                    equal = self._equal(probes, rows[pending[candidates]], slots)
+                    hits = candidates[equal]
+                    result[pending[hits]] = slots[equal]
+                    done[hits] = True
+            empty = np.flatnonzero(~occupied)
+            if len(empty):
+                if insert:
+                    claim, claim_at = pending[empty], at[empty]
+                    marker = (-2 - claim).astype(np.int32)
+                    index[claim_at] = marker
+                    won = index[claim_at] == marker
+                    winners, winner_at = claim[won], claim_at[won]
+                    new = self._add(hashes, probes, rows[winners])
+                    index[winner_at] = new
+                    result[winners] = new
+                    done[empty[won]] = True
+                    # The losers look at the same position again: it now holds the winner's key.
+                    occupied[empty[~won]] = False
+                else:
+                    done[empty] = True
+            advance = occupied & ~done
+            position[pending[advance]] = (at[advance] + 1) & int(mask)
+            pending = pending[~done]
+        return result
+
+    def _add(self, hashes: np.ndarray, probes: list[Any], rows: np.ndarray) -> np.ndarray:
+        """New slots, not alive yet, for the keys of ``rows`` (room already reserved)."""
+        start = self.used
+        end = start + len(rows)
+        h = hashes[rows]
+        self.hashes[start:end] = h
+        self.groups[start:end] = group_of_hash(h, self.max_parallelism)
+        self.alive[start:end] = False
+        for store, probe in zip(self.keys, probes, strict=True):
+            store.append(probe, rows, start)
+        self.used = end
+        return np.arange(start, end, dtype=np.int64)
+
+    def _reserve(self, slots: int) -> None:
+        """Room for ``slots`` slots, and an index at most half full with them."""
+        self.hashes = _grow(self.hashes, slots)
+        self.groups = _grow(self.groups, slots)
+        self.alive = _grow(self.alive, slots)
+        for column in self.columns:
+            column.reserve(len(self.alive))
+        if 2 * slots > len(self.index):
+            self._rebuild_index(max(_MIN_INDEX, 1 << math.ceil(math.log2(4 * max(slots, 1)))))
+
+    def _rebuild_index(self, size: int) -> None:
+        """A new index of ``size`` positions over the slots in use (whose keys are distinct, so
+        no key is compared)."""
+        index = np.full(size, _EMPTY, dtype=np.int32)
+        mask = size - 1
+        slots = np.arange(self.used, dtype=np.int64)
+        position = (self.hashes[: self.used] & np.uint64(mask)).astype(np.int64)
+        while len(slots):
+            free = index[position] < 0
+            claim, claim_at = slots[free], position[free]
+            index[claim_at] = claim
+            placed = np.zeros(len(slots), dtype=bool)
+            placed[np.flatnonzero(free)[index[claim_at] == claim]] = True
+            slots = slots[~placed]
+            position = (position[~placed] + 1) & mask
+        self.index = index
+
+    def _compact(self) -> None:
+        """Keep only the live slots, renumbered in order, and rebuild the index."""
+        live = self.live_slots()
+        self.hashes = self.hashes[live]
+        self.groups = self.groups[live]
+        self.alive = np.ones(len(live), dtype=bool)
+        for store in self.keys:
+            store.keep(live)
+        for column in self.columns:
+            column.keep(live)
+        self.used = self.live = len(live)
+        self._rebuild_index(max(_MIN_INDEX, 1 << math.ceil(math.log2(4 * max(self.used, 1)))))
+
+    def _last_of_each(self, slots: np.ndarray) -> np.ndarray:
+        """Positions into ``slots`` of the last occurrence of each slot, in order."""
+        n = len(slots)
+        if n < 2:
+            return np.arange(n)
+        # Without repeats (the usual batch: one row per key) every slot keeps its own stamp;
+        # only a batch with repeats pays for a sort.
+        self._stamp = _grow(self._stamp, len(self.alive))
+        positions = np.arange(n, dtype=np.int64)
+        self._stamp[slots] = positions
+        if (self._stamp[slots] == positions).all():
+            return positions
+        order = np.argsort(slots, kind="stable")
+        ordered = slots[order]
+        if (ordered[1:] != ordered[:-1]).all():
+            return np.arange(len(slots))
+        last = np.ones(len(slots), dtype=bool)
+        last[:-1] = ordered[1:] != ordered[:-1]
+        return np.sort(order[last])
