@@ -358,13 +358,15 @@ class _ArrowColumn:
             out = self.chunks[0].take(pa.array(rows))
         else:
             bounds = np.cumsum([0] + [len(c) for c in self.chunks])
-            chunk = np.searchsorted(bounds, rows, side="right") - 1
+            # Few chunks (merged geometrically): a small integer, which a stable sort orders in
+            # linear time (radix sort).
+            chunk = (np.searchsorted(bounds, rows, side="right") - 1).astype(np.int16)
             order = np.argsort(chunk, kind="stable")
-            sorted_chunk = chunk[order]
+            ends = np.cumsum(np.bincount(chunk, minlength=len(self.chunks)))
             parts = []
-            for c in np.unique(sorted_chunk).tolist():
-                lo, hi = np.searchsorted(sorted_chunk, [c, c + 1])
-                parts.append(self.chunks[c].take(pa.array(rows[order[lo:hi]] - bounds[c])))
+            for c, (lo, hi) in enumerate(zip([0, *ends[:-1].tolist()], ends.tolist(), strict=True)):
+                if hi > lo:
+                    parts.append(self.chunks[c].take(pa.array(rows[order[lo:hi]] - bounds[c])))
             inverse = np.empty_like(order)
             inverse[order] = np.arange(len(order))
             out = pa.concat_arrays(parts).take(pa.array(inverse))
@@ -428,6 +430,8 @@ class ColumnarValues:
         self.columns = [_value_store(t) for t in types]
         self.index = np.full(_MIN_INDEX, _EMPTY, dtype=np.int32)
         self._stamp = np.zeros(0, dtype=np.int64)
+        #: The key arrays of the last ``get``, their hashes, probes and slots (see ``put``).
+        self._last_read: tuple[list[pa.Array], np.ndarray, list[Any], np.ndarray] | None = None
 
     def __len__(self) -> int:
         return self.live
@@ -441,6 +445,7 @@ class ColumnarValues:
             return pa.nulls(n, self.value_type)
         hashes, probes = self._probe(keys)
         slots = self._find(hashes, probes, np.arange(n, dtype=np.int64), insert=False)
+        self._last_read = (keys, hashes, probes, slots)
         found = slots >= 0
         found[found] = self.alive[slots[found]]
         return self._values(np.where(found, slots, 0), None if found.all() else found)
@@ -450,13 +455,33 @@ class ColumnarValues:
         n = len(values)
         if n == 0:
             return
-        hashes, probes = self._probe(keys)
+        # An operator reads a batch's keys and then writes the same key arrays back: the slots
+        # found by that read still hold (only a write adds or moves slots), so the write looks
+        # up only the keys the read did not find.
+        last, self._last_read = self._last_read, None
+        known = None
+        if last is not None and len(last[0]) == len(keys) and all(a is b for a, b in zip(last[0], keys)):
+            _, hashes, probes, known = last
+        else:
+            hashes, probes = self._probe(keys)
         has_value = _valid(values)
         slots = np.full(n, _EMPTY, dtype=np.int64)
         writes = np.flatnonzero(has_value)
+        inserted = False
         if len(writes):
-            slots[writes] = self._find(hashes, probes, writes, insert=True)
+            if known is None:
+                slots[writes] = self._find(hashes, probes, writes, insert=True)
+            else:
+                slots[writes] = known[writes]
+                absent = writes[known[writes] < 0]
+                if len(absent):
+                    slots[absent] = self._find(hashes, probes, absent, insert=True)
+                    inserted = True
         deletes = np.flatnonzero(~has_value)
+        if known is not None and len(deletes):
+            slots[deletes] = known[deletes]
+            # A key the read did not find may have been added by this very batch.
+            deletes = deletes[known[deletes] < 0] if inserted else deletes[:0]
         if len(deletes) and self.used:
             slots[deletes] = self._find(hashes, probes, deletes, insert=False)
         rows = np.flatnonzero(slots >= 0)

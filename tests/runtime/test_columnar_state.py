@@ -1,0 +1,211 @@
+"""The columnar value state of the memory backend (``state/columnar.py``): what the contract
+suite cannot see from outside — hash collisions, growth of the index, compaction, every key and
+value layout — checked against a plain dict model, and old snapshots restored.
+
+Collisions are forced by replacing ``keygroups.hash_columns`` with one that keeps only the low
+three bits of the real hash: with 8 key groups every key keeps its key group, but hundreds of
+keys share each hash, so only the exact comparison of key columns tells them apart.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import math
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from clink.runtime.state import keygroups
+from clink.runtime.state.backend import ValueStateDescriptor
+from clink.runtime.state.columnar import ColumnarValues
+from clink.runtime.state.keygroups import key_groups
+from clink.runtime.state.memory import MemoryStateBackend
+
+MAX_PARALLELISM = 8
+DATA = Path(__file__).parent.parent / "contract" / "data"
+_real_hash = keygroups.hash_columns
+
+
+@pytest.fixture
+def colliding(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every key hashes to one of 8 values (its key group's), so keys collide by the hundred."""
+    monkeypatch.setattr(keygroups, "hash_columns",
+                        lambda columns, num_rows=None: _real_hash(columns, num_rows) & np.uint64(7))
+
+
+def entries(state: Any) -> dict[tuple, Any]:
+    out = {}
+    for g in range(state.max_parallelism):
+        for _, key, value in state.entries(g):
+            assert key not in out
+            out[key] = value
+    return out
+
+
+def test_keys_whose_hashes_collide_stay_apart(colliding: None) -> None:
+    d = ValueStateDescriptor("v", [("id", pa.int64()), ("name", pa.string())], pa.int64())
+    with MemoryStateBackend(max_parallelism=MAX_PARALLELISM).open("op", [d]) as state:
+        v = state.value_state("v")
+        ids = list(range(3000)) + [None, None]
+        names = [f"n{i % 7}" for i in range(3000)] + ["x", None]
+        model = {(i, n): k for k, (i, n) in enumerate(zip(ids, names))}
+        # In three batches, the last also rewriting the first's keys with new values.
+        for lo, hi in ((0, 1000), (1000, 3002), (0, 500)):
+            part = slice(lo, hi)
+            v.put_many([pa.array(ids[part], pa.int64()), pa.array(names[part])],
+                       pa.array([k + (lo == 0 and hi == 500) * 10_000 for k in range(lo, hi)], pa.int64()))
+        model.update({(ids[k], names[k]): k + 10_000 for k in range(500)})
+        got = v.get_many([pa.array(ids, pa.int64()), pa.array(names)]).to_pylist()
+        assert got == [model[(i, n)] for i, n in zip(ids, names)]
+        # Keys never stored, hashing like stored ones, read as absent.
+        assert v.get_many([pa.array([5, 4000]), pa.array(["n6", "n0"])]).to_pylist() == [None, None]
+        # Delete every other key: the neighbours in the probe chains must still be found.
+        gone = list(range(0, 3002, 2))
+        v.put_many([pa.array([ids[k] for k in gone], pa.int64()), pa.array([names[k] for k in gone])],
+                   pa.nulls(len(gone), pa.int64()))
+        for k in gone:
+            del model[(ids[k], names[k])]
+        assert entries(state) == model
+        groups = key_groups([pa.array([k[0] for k in model], pa.int64()), pa.array([k[1] for k in model])],
+                            MAX_PARALLELISM).tolist()
+        for g in range(MAX_PARALLELISM):
+            assert {k for _, k, _ in state.entries(g)} == {k for k, kg in zip(model, groups) if kg == g}
+
+
+def test_the_index_grows_and_compacts_in_bulk() -> None:
+    store = ColumnarValues([pa.int64()], pa.float64(), MAX_PARALLELISM)
+    keys = np.arange(200_000, dtype=np.int64)
+    store.put([pa.array(keys)], pa.array(keys * 0.5))
+    assert len(store) == 200_000 and len(store.index) >= 2 * store.used
+    assert store.get([pa.array([7, -1, 199_999])]).to_pylist() == [3.5, None, 99_999.5]
+    # Deleting most keys leaves dead slots until they outnumber the live ones, then compacts.
+    store.put([pa.array(keys[:150_000])], pa.nulls(150_000, pa.float64()))
+    assert len(store) == 50_000 and store.used == 50_000
+    assert len(store.index) <= 4 * 65_536
+    got = store.get([pa.array(keys)]).to_numpy(zero_copy_only=False)
+    assert np.isnan(got[:150_000]).all() and (got[150_000:] == keys[150_000:] * 0.5).all()
+    # A deleted key written again revives; reads and writes still agree after the rebuild.
+    store.put([pa.array([3, 150_001])], pa.array([1.0, 2.0]))
+    assert store.get([pa.array([3, 150_001, 4])]).to_pylist() == [1.0, 2.0, None]
+
+
+def test_float_keys_one_zero_one_nan() -> None:
+    store = ColumnarValues([pa.float64(), pa.float32()], pa.string(), MAX_PARALLELISM)
+    nan_bits = np.array([0x7FF8000000000001, 0xFFF8000000000000], dtype=np.uint64).view(np.float64)
+    store.put([pa.array([-0.0, nan_bits[0], None, 1.5]), pa.array([0.0, -0.0, None, math.nan], pa.float32())],
+              pa.array(["zero", "nan", "null", "x"]))
+    got = store.get([pa.array([0.0, nan_bits[1], None, 1.5, 0.0]),
+                     pa.array([-0.0, 0.0, None, -math.nan, None], pa.float32())])
+    assert got.to_pylist() == ["zero", "nan", "null", "x", None]
+    assert len(store) == 4
+
+
+KEY_TYPES = [
+    (pa.int8(), st.integers(-128, 127)),
+    (pa.uint64(), st.integers(0, 2**64 - 1)),
+    (pa.bool_(), st.booleans()),
+    (pa.float64(), st.sampled_from([0.0, -0.0, math.nan, 1.5, -2.25, math.inf])),
+    (pa.string(), st.text(max_size=4)),
+    (pa.large_binary(), st.binary(max_size=4)),
+    (pa.binary(2), st.binary(min_size=2, max_size=2)),
+    (pa.decimal128(10, 2), st.decimals(-999, 999, places=2, allow_nan=False)),
+    (pa.date32(), st.dates(dt.date(1960, 1, 1), dt.date(2080, 1, 1))),
+    (pa.timestamp("us", tz="UTC"), st.datetimes(dt.datetime(1960, 1, 1), dt.datetime(2080, 1, 1),
+                                                timezones=st.just(dt.UTC))),
+]
+VALUE = pa.struct([("n", pa.int64()), ("s", pa.string()), ("l", pa.list_(pa.int32())),
+                   ("d", pa.decimal128(20, 3)), ("b", pa.bool_()), ("m", pa.map_(pa.string(), pa.float64()))])
+values = st.fixed_dictionaries({
+    "n": st.none() | st.integers(-(2**63), 2**63 - 1),
+    "s": st.none() | st.text(max_size=5),
+    "l": st.none() | st.lists(st.none() | st.integers(-5, 5), max_size=3),
+    "d": st.none() | st.decimals(-10**5, 10**5, places=3, allow_nan=False),
+    "b": st.none() | st.booleans(),
+    "m": st.none() | st.lists(st.tuples(st.text(max_size=2), st.none() | st.floats(-1, 1)), max_size=2),
+})
+
+
+def canonical(key: tuple) -> tuple:
+    """A key as the model stores it: every NaN one object, ``-0.0`` as ``0.0``."""
+    return tuple(math.nan if isinstance(v, float) and math.isnan(v) else (v + 0.0 if isinstance(v, float) else v)
+                 for v in key)
+
+
+_NAN = math.nan
+
+
+def model_key(key: tuple) -> tuple:
+    return tuple(_NAN if isinstance(v, float) and math.isnan(v) else v for v in canonical(key))
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.data(), types=st.lists(st.sampled_from(range(len(KEY_TYPES))), min_size=1, max_size=2))
+def test_every_key_layout_and_nested_values_match_a_dict_model(colliding: None, data: st.DataObject,
+                                                               types: list[int]) -> None:
+    schema = pa.schema([(f"k{j}", KEY_TYPES[i][0]) for j, i in enumerate(types)])
+    keys = st.tuples(*(st.none() | KEY_TYPES[i][1] for i in types))
+    d = ValueStateDescriptor("v", schema, VALUE)
+    model: dict[tuple, Any] = {}
+    with MemoryStateBackend(max_parallelism=MAX_PARALLELISM).open("op", [d]) as state:
+        v = state.value_state("v")
+        for _ in range(data.draw(st.integers(1, 6))):
+            rows = data.draw(st.lists(st.tuples(keys, st.none() | values), max_size=30))
+            columns = [pa.array([k[j] for k, _ in rows], f.type) for j, f in enumerate(schema)]
+            if data.draw(st.booleans()):
+                # Read first, as an operator does: the write then reuses the slots the read found.
+                assert v.get_many(columns).to_pylist() == [model.get(model_key(k)) for k, _ in rows]
+            v.put_many(columns, pa.array([val for _, val in rows], VALUE))
+            for k, val in rows:
+                if val is None:
+                    model.pop(model_key(k), None)
+                else:
+                    model[model_key(k)] = val
+            probe = [k for k, _ in rows] + data.draw(st.lists(keys, max_size=5))
+            got = v.get_many([pa.array([k[j] for k in probe], f.type) for j, f in enumerate(schema)])
+            expected = [model.get(model_key(k)) for k in probe]
+            assert pa.array(expected, VALUE).equals(got)
+        listed = entries(state)
+        assert {model_key(k) for k in listed} == set(model)
+        assert pa.array([listed[k] for k in listed], VALUE).equals(pa.array([model[model_key(k)] for k in listed],
+                                                                            VALUE))
+
+
+def test_rewritten_strings_do_not_pile_up() -> None:
+    store = ColumnarValues([pa.int64()], pa.struct([("n", pa.int64()), ("s", pa.string())]), MAX_PARALLELISM)
+    keys = pa.array(np.arange(1000, dtype=np.int64))
+    for round_ in range(200):
+        store.put([keys], pa.array([{"n": round_, "s": f"r{round_}-{i}"} for i in range(1000)], store.value_type))
+    (column,) = [c for c in store.columns if hasattr(c, "chunks")]
+    assert column.total <= 3 * 1000 + 4096 and len(column.chunks) <= 20
+    assert store.get([pa.array([0, 999])]).to_pylist() == [{"n": 199, "s": "r199-0"}, {"n": 199, "s": "r199-999"}]
+
+
+def test_a_snapshot_of_the_dict_backend_restores(tmp_path: Path) -> None:
+    """``data/memory-format1.op.0.acc.arrow`` was written by the memory backend when it kept a
+    dict per key group; the file layout is unchanged, so it restores as it is."""
+    key = [("id", pa.int64()), ("name", pa.string()), ("x", pa.float64())]
+    value = pa.struct([("n", pa.int64()), ("s", pa.string()), ("l", pa.list_(pa.int64())),
+                       ("d", pa.decimal128(12, 2)), ("t", pa.timestamp("ms"))])
+    d = ValueStateDescriptor("acc", key, value)
+    files = [DATA / "memory-format1.op.0.acc.arrow"]
+    with MemoryStateBackend(max_parallelism=MAX_PARALLELISM).open("op", [d]) as state:
+        state.restore(files)
+        got = entries(state)
+        acc = state.value_state("acc")
+        assert acc.get((2, None, math.nan)) == {"n": 2, "s": None, "l": None, "d": None, "t": None}
+        assert acc.get((None, "é", 0.0)) == {"n": None, "s": "", "l": [], "d": Decimal("-3.00"),
+                                               "t": dt.datetime(1970, 1, 1)}
+        assert got[(1, "a", 0.5)] == {"n": 1, "s": "one", "l": [1, None], "d": Decimal("1.25"),
+                                      "t": dt.datetime(2024, 1, 2, 3, 4, 5, 6000)}
+        assert len(got) == 3 and acc.get((3, "gone", 1.0)) is None
+        (tmp_path / "again").mkdir()
+        again = state.snapshot(tmp_path / "again")
+    with MemoryStateBackend(max_parallelism=MAX_PARALLELISM).open("op", [d]) as state:
+        state.restore(again, key_groups=[7])
+        assert list(entries(state)) == [(1, "a", 0.5)]
