@@ -275,7 +275,8 @@ def _key_store(t: pa.DataType) -> _FixedKey | _BytesKey:
     width = _fixed_width(t)
     if width is not None:
         return _FixedKey(t, width)
-    if pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_binary(t) or pa.types.is_large_binary(t):
+    if (pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_binary(t)
+            or pa.types.is_large_binary(t)):
         return _BytesKey(t)
     raise TypeError(f"value state cannot index keys of type {t}")
 
@@ -411,7 +412,8 @@ class ColumnarValues:
     (see the module docstring). Keys arrive as arrays of exactly ``key_types``; values as one
     array of exactly ``value_type``."""
 
-    def __init__(self, key_types: Sequence[pa.DataType], value_type: pa.DataType, max_parallelism: int) -> None:
+    def __init__(self, key_types: Sequence[pa.DataType], value_type: pa.DataType,
+                 max_parallelism: int) -> None:
         self.key_types = list(key_types)
         self.value_type = value_type
         self.max_parallelism = max_parallelism
