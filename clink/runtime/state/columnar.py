@@ -145,6 +145,16 @@ def _canonical_floats(values: np.ndarray, t: pa.DataType) -> np.ndarray:
     return as_float.view(values.dtype)
 
 
+#: Bytes compared at once by ``_BytesKey.equal``.
+_WORD = 8
+
+
+def _words(data: np.ndarray) -> np.ndarray:
+    """The 8-byte little-endian word starting at each byte of ``data`` (a view: the words
+    overlap), for all but the last 7 bytes, which are padding."""
+    return np.ndarray(shape=(len(data) - _WORD + 1,), dtype="<u8", buffer=data, strides=(1,))
+
+
 def _ragged_positions(starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
     """For rows of ``lengths`` bytes starting at ``starts``, the position of every byte in turn."""
     total = int(lengths.sum())
@@ -202,23 +212,26 @@ class _BytesKey:
         self.starts = np.zeros(0, dtype=np.int64)
         self.lengths = np.zeros(0, dtype=np.int64)
         self.valid = np.zeros(0, dtype=bool)
-        self.data = np.zeros(0, dtype=np.uint8)
-        self.used = 0  # bytes of ``data`` in use
+        self.data = np.zeros(_WORD, dtype=np.uint8)
+        self.used = 0  # bytes of ``data`` in use; a word of zeros at least follows them
 
     def probe(self, arr: pa.Array) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         n = len(arr)
         valid = _valid(arr)
         if n == 0:
             empty = np.zeros(0, dtype=np.int64)
-            return empty, empty, valid, np.zeros(0, dtype=np.uint8)
+            return empty, empty, valid, np.zeros(_WORD, dtype=np.uint8)
         offsets = np.frombuffer(arr.buffers()[1], dtype="<i8" if self.large else "<i4",
                                 count=arr.offset + n + 1)[arr.offset:].astype(np.int64)
         lengths = np.diff(offsets)
         if arr.null_count:
             lengths = np.where(valid, lengths, 0)
         data_buf = arr.buffers()[2]
-        data = (np.zeros(0, dtype=np.uint8) if data_buf is None or offsets[-1] == 0
-                else np.frombuffer(data_buf, dtype=np.uint8, count=int(offsets[-1])))
+        size = int(offsets[-1])
+        # Padded by a word, so that every value can be read as whole 8-byte words (``_words``).
+        data = np.zeros(size + _WORD, dtype=np.uint8)
+        if data_buf is not None and size:
+            data[:size] = np.frombuffer(data_buf, dtype=np.uint8, count=size)
         return offsets[:-1], lengths, valid, data
 
     def equal(self, probe: tuple, rows: np.ndarray, slots: np.ndarray) -> np.ndarray:
@@ -227,12 +240,22 @@ class _BytesKey:
         same = (valid[rows] == self.valid[slots]) & (la == self.lengths[slots])
         check = np.flatnonzero(same & (la > 0))
         if len(check):
-            counts = la[check]
-            a = data[_ragged_positions(starts[rows[check]], counts)]
-            b = self.data[_ragged_positions(self.starts[slots[check]], counts)]
-            firsts = np.cumsum(counts) - counts
-            differ = np.add.reduceat((a != b).astype(np.int64), firsts) > 0
-            same[check[differ]] = False
+            # Eight bytes at a time: the pairs still equal compare their next word, the last
+            # word of a value masked to its length.
+            at_a, at_b, length = starts[rows[check]], self.starts[slots[check]], la[check]
+            words_a, words_b = _words(data), _words(self.data)
+            pending = np.arange(len(check))
+            offset = 0
+            while len(pending):
+                left = length[pending] - offset
+                x = words_a[at_a[pending] + offset] ^ words_b[at_b[pending] + offset]
+                short = left < _WORD
+                if short.any():
+                    x[short] &= (np.uint64(1) << (8 * left[short]).astype(np.uint64)) - np.uint64(1)
+                differ = x != 0
+                same[check[pending[differ]]] = False
+                pending = pending[~differ & (left > _WORD)]
+                offset += _WORD
         return same
 
     def append(self, probe: tuple, rows: np.ndarray, start: int) -> None:
@@ -243,7 +266,7 @@ class _BytesKey:
         self.valid = _grow(self.valid, end)
         counts = lengths[rows]
         size = int(counts.sum())
-        self.data = _grow(self.data, self.used + size)
+        self.data = _grow(self.data, self.used + size + _WORD)
         self.data[self.used:self.used + size] = data[_ragged_positions(starts[rows], counts)]
         self.starts[start:end] = self.used + np.cumsum(counts) - counts
         self.lengths[start:end] = counts
@@ -264,8 +287,10 @@ class _BytesKey:
 
     def keep(self, slots: np.ndarray) -> None:
         counts = self.lengths[slots]
-        self.data = self.data[_ragged_positions(self.starts[slots], counts)]
-        self.used = len(self.data)
+        kept = self.data[_ragged_positions(self.starts[slots], counts)]
+        self.used = len(kept)
+        self.data = np.zeros(self.used + _WORD, dtype=np.uint8)
+        self.data[: self.used] = kept
         self.starts = np.cumsum(counts) - counts
         self.lengths = counts
         self.valid = self.valid[slots]
@@ -355,10 +380,12 @@ class _ArrowColumn:
         rows = self.rows[slots]
         if found is not None:
             rows = np.where(found, rows, 0)
-        if len(self.chunks) == 1:
-            out = self.chunks[0].take(pa.array(rows))
+        bounds = np.cumsum([0] + [len(c) for c in self.chunks])
+        first = int(np.searchsorted(bounds, rows.min(), side="right")) - 1 if len(rows) else 0
+        if first == len(self.chunks) - 1 or not len(rows) or rows.max() < bounds[first + 1]:
+            # Every row in one chunk: the usual case for a small batch of recently written keys.
+            out = self.chunks[first].take(pa.array(rows - bounds[first]))
         else:
-            bounds = np.cumsum([0] + [len(c) for c in self.chunks])
             # Few chunks (merged geometrically): a small integer, which a stable sort orders in
             # linear time (radix sort).
             chunk = (np.searchsorted(bounds, rows, side="right") - 1).astype(np.int16)
