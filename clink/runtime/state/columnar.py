@@ -458,7 +458,7 @@ class ColumnarValues:
         types = [f.type for f in self.fields] if self.struct else [self.value_type]
         self.columns = [_value_store(t) for t in types]
         self.index = np.full(_MIN_INDEX, _EMPTY, dtype=np.int32)
-        self._stamp = np.zeros(0, dtype=np.int64)
+        self._stamp = np.zeros(0, dtype=np.int32)
         #: The key arrays of the last ``get``, their hashes, probes and slots (see ``put``).
         self._last_read: tuple[list[pa.Array], np.ndarray, list[Any], np.ndarray] | None = None
 
@@ -687,7 +687,7 @@ class ColumnarValues:
         # Without repeats (the usual batch: one row per key) every slot keeps its own stamp;
         # only a batch with repeats pays for a sort.
         self._stamp = _grow(self._stamp, len(self.alive))
-        positions = np.arange(n, dtype=np.int64)
+        positions = np.arange(n, dtype=np.int32)
         self._stamp[slots] = positions
         if (self._stamp[slots] == positions).all():
             return positions
