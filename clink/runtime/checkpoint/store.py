@@ -162,21 +162,23 @@ class CheckpointWriter:
             **({"extra": self.extra} if self.extra else {}),
         }
         store = self.store
+        sealed = seal(manifest)
+        # The checkpoint's size: its files and its manifest, what its folder holds.
+        size = sum(f["size"] for f in self._files.values()) + len(sealed)
         if store.remote is not None:
             remote = store.remote
             folder = remote.join(remote.path, self.path.name)
             with remote.open_output(remote.join(folder, f"{MANIFEST}.tmp")) as f:
-                f.write(seal(manifest))
+                f.write(sealed)
             if before_rename is not None:
                 before_rename()
             remote.replace(remote.join(folder, f"{MANIFEST}.tmp"), remote.join(folder, MANIFEST))
             shutil.rmtree(self.path, ignore_errors=True)
-            return CheckpointInfo(id=self.id, path=self.path, created_ms=manifest["created_ms"],
-                                  size=sum(f["size"] for f in self._files.values()),
+            return CheckpointInfo(id=self.id, path=self.path, created_ms=manifest["created_ms"], size=size,
                                   fingerprint=self.fingerprint, location=store.location_of(self.id))
         temporary = self.path / f"{MANIFEST}.tmp"
         with temporary.open("wb") as f:
-            f.write(seal(manifest))
+            f.write(sealed)
             f.flush()
             os.fsync(f.fileno())
         if before_rename is not None:
@@ -185,9 +187,8 @@ class CheckpointWriter:
         _fsync_dir(self.path)
         _fsync_dir(store.root)
         # (Every file was hashed as it was added: not read again here.)
-        return CheckpointInfo(id=self.id, path=self.path, created_ms=manifest["created_ms"],
-                              size=sum(f["size"] for f in self._files.values()), fingerprint=self.fingerprint,
-                              location=str(self.path))
+        return CheckpointInfo(id=self.id, path=self.path, created_ms=manifest["created_ms"], size=size,
+                              fingerprint=self.fingerprint, location=str(self.path))
 
 
 def _clink_version() -> str:
