@@ -385,18 +385,16 @@ class CheckpointStore:
             raise CheckpointCorrupted(f"checkpoint {path.name} has no manifest: it never completed")
         data = manifest_path.read_bytes()
         try:
-            version = json.loads(data.decode("utf-8"))["format_version"]
+            # The seal first: a flipped byte in the version is damage, not another format.
+            manifest = unseal(data)
+            version = manifest["format_version"]
+            files = manifest["files"]
+            int(manifest["checkpoint_id"])
         except (ValueError, KeyError, TypeError) as exc:
             raise CheckpointCorrupted(f"checkpoint {path.name}: the manifest is damaged ({exc})") from None
         if version not in READABLE_VERSIONS:
             raise CheckpointCorrupted(f"checkpoint {path.name} has format version {version}; "
                                       f"this clink reads versions {', '.join(map(str, READABLE_VERSIONS))}")
-        try:
-            manifest = unseal(data)
-            files = manifest["files"]
-            int(manifest["checkpoint_id"])
-        except (ValueError, KeyError, TypeError) as exc:
-            raise CheckpointCorrupted(f"checkpoint {path.name}: the manifest is damaged ({exc})") from None
         for name, expected in files.items():
             file = path / name
             if not file.is_file():
