@@ -17,20 +17,20 @@ MinIO's, or a test double).
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import os
 import posixpath
 import re
 from collections.abc import Iterator, Mapping
-from pathlib import Path
-
 from dataclasses import dataclass
+from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.fs as pafs
 
 from clink.errors import ConnectorError, UsageError
 
-__all__ = ["Files", "check_location", "local_directory", "resolve", "scheme_of"]
+__all__ = ["Files", "check_location", "fsync_directory", "local_directory", "resolve", "scheme_of", "sha256_of"]
 
 #: URI schemes and the ``pyarrow.fs`` class each needs (None: always there).
 SCHEMES: dict[str, str | None] = {
@@ -200,6 +200,24 @@ class Files:
                 raise
         finally:
             os.close(fd)
+
+
+def fsync_directory(path: Path) -> None:
+    """Make a local directory's entries durable (a file created or renamed in it)."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def sha256_of(path: Path) -> str:
+    """The sha256 of a local file's bytes, in hex, read a MiB at a time."""
+    digest = hashlib.sha256()
+    with path.open("rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
 
 
 def resolve(text: str, filesystems: Mapping[str, pafs.FileSystem] | None = None) -> Files:

@@ -19,7 +19,6 @@ checkpoint aside copies its files.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shutil
@@ -31,7 +30,7 @@ from pathlib import Path
 import attrs
 
 from clink.errors import CheckpointCorrupted, UsageError
-from clink.runtime.fs import Files, resolve
+from clink.runtime.fs import Files, fsync_directory, resolve, sha256_of
 from clink.runtime.sealed import seal, unseal
 from clink.runtime.settings import checkpoint_location
 
@@ -60,28 +59,12 @@ def checkpoint_file(path: Path, name: str) -> Path:
     return path.parent / name if name.startswith(SHARED + "/") else path / name
 
 
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 def _digest(path: Path, *, sync: bool) -> dict:
     """A written file's size and checksum, as the manifest records them (made durable first)."""
     if sync:
         with path.open("rb") as f:
             os.fsync(f.fileno())
-    return {"size": path.stat().st_size, "sha256": _sha256(path)}
+    return {"size": path.stat().st_size, "sha256": sha256_of(path)}
 
 
 @attrs.frozen(kw_only=True)
@@ -184,8 +167,8 @@ class CheckpointWriter:
         if before_rename is not None:
             before_rename()
         os.replace(temporary, self.path / MANIFEST)
-        _fsync_dir(self.path)
-        _fsync_dir(store.root)
+        fsync_directory(self.path)
+        fsync_directory(store.root)
         # (Every file was hashed as it was added: not read again here.)
         return CheckpointInfo(id=self.id, path=self.path, created_ms=manifest["created_ms"], size=size,
                               fingerprint=self.fingerprint, location=str(self.path))
@@ -402,7 +385,7 @@ class CheckpointStore:
             if file.stat().st_size != expected.get("size"):
                 raise CheckpointCorrupted(f"checkpoint {path.name}: file {name!r} has {file.stat().st_size} bytes, "
                                           f"the manifest says {expected.get('size')}")
-            if hash_files and _sha256(file) != expected.get("sha256"):
+            if hash_files and sha256_of(file) != expected.get("sha256"):
                 raise CheckpointCorrupted(f"checkpoint {path.name}: file {name!r} does not match its checksum")
         for name, expected in manifest.get("shared", {}).items():
             file = path.parent / SHARED / name
@@ -413,7 +396,7 @@ class CheckpointStore:
                                           f"bytes, the manifest says {expected.get('size')}")
             if not hash_files:
                 continue
-            if _sha256(file) != expected.get("sha256"):
+            if sha256_of(file) != expected.get("sha256"):
                 raise CheckpointCorrupted(f"checkpoint {path.name}: shared piece {name!r} does not match its checksum")
             self._pieces[name] = {"size": expected["size"], "sha256": expected["sha256"]}
         return manifest
@@ -481,7 +464,7 @@ class CheckpointStore:
         with temporary.open("rb") as f:
             os.fsync(f.fileno())
         os.replace(temporary, path)
-        _fsync_dir(self.root)
+        fsync_directory(self.root)
         return path.read_text(encoding="ascii").strip()
 
     def set_aside_after(self, checkpoint_id: int) -> list[int]:
@@ -503,7 +486,7 @@ class CheckpointStore:
             os.replace(path, target)
             moved.append(other)
         if moved and self.remote is None:
-            _fsync_dir(self.root)
+            fsync_directory(self.root)
         return moved
 
     def _move_remote(self, folder: str, target: str) -> None:

@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import bisect
 import contextlib
-import hashlib
 import json
 import os
 import shutil
@@ -43,6 +42,7 @@ from typing import Any
 import pyarrow as pa
 
 from clink.runtime import compute as pc
+from clink.runtime.fs import fsync_directory, sha256_of
 from clink.runtime.state import codec
 from clink.runtime.state.backend import (
     KEY_GROUP,
@@ -117,7 +117,7 @@ class _SqliteValueState(ValueState):
         self.index = index
         self.tbl = tbl
         self.descriptor = descriptor
-        self.keys = KeyHelper(descriptor.key_schema, owner.max_parallelism)
+        self.keys = KeyHelper(descriptor.key_schema, owner.max_parallelism, descriptor.group_fields)
         self.encode_key = codec.row_encoder(descriptor.key_schema.types, canonical=True)
         self.decode_key = codec.row_decoder(descriptor.key_schema.types)
         self.encode_value = codec.encoder(descriptor.value_type)
@@ -714,7 +714,7 @@ class SqliteOperatorState(OperatorState):
                     os.fsync(f.fileno())
                 (self._work / name).unlink()
         self._unpublished = []
-        _fsync_dir(shared)
+        fsync_directory(shared)
 
     # -- the contract ----------------------------------------------------------------------------------
 
@@ -929,7 +929,7 @@ class SqliteOperatorState(OperatorState):
                       f"{last.get('committed_checkpoint')}")
         elif record.get("chain") != [path.name for path, _ in chains[0]]:
             reason = "it holds other pieces than the checkpoint's"
-        elif aside.stat().st_size != record.get("size") or _file_sha256(aside) != record.get("sha256"):
+        elif aside.stat().st_size != record.get("size") or sha256_of(aside) != record.get("sha256"):
             reason = "it does not match its checksum"
         else:
             self.conn.close()
@@ -1020,7 +1020,7 @@ class SqliteOperatorState(OperatorState):
             self._candidate = None
         shutil.rmtree(self._work, ignore_errors=True)
         if record is not None:
-            record.update(size=self.path.stat().st_size, sha256=_file_sha256(self.path))
+            record.update(size=self.path.stat().st_size, sha256=sha256_of(self.path))
             sidecar = _sidecar(self.path)
             temporary = sidecar.with_name(sidecar.name + ".tmp")
             temporary.write_text(json.dumps(record))
@@ -1053,14 +1053,6 @@ def _backup(conn: sqlite3.Connection, target: Path) -> None:
         os.fsync(f.fileno())
 
 
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 def _is_piece(meta: dict, path: Path) -> bool:
     """Whether a snapshot file is the base of an incremental chain (its own name first in it)."""
     if "piece_index" in meta:
@@ -1075,14 +1067,6 @@ def _is_piece(meta: dict, path: Path) -> bool:
 def _sidecar(path: Path) -> Path:
     """Beside a working database stopped cleanly: the checkpoint it holds and its checksum."""
     return path.with_name(path.name + ".local")
-
-
-def _file_sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def _second(row: tuple) -> Any:
