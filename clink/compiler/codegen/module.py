@@ -6,7 +6,7 @@ import builtins
 import functools
 import keyword
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 
 import attrs
 import pyarrow as pa
@@ -470,6 +470,14 @@ def _fields_read_by(steps: tuple) -> dict[int, tuple[int, ...]]:
     fields it reads."""
     if not steps or isinstance(steps[0], ir.WindowTVF):
         return {}
+    step = steps[0]
+    fields, whole = _field_reads((*step.exprs, *((step.predicate,) if step.predicate is not None else ())))
+    return {c: tuple(sorted(f)) for c, f in sorted(fields.items()) if c not in whole}
+
+
+def _field_reads(exprs: Iterable[ir.Expr]) -> tuple[dict[int, set[int]], set[int]]:
+    """What ``exprs`` read of their input: per column read through field access (``row.f``),
+    the fields read; and the columns read whole."""
     fields: dict[int, set[int]] = {}
     whole: set[int] = set()
 
@@ -482,10 +490,9 @@ def _fields_read_by(steps: tuple) -> dict[int, tuple[int, ...]]:
         for child in e.children:
             visit(child)
 
-    step = steps[0]
-    for e in (*step.exprs, *((step.predicate,) if step.predicate is not None else ())):
+    for e in exprs:
         visit(e)
-    return {c: tuple(sorted(f)) for c, f in sorted(fields.items()) if c not in whole}
+    return fields, whole
 
 
 def _source_fields(source: SourceOp, ops: tuple) -> dict[str, tuple[str, ...]]:
@@ -507,20 +514,7 @@ def _source_fields(source: SourceOp, ops: tuple) -> dict[str, tuple[str, ...]]:
     if scan.table.watermark is not None:
         exprs.append(ir.remap(scan.table.watermark[1],
                               {physical: position for position, physical in enumerate(scan.columns)}))
-    fields: dict[int, set[int]] = {}
-    whole: set[int] = set()
-
-    def visit(e: ir.Expr) -> None:
-        if isinstance(e, ir.Call) and e.fn == "field" and isinstance(e.args[0], ir.Column):
-            fields.setdefault(e.args[0].index, set()).add(e.params[0])
-            return
-        if isinstance(e, ir.Column):
-            whole.add(e.index)
-        for child in e.children:
-            visit(child)
-
-    for e in exprs:
-        visit(e)
+    fields, whole = _field_reads(exprs)
     out = {}
     for c, read in sorted(fields.items()):
         t = scan.schema[c].type
