@@ -75,7 +75,10 @@ def descriptors_json(descriptors: Iterable[StateDescriptor]) -> list[dict]:
             schema = pa.schema([*d.key_schema, pa.field(_VALUE, d.value_type)])
         else:
             schema = d.schema
-        out.append({"name": d.name, "kind": d.kind, "schema": _schema_b64(schema)})
+        item = {"name": d.name, "kind": d.kind, "schema": _schema_b64(schema)}
+        if getattr(d, "group_fields", None) is not None:
+            item["group_fields"] = d.group_fields
+        out.append(item)
     return out
 
 
@@ -85,7 +88,8 @@ def descriptors_from_json(items: Sequence[dict]) -> list[StateDescriptor]:
         schema = _schema_from_b64(item["schema"])
         if item["kind"] == "value":
             keys = pa.schema(list(schema)[:-1])
-            out.append(ValueStateDescriptor(item["name"], keys, schema.field(_VALUE).type))
+            out.append(ValueStateDescriptor(item["name"], keys, schema.field(_VALUE).type,
+                                            group_fields=item.get("group_fields")))
         else:
             out.append(TableStateDescriptor(item["name"], schema))
     return out
@@ -156,7 +160,7 @@ def raw_tables(states: Sequence[OperatorState], descriptors: Sequence[StateDescr
     for d in descriptors:
         if isinstance(d, ValueStateDescriptor):
             keys, groups, vals = values[d.name]
-            columns = [*KeyHelper(d.key_schema, max_parallelism).arrays(keys),
+            columns = [*KeyHelper(d.key_schema, max_parallelism, d.group_fields).arrays(keys),
                        pa.array(np.asarray(groups, dtype=np.int32), pa.int32()), from_pylist(vals, d.value_type)]
             names = [*d.key_schema.names, KEY_GROUP, _VALUE]
             out[d.name] = pa.Table.from_arrays(columns, names=names)

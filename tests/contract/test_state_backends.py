@@ -334,6 +334,38 @@ def test_restore_splits_and_merges_by_key_group(make_backend: MakeBackend, tmp_p
         assert all_entries(merged) == everything
 
 
+def test_keys_grouped_by_their_first_fields_move_together(make_backend: MakeBackend, tmp_path: Path) -> None:
+    """With ``group_fields``, a key's group is that of its leading fields: listed, split by key
+    group and merged again, the keys that share them stay together; a state declared without
+    it does not take the files."""
+    grouped = ValueStateDescriptor("pairs", [("k", pa.string()), ("v", pa.int64())], pa.int64(), group_fields=1)
+    (tmp_path / "snap").mkdir()
+    ks, vs = pa.array([f"k{i % 37}" for i in range(2000)]), pa.array(range(2000))
+    with make_backend(tmp_path / "a").open("op", [grouped]) as state:
+        state.value_state("pairs").put_many([ks, vs], pa.array(range(2000)))
+        state.value_state("pairs").put_many([ks.slice(0, 500), vs.slice(0, 500)], pa.nulls(500, pa.int64()))
+        everything = all_entries(state)
+        assert len(everything) == 1500
+        for g in range(MAX_PARALLELISM):
+            for _, (k, _), _ in state.entries(g):
+                assert key_groups([pa.array([k])], MAX_PARALLELISM)[0] == g
+        state.commit(1)
+        files = state.snapshot(tmp_path / "snap")
+    wanted = set(range(0, MAX_PARALLELISM, 3))
+    with make_backend(tmp_path / "b").open("op", [grouped]) as part:
+        part.restore(files, key_groups=wanted)
+        kept = all_entries(part)
+        assert kept == {key: value for key, value in everything.items()
+                        if key_groups([pa.array([key[1][0]])], MAX_PARALLELISM)[0] in wanted}
+        assert kept and len(kept) < len(everything)
+    plain = ValueStateDescriptor("pairs", grouped.key_schema, pa.int64())
+    with (make_backend(tmp_path / "c").open("op", [plain]) as other,
+          pytest.raises(IncompatibleState, match="grouped by 1")):
+        other.restore(files)
+    with pytest.raises(ValueError, match="group_fields must be between 1 and the 2"):
+        ValueStateDescriptor("pairs", grouped.key_schema, pa.int64(), group_fields=3)
+
+
 def test_restore_rejects_state_declared_differently(make_backend: MakeBackend, tmp_path: Path) -> None:
     (tmp_path / "snap").mkdir()
     with make_backend(tmp_path / "a").open("op", DESCRIPTORS) as state:

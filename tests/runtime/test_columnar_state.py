@@ -142,7 +142,9 @@ def test_every_key_layout_and_nested_values_match_a_dict_model(colliding: None, 
                                                                types: list[int]) -> None:
     schema = pa.schema([(f"k{j}", KEY_TYPES[i][0]) for j, i in enumerate(types)])
     keys = st.tuples(*(st.none() | KEY_TYPES[i][1] for i in types))
-    d = ValueStateDescriptor("v", schema, VALUE)
+    # Two fields: perhaps grouped by the first (its distinct values then have an index of their own).
+    grouped = len(types) == 2 and data.draw(st.booleans())
+    d = ValueStateDescriptor("v", schema, VALUE, group_fields=1 if grouped else None)
     model: dict[tuple, Any] = {}
     with MemoryStateBackend(max_parallelism=MAX_PARALLELISM).open("op", [d]) as state:
         v = state.value_state("v")
@@ -166,6 +168,38 @@ def test_every_key_layout_and_nested_values_match_a_dict_model(colliding: None, 
         assert {model_key(k) for k in listed} == set(model)
         expected = pa.array([model[model_key(k)] for k in listed], VALUE)
         assert pa.array(list(listed.values()), VALUE).equals(expected)
+        width = 1 if grouped else len(types)
+        for g in range(MAX_PARALLELISM):
+            for _, key, _ in state.entries(g):
+                columns = [pa.array([key[j]], schema.field(j).type) for j in range(width)]
+                assert key_groups(columns, MAX_PARALLELISM)[0] == g
+
+
+def test_keys_grouped_by_a_prefix_compact_with_it() -> None:
+    """A state grouped by its first field stores that field's distinct values once; after a
+    compaction only those still held are left, and every key reads back the same."""
+    store = ColumnarValues([pa.string(), pa.int64()], pa.int64(), MAX_PARALLELISM, group_fields=1)
+    n = 60_000
+    names = pa.array([f"group-{i % 3000}" for i in range(n)])
+    values = np.arange(n, dtype=np.int64)
+    store.put([names, pa.array(values)], pa.array(values * 2))
+    assert len(store) == n and store.prefix is not None and store.prefix.used == 3000
+    # Keep the keys of groups 0..99 only: far more dead slots than live, so it compacts.
+    gone = np.array([i % 3000 >= 100 for i in range(n)])
+    store.put([names.filter(pa.array(gone)), pa.array(values[gone])], pa.nulls(int(gone.sum()), pa.int64()))
+    assert store.used == len(store) == int((~gone).sum()) and store.prefix.used == 100
+    got = store.get([names, pa.array(values)]).to_numpy(zero_copy_only=False)
+    assert np.isnan(got[gone]).all() and (got[~gone] == values[~gone] * 2).all()
+    live = store.live_slots()
+    keys = store.key_arrays(live)
+    assert sorted(zip(keys[0].to_pylist(), keys[1].to_pylist())) == sorted(
+        (f"group-{i % 3000}", i) for i in range(n) if not gone[i])
+    expected = key_groups([keys[0]], MAX_PARALLELISM)
+    assert (store.groups[live] == expected).all()
+    # New keys of old and new groups still land right.
+    store.put([pa.array(["group-5", "new"]), pa.array([-1, -2])], pa.array([7, 8]))
+    assert store.get([pa.array(["group-5", "new", "group-2999"]), pa.array([-1, -2, 2999])]).to_pylist() == [
+        7, 8, None]
 
 
 def test_rewritten_strings_do_not_pile_up() -> None:

@@ -28,6 +28,7 @@ from clink.runtime import plan
 from clink.runtime.connectors import ConnectorRegistry
 from clink.runtime.context import RuntimeContext, TaskContext
 from clink.runtime.operators.group import GroupAggregateOperator
+from clink.runtime.state import keygroups
 from clink.runtime.state.backend import IncompatibleState, StateBackend
 from clink.runtime.state.keygroups import key_groups
 from clink.runtime.state.memory import MemoryStateBackend
@@ -365,7 +366,8 @@ def test_count_distinct_counts_each_value_once_until_its_last_row_goes() -> None
     assert rows_of(op.process(batch([("a", 2, False, "-D"), ("a", 3, True, "-D"), ("a", 3, None, "-D"),
                                      ("a", None, True, "-D")], UPDATING))) == [("a", 2, 1, "-D")]
     # Nothing of the key is left behind: it starts again from its next row.
-    assert op.operator_state.table_state("distinct0").num_rows() == 0
+    assert op._distinct[0].pairs == 0
+    assert not [e for g in range(MAX_PARALLELISM) for e in op.operator_state.entries(g) if e[0] == "distinct0"]
     assert rows_of(op.process(batch([("a", 2, True, "+I")], UPDATING))) == [("a", 1, 1, "+I")]
 
 
@@ -385,39 +387,39 @@ def test_the_value_counts_of_a_key_are_in_its_key_group() -> None:
     op.process(batch(rows))
     seen = 0
     for g in range(MAX_PARALLELISM):
-        for name, _, value in op.operator_state.entries(g):
+        for name, key, _ in op.operator_state.entries(g):
             if name == "distinct0":
-                expected = key_groups([value["_k0"], value["_k1"]], MAX_PARALLELISM)
-                assert (value["_key_group"].to_numpy() == g).all() and (expected == g).all()
-                seen += value.num_rows
-    assert seen == len(rows)
+                assert key_groups([pa.array([key[0]]), pa.array([key[1]])], MAX_PARALLELISM)[0] == g
+                seen += 1
+    assert seen == len(rows) == op._distinct[0].pairs
 
 
 @pytest.mark.parametrize("collision", ["three hashes", "the value's hash"])
 def test_pairs_whose_hashes_collide_stay_apart(collision: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    from clink.runtime.operators import group
-
     specs = [(a, fn) for a, fn in RETRACTABLE if a.fn == "count_distinct"]
     batches, live = to_batches(random_steps(seed=3, n_batches=6, size=40), updating=True)
-    real_hash = group.hash_columns
-    # Lookups by hash keep finding other pairs: many for one hash, or one of another key.
-    if collision == "three hashes":
-        monkeypatch.setattr(group, "hash_columns", lambda columns: real_hash(columns) % np.uint64(3))
-    else:
-        monkeypatch.setattr(group, "hash_columns", lambda columns: real_hash(columns[-1:]))
+    real_hash = keygroups.extend_hashes
+
+    # Lookups by hash keep finding other pairs: many for one hash, or one of another key. (The
+    # pairs' hash extends that of their key by their value; the key groups stay the keys'.)
+    def three(key_hashes: np.ndarray, columns: list[pa.Array]) -> np.ndarray:
+        return real_hash(key_hashes, columns) % np.uint64(3)
+
+    def value_only(key_hashes: np.ndarray, columns: list[pa.Array]) -> np.ndarray:
+        return keygroups.hash_columns(columns)
+
+    monkeypatch.setattr(keygroups, "extend_hashes", three if collision == "three hashes" else value_only)
     op = make_op([a for a, _ in specs], updating=True)
     table: dict[tuple, tuple] = {}
     for b in batches:
         apply_changelog(table, op.process(b), op)
     assert table == model(live, [fn for _, fn in specs])
-    assert len(op._distinct[0].runs) >= 1
+    assert op._distinct[0].pairs >= 1
 
 
 def test_a_hash_of_another_pair_is_not_taken_for_this_one(monkeypatch: pytest.MonkeyPatch) -> None:
-    from clink.runtime.operators import group
-
-    real_hash = group.hash_columns
-    monkeypatch.setattr(group, "hash_columns", lambda columns: real_hash(columns[-1:]))  # the value alone
+    # A pair hashes as its value alone; the keys keep their own key groups.
+    monkeypatch.setattr(keygroups, "extend_hashes", lambda key_hashes, columns: keygroups.hash_columns(columns))
     candidates = [f"key{i}" for i in range(50)]
     first, second = [k for k in candidates if key_groups([pa.array([k])], MAX_PARALLELISM)[0] == 0][:2]
     op = make_op([A(fn="count_distinct", arg=V, type=pa.int64())])
@@ -633,5 +635,5 @@ def test_state_ttl_forgets_the_distinct_values_of_an_expired_key() -> None:
     assert rows([(1, 11), (1, 12)]) == [(1, 1, "-U"), (1, 3, "+U")]
     now[0] = 10_000  # both idle: a sweep drops every value count
     assert rows([(3, 1)]) == [(3, 1, "+I")]
-    d = op._distinct[0]
-    assert sum(d.table.get(ns).num_rows for ns, _ in d.runs) == 1
+    assert op._distinct[0].pairs == 1
+    assert sum(e[0] == "distinct0" for g in range(op._max_parallelism) for e in op.operator_state.entries(g)) == 1

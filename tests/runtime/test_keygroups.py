@@ -12,7 +12,17 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from clink.runtime.state.keygroups import _hash_rows, _run_starts, group_of_hash, hash_columns, key_groups
+from clink.runtime.state.keygroups import (
+    _hash_binary,
+    _hash_rows,
+    _mix,
+    _repeats,
+    _run_starts,
+    extend_hashes,
+    group_of_hash,
+    hash_columns,
+    key_groups,
+)
 
 
 def test_same_value_same_group_whatever_the_chunking_or_slicing() -> None:
@@ -130,6 +140,33 @@ def test_long_runs_take_the_short_way() -> None:
     assert _run_starts([ends, ends]).tolist() == [0, 5000, 10000]
     assert _run_starts([pa.array(np.arange(20_000))]) is None  # no runs
     assert _run_starts([pa.array([1] * 5000 + [None])]) is None  # NULLs: row by row
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.one_of(st.none(), st.text(max_size=12)), min_size=1, max_size=8),
+       st.integers(4096, 9000), st.integers(0, 50),
+       st.sampled_from([pa.string(), pa.large_string(), pa.binary()]))
+def test_repeated_strings_hash_as_each_value_alone(values: list[str | None], n: int, offset: int,
+                                                  type_: pa.DataType) -> None:
+    """A long column of few distinct strings is hashed one distinct value at a time: the hashes
+    must be exactly those of the row-by-row way, NULLs and slices included."""
+    rng = np.random.default_rng(n)
+    rows = [values[i] for i in rng.integers(0, len(values), n + offset)]
+    if type_ == pa.binary():
+        rows = [None if v is None else v.encode() for v in rows]
+    column = pa.array(rows, type_).slice(offset)
+    assert _repeats(column)
+    # One column's hash is its values' hash, mixed once more (``_hash_rows``).
+    row_by_row = np.where(column.is_valid().to_numpy(zero_copy_only=False), _mix(_hash_binary(column)),
+                          hash_columns([pa.nulls(1, type_)])[0])
+    assert hash_columns([column]).tolist() == row_by_row.tolist()
+    assert not _repeats(pa.array([str(i) for i in range(n)]))
+
+
+def test_a_hash_extended_by_more_columns_is_the_hash_of_them_all() -> None:
+    columns = [pa.array(["a", "b", None, "a"]), pa.array([1, 2, 3, None]), pa.array([0.5, None, -0.0, 2.0])]
+    for n in (1, 2):
+        assert extend_hashes(hash_columns(columns[:n]), columns[n:]).tolist() == hash_columns(columns).tolist()
 
 
 def _unmix(h: int) -> int:

@@ -12,16 +12,13 @@ State is one value state, ``groups``: per key, a struct of accumulators.
 
 COUNT(DISTINCT x) also needs, per key and value, how many of the key's net rows it counts hold
 that value, so that a retraction knows whether the value's last row went. These counts live in
-one table state per argument column, ``distinct<j>``, shared by the COUNT(DISTINCT) aggregates
-over that column (with their different FILTERs): a row per (key, value) some of them count, with
-the key columns, ``value``, one int64 ``a<i>`` per aggregate, ``_hash`` (of key and value, to
-find a batch's pairs among the stored ones) and ``_key_group``, the key group of the *key* (not
-of the key and value together). A restore of some key groups filters rows by that column, so it
-keeps a key's values with its accumulators. The rows are runs of count changes sorted by
-``_hash``, found by binary search and merged as they grow (``_DistinctCounts``), so the work per
-batch grows with the batch, not with the state; a pair goes when its counts sum to 0. (A value
-state cannot hold the pairs: it takes a key group from its whole key, which would be key and
-value together.)
+one more value state per argument column, ``distinct<j>``, shared by the COUNT(DISTINCT)
+aggregates over that column (with their different FILTERs): its key is the group key's columns
+and ``value``, its value one int64 ``a<i>`` per aggregate. It is filed under the key group of
+the group key alone (``ValueStateDescriptor.group_fields``), so a restore of some key groups
+keeps a key's values with its accumulators. Like ``groups``, it is looked up and written for a
+whole batch at once (a hash index over the pairs in the memory backend), so the work per batch
+grows with the batch, not with the state; a pair goes when its counts are all back to 0.
 
 Counts and sums can be retracted (a ``-U`` / ``-D`` input row adds its negation), MIN and MAX
 cannot: an extreme that is retracted leaves no record of the next one. So MIN / MAX over an
@@ -31,8 +28,8 @@ A batch is processed in four vectorized steps, none looping over rows or keys in
 
 1. every row becomes signed contributions, and one Arrow ``group_by`` over the key columns sums
    them into one delta row per distinct key of the batch; for COUNT(DISTINCT), a ``group_by``
-   over key and value nets the batch's pairs, whose stored counts are looked up and whose
-   changes are stored as a new run, and the rows
+   over key and value nets the batch's pairs, whose stored counts are read and written back
+   with the change, and the rows
    summed per key get +1 for each value whose count leaves 0 and -1 for each that returns to 0;
 2. ``get_many`` reads those keys' accumulators; a second ``group_by``, over the position of
    each key, merges old and delta (Arrow's kernels add decimals without overflowing precision);
@@ -54,8 +51,9 @@ arguments of COUNT(DISTINCT), which count them as one value each.
 
 from __future__ import annotations
 
+import collections
 from collections.abc import Collection
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
@@ -64,16 +62,21 @@ from clink.runtime import compute as pc
 from clink.runtime import kernels as K
 from clink.runtime.operators.base import OperatorBase
 from clink.runtime.operators.common import max_parallelism, open_state, updating_input
-from clink.runtime.plan import APPEND_ONLY, DELETE, INSERT, ROWKIND_COLUMN, UPDATE_AFTER, UPDATE_BEFORE, ChangelogMode
+from clink.runtime.plan import (
+    APPEND_ONLY,
+    DELETE,
+    INSERT,
+    ROWKIND_COLUMN,
+    UPDATE_AFTER,
+    UPDATE_BEFORE,
+    ChangelogMode,
+)
 from clink.runtime.state.backend import (
-    KEY_GROUP,
     OperatorState,
     StateBackend,
-    TableState,
-    TableStateDescriptor,
+    ValueState,
     ValueStateDescriptor,
 )
-from clink.runtime.state.keygroups import hash_columns, key_groups
 from clink.runtime.udaf import AggregateRunner, AggregateUdf, resolve
 
 if TYPE_CHECKING:
@@ -99,9 +102,8 @@ _ZERO = pa.scalar(0, pa.int64())
 _ONE = pa.scalar(1, pa.int64())
 #: Bytes counted per value of a variable-width type when no written batch has been measured yet.
 _VARIABLE_BYTES = 16
-#: Columns of the COUNT(DISTINCT) states: the argument's value, and a hash of key and value.
+#: The field of a COUNT(DISTINCT) state's key that holds the argument's value.
 _VALUE = "value"
-_HASH = "_hash"
 
 
 class GroupAggregateOperator(OperatorBase):
@@ -152,15 +154,14 @@ class GroupAggregateOperator(OperatorBase):
         value_type = pa.struct(self._fields + self._udaf_fields)
         self.operator_id = operator_id or f"group-{node.id}"
         self.descriptor = ValueStateDescriptor("groups", key_schema, value_type)
-        self._distinct = [_DistinctCounts(f"distinct{j}", arg, aggs, self._keys, key_schema, input_schema,
-                                          self._max_parallelism)
+        self._distinct = [_DistinctCounts(f"distinct{j}", arg, aggs, self._keys, key_schema, input_schema)
                           for j, (arg, aggs) in enumerate(self._distinct_args.items())]
         self.descriptors = [self.descriptor, *(d.descriptor for d in self._distinct)]
         self.operator_state: OperatorState = open_state(backend, self._max_parallelism, self.operator_id,
                                                         self.descriptors, self._where)
         self._groups = self.operator_state.value_state("groups")
         for d in self._distinct:
-            d.table = self.operator_state.table_state(d.descriptor.name)
+            d.state = self.operator_state.value_state(d.descriptor.name)
         self._num_keys = 0
         self._entry_bytes = float(sum(_type_bytes(t) for t in [*key_schema.types, value_type]))
 
@@ -220,48 +221,60 @@ class GroupAggregateOperator(OperatorBase):
         pass over the state, at most once per half TTL of processing time, so its cost is spread
         over the rows in between — or when a batch meets an expired key holding value counts)."""
         limit = now - self.ttl_ms
-        gone: list[tuple] = []
+        names = {d.descriptor.name: d for d in self._distinct}
         for group in range(self._max_parallelism):
-            expired = [key for name, key, value in self.operator_state.entries(group)
+            entries = list(self.operator_state.entries(group))
+            expired = [key for name, key, value in entries
                        if name == "groups" and value is not None and value.get(_TOUCHED, limit) < limit]
-            if expired:
-                columns = list(zip(*expired, strict=True))
-                key_arrays = [pa.array(c, f.type) for c, f in zip(columns, self.descriptor.key_schema, strict=True)]
-                self._groups.put_many(key_arrays, pa.nulls(len(expired), self.descriptor.value_type))
-                self._num_keys -= len(expired)
-                gone += expired
-        if gone and self._distinct:
-            columns = list(zip(*gone, strict=True))
-            key_arrays = [_normalize_key(pa.array(c, f.type))
-                          for c, f in zip(columns, self.descriptor.key_schema, strict=True)]
-            for d in self._distinct:
-                d.forget(key_arrays)
+            if not expired:
+                continue
+            columns = list(zip(*expired, strict=True))
+            key_arrays = [pa.array(c, f.type) for c, f in zip(columns, self.descriptor.key_schema, strict=True)]
+            self._groups.put_many(key_arrays, pa.nulls(len(expired), self.descriptor.value_type))
+            self._num_keys -= len(expired)
+            if names:
+                gone = set(expired)
+                held: dict[str, list[tuple]] = {name: [] for name in names}
+                for name, key, _ in entries:
+                    if name in names and key[:-1] in gone:
+                        held[name].append(key)
+                for name, pairs in held.items():
+                    if pairs:
+                        names[name].forget(pairs)
         self._next_sweep = now + max(self.ttl_ms // 2, 1)
 
-    def snapshot(self, checkpoint_id: int, directory: Path) -> tuple[list[Path], dict[str, int]]:
+    def snapshot(self, checkpoint_id: int, directory: Path) -> tuple[list[Path], dict[str, Any]]:
         """Commit the keyed state as of checkpoint ``checkpoint_id`` and write it to files in
-        ``directory``; return them and the operator's own small state (the number of keys),
-        which the caller stores with the checkpoint."""
+        ``directory``; return them and the operator's own small state (the number of keys, and
+        of (key, value) pairs per COUNT(DISTINCT) argument), which the caller stores with the
+        checkpoint."""
         self.operator_state.commit(checkpoint_id)
         files = self.operator_state.snapshot(directory)
         self._update_state_metrics()
-        return files, {"keys": self._num_keys}
+        return files, {"keys": self._num_keys, "pairs": [d.pairs for d in self._distinct]}
 
-    def restore(self, files: list[Path], meta: dict[str, int], *,
+    def restore(self, files: list[Path], meta: dict[str, Any], *,
                 key_groups: Collection[int] | None = None) -> None:
         """Continue from what ``snapshot`` wrote (the snapshots of several tasks may be given);
         only ``key_groups``, if given: how a task of a rescaled job takes its share."""
         self.operator_state.restore(files, key_groups=key_groups)
-        for d in self._distinct:
-            d.reload()
-        # One snapshot: one file, or the pieces of one incremental chain (sqlite).
-        one = len(files) == 1 or getattr(self.operator_state, "restored_one_chain", False)
-        if key_groups is None and one and "keys" in meta:
+        # One snapshot: the pieces of one chain (sqlite), or one file per state (memory).
+        one = getattr(self.operator_state, "restored_one_chain", None)
+        if one is None:
+            one = len(files) == len(self.descriptors)
+        pairs = meta.get("pairs")
+        if (key_groups is None and one and "keys" in meta and isinstance(pairs, list)
+                and len(pairs) == len(self._distinct)):
             self._num_keys = int(meta["keys"])
+            for d, n in zip(self._distinct, pairs, strict=True):
+                d.pairs = int(n)
         else:
-            # The count in ``meta`` is that of one whole snapshot: count what was kept instead.
+            # The counts in ``meta`` are those of one whole snapshot: count what was kept instead.
             groups = range(self._max_parallelism) if key_groups is None else sorted(set(key_groups))
-            self._num_keys = sum(name == "groups" for g in groups for name, _, _ in self.operator_state.entries(g))
+            held = collections.Counter(name for g in groups for name, _, _ in self.operator_state.entries(g))
+            self._num_keys = held["groups"]
+            for d in self._distinct:
+                d.pairs = held[d.descriptor.name]
         self._update_state_metrics()
 
     def close(self) -> None:
@@ -435,8 +448,7 @@ class GroupAggregateOperator(OperatorBase):
             pairs = pc.filter(pairs, pa.array(counted_somewhere))
         delta = pairs.group_by([*self._keys, _VALUE], use_threads=False).aggregate([(n, "sum") for n in counts])
         delta = delta.rename_columns([c.removesuffix("_sum") for c in delta.column_names])
-        groups = key_groups([delta[k] for k in self._keys], self._max_parallelism)
-        rows, before, after = d.update(delta, groups)
+        rows, before, after = d.update(delta)
         moves = {f"{name}_d": (after[name] > 0).astype(np.int64) - (before[name] > 0).astype(np.int64)
                  for name in counts}
         moved = np.flatnonzero(np.logical_or.reduce([m != 0 for m in moves.values()]))
@@ -594,167 +606,61 @@ class GroupAggregateOperator(OperatorBase):
     def _update_state_metrics(self) -> None:
         self.metrics["state_rows"] = self._num_keys
         self.metrics["state_bytes"] = int(self._num_keys * self._entry_bytes
-                                          + sum(d.table.num_rows() * d.row_bytes for d in self._distinct))
+                                          + sum(d.pairs * d.row_bytes for d in self._distinct))
 
 
 class _DistinctCounts:
-    """The COUNT(DISTINCT) aggregates over one argument column, and the table state of their
-    value counts (see the module docstring): ``aggs`` the aggregates' indices, ``table`` the
-    state once opened.
+    """The COUNT(DISTINCT) aggregates over one argument column, and the value state of their
+    value counts (see the module docstring): ``aggs`` the aggregates' indices, ``state`` the
+    state once opened, ``pairs`` the number of (key, value) pairs it holds.
 
-    Besides the key group, the key columns, ``value`` and the counts ``a<i>``, each row holds
-    ``_hash``, a hash of its key and value (``keygroups.hash_columns``, the same in every
-    process). The rows are runs (namespaces) of count *changes*, each sorted by ``_hash``: a
-    pair's count is the sum over the runs. A batch finds its pairs in each run by binary search
-    on the sorted hashes (the columns are compared too, so pairs whose hashes collide stay
-    apart), adds its own changes as a new run, and the newest two runs are merged — summed per
-    pair, pairs at 0 dropped — while the older is at most twice the newer: a row is rewritten
-    about log(state / batch) times, and a batch costs what it touches, not the whole state.
+    The state's key is the group key's columns and ``value``; its value a struct of one int64
+    per aggregate, ``a<i>``, the number of the key's net rows with that value that the
+    aggregate counts. It files each pair under the key group of the group key alone
+    (``group_fields``), so a rescale moves a key's values with its accumulators. A pair is
+    deleted when every count is back to 0.
     """
 
     def __init__(self, name: str, arg: int, aggs: list[int], keys: list[str], key_schema: pa.Schema,
-                 input_schema: pa.Schema, max_parallelism: int) -> None:
+                 input_schema: pa.Schema) -> None:
         self.arg = arg
         self.aggs = tuple(aggs)
         self.pair = [*keys, _VALUE]
         self.counts = [f"a{i}" for i in aggs]
-        schema = pa.schema([
-            pa.field(KEY_GROUP, pa.int32()),
-            *(pa.field(k, t) for k, t in zip(keys, key_schema.types, strict=True)),
-            pa.field(_VALUE, input_schema.field(arg).type),
-            pa.field(_HASH, pa.uint64()),
-            *(pa.field(c, pa.int64()) for c in self.counts),
-        ])
-        self.descriptor = TableStateDescriptor(name, schema)
-        self.max_parallelism = max_parallelism
-        self.row_bytes = sum(_type_bytes(t) for t in schema.types)
-        self.table: TableState
-        #: (namespace, sorted hashes) per run, oldest (largest) first.
-        self.runs: list[tuple[int, np.ndarray]] = []
-        self._next_namespace = 0
+        pair_schema = pa.schema([*(pa.field(k, t) for k, t in zip(keys, key_schema.types, strict=True)),
+                                 pa.field(_VALUE, input_schema.field(arg).type)])
+        self.fields = [pa.field(c, pa.int64()) for c in self.counts]
+        self.descriptor = ValueStateDescriptor(name, pair_schema, pa.struct(self.fields), group_fields=len(keys))
+        self.row_bytes = sum(_type_bytes(t) for t in [*pair_schema.types, *(f.type for f in self.fields)])
+        self.state: ValueState
+        self.pairs = 0
 
-    def update(self, delta: pa.Table, groups: np.ndarray) -> tuple[pa.Table, dict[str, np.ndarray],
-                                                                      dict[str, np.ndarray]]:
+    def update(self, delta: pa.Table) -> tuple[pa.Table, dict[str, np.ndarray], dict[str, np.ndarray]]:
         """Add ``delta`` (one row per key and value: the key columns, ``value``, and per
-        aggregate ``a<i>`` the net change of its count) to the stored counts and store the
-        change; ``groups`` are the key groups of ``delta``'s keys. Return rows with the key
-        columns and, aligned with them, each aggregate's counts before and after (rows whose
-        counts did not change may be among them)."""
-        hashes = hash_columns([delta[c] for c in self.pair])
-        fresh = pa.table({KEY_GROUP: pa.array(groups), **{c: delta[c] for c in self.pair},
-                          _HASH: pa.array(hashes), **{c: delta[c] for c in self.counts}})
-        n = fresh.num_rows
-        before = {c: np.zeros(n, np.int64) for c in self.counts}
-        # Searched in hash order: the binary searches then walk each run forwards.
-        needles = np.argsort(hashes)
-        wanted = hashes[needles]
-        for namespace, sorted_hashes in self.runs:
-            lo = np.searchsorted(sorted_hashes, wanted, side="left")
-            hi = np.searchsorted(sorted_hashes, wanted, side="right")
-            lengths = hi - lo
-            total = int(lengths.sum())
-            if total == 0:
-                continue
-            probe = needles[np.repeat(np.arange(n, dtype=np.int64), lengths)]
-            rows = np.arange(total, dtype=np.int64) - np.repeat(np.cumsum(lengths) - lengths - lo, lengths)
-            stored = self.table.get(namespace).select([*self.pair, *self.counts]).take(pa.array(rows))
-            same = np.ones(total, dtype=bool)
-            for c in self.pair:
-                same &= _same(_array(pc.take(fresh[c], pa.array(probe))), _array(stored[c]))
-            # A run holds each pair once: a probe meets at most one equal row per run.
-            for c in self.counts:
-                before[c][probe[same]] += stored[c].to_numpy()[same]
-        after = {c: before[c] + fresh[c].to_numpy() for c in self.counts}
-        self._add_run(fresh)
-        while len(self.runs) >= 2 and len(self.runs[-2][1]) <= 2 * len(self.runs[-1][1]):
-            newer = self.table.take(self.runs.pop()[0])
-            older = self.table.take(self.runs.pop()[0])
-            self._add_run(self._merge_runs(pa.concat_tables([t for t in (older, newer) if t is not None])))
-        return fresh, before, after
+        aggregate ``a<i>`` the net change of its count) to the stored counts. Return ``delta``
+        and, aligned with it, each aggregate's counts before and after (rows whose counts did not
+        change may be among them)."""
+        pairs = [_array(delta[c]) for c in self.pair]
+        old = self.state.get_many(pairs)
+        held = old.is_valid().to_numpy(zero_copy_only=False)
+        before = {}
+        for field, c in zip(old.flatten(), self.counts, strict=True):
+            before[c] = np.where(held, field.fill_null(0).to_numpy(zero_copy_only=False), 0)
+        after = {c: before[c] + _array(delta[c]).to_numpy(zero_copy_only=False) for c in self.counts}
+        alive = np.logical_or.reduce([a != 0 for a in after.values()])
+        if alive.any() or held.any():
+            values = pa.StructArray.from_arrays([pa.array(after[c]) for c in self.counts], fields=self.fields,
+                                                mask=pa.array(~alive))
+            self.state.put_many(pairs, values)
+        self.pairs += int(np.count_nonzero(alive)) - int(np.count_nonzero(held))
+        return delta, before, after
 
-    def _merge_runs(self, table: pa.Table) -> pa.Table:
-        """Two runs in one table, as one: sorted by hash (a merge of two sorted runs), a pair in
-        both summed into one row. Each run holds a pair once, so equal pairs are neighbours with
-        equal hashes; should equal hashes hold different pairs, the pairs are grouped instead."""
-        table = table.combine_chunks()
-        hashes = table[_HASH].to_numpy()
-        order = np.argsort(hashes, kind="stable")
-        hashes = hashes[order]
-        repeat = np.zeros(len(order), dtype=bool)
-        repeat[1:] = hashes[1:] == hashes[:-1]
-        second = np.flatnonzero(repeat)
-        if len(second) == 0:
-            return table.take(pa.array(order))
-        if repeat[second - 1].any():
-            return self._sum_pairs(table)  # three rows of one hash: a collision
-        a, b = pa.array(order[second]), pa.array(order[second - 1])
-        for c in self.pair:
-            if not _same(_array(pc.take(table[c], a)), _array(pc.take(table[c], b))).all():
-                return self._sum_pairs(table)
-        merged = table.take(pa.array(order[~repeat]))
-        # The first of each repeated pair is at position (its sorted index - repeats before it).
-        first = second - 1 - np.arange(len(second))
-        for c in self.counts:
-            counts = merged[c].to_numpy().copy()
-            counts[first] += table[c].to_numpy()[order[second]]
-            merged = merged.set_column(merged.schema.get_field_index(c), c, pa.array(counts))
-        return merged
-
-    def forget(self, keys: list[pa.Array]) -> None:
-        """Drop the value counts of the keys ``keys`` (one array per key column): one pass over
-        the runs, found by the hash of the key columns and confirmed by comparing them."""
-        gone_hash = hash_columns(keys, len(keys[0]))
-        names = self.pair[:-1]
-        for i, (namespace, sorted_hashes) in enumerate(self.runs):
-            table = self.table.take(namespace)
-            if table is None:
-                continue
-            position = pc.index_in(pa.array(hash_columns([table[k] for k in names], table.num_rows)),
-                                   value_set=pa.array(gone_hash))
-            hit = np.flatnonzero(pc.is_valid(position).to_numpy(zero_copy_only=False))
-            drop = np.zeros(table.num_rows, dtype=bool)
-            if len(hit):
-                at = pa.array(pc.take(position, pa.array(hit)).to_numpy(zero_copy_only=False))
-                same = np.ones(len(hit), dtype=bool)
-                for k, values in zip(names, keys, strict=True):
-                    same &= _same(_array(pc.take(table[k], pa.array(hit))), _array(pc.take(values, at)))
-                drop[hit[same]] = True
-            kept = table.filter(pa.array(~drop)) if drop.any() else table
-            if kept.num_rows:
-                self.table.add(namespace, kept)
-            self.runs[i] = (namespace, sorted_hashes[~drop])
-        self.runs = [(ns, h) for ns, h in self.runs if len(h)]
-
-    def reload(self) -> None:
-        """After a restore: every stored row (the runs of one or several snapshots, perhaps
-        filtered by key group) summed into one run."""
-        parts = [t for ns in list(self.table.namespaces()) if (t := self.table.take(ns)) is not None and t.num_rows]
-        self.runs = []
-        self._next_namespace = 0
-        if parts:
-            self._add_run(self._sum_pairs(pa.concat_tables(parts)))
-
-    def _sum_pairs(self, table: pa.Table) -> pa.Table:
-        """One row per pair of ``table``, its counts summed (the key group and hash follow from
-        the pair: carried along, not grouped by)."""
-        merged = table.group_by(self.pair, use_threads=False).aggregate(
-            [(c, "sum") for c in self.counts] + [(KEY_GROUP, "min"), (_HASH, "min")])
-        return pa.table({KEY_GROUP: merged[f"{KEY_GROUP}_min"], **{c: merged[c] for c in self.pair},
-                         _HASH: merged[f"{_HASH}_min"], **{c: merged[f"{c}_sum"] for c in self.counts}})
-
-    def _add_run(self, table: pa.Table) -> None:
-        """Store the rows of ``table`` whose counts are not all 0 as a new run, sorted by hash."""
-        kept = np.logical_or.reduce([table[c].to_numpy() != 0 for c in self.counts])
-        hashes = table[_HASH].to_numpy()
-        order = np.flatnonzero(kept)
-        order = order[np.argsort(hashes[order], kind="stable")]
-        if not len(order):
-            return
-        run = table.take(pa.array(order)).cast(self.descriptor.schema).combine_chunks()
-        namespace = self._next_namespace
-        self._next_namespace += 1
-        self.table.add(namespace, run)
-        self.runs.append((namespace, hashes[order]))
+    def forget(self, pairs: list[tuple]) -> None:
+        """Delete the pairs ``pairs`` (key tuples of the state)."""
+        columns = list(zip(*pairs, strict=True))
+        arrays = [pa.array(c, f.type) for c, f in zip(columns, self.descriptor.key_schema, strict=True)]
+        self.state.put_many(arrays, pa.nulls(len(pairs), self.descriptor.value_type))
+        self.pairs -= len(pairs)
 
 
 # -- vectorized helpers -----------------------------------------------------------------------

@@ -107,19 +107,31 @@ def _check_name(instance: object, attribute: attrs.Attribute, name: str) -> None
         raise ValueError(f"{type(instance).__name__} needs a non-empty name")
 
 
+def _check_group_fields(instance: ValueStateDescriptor, attribute: attrs.Attribute, n: int | None) -> None:
+    if n is not None and not 1 <= n <= len(instance.key_schema):
+        raise ValueError(f"group_fields must be between 1 and the {len(instance.key_schema)} key field(s), got {n}")
+
+
 @attrs.frozen
 class ValueStateDescriptor:
-    """One value of ``value_type`` per key of ``key_schema``."""
+    """One value of ``value_type`` per key of ``key_schema``.
+
+    A key's key group is that of its whole tuple, or, with ``group_fields`` = n, that of its
+    first n fields: the keys that share those fields then stay together in one key group
+    whatever their other fields (how a COUNT(DISTINCT) files its (key, value) pairs under the
+    key's group, so that a rescale moves a key's values with it)."""
 
     name: str = attrs.field(validator=_check_name)
     key_schema: pa.Schema = attrs.field(converter=_to_key_schema, validator=_check_key_schema)
     value_type: pa.DataType
+    group_fields: int | None = attrs.field(default=None, validator=_check_group_fields, kw_only=True)
 
     kind = "value"
 
     def signature(self) -> str:
         """The kind and types, as stored with the data and compared on restore."""
-        return f"value key=<{_schema_text(self.key_schema)}> value={self.value_type}"
+        grouped = "" if self.group_fields is None else f" grouped by {self.group_fields}"
+        return f"value key=<{_schema_text(self.key_schema)}>{grouped} value={self.value_type}"
 
 
 def _check_table_schema(instance: object, attribute: attrs.Attribute, schema: pa.Schema) -> None:
@@ -352,11 +364,13 @@ def lookup(operator_id: str, descriptors: dict[str, StateDescriptor], name: str,
 class KeyHelper:
     """Normalizes keys of one key schema and computes their key groups."""
 
-    def __init__(self, key_schema: pa.Schema, max_parallelism: int) -> None:
+    def __init__(self, key_schema: pa.Schema, max_parallelism: int, group_fields: int | None = None) -> None:
         self.schema = key_schema
         self.types = key_schema.types
         self.width = len(self.types)
         self.max_parallelism = max_parallelism
+        #: How many leading fields decide the key group (``ValueStateDescriptor.group_fields``).
+        self.grouped = self.width if group_fields is None else group_fields
         self._floats = [i for i, t in enumerate(self.types) if pa.types.is_floating(t)]
 
     def key(self, key: Any) -> Key:
@@ -376,7 +390,7 @@ class KeyHelper:
 
     def group(self, key: Key) -> int:
         """The key group of one canonical key."""
-        columns = [codec.from_pylist([v], t) for v, t in zip(key, self.types, strict=True)]
+        columns = [codec.from_pylist([v], t) for v, t in zip(key[: self.grouped], self.types, strict=False)]
         return int(key_groups(columns, self.max_parallelism)[0])
 
     def columns(self, keys: KeyColumns) -> list[pa.Array]:
@@ -400,7 +414,7 @@ class KeyHelper:
     def batch(self, keys: KeyColumns) -> tuple[list[Key], np.ndarray]:
         """The canonical key tuples of a batch's rows and their key groups."""
         columns = self.columns(keys)
-        groups = key_groups(columns, self.max_parallelism)
+        groups = key_groups(columns[: self.grouped], self.max_parallelism)
         lists = []
         for i, col in enumerate(columns):
             values = codec.to_pylist(col)

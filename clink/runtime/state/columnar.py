@@ -7,7 +7,8 @@ Layout. Every key the state has seen since its last compaction owns a **slot**, 
 into a set of parallel arrays that grow by doubling:
 
 - ``hashes`` (uint64, ``keygroups.hash_columns`` of the key) and ``groups`` (int32, its key
-  group, derived from the hash as exchanges derive it);
+  group, derived from the hash as exchanges derive it, or from the hash of the key's first
+  ``group_fields`` fields when the state groups by a prefix);
 - ``alive`` (bool): whether the key holds a value. Deleting a key only clears it; the slot keeps
   its key, so a later write of the same key revives the same slot (a tombstone that is found
   again, not a hole in the probe chains);
@@ -41,7 +42,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import pyarrow as pa
@@ -162,6 +163,34 @@ def _ragged_positions(starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
     return np.arange(total, dtype=np.int64) + np.repeat(starts - firsts, lengths)
 
 
+def _same_bytes(a: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray],
+                b: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]) -> np.ndarray:
+    """Pairwise, whether two lists of byte strings, each (starts, lengths, validity, a buffer
+    padded by a word), hold the same values."""
+    at_a, la, valid_a, data_a = a
+    at_b, lb, valid_b, data_b = b
+    same = (valid_a == valid_b) & (la == lb)
+    check = np.flatnonzero(same & (la > 0))
+    if len(check):
+        # Eight bytes at a time: the pairs still equal compare their next word, the last
+        # word of a value masked to its length.
+        at_a, at_b, length = at_a[check], at_b[check], la[check]
+        words_a, words_b = _words(data_a), _words(data_b)
+        pending = np.arange(len(check))
+        offset = 0
+        while len(pending):
+            left = length[pending] - offset
+            x = words_a[at_a[pending] + offset] ^ words_b[at_b[pending] + offset]
+            short = left < _WORD
+            if short.any():
+                x[short] &= (np.uint64(1) << (8 * left[short]).astype(np.uint64)) - np.uint64(1)
+            differ = x != 0
+            same[check[pending[differ]]] = False
+            pending = pending[~differ & (left > _WORD)]
+            offset += _WORD
+    return same
+
+
 # -- key stores -----------------------------------------------------------------------------------
 
 
@@ -187,6 +216,14 @@ class _FixedKey:
         if self.shape:
             return same & (values[rows] == self.values[slots]).all(axis=1)
         return same & (values[rows] == self.values[slots])
+
+    def equal_rows(self, probe: tuple[np.ndarray, np.ndarray], a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        """Whether rows ``a`` and rows ``b`` of one probed batch hold the same key value."""
+        values, valid = probe
+        same = valid[a] == valid[b]
+        if self.shape:
+            return same & (values[a] == values[b]).all(axis=1)
+        return same & (values[a] == values[b])
 
     def append(self, probe: tuple[np.ndarray, np.ndarray], rows: np.ndarray, start: int) -> None:
         end = start + len(rows)
@@ -236,27 +273,13 @@ class _BytesKey:
 
     def equal(self, probe: tuple, rows: np.ndarray, slots: np.ndarray) -> np.ndarray:
         starts, lengths, valid, data = probe
-        la = lengths[rows]
-        same = (valid[rows] == self.valid[slots]) & (la == self.lengths[slots])
-        check = np.flatnonzero(same & (la > 0))
-        if len(check):
-            # Eight bytes at a time: the pairs still equal compare their next word, the last
-            # word of a value masked to its length.
-            at_a, at_b, length = starts[rows[check]], self.starts[slots[check]], la[check]
-            words_a, words_b = _words(data), _words(self.data)
-            pending = np.arange(len(check))
-            offset = 0
-            while len(pending):
-                left = length[pending] - offset
-                x = words_a[at_a[pending] + offset] ^ words_b[at_b[pending] + offset]
-                short = left < _WORD
-                if short.any():
-                    x[short] &= (np.uint64(1) << (8 * left[short]).astype(np.uint64)) - np.uint64(1)
-                differ = x != 0
-                same[check[pending[differ]]] = False
-                pending = pending[~differ & (left > _WORD)]
-                offset += _WORD
-        return same
+        return _same_bytes((starts[rows], lengths[rows], valid[rows], data),
+                           (self.starts[slots], self.lengths[slots], self.valid[slots], self.data))
+
+    def equal_rows(self, probe: tuple, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        """Whether rows ``a`` and rows ``b`` of one probed batch hold the same key value."""
+        starts, lengths, valid, data = probe
+        return _same_bytes((starts[a], lengths[a], valid[a], data), (starts[b], lengths[b], valid[b], data))
 
     def append(self, probe: tuple, rows: np.ndarray, start: int) -> None:
         starts, lengths, valid, data = probe
@@ -426,6 +449,33 @@ class _ArrowColumn:
         self.total = 0
 
 
+class _Hashes(NamedTuple):
+    """A batch's key hashes, and the hashes that give their key groups when those are of a
+    prefix of the key (else None)."""
+
+    key: np.ndarray
+    group: np.ndarray | None
+
+
+def _distinct_rows(columns: list[pa.Array]) -> tuple[np.ndarray, np.ndarray]:
+    """A dense id per row, equal for rows whose values are all equal (as Arrow's dictionary
+    encoding compares them), and the first row of each id."""
+    n = len(columns[0])
+    ids = np.zeros(n, dtype=np.int64)
+    cardinality = 1
+    for col in columns:
+        encoded = pc.dictionary_encode(col, null_encoding="encode")
+        size = max(len(encoded.dictionary), 1)
+        if cardinality * size >= 2**62:
+            _, ids = np.unique(ids, return_inverse=True)
+            ids = ids.reshape(-1)
+            cardinality = int(ids.max()) + 1 if n else 1
+        ids = ids * size + encoded.indices.to_numpy(zero_copy_only=False).astype(np.int64)
+        cardinality *= size
+    _, firsts, inverse = np.unique(ids, return_index=True, return_inverse=True)
+    return inverse.reshape(-1), firsts
+
+
 def _value_store(t: pa.DataType) -> _FixedColumn | _ArrowColumn:
     width = _fixed_width(t)
     return _ArrowColumn(t) if width is None else _FixedColumn(t, width)
@@ -440,8 +490,10 @@ class ColumnarValues:
     array of exactly ``value_type``."""
 
     def __init__(self, key_types: Sequence[pa.DataType], value_type: pa.DataType,
-                 max_parallelism: int) -> None:
+                 max_parallelism: int, *, group_fields: int | None = None) -> None:
         self.key_types = list(key_types)
+        #: The key fields whose hash gives the key group (None: all of them, the key's hash).
+        self.group_fields = None if group_fields == len(self.key_types) else group_fields
         self.value_type = value_type
         self.max_parallelism = max_parallelism
         self.struct = pa.types.is_struct(value_type)
@@ -454,13 +506,20 @@ class ColumnarValues:
         self.hashes = np.zeros(0, dtype=np.uint64)
         self.groups = np.zeros(0, dtype=np.int32)
         self.alive = np.zeros(0, dtype=bool)
-        self.keys = [_key_store(t) for t in self.key_types]
+        if self.group_fields is None:
+            #: The distinct values of the grouping fields (see ``_prefix_ids``), when not all.
+            self.prefix: ColumnarValues | None = None
+            self.keys = [_key_store(t) for t in self.key_types]
+        else:
+            n = self.group_fields
+            self.prefix = ColumnarValues(self.key_types[:n], pa.bool_(), self.max_parallelism)
+            self.keys = [_FixedKey(pa.int64(), 8), *(_key_store(t) for t in self.key_types[n:])]
         types = [f.type for f in self.fields] if self.struct else [self.value_type]
         self.columns = [_value_store(t) for t in types]
         self.index = np.full(_MIN_INDEX, _EMPTY, dtype=np.int32)
         self._stamp = np.zeros(0, dtype=np.int32)
         #: The key arrays of the last ``get``, their hashes, probes and slots (see ``put``).
-        self._last_read: tuple[list[pa.Array], np.ndarray, list[Any], np.ndarray] | None = None
+        self._last_read: tuple[list[pa.Array], _Hashes, list[Any], np.ndarray] | None = None
 
     def __len__(self) -> int:
         return self.live
@@ -551,17 +610,38 @@ class ColumnarValues:
         return np.flatnonzero(self.alive[: self.used])
 
     def key_arrays(self, slots: np.ndarray) -> list[pa.Array]:
-        return [k.array(slots) for k in self.keys]
+        if self.prefix is None:
+            return [k.array(slots) for k in self.keys]
+        ids = self.keys[0].values[slots]
+        return [*self.prefix.key_arrays(ids), *(k.array(slots) for k in self.keys[1:])]
 
     def value_array(self, slots: np.ndarray) -> pa.Array:
         return self._values(slots, None)
 
     # -- internals -------------------------------------------------------------------------------
 
-    def _probe(self, keys: list[pa.Array]) -> tuple[np.ndarray, list[Any]]:
-        # Looked up at call time, so a test can replace the hash to force collisions.
-        hashes = keygroups.hash_columns(keys, len(keys[0]))
-        return hashes, [store.probe(arr) for store, arr in zip(self.keys, keys, strict=True)]
+    def _probe(self, keys: list[pa.Array]) -> tuple[_Hashes, list[Any]]:
+        if self.prefix is None:
+            # Looked up at call time, so a test can replace the hash to force collisions.
+            hashes = _Hashes(keygroups.hash_columns(keys, len(keys[0])), None)
+            return hashes, [store.probe(arr) for store, arr in zip(self.keys, keys, strict=True)]
+        n = self.group_fields
+        ids, group_hashes = self.prefix._prefix_ids(keys[:n])
+        rest = keys[n:]
+        hashes = _Hashes(keygroups.extend_hashes(group_hashes, rest), group_hashes)
+        probes = [(ids, np.ones(len(ids), dtype=bool)),
+                  *(store.probe(arr) for store, arr in zip(self.keys[1:], rest, strict=True))]
+        return hashes, probes
+
+    def _prefix_ids(self, columns: list[pa.Array]) -> tuple[np.ndarray, np.ndarray]:
+        """For a store that holds the grouping fields of another: each row's slot (the rows'
+        values added if new) and hash. Each distinct row of the batch is hashed and looked up
+        once, and every row gets its answer."""
+        rows, firsts = _distinct_rows(columns)
+        columns = [c.take(pa.array(firsts)) for c in columns]
+        hashes, probes = self._probe(columns)
+        slots = self._find(hashes, probes, np.arange(len(firsts), dtype=np.int64), insert=True)
+        return slots[rows], hashes.key[rows]
 
     def _values(self, slots: np.ndarray, found: np.ndarray | None) -> pa.Array:
         if self.used == 0:
@@ -573,22 +653,42 @@ class ColumnarValues:
         mask = None if found is None else pa.array(~found)
         return pa.StructArray.from_arrays(arrays, fields=self.fields, mask=mask)
 
-    def _equal(self, probes: list[Any], rows: np.ndarray, slots: np.ndarray) -> np.ndarray:
+    def _equal(self, probes: list[Any], rows: np.ndarray, slots: np.ndarray,
+               first_new: int | None = None, new_rows: np.ndarray | None = None) -> np.ndarray:
+        """Whether each of ``rows`` holds the key of its slot. Slots from ``first_new`` on were
+        claimed by this batch and hold no key yet: row ``new_rows[slot - first_new]`` has it."""
         same = np.ones(len(rows), dtype=bool)
+        fresh = None if first_new is None else np.flatnonzero(slots >= first_new)
+        if fresh is None or not len(fresh):
+            for store, probe in zip(self.keys, probes, strict=True):
+                same &= store.equal(probe, rows, slots)
+            return same
+        assert new_rows is not None
+        old = np.flatnonzero(slots < first_new)
+        owners = new_rows[slots[fresh] - first_new]
         for store, probe in zip(self.keys, probes, strict=True):
-            same &= store.equal(probe, rows, slots)
+            if len(old):
+                same[old] &= store.equal(probe, rows[old], slots[old])
+            same[fresh] &= store.equal_rows(probe, rows[fresh], owners)
         return same
 
-    def _find(self, hashes: np.ndarray, probes: list[Any], rows: np.ndarray, *, insert: bool) -> np.ndarray:
+    def _find(self, hashes: _Hashes, probes: list[Any], rows: np.ndarray, *, insert: bool) -> np.ndarray:
         """The slot of each of ``rows``' keys (-1 if absent); with ``insert``, an absent key gets
-        a new slot (rows with one key share it). Vectorized rounds of linear probing."""
+        a new slot (rows with one key share it). Vectorized rounds of linear probing.
+
+        A slot claimed during the rounds gets its hash and key group at once (later rounds
+        compare hashes), but its key only after the last round, in one append per key field:
+        until then a row that meets it is compared with the row that claimed it."""
         result = np.full(len(rows), _EMPTY, dtype=np.int64)
         if insert:
             self._reserve(self.used + len(rows))
+        first_new = self.used
+        claimed: list[np.ndarray] = []  # per round, the rows (of the batch) that took new slots
+        new_rows = np.zeros(0, dtype=np.int64)
         index = self.index
         mask = np.uint64(len(index) - 1)
         pending = np.arange(len(rows), dtype=np.int64)  # positions into ``rows``
-        wanted = hashes[rows]
+        wanted = hashes.key[rows]
         position = (wanted & mask).astype(np.int64)
         while len(pending):
             at = position[pending]
@@ -601,7 +701,11 @@ class ColumnarValues:
                 same_hash = self.hashes[slots] == wanted[pending[candidates]]
                 candidates, slots = candidates[same_hash], slots[same_hash]
                 if len(candidates):
-                    equal = self._equal(probes, rows[pending[candidates]], slots)
+                    if claimed and len(claimed[-1]):
+                        new_rows = np.concatenate(claimed) if len(claimed) > 1 else claimed[0]
+                        claimed = [new_rows]
+                    equal = self._equal(probes, rows[pending[candidates]], slots,
+                                        first_new if len(new_rows) else None, new_rows)
                     hits = candidates[equal]
                     result[pending[hits]] = slots[equal]
                     done[hits] = True
@@ -613,7 +717,8 @@ class ColumnarValues:
                     index[claim_at] = marker
                     won = index[claim_at] == marker
                     winners, winner_at = claim[won], claim_at[won]
-                    new = self._add(hashes, probes, rows[winners])
+                    new = self._claim(hashes, rows[winners])
+                    claimed.append(rows[winners])
                     index[winner_at] = new
                     result[winners] = new
                     done[empty[won]] = True
@@ -624,18 +729,22 @@ class ColumnarValues:
             advance = occupied & ~done
             position[pending[advance]] = (at[advance] + 1) & int(mask)
             pending = pending[~done]
+        if self.used > first_new:
+            added = np.concatenate(claimed) if len(claimed) > 1 else claimed[0]
+            for store, probe in zip(self.keys, probes, strict=True):
+                store.append(probe, added, first_new)
         return result
 
-    def _add(self, hashes: np.ndarray, probes: list[Any], rows: np.ndarray) -> np.ndarray:
-        """New slots, not alive yet, for the keys of ``rows`` (room already reserved)."""
+    def _claim(self, hashes: _Hashes, rows: np.ndarray) -> np.ndarray:
+        """New slots, not alive yet, for the keys of ``rows`` (room already reserved): their
+        hashes and key groups; ``_find`` appends their keys."""
         start = self.used
         end = start + len(rows)
-        h = hashes[rows]
+        h = hashes.key[rows]
         self.hashes[start:end] = h
-        self.groups[start:end] = group_of_hash(h, self.max_parallelism)
+        grouping = h if hashes.group is None else hashes.group[rows]
+        self.groups[start:end] = group_of_hash(grouping, self.max_parallelism)
         self.alive[start:end] = False
-        for store, probe in zip(self.keys, probes, strict=True):
-            store.append(probe, rows, start)
         self.used = end
         return np.arange(start, end, dtype=np.int64)
 
@@ -677,6 +786,14 @@ class ColumnarValues:
         for column in self.columns:
             column.keep(live)
         self.used = self.live = len(live)
+        if self.prefix is not None:
+            # The grouping fields' store drops the values no live key holds any more.
+            ids = self.keys[0].values[: self.used]
+            held, inverse = np.unique(ids, return_inverse=True)
+            prefix = ColumnarValues(self.prefix.key_types, pa.bool_(), self.max_parallelism)
+            renumbered, _ = prefix._prefix_ids(self.prefix.key_arrays(held))
+            self.keys[0].values[: self.used] = renumbered[inverse.reshape(-1)]
+            self.prefix = prefix
         self._rebuild_index(max(_MIN_INDEX, 1 << math.ceil(math.log2(4 * max(self.used, 1)))))
 
     def _last_of_each(self, slots: np.ndarray) -> np.ndarray:

@@ -14,7 +14,7 @@ import pyarrow as pa
 
 from clink.runtime import compute as pc
 
-__all__ = ["DEFAULT_MAX_PARALLELISM", "group_of_hash", "hash_columns", "key_groups"]
+__all__ = ["DEFAULT_MAX_PARALLELISM", "extend_hashes", "group_of_hash", "hash_columns", "key_groups"]
 
 #: How many key groups keyed state is divided into unless the job says otherwise.
 DEFAULT_MAX_PARALLELISM = 128
@@ -107,6 +107,28 @@ def _hash_binary(arr: pa.Array) -> np.ndarray:
     return _mix(row_sums ^ _mix(lengths.view(np.uint64)))
 
 
+#: Rows from which a string column is checked for repeated values, and how many are sampled.
+_REPEATS_FROM, _REPEATS_SAMPLE = 4096, 1024
+
+
+def _repeats(arr: pa.Array) -> bool:
+    """Whether a long column of strings seems to repeat its values (its leading rows hold at
+    most half as many distinct values as rows): hashing its distinct values once then pays."""
+    if len(arr) < _REPEATS_FROM:
+        return False
+    return pc.count_distinct(arr.slice(0, _REPEATS_SAMPLE)).as_py() <= _REPEATS_SAMPLE // 2
+
+
+def _hash_repeated(arr: pa.Array) -> np.ndarray:
+    """``_hash_binary`` of a column of repeated values: each distinct value hashed once (a
+    channel or a country name over a whole batch). NULLs get their hash in ``_hash_array``."""
+    encoded = pc.dictionary_encode(arr)
+    indices = encoded.indices.fill_null(0).to_numpy(zero_copy_only=False)
+    if not len(encoded.dictionary):
+        return np.zeros(len(arr), dtype=np.uint64)
+    return _hash_binary(encoded.dictionary)[indices]
+
+
 def _hash_array(arr: pa.Array) -> np.ndarray:
     t = arr.type
     if pa.types.is_dictionary(t):
@@ -124,7 +146,7 @@ def _hash_array(arr: pa.Array) -> np.ndarray:
     elif pa.types.is_decimal(t) or pa.types.is_fixed_size_binary(t):
         h = _hash_words(arr, t.byte_width)
     elif pa.types.is_string(t) or pa.types.is_binary(t) or pa.types.is_large_string(t) or pa.types.is_large_binary(t):
-        h = _hash_binary(arr)
+        h = _hash_repeated(arr) if _repeats(arr) else _hash_binary(arr)
     else:
         raise TypeError(f"cannot hash a key column of type {t}: use a scalar type (number, string, "
                         "timestamp, boolean, decimal, binary) as a grouping key")
@@ -152,6 +174,15 @@ def hash_columns(columns: Sequence[pa.Array | pa.ChunkedArray], num_rows: int | 
         lengths = np.diff(np.append(starts, len(arrays[0])))
         return np.repeat(_hash_rows([pc.take(a, firsts) for a in arrays]), lengths)
     return _hash_rows(arrays)
+
+
+def extend_hashes(hashes: np.ndarray, columns: Sequence[pa.Array | pa.ChunkedArray]) -> np.ndarray:
+    """Given ``hashes``, the ``hash_columns`` of some leading columns, the ``hash_columns`` of
+    those columns followed by ``columns`` (a tuple's hash is built column by column, so a
+    prefix hashed once, by its distinct values, serves every row that holds it)."""
+    arrays = [(col.combine_chunks() if col.num_chunks != 1 else col.chunk(0)) if isinstance(col, pa.ChunkedArray)
+              else col for col in columns]
+    return _hash_rows(arrays, hashes)
 
 
 #: Rows below which looking for runs does not pay.
@@ -187,8 +218,9 @@ def _run_starts(arrays: list[pa.Array]) -> np.ndarray | None:
     return np.concatenate([[0], np.flatnonzero(changed) + 1])
 
 
-def _hash_rows(arrays: list[pa.Array]) -> np.ndarray:
-    h: np.ndarray | None = None
+def _hash_rows(arrays: list[pa.Array], h: np.ndarray | None = None) -> np.ndarray:
+    """The hash of each row's tuple of ``arrays``; continuing from ``h``, that of the leading
+    columns, if given."""
     for col in arrays:
         c = _hash_array(col)
         # boost::hash_combine, widened to 64 bits: the order of the columns matters.

@@ -76,8 +76,9 @@ class _MemoryValueState(ValueState):
 
     def __init__(self, descriptor: ValueStateDescriptor, max_parallelism: int) -> None:
         self.descriptor = descriptor
-        self.keys = KeyHelper(descriptor.key_schema, max_parallelism)
-        self.store = ColumnarValues(descriptor.key_schema.types, descriptor.value_type, max_parallelism)
+        self.keys = KeyHelper(descriptor.key_schema, max_parallelism, descriptor.group_fields)
+        self.store = ColumnarValues(descriptor.key_schema.types, descriptor.value_type, max_parallelism,
+                                    group_fields=descriptor.group_fields)
 
     def clear_all(self) -> None:
         self.store.clear()
