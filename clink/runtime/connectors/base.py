@@ -27,6 +27,7 @@ __all__ = [
     "SinkWriter",
     "SourceReader",
     "TableSpec",
+    "widen_struct",
 ]
 
 
@@ -259,3 +260,12 @@ class Connector:
 
     def options_for(self, role: str) -> tuple[OptionSpec, ...]:
         return self.source_options if role == "source" else self.sink_options
+
+
+def widen_struct(arr: pa.StructArray, t: pa.StructType) -> pa.StructArray:
+    """``arr``, a struct of some of ``t``'s fields, as a ``t``: the fields it lacks are null (what
+    a source gives for the ROW fields no query reads, ``TableSpec.fields``)."""
+    present = {arr.type.field(i).name: i for i in range(arr.type.num_fields)}
+    children = [arr.field(present[c.name]) if c.name in present else pa.nulls(len(arr), c.type) for c in t]
+    mask = arr.is_null() if arr.null_count else None
+    return pa.StructArray.from_arrays(children, fields=list(t), mask=mask)

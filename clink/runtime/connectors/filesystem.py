@@ -56,6 +56,7 @@ from clink.runtime.connectors.base import (
     SinkWriter,
     SourceReader,
     TableSpec,
+    widen_struct,
 )
 from clink.runtime.connectors.shares import DONE, Progress, merge, share_of
 from clink.runtime.connectors.text import concatenated, join_list_text
@@ -782,14 +783,6 @@ class FileSourceReader(SourceReader):
         finally:
             file.close()
             _close_input(source)
-
-
-def widen_struct(arr: pa.StructArray, t: pa.StructType) -> pa.StructArray:
-    """``arr``, a struct of some of ``t``'s fields, as a ``t``: the fields it lacks are null."""
-    present = {arr.type.field(i).name: i for i in range(arr.type.num_fields)}
-    children = [arr.field(present[c.name]) if c.name in present else pa.nulls(len(arr), c.type) for c in t]
-    mask = arr.is_null() if arr.null_count else None
-    return pa.StructArray.from_arrays(children, fields=list(t), mask=mask)
 
 
 _NOT_BLANK = re.compile(rb"[^ \t\r\n]")

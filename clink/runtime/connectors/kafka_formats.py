@@ -20,7 +20,8 @@ import pyarrow.csv as pa_csv
 import pyarrow.json as pa_json
 
 from clink.runtime import compute as pc
-from clink.runtime.connectors.filesystem import BadValue, cast_text, json_text, widen_struct
+from clink.runtime.connectors.base import widen_struct
+from clink.runtime.connectors.filesystem import BadValue, cast_text, json_text
 
 __all__ = ["FORMATS", "decode", "encode", "format_problem"]
 

@@ -34,7 +34,7 @@ import pyarrow as pa
 
 from clink.errors import ConnectorError
 from clink.runtime import compute as pc
-from clink.runtime.connectors.base import Connector, OptionSpec, TableSpec
+from clink.runtime.connectors.base import Connector, OptionSpec, TableSpec, widen_struct
 from clink.runtime.connectors.blocks import BlockReader
 
 if TYPE_CHECKING:
@@ -625,8 +625,16 @@ class NexmarkReader(BlockReader):
             raise ConnectorError(f"table {spec.name!r}: {problem}")
         self._config = config
         self._schema = spec.schema
-        self._columns = {f.name: (tuple(c.name for c in f.type) if pa.types.is_struct(f.type) else None)
-                         for f in spec.schema}
+        #: Per column, the ROW fields generated: those the plan reads (``TableSpec.fields``); the
+        #: others are null. A query of bids alone then makes no people or auctions (the table's
+        #: event time reads their ``dateTime``, which is the event's timestamp).
+        self._columns: dict[str, tuple[str, ...] | None] = {}
+        for f in spec.schema:
+            if pa.types.is_struct(f.type):
+                read = spec.fields.get(f.name)
+                self._columns[f.name] = tuple(c.name for c in f.type if read is None or c.name in read)
+            else:
+                self._columns[f.name] = None
         self._generator = NexmarkGenerator(config)
         self._start_blocks(batch_size=config.batch_size, total=config.events,
                            rate=config.rate if config.rate_limited else None, clock=ctx.clock,
@@ -634,7 +642,9 @@ class NexmarkReader(BlockReader):
 
     def _make_block(self, index: int, rows: int) -> pa.RecordBatch:
         arrays = self._generator.block(index, self._columns)
-        return pa.RecordBatch.from_arrays([arrays[f.name] for f in self._schema], schema=self._schema)
+        columns = [arrays[f.name] if arrays[f.name].type == f.type else widen_struct(arrays[f.name], f.type)
+                   for f in self._schema]
+        return pa.RecordBatch.from_arrays(columns, schema=self._schema)
 
 
 NEXMARK = Connector(
