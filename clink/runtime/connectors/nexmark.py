@@ -449,9 +449,9 @@ class NexmarkGenerator:
             mask = kind == code
             rng = np.random.default_rng([self._seed, index, code])
             struct_type = pa.struct([NEXMARK_SCHEMA.field(name).type.field(f) for f in fields])
-            if code != BID and set(fields) <= {"dateTime"}:
+            if set(fields) <= {"dateTime"}:
                 # Every event's time is its timestamp: a query that reads only the dateTime of
-                # people or auctions (the table's computed event time does) needs no generation.
+                # a kind (the table's computed event time does) needs no generation.
                 children = [self._full(ids.timestamps, child.type) for child in struct_type]
             elif code == BID:
                 # Bids are most events: computed for every row (the others are null), with no scatter.
@@ -562,20 +562,27 @@ class NexmarkGenerator:
 
     def _bids(self, rng: np.random.Generator, ids: _Ids, wanted: set[str], mask: np.ndarray) -> dict:
         config = self.config
+        # Every draw is made whatever is wanted, so that each field's values do not depend on
+        # which others are read; only the work of turning them into fields is skipped.
         u = rng.random((4, len(ids.events)), dtype=np.float32)
         price_u = rng.random(len(ids.events))
-        # Auction: hot (the first of the newest block of 100), or one of the last 100 or up to 10 ahead.
-        auction_u = u[0] * config.hot_auctions
-        recent = np.minimum(ids.last_auction, NUM_IN_FLIGHT_AUCTIONS)
-        some_auction = ids.last_auction - recent + (auction_u * (recent + 1 + ID_LEAD)).astype(np.int64)
-        auction = _blend(auction_u >= 1, (ids.last_auction // HOT_RATIO) * HOT_RATIO, some_auction)
-        # Bidder: hot (the second of the newest block of 100 people, so that hot bidders are not
-        # hot sellers), or a random active person.
-        bidder_u = u[1] * config.hot_bidders
-        bidder = _blend(bidder_u >= 1, (ids.last_person // HOT_RATIO) * HOT_RATIO + 1,
-                        self._some_person(bidder_u, ids.last_person))
-        out: dict = {"auction": auction + FIRST_AUCTION_ID, "bidder": bidder + FIRST_PERSON_ID,
-                     "price": _prices(price_u), "dateTime": ids.timestamps}
+        out: dict = {"dateTime": ids.timestamps}
+        if "auction" in wanted:
+            # Hot (the first of the newest block of 100), or one of the last 100 or up to 10 ahead.
+            auction_u = u[0] * config.hot_auctions
+            recent = np.minimum(ids.last_auction, NUM_IN_FLIGHT_AUCTIONS)
+            some_auction = ids.last_auction - recent + (auction_u * (recent + 1 + ID_LEAD)).astype(np.int64)
+            auction = _blend(auction_u >= 1, (ids.last_auction // HOT_RATIO) * HOT_RATIO, some_auction)
+            out["auction"] = auction + FIRST_AUCTION_ID
+        if "bidder" in wanted:
+            # Hot (the second of the newest block of 100 people, so that hot bidders are not hot
+            # sellers), or a random active person.
+            bidder_u = u[1] * config.hot_bidders
+            bidder = _blend(bidder_u >= 1, (ids.last_person // HOT_RATIO) * HOT_RATIO + 1,
+                            self._some_person(bidder_u, ids.last_person))
+            out["bidder"] = bidder + FIRST_PERSON_ID
+        if "price" in wanted:
+            out["price"] = _prices(price_u)
         if "channel" in wanted or "url" in wanted:
             # Half the bids come from one of the hot channels, the rest from one of 10,000.
             channel_u = u[2] * 2
@@ -586,7 +593,8 @@ class NexmarkGenerator:
                 out["channel"] = _offsets_and_data(self._channels.take(index))
             if "url" in wanted:
                 out["url"] = _offsets_and_data(self._urls.take(index))
-        out["extra"] = self._extra(rng, u[3], _BID_FIXED_SIZE, config.avg_sizes[BID], keep=mask)
+        if "extra" in wanted:
+            out["extra"] = self._extra(rng, u[3], _BID_FIXED_SIZE, config.avg_sizes[BID], keep=mask)
         return out
 
 
