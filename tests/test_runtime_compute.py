@@ -361,3 +361,13 @@ def test_text_with_more_digits_of_a_second_than_the_type_keeps_is_truncated(when
     micros = micros // 10 ** (6 - kept) * 10 ** (6 - kept)
     got = kernels.cast(pa.array([text]), pa.timestamp(unit)).to_pylist()[0]
     assert got == when.replace(microsecond=micros)
+
+
+@given(st.lists(st.integers(0, 2**64 - 1), max_size=200), st.sampled_from(["uint64", "int64", "int32"]))
+def test_sorted_unique_is_numpys_unique(values: list[int], dtype: str) -> None:
+    import numpy as np
+
+    from clink.runtime.kernels import sorted_unique
+
+    array = np.array(values, dtype=np.uint64).astype(dtype)
+    assert sorted_unique(array).tolist() == np.unique(array).tolist()

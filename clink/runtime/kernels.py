@@ -1227,6 +1227,18 @@ def assign_windows(batch: pa.RecordBatch, time: int, spec, zone: str = "UTC") ->
     return pa.RecordBatch.from_arrays(columns, names=names)
 
 
+def sorted_unique(values: np.ndarray) -> np.ndarray:
+    """The distinct values of ``values``, ascending: a sort and a comparison of neighbours (for
+    64-bit hashes several times faster than ``np.unique``, which hashes first)."""
+    ordered = np.sort(values)
+    if len(ordered) < 2:
+        return ordered
+    keep = np.empty(len(ordered), dtype=bool)
+    keep[0] = True
+    np.not_equal(ordered[1:], ordered[:-1], out=keep[1:])
+    return ordered[keep]
+
+
 def group_ids(columns: list[pa.Array | pa.ChunkedArray], num_rows: int) -> tuple[np.ndarray, int]:
     """A dense id (0 .. n-1) per row such that rows get the same id exactly when all ``columns``
     are equal (NULL equals NULL), and the number of ids."""

@@ -48,6 +48,13 @@ def open_state(backend: StateBackend | None, max_parallelism: int, operator_id: 
     return backend.open(operator_id, descriptors)
 
 
+def row_kinds(*runs: tuple[str, int]) -> pa.Array:
+    """A row-kind column of ``(kind, count)`` runs in order (``("-D", 3), ("+I", 5)``): a take
+    from the few kinds, where a column built from Python strings costs a conversion per row."""
+    kinds = pa.array([kind for kind, _ in runs], pa.string())
+    return pc.take(kinds, pa.array(np.repeat(np.arange(len(runs), dtype=np.int32), [n for _, n in runs])))
+
+
 def epoch_ms(col: pa.Array | pa.ChunkedArray) -> np.ndarray:
     """A timestamp column as int64 milliseconds since the epoch; NULL as a time before any
     watermark (such a row can never be placed in time)."""

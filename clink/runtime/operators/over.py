@@ -33,6 +33,7 @@ import numpy as np
 import pyarrow as pa
 
 from clink.runtime import compute as pc
+from clink.runtime import kernels as K
 from clink.runtime.operators.base import OperatorBase
 from clink.runtime.operators.common import epoch_ms, hold, max_parallelism, open_state, set_aside_late, take_ready
 from clink.runtime.operators.rows import KeyedRows, net_pairs, plain_array
@@ -166,7 +167,7 @@ class OverAggregateOperator(OperatorBase):
 
     def _fire_bounded(self, held: pa.Table, khash: np.ndarray, ts: np.ndarray, seq: np.ndarray) -> pa.RecordBatch:
         n_new = held.num_rows
-        probe, stored, ids = self.store.lookup(np.unique(khash))
+        probe, stored, ids = self.store.lookup(K.sorted_unique(khash))
         old = None
         if stored is not None:
             probe, old, _, _ = net_pairs(probe, stored, ids)

@@ -33,7 +33,8 @@ import numpy as np
 import pyarrow as pa
 
 from clink.runtime import compute as pc
-from clink.runtime.operators.common import epoch_ms, max_parallelism, open_state, updating_input
+from clink.runtime import kernels as K
+from clink.runtime.operators.common import epoch_ms, max_parallelism, open_state, row_kinds, updating_input
 from clink.runtime.operators.over import _AGGREGATES, frame_aggregate
 from clink.runtime.operators.rows import KeyedRows, NumberedRowsOperator, plain_array
 from clink.runtime.plan import DELETE, INSERT, ROWKIND_COLUMN, UPDATE_AFTER, UPDATE_BEFORE, UPDATING, ChangelogMode
@@ -104,7 +105,7 @@ class UpdatingOverOperator(NumberedRowsOperator):
         columns = [plain_array(batch.column(i)) for i in range(self.width)]
         khash = hash_columns([columns[p] for p in self.node.partition], n)
         # 1. the live rows of the touched partitions
-        stored, ids = self._live(np.unique(khash))
+        stored, ids = self._live(K.sorted_unique(khash))
         names = [f"c{i}" for i in range(self.width)]
         added = np.flatnonzero(~retract)
         seq = np.arange(self._next_seq, self._next_seq + len(added), dtype=np.int64)
@@ -262,11 +263,8 @@ class UpdatingOverOperator(NumberedRowsOperator):
         for b, a in zip(before, after, strict=True):
             columns.append(pa.concat_arrays([plain_array(b.take(pa.array(retracted))),
                                              plain_array(a.take(pa.array(emitted)))]))
-        kinds = np.concatenate([np.full(len(gone), DELETE, dtype=object), np.full(len(old_side), UPDATE_BEFORE,
-                                                                                  dtype=object),
-                                np.full(len(new_side), UPDATE_AFTER, dtype=object),
-                                np.full(len(came), INSERT, dtype=object)])
-        columns.append(pa.array(kinds, pa.string()))
+        columns.append(row_kinds((DELETE, len(gone)), (UPDATE_BEFORE, len(old_side)), (UPDATE_AFTER, len(new_side)),
+                                 (INSERT, len(came))))
         columns = [plain_array(c) for c in columns]
         columns = [c if c.type == f.type else pc.cast(c, f.type) for c, f in zip(columns, self.node.schema, strict=True)]
         return [pa.RecordBatch.from_arrays(columns, schema=self.node.schema)]

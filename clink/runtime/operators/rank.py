@@ -33,7 +33,8 @@ import numpy as np
 import pyarrow as pa
 
 from clink.runtime import compute as pc
-from clink.runtime.operators.common import max_parallelism, open_state, updating_input
+from clink.runtime import kernels as K
+from clink.runtime.operators.common import max_parallelism, open_state, row_kinds, updating_input
 from clink.runtime.operators.rows import KeyedRows, NumberedRowsOperator, plain_array
 from clink.runtime.plan import APPEND_ONLY, DELETE, INSERT, ROWKIND_COLUMN, UPDATE_AFTER, ChangelogMode
 from clink.runtime.state.backend import OperatorState, StateBackend
@@ -103,7 +104,7 @@ class RankOperator(NumberedRowsOperator):
         columns = [*(batch.column(i) for i in range(self.width)), pa.array(seq)]
         khash = hash_columns([columns[p] for p in self.node.partition], n)
         # 1. the current top rows of the partitions this batch touches
-        touched = np.unique(khash)
+        touched = K.sorted_unique(khash)
         # In any order: they are sorted below with the batch (by partition, order and arrival).
         stored, ids = self._live(touched, ordered=False)
         old_count = 0 if stored is None else stored.num_rows
@@ -113,7 +114,9 @@ class RankOperator(NumberedRowsOperator):
         if old_count:
             old = pa.table([*(plain_array(stored.column(i)) for i in range(self.width + 1)),
                             plain_array(stored.column("_khash"))], names=[*names, "_khash"])
-            both = pa.concat_tables([old, fresh])
+            # One chunk: the sort and every take below read it (a take from two chunks of
+            # strings costs several times one from one).
+            both = pa.concat_tables([old, fresh]).combine_chunks()
         else:
             both = fresh
         both = both.rename_columns([*names[:-1], "_seq", "_khash"])
@@ -153,13 +156,18 @@ class RankOperator(NumberedRowsOperator):
         renumbered = is_old & (rank <= limit) & (old_rank != rank) if self.node.emit_rank else np.zeros(total, bool)
         retract = np.flatnonzero(leaving | renumbered)
         emit = np.flatnonzero(entering | renumbered)
-        out = self._changes(both, retract, old_rank, emit, rank)
+        new = np.flatnonzero(entering)
+        # Without the rank in the output, the rows emitted are the rows entering: taken once.
+        entered = both.take(pa.array(new)) if not self.node.emit_rank and len(new) else None
+        out = self._changes(both, retract, old_rank, emit, rank, entered)
         # 4. the stored top rows follow
         gone = np.flatnonzero(leaving)
         now = int(self.ctx.runtime.clock())
-        new = np.flatnonzero(entering)
         self.remove(both, gone, ids, now)
-        self.rows.store_rows(both, new, 1, now)
+        if entered is not None:
+            self.rows.store_rows(entered, None, 1, now)
+        else:
+            self.rows.store_rows(both, new, 1, now)
         self._update_state_metrics()
         return out
 
@@ -173,7 +181,7 @@ class RankOperator(NumberedRowsOperator):
         self._next_seq += n
         columns = [*(batch.column(i) for i in range(self.width)), pa.array(seq)]
         khash = hash_columns([columns[p] for p in self.node.partition], n)
-        stored, ids = self._live(np.unique(khash))
+        stored, ids = self._live(K.sorted_unique(khash))
         old_count = 0 if stored is None else stored.num_rows
         names = [*(f"c{i}" for i in range(self.width)), "_seq", "_khash"]
         added = pa.table([*columns, pa.array(khash)], names=names).filter(pa.array(adds))
@@ -261,14 +269,23 @@ class RankOperator(NumberedRowsOperator):
         return distinct - distinct[partition_first] + 1
 
     def _changes(self, both: pa.Table, retract: np.ndarray, old_rank: np.ndarray, emit: np.ndarray,
-                 rank: np.ndarray) -> list[pa.RecordBatch]:
+                 rank: np.ndarray, emitted: pa.Table | None = None) -> list[pa.RecordBatch]:
+        """The output: the rows ``retract`` of ``both`` as -D, then the rows ``emit`` as +I (with
+        their numbers before and after, if the rank is output); ``emitted``: those rows of
+        ``both`` when already taken."""
         if not len(retract) and not len(emit):
             return []
-        index = np.concatenate([retract, emit])
-        columns = [plain_array(both.column(i).take(pa.array(index))) for i in range(self.width)]
+        if emitted is None:
+            index = pa.array(np.concatenate([retract, emit]))
+            columns = [plain_array(both.column(i).take(index)) for i in range(self.width)]
+        elif len(retract):
+            gone = pa.array(retract)
+            columns = [pa.concat_arrays([plain_array(both.column(i).take(gone)), plain_array(emitted.column(i))])
+                       for i in range(self.width)]
+        else:
+            columns = [plain_array(emitted.column(i)) for i in range(self.width)]
         if self.node.emit_rank:
             columns.append(pa.array(np.concatenate([old_rank[retract], rank[emit]])))
-        kinds = np.concatenate([np.full(len(retract), DELETE, dtype=object), np.full(len(emit), INSERT, dtype=object)])
-        columns.append(pa.array(kinds, pa.string()))
+        columns.append(row_kinds((DELETE, len(retract)), (INSERT, len(emit))))
         columns = [c if c.type == f.type else pc.cast(c, f.type) for c, f in zip(columns, self.node.schema, strict=True)]
         return [pa.RecordBatch.from_arrays(columns, schema=self.node.schema)]

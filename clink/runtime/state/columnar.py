@@ -459,7 +459,7 @@ class _Hashes(NamedTuple):
 
 def _distinct_rows(columns: list[pa.Array]) -> tuple[np.ndarray, np.ndarray]:
     """A dense id per row, equal for rows whose values are all equal (as Arrow's dictionary
-    encoding compares them), and the first row of each id."""
+    encoding compares them), and one row of each id."""
     n = len(columns[0])
     ids = np.zeros(n, dtype=np.int64)
     cardinality = 1
@@ -472,8 +472,11 @@ def _distinct_rows(columns: list[pa.Array]) -> tuple[np.ndarray, np.ndarray]:
             cardinality = int(ids.max()) + 1 if n else 1
         ids = ids * size + encoded.indices.to_numpy(zero_copy_only=False).astype(np.int64)
         cardinality *= size
-    _, firsts, inverse = np.unique(ids, return_index=True, return_inverse=True)
-    return inverse.reshape(-1), firsts
+    inverse = np.unique(ids, return_inverse=True)[1].reshape(-1)
+    # A row of each id (numpy's return_index costs more than the inverse itself).
+    rows = np.empty(int(inverse.max()) + 1 if n else 0, dtype=np.int64)
+    rows[inverse] = np.arange(n, dtype=np.int64)
+    return inverse, rows
 
 
 def _value_store(t: pa.DataType) -> _FixedColumn | _ArrowColumn:
@@ -637,10 +640,10 @@ class ColumnarValues:
         """For a store that holds the grouping fields of another: each row's slot (the rows'
         values added if new) and hash. Each distinct row of the batch is hashed and looked up
         once, and every row gets its answer."""
-        rows, firsts = _distinct_rows(columns)
-        columns = [c.take(pa.array(firsts)) for c in columns]
+        rows, picked = _distinct_rows(columns)
+        columns = [c.take(pa.array(picked)) for c in columns]
         hashes, probes = self._probe(columns)
-        slots = self._find(hashes, probes, np.arange(len(firsts), dtype=np.int64), insert=True)
+        slots = self._find(hashes, probes, np.arange(len(picked), dtype=np.int64), insert=True)
         return slots[rows], hashes.key[rows]
 
     def _values(self, slots: np.ndarray, found: np.ndarray | None) -> pa.Array:
