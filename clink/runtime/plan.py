@@ -577,6 +577,8 @@ class Join(Node):
     right_keys: tuple[int, ...]
     schema: pa.Schema
     residual: Callable[[pa.RecordBatch, "TaskContext"], Any] | None = None
+    #: The pair columns ``residual`` reads (None: any): the others need not be gathered for it.
+    residual_reads: tuple[int, ...] | None = None
     interval: tuple[int, int, int, int] | None = None
     interval_ends: tuple[int, int] | None = None
     #: A lookup join: the right input (bounded) is read to its end before left rows are matched

@@ -29,7 +29,8 @@ def _node(kind: str, residual: bool) -> P.Join:
     fields = [pa.field("k", pa.int64()), pa.field("v", pa.int64()), pa.field("k2", pa.int64()),
               pa.field("w", pa.int64()), pa.field(P.ROWKIND_COLUMN, pa.string())]
     return P.Join(id=3, left=1, right=2, kind=kind, left_keys=(0,), right_keys=(0,), schema=pa.schema(fields),
-                  changelog=P.INSERT_DELETE, residual=(lambda b, ctx: pc.less_equal(b.column(1), b.column(3))) if residual else None)
+                  changelog=P.INSERT_DELETE, residual=(lambda b, ctx: pc.less_equal(b.column(1), b.column(3))) if residual else None,
+                  residual_reads=(1, 3) if residual else None)  # the pair columns it reads: only those are gathered
 
 
 def _expected(kind: str, residual: bool, left: Counter, right: Counter) -> Counter:

@@ -831,6 +831,8 @@ def _emit_plan(w: SourceWriter, plan: PhysicalPlan, schema_names: dict[int, str]
                                                for a, b in zip(join.left_keys, join.right_keys, strict=True)))
                             if join.residual is not None:
                                 w.line(f"residual=residual_{op.id},")
+                                reads = tuple(sorted(ir.columns_used(join.residual)))
+                                w.line(f"residual_reads={reads!r},  # the pair columns it reads")
                             if join.lookup:
                                 w.line("lookup=True,  # the right side is read whole before left rows are matched")
                             if join.temporal is not None:

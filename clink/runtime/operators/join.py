@@ -95,6 +95,9 @@ class JoinOperator(OperatorBase):
                              f"right columns{' and the row kind' if self.updating else ''}; got <{node.schema}>")
         self._out_fields = list(node.schema)[:width]
         self._pair_schema = pa.schema([pa.field(f"c{i}", f.type) for i, f in enumerate(self._out_fields)])
+        #: Where each side's columns start in a pair, and the pair columns the residual reads.
+        self._offset = (0, left.width)
+        self._residual_reads = None if node.residual_reads is None else frozenset(node.residual_reads)
         self.preserves = (node.kind in ("left", "full"), node.kind in ("right", "full"))
         revises = left.updating or (not node.lookup and (right.updating or any(self.preserves)))
         if not self.updating and revises:
@@ -351,17 +354,26 @@ class JoinOperator(OperatorBase):
         if self.ttl_ms is not None:
             keep &= stored.column("_written").to_numpy() >= int(self.ctx.runtime.clock()) - self.ttl_ms
         if self.node.residual is not None and keep.any():
-            if not keep.all():
-                chosen = np.flatnonzero(keep) if order is None else order[keep[order]]
-                probe, stored, ids = probe[chosen], stored.take(pa.array(chosen)), ids[chosen]
-                keep = np.ones(len(probe), dtype=bool)
-                probe_arr = pa.array(probe)
-                order = None
-            mine = [c.take(probe_arr) for c in columns]
-            theirs = [plain_array(stored.column(i)) for i in range(other.width)]
+            # The residual sees the candidate pairs, in probe order; only the columns it reads
+            # are gathered for it (the others are NULL), and the stored rows are taken once, below.
+            chosen = np.flatnonzero(keep) if order is None else order[keep[order]]
+            picks, mine_picks = pa.array(chosen), pa.array(probe[chosen])
+            reads = self._residual_reads
+            n = len(chosen)
+            mine = [c.take(mine_picks) if reads is None or (j + self._offset[side]) in reads
+                    else pa.nulls(n, c.type) for j, c in enumerate(columns)]
+            theirs = [plain_array(stored.column(i).take(picks)) if reads is None or (i + self._offset[1 - side]) in reads
+                      else pa.nulls(n, stored.column(i).type) for i in range(other.width)]
             pairs = pa.RecordBatch.from_arrays(self._arrange(side, mine, theirs), schema=self._pair_schema)
-            verdict = self.node.residual(pairs, self.ctx)
-            keep &= pc.fill_null(verdict, False).to_numpy(zero_copy_only=False)
+            verdict = pc.fill_null(self.node.residual(pairs, self.ctx), False).to_numpy(zero_copy_only=False)
+            keep = np.zeros(len(probe), dtype=bool)
+            keep[chosen[verdict]] = True
+            if order is not None:
+                # Kept pairs in probe order, as below.
+                chosen = chosen[verdict]
+                probe, stored, ids = probe[chosen], stored.take(pa.array(chosen)), ids[chosen]
+                order = None
+                keep = np.ones(len(probe), dtype=bool)
         if order is not None or not keep.all():
             chosen = np.flatnonzero(keep) if order is None else order[keep[order]]
             probe, stored, ids = probe[chosen], stored.take(pa.array(chosen)), ids[chosen]
