@@ -8,6 +8,7 @@ before anything runs; the runtime asks the connector for readers and writers.
 from __future__ import annotations
 
 import fnmatch
+import functools
 from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -266,6 +267,12 @@ def widen_struct(arr: pa.StructArray, t: pa.StructType) -> pa.StructArray:
     """``arr``, a struct of some of ``t``'s fields, as a ``t``: the fields it lacks are null (what
     a source gives for the ROW fields no query reads, ``TableSpec.fields``)."""
     present = {arr.type.field(i).name: i for i in range(arr.type.num_fields)}
-    children = [arr.field(present[c.name]) if c.name in present else pa.nulls(len(arr), c.type) for c in t]
+    children = [arr.field(present[c.name]) if c.name in present else _nulls(len(arr), c.type) for c in t]
     mask = arr.is_null() if arr.null_count else None
     return pa.StructArray.from_arrays(children, fields=list(t), mask=mask)
+
+
+@functools.lru_cache(maxsize=32)
+def _nulls(n: int, t: pa.DataType) -> pa.Array:
+    """An all-NULL column (immutable, so shared: a source's batches mostly have one length)."""
+    return pa.nulls(n, t)
