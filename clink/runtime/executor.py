@@ -1502,7 +1502,7 @@ def make_state_backend(ctx: RuntimeContext, job: Job):
         import tempfile
         from pathlib import Path
 
-        from clink.runtime.state.sqlite import SqliteStateBackend
+        from clink.runtime.state.sqlite import LOG_FRACTION, SqliteStateBackend
 
         # Checkpoints copy only what changed since the previous one (docs/state.md), unless
         # 'state.backend.incremental' is false; a restart keeps a working database that a clean
@@ -1539,9 +1539,12 @@ def make_state_backend(ctx: RuntimeContext, job: Job):
             cache = parse_size(ctx.get("state.sqlite.cache-size") or "64 mb")
         except ValueError as exc:
             raise UsageError(f"'state.sqlite.cache-size': {exc}") from None
+        fraction = ctx.get("state.sqlite.log-fraction")
         return SqliteStateBackend(directory, max_parallelism=max_parallelism, table_cache_bytes=cache,
                                   incremental=incremental, local_recovery=local_recovery and ctx.state_dir is not None
-                                  and job._placement is None)
+                                  and job._placement is None,
+                                  log_fraction=LOG_FRACTION if fraction in (None, "") else float(fraction),
+                                  fault_point=ctx.get("test.fault-point"))
     raise UsageError(f"unknown state backend {name!r} in 'state.backend'; choose one of: {', '.join(STATE_BACKENDS)}")
 
 

@@ -107,6 +107,15 @@ def _positive_int(text: str) -> None:
         raise ValueError(f"expected a whole number of at least 1, got {text!r}")
 
 
+def _fraction(text: str) -> None:
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not 0 <= value <= 1:
+        raise ValueError(f"expected a number from 0 to 1, got {text!r}")
+
+
 def _parallelism(text: str) -> None:
     _positive_int(text)
 
@@ -165,6 +174,8 @@ SETTINGS: dict[str, Setting] = {s.key: s for s in (
     Setting("state.backend", "where keyed state lives", _choice("memory", "hashmap", "sqlite")),
     Setting("state.checkpoints.num-retained", "how many complete checkpoints are kept", _positive_int),
     Setting("state.sqlite.cache-size", "how much sqlite state stays in memory", parse_size),
+    Setting("state.sqlite.log-fraction", "a sqlite value state's change log is merged into its table once it "
+            "holds this share of the table's rows (0.05; 0 merges after every checkpoint)", _fraction),
     Setting("state.backend.incremental", "sqlite checkpoints copy only what changed since the previous one "
             "('true'); 'false' copies the whole database each time", _choice("true", "false")),
     Setting("state.backend.local-recovery", "a restart keeps the sqlite working databases a clean stop left "

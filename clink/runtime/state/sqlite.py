@@ -35,7 +35,7 @@ import shutil
 import sqlite3
 import urllib.parse
 from collections import OrderedDict
-from collections.abc import Collection, Iterable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -67,8 +67,18 @@ from clink.runtime.state.keygroups import DEFAULT_MAX_PARALLELISM
 
 __all__ = ["SqliteOperatorState", "SqliteStateBackend"]
 
-#: Version of the table layout (``clink_meta.layout``).
-LAYOUT_VERSION = "1"
+#: Version of the table layout (``clink_meta.layout``). Layout 2 added the change log of each
+#: value state (``<tbl>_log``): a snapshot of it may hold rows in its log that a reader of layout 1
+#: would miss, so such readers refuse it. Layout 1 files (no logs) are still read, and a working
+#: database of layout 1 is upgraded in place when opened.
+LAYOUT_VERSION = "2"
+#: Layouts whose snapshots ``restore`` reads.
+READABLE_LAYOUTS = ("1", "2")
+#: The share of a state's rows its log may hold before it is merged into the table (see
+#: ``SqliteOperatorState.merge``), and the fewest rows a table counts as for that share, so that
+#: a small state is not merged after every checkpoint.
+LOG_FRACTION = 0.05
+_LOG_FLOOR = 200_000
 #: Parameters per statement stay below SQLite's default limit (32766 since 3.32).
 _CHUNK = 500
 
@@ -83,7 +93,8 @@ class SqliteStateBackend(StateBackend):
     def __init__(self, directory: str | Path, *, cache_entries: int = 100_000,
                  max_parallelism: int = DEFAULT_MAX_PARALLELISM, page_cache_kib: int = 65_536,
                  table_cache_bytes: int = 64 << 20, incremental: bool = False,
-                 local_recovery: bool = False) -> None:
+                 local_recovery: bool = False, log_fraction: float = LOG_FRACTION,
+                 fault_point: str | None = None) -> None:
         if max_parallelism <= 0:
             raise ValueError(f"max_parallelism must be positive, got {max_parallelism}")
         if cache_entries < 0:
@@ -95,6 +106,11 @@ class SqliteStateBackend(StateBackend):
         self.table_cache_bytes = table_cache_bytes
         self.incremental = incremental
         self.local_recovery = local_recovery
+        if not log_fraction >= 0:
+            raise ValueError(f"log_fraction must be at least 0, got {log_fraction}")
+        self.log_fraction = log_fraction
+        #: A named point of the log's merge at which to kill this process ('name:n', crash tests).
+        self.fault = _FaultPoint(fault_point)
 
     def path_of(self, operator_id: str) -> Path:
         """The database file of ``operator_id``."""
@@ -105,7 +121,8 @@ class SqliteStateBackend(StateBackend):
         return SqliteOperatorState(self.path_of(operator_id), operator_id, descriptor_map(operator_id, descriptors),
                                    max_parallelism=self.max_parallelism, cache_entries=self.cache_entries,
                                    page_cache_kib=self.page_cache_kib, table_cache_bytes=self.table_cache_bytes,
-                                   incremental=self.incremental, local_recovery=self.local_recovery)
+                                   incremental=self.incremental, local_recovery=self.local_recovery,
+                                   log_fraction=self.log_fraction, fault=self.fault)
 
 
 class _SqliteValueState(ValueState):
@@ -122,6 +139,18 @@ class _SqliteValueState(ValueState):
         self.decode_key = codec.row_decoder(descriptor.key_schema.types)
         self.encode_value = codec.encoder(descriptor.value_type)
         self.decode_value = codec.decoder(descriptor.value_type)
+        self.count_log()
+
+    def count_log(self) -> None:
+        """Count the rows of the change log (small: it is merged before it grows large)."""
+        #: Rows written to the log since it was last empty: at least the rows it holds (a key
+        #: written twice counts twice), so a merge is never late.
+        (self.log_rows,) = self.owner.conn.execute(f"SELECT COUNT(*) FROM {self.tbl}_log").fetchone()
+        #: Rows of the main table, counted when a merge is first considered (None: not yet).
+        self.main_rows: int | None = None
+
+    def decode_or_none(self, blob: bytes | None) -> Any:
+        return None if blob is None else self.decode_value(blob)
 
     def ckey(self, key: Any) -> tuple[int, Key]:
         return (self.index, self.keys.key(key))
@@ -131,8 +160,15 @@ class _SqliteValueState(ValueState):
         ck = self.ckey(key)
         entry = owner.touch(ck)
         if entry is None:
-            row = owner.conn.execute(f"SELECT v FROM {self.tbl} WHERE k = ?", (self.encode_key(ck[1]),)).fetchone()
-            entry = [self.keys.group(ck[1]), None if row is None else self.decode_value(row[0])]
+            owner.merge_if_due()
+            g = self.keys.group(ck[1])
+            kb = self.encode_key(ck[1])
+            row = None
+            if self.log_rows:  # the log's row (a NULL value: deleted) hides the table's
+                row = owner.conn.execute(f"SELECT v FROM {self.tbl}_log WHERE kg = ? AND k = ?", (g, kb)).fetchone()
+            if row is None:
+                row = owner.conn.execute(f"SELECT v FROM {self.tbl} WHERE k = ?", (kb,)).fetchone()
+            entry = [g, None if row is None else self.decode_or_none(row[0])]
             owner.add(ck, entry)
         return entry[1]
 
@@ -163,8 +199,19 @@ class _SqliteValueState(ValueState):
                 else:
                     rows.append(i)
         if missing:
+            owner.merge_if_due()
             blobs = {self.encode_key(k): k for k in missing}
             found: dict[Key, Any] = {}
+            if self.log_rows:
+                # The log first: a key it holds (deleted, if its value is NULL) is not looked
+                # up in the table.
+                pairs = [(missing_groups[k], kb) for kb, k in blobs.items()]
+                for lo in range(0, len(pairs), _CHUNK // 2):
+                    chunk = pairs[lo:lo + _CHUNK // 2]
+                    sql = (f"SELECT l.k, l.v FROM (VALUES {','.join(['(?, ?)'] * len(chunk))}) AS q "
+                           f"CROSS JOIN {self.tbl}_log AS l ON l.kg = q.column1 AND l.k = q.column2")
+                    for kb, vb in owner.conn.execute(sql, [x for pair in chunk for x in pair]):
+                        found[blobs.pop(kb)] = self.decode_or_none(vb)
             items = list(blobs)
             for lo in range(0, len(items), _CHUNK):
                 chunk = items[lo:lo + _CHUNK]
@@ -186,23 +233,40 @@ class _SqliteValueState(ValueState):
         self.owner.write_values(self, [(index, k) for k in tuples], groups.tolist(), new)
 
     def flush(self, entries: list[tuple[Key, list]]) -> None:
+        """Write ``entries`` into the change log, a deleted key as a NULL value. The log is small,
+        so the pages a commit writes are few however large the table; ``merge`` moves it into
+        the table later, outside any checkpoint."""
         conn = self.owner.conn
-        upserts = [(e[0], self.encode_key(k), self.encode_value(e[1])) for k, e in entries if e[1] is not None]
-        deletes = [(self.encode_key(k),) for k, e in entries if e[1] is None]
-        if upserts:
-            upserts.sort(key=_second)  # in key order, so the B-tree is written page by page
-            # An upsert changes the row in place: a key's group never changes, so the index on
-            # kg is left alone (INSERT OR REPLACE would delete and insert both entries).
-            conn.executemany(f"INSERT INTO {self.tbl} (kg, k, v) VALUES (?, ?, ?) "
-                             "ON CONFLICT (k) DO UPDATE SET v = excluded.v", upserts)
-        if deletes:
-            conn.executemany(f"DELETE FROM {self.tbl} WHERE k = ?", deletes)
+        encode_key, encode_value = self.encode_key, self.encode_value
+        rows = [(e[0], encode_key(k), None if e[1] is None else encode_value(e[1])) for k, e in entries]
+        rows.sort(key=_first_two)  # in the log's key order, so its B-tree is written page by page
+        conn.executemany(f"INSERT INTO {self.tbl}_log (kg, k, v) VALUES (?, ?, ?) "
+                         "ON CONFLICT (kg, k) DO UPDATE SET v = excluded.v", rows)
+        self.log_rows += len(rows)
         if self.owner.tracking:
-            conn.executemany(f"INSERT OR IGNORE INTO {self.tbl}_chg (k) VALUES (?)",
-                             [(u[1],) for u in upserts] + deletes)
+            conn.executemany(f"INSERT OR IGNORE INTO {self.tbl}_chg (k) VALUES (?)", [(r[1],) for r in rows])
+
+    def merge(self) -> None:
+        """Move the log into the table (the caller has a transaction open): changed rows in
+        place, deleted rows removed, in the table's key order; then empty the log."""
+        conn, tbl = self.owner.conn, self.tbl
+        # An upsert changes the row in place: a key's group never changes, so the index on
+        # kg is left alone (INSERT OR REPLACE would delete and insert both entries).
+        conn.execute(f"INSERT INTO {tbl} (kg, k, v) SELECT kg, k, v FROM {tbl}_log WHERE v IS NOT NULL "
+                     "ORDER BY k ON CONFLICT (k) DO UPDATE SET v = excluded.v")
+        conn.execute(f"DELETE FROM {tbl} WHERE k IN (SELECT k FROM {tbl}_log WHERE v IS NULL)")
+        conn.execute(f"DELETE FROM {tbl}_log")
+        self.log_rows = 0
+        self.main_rows = None
 
     def scan(self, key_group: int) -> Iterator[tuple[Key, Any]]:
-        for kb, vb in self.owner.conn.execute(f"SELECT k, v FROM {self.tbl} WHERE kg = ?", (key_group,)).fetchall():
+        """The rows of one key group: the table's where the log has no row, and the log's."""
+        tbl = self.tbl
+        sql = (f"SELECT k, v FROM {tbl} AS t WHERE kg = ?1 AND NOT EXISTS "
+               f"(SELECT 1 FROM {tbl}_log AS l WHERE l.kg = t.kg AND l.k = t.k) "
+               f"UNION ALL SELECT k, v FROM {tbl}_log WHERE kg = ?1 AND v IS NOT NULL"
+               if self.log_rows else f"SELECT k, v FROM {tbl} WHERE kg = ?1")
+        for kb, vb in self.owner.conn.execute(sql, (key_group,)).fetchall():
             yield self.keys.key(self.decode_key(kb)), self.decode_value(vb)
 
 
@@ -400,6 +464,9 @@ _COLUMNS = {
               "PRIMARY KEY (ns, seq)", "ns, seq, n, data"),
 }
 _KINDS: dict[str, type] = {"value": _SqliteValueState, "table": _SqliteTableState}
+#: A value state's change log: the rows written since the last merge, a NULL value for a key
+#: deleted. Keyed by key group first, so one group's rows are a range (``entries``).
+_LOG = "kg INTEGER NOT NULL, k BLOB NOT NULL, v BLOB, PRIMARY KEY (kg, k)"
 #: Per kind: the columns of a state's change table (the primary keys written since the last
 #: checkpoint's piece), the key columns, and how to match them against the state's rows.
 _CHANGES = {
@@ -414,8 +481,13 @@ class SqliteOperatorState(OperatorState):
     def __init__(self, path: Path, operator_id: str, descriptors: dict[str, StateDescriptor], *,
                  max_parallelism: int, cache_entries: int, page_cache_kib: int,
                  table_cache_bytes: int = 64 << 20, incremental: bool = False,
-                 local_recovery: bool = False) -> None:
+                 local_recovery: bool = False, log_fraction: float = LOG_FRACTION,
+                 fault: Callable[[str], None] | None = None) -> None:
         self.path = path
+        self.log_fraction = log_fraction
+        self.fault = fault or _no_fault
+        #: Whether a commit since the last merge may have left a log worth merging.
+        self._merge_due = False
         self.incremental = incremental
         self.page_cache_kib = page_cache_kib
         #: Pieces committed but not yet in a checkpoint's shared folder: (name, kind).
@@ -490,6 +562,9 @@ class SqliteOperatorState(OperatorState):
             if not meta:
                 conn.executemany("INSERT INTO clink_meta VALUES (?, ?)", [*expected.items(), ("committed_checkpoint", None)])
             else:
+                if meta.get("layout") == "1":  # the same tables, without change logs: they are added below
+                    conn.execute("UPDATE clink_meta SET value = ? WHERE name = 'layout'", (LAYOUT_VERSION,))
+                    meta["layout"] = LAYOUT_VERSION
                 _check_meta(meta, expected, str(self.path))
             # The pieces of the chain the last checkpoint is made of (JSON; NULL: the next
             # checkpoint starts a new chain with a copy of the whole database).
@@ -510,6 +585,8 @@ class SqliteOperatorState(OperatorState):
                     if d.kind != "table":
                         conn.execute(f"CREATE INDEX {tbl}_kg ON {tbl} (kg)")
                 conn.execute(f"CREATE TABLE IF NOT EXISTS {tbl}_chg ({_CHANGES[d.kind][0]}) WITHOUT ROWID")
+                if d.kind == "value":
+                    conn.execute(f"CREATE TABLE IF NOT EXISTS {tbl}_log ({_LOG}) WITHOUT ROWID")
                 tables.append(_KINDS[d.kind](self, index, tbl, d))  # type: ignore[arg-type]
             conn.execute("COMMIT")
         except BaseException:
@@ -534,6 +611,7 @@ class SqliteOperatorState(OperatorState):
 
     def write_values(self, table: _SqliteValueState, cks: list[tuple[int, Key]], groups: list[int] | None,
                      values: list[Any]) -> None:
+        self.merge_if_due()
         cache, dirty = self.cache, self._dirty
         for i, (ck, value) in enumerate(zip(cks, values, strict=True)):
             entry = cache.get(ck)
@@ -602,6 +680,56 @@ class SqliteOperatorState(OperatorState):
         self._in_transaction = False
         # (As a script: a plain execute steps the pragma once, which frees a single page.)
         self.conn.executescript("PRAGMA incremental_vacuum;")
+        # Whether the logs are worth merging is decided at the next use of the state, not here:
+        # the checkpoint does not wait for it.
+        self._merge_due = any(isinstance(t, _SqliteValueState) and t.log_rows for t in self._tables)
+
+    # -- the change logs -------------------------------------------------------------------------------
+
+    def merge_if_due(self) -> None:
+        """Merge the logs into their tables if a commit left them large (see ``merge``). Only
+        between a commit and the next write, so the merge never holds uncommitted changes."""
+        if not self._merge_due or self._in_transaction:
+            return
+        self._merge_due = False
+        for table in self._tables:
+            if isinstance(table, _SqliteValueState) and table.log_rows:
+                if table.main_rows is None:
+                    (table.main_rows,) = self.conn.execute(f"SELECT COUNT(*) FROM {table.tbl}").fetchone()
+                if table.log_rows > self.log_fraction * max(table.main_rows, _LOG_FLOOR):
+                    self.merge()
+                    return
+
+    def merge(self) -> bool:
+        """Move every state's change log into its table, in a transaction of its own; False (and
+        the merge put off until after the next commit) if writes since the last commit are open.
+
+        The state does not change (the log's rows hide the table's, before and after), so a crash
+        at any moment leaves the state of the last commit, merged or not. The merge writes the
+        table's pages the logged keys fall on: at random keys, most of them; that is the cost a
+        commit into the table would pay each time, paid once per ``log_fraction`` of changed rows.
+        Entries only in the write-back cache are not involved.
+        """
+        if self._in_transaction:  # the merge must not commit them
+            self._merge_due = True
+            return False
+        self._merge_due = False
+        self.fault("after_commit_before_merge")
+        self.conn.execute("BEGIN")
+        try:
+            for table in self._tables:
+                if isinstance(table, _SqliteValueState) and table.log_rows:
+                    table.merge()
+            self.fault("during_merge")
+            self.conn.execute("COMMIT")
+        except BaseException:
+            self.conn.execute("ROLLBACK")
+            for table in self._tables:
+                if isinstance(table, _SqliteValueState):
+                    table.count_log()
+            raise
+        self.conn.executescript("PRAGMA incremental_vacuum;")
+        return True
 
     def _drop_cache(self) -> None:
         self.cache.clear()
@@ -690,9 +818,14 @@ class SqliteOperatorState(OperatorState):
                 cols = _COLUMNS[kind][1]
                 out.executemany(f"INSERT INTO {tbl}_chg ({keys}) VALUES ({','.join('?' * (keys.count(',') + 1))})",
                                 conn.execute(f"SELECT {keys} FROM {tbl}_chg"))
+                changed = (f"SELECT {', '.join('t.' + c.strip() for c in cols.split(','))} "
+                           f"FROM {tbl}_chg AS c JOIN {tbl} AS t USING ({keys})")
+                if kind == "value":  # the rows as they are now: the log's over the table's
+                    changed += (f" WHERE NOT EXISTS (SELECT 1 FROM {tbl}_log AS l WHERE l.kg = t.kg AND l.k = t.k) "
+                                f"UNION ALL SELECT kg, k, v FROM {tbl}_log "
+                                f"WHERE v IS NOT NULL AND k IN (SELECT k FROM {tbl}_chg)")
                 out.executemany(f"INSERT INTO {tbl} ({cols}) VALUES ({','.join('?' * (cols.count(',') + 1))})",
-                                conn.execute(f"SELECT {', '.join('t.' + c.strip() for c in cols.split(','))} "
-                                             f"FROM {tbl}_chg AS c JOIN {tbl} AS t USING ({keys})"))
+                                conn.execute(changed))
             out.execute("COMMIT")
         with open(target, "rb+") as f:
             os.fsync(f.fileno())
@@ -730,6 +863,7 @@ class SqliteOperatorState(OperatorState):
 
     def entries(self, key_group: int) -> Iterator[tuple[str, Key, Any]]:
         g = check_key_group(key_group, self.max_parallelism)
+        self.merge_if_due()
         self._flush_all()
         for table in self._tables:
             if isinstance(table, _SqliteTableState):
@@ -746,6 +880,9 @@ class SqliteOperatorState(OperatorState):
             self.conn.execute(f"DELETE FROM {table.tbl}")
             if isinstance(table, _SqliteTableState):
                 table.clear_all()
+            else:
+                self.conn.execute(f"DELETE FROM {table.tbl}_log")
+                table.log_rows, table.main_rows = 0, None
         if self.incremental:  # the next checkpoint starts a new chain
             self._clear_changes()
             self._set_chain(None)
@@ -825,6 +962,9 @@ class SqliteOperatorState(OperatorState):
         try:
             for table in self._tables:
                 conn.execute(f"DELETE FROM {table.tbl}")
+                if isinstance(table, _SqliteValueState):
+                    conn.execute(f"DELETE FROM {table.tbl}_log")
+                    table.log_rows, table.main_rows = 0, None
             conn.execute("UPDATE clink_meta SET value = NULL WHERE name = 'committed_checkpoint'")
             conn.execute("COMMIT")
         except BaseException:
@@ -832,6 +972,11 @@ class SqliteOperatorState(OperatorState):
             raise
         for path, copies, _ in plans:
             conn.execute("ATTACH DATABASE ? AS snap", (_read_only_uri(path),))
+            logs = {name for (name,) in conn.execute("SELECT name FROM snap.sqlite_master WHERE type = 'table'")}
+
+            def logged(src: str, logs: set[str] = logs) -> bool:
+                return f"{src}_log" in logs
+
             try:
                 conn.execute("BEGIN")
                 for src, table in copies:
@@ -841,6 +986,8 @@ class SqliteOperatorState(OperatorState):
                     cols = _COLUMNS[table.descriptor.kind][1]
                     conn.execute(f"INSERT OR REPLACE INTO main.{table.tbl} ({cols}) "
                                  f"SELECT {cols} FROM snap.{src}{filter_sql}", params)
+                    if logged(src):  # a snapshot of layout 2: its log over its table
+                        _fold_log(conn, f"snap.{src}_log", f"main.{table.tbl}", filter_sql, params)
                 conn.execute("COMMIT")
             except BaseException:
                 conn.execute("ROLLBACK")
@@ -886,6 +1033,13 @@ class SqliteOperatorState(OperatorState):
             c.execute("PRAGMA journal_mode=OFF")
             c.execute("PRAGMA synchronous=OFF")
             tables = {name: tbl for name, tbl in c.execute("SELECT name, tbl FROM clink_states")}
+            present = {name for (name,) in c.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+            c.execute("BEGIN")
+            for tbl in tables.values():
+                if f"{tbl}_log" in present:  # the base's logs into its tables, before the deltas
+                    _fold_log(c, f"main.{tbl}_log", f"main.{tbl}", "", [])
+                    c.execute(f"DELETE FROM main.{tbl}_log")
+            c.execute("COMMIT")
             for path, meta in chain[1:]:
                 c.execute("ATTACH DATABASE ? AS d", (_read_only_uri(path),))
                 try:
@@ -944,6 +1098,8 @@ class SqliteOperatorState(OperatorState):
                 handle.tbl = table.tbl
                 if isinstance(handle, _SqliteTableState):
                     handle.reload_index()
+                else:
+                    handle.count_log()
             self._tables = handles
             self._piece_bytes = {path.name: path.stat().st_size for path, _ in chains[0]}
             self.recovery = "local"
@@ -982,8 +1138,11 @@ class SqliteOperatorState(OperatorState):
                 states = snap.execute("SELECT name, tbl, signature FROM clink_states").fetchall()
         except sqlite3.DatabaseError as e:
             raise IncompatibleState(f"{path} is not a readable sqlite-state snapshot: {e}") from e
-        _check_meta(meta, {"layout": LAYOUT_VERSION, "codec": str(codec.FORMAT_VERSION),
-                           "max_parallelism": str(self.max_parallelism)}, str(path))
+        if meta.get("layout") not in READABLE_LAYOUTS:
+            raise IncompatibleState(f"{path} has layout {meta.get('layout')!r}, expected one of "
+                                    f"{', '.join(repr(v) for v in READABLE_LAYOUTS)}")
+        _check_meta(meta, {"codec": str(codec.FORMAT_VERSION), "max_parallelism": str(self.max_parallelism)},
+                    str(path))
         copies = []
         for name, tbl, sig in states:
             table = by_name.get(name)
@@ -1069,8 +1228,37 @@ def _sidecar(path: Path) -> Path:
     return path.with_name(path.name + ".local")
 
 
-def _second(row: tuple) -> Any:
-    return row[1]
+def _fold_log(conn: sqlite3.Connection, log: str, table: str, filter_sql: str, params: list) -> None:
+    """Apply the change log ``log`` to ``table``: its rows upserted, its NULL values deleted."""
+    where = filter_sql.replace(" WHERE ", " AND ", 1)
+    conn.execute(f"INSERT INTO {table} (kg, k, v) SELECT kg, k, v FROM {log} WHERE v IS NOT NULL{where} "
+                 "ORDER BY k ON CONFLICT (k) DO UPDATE SET v = excluded.v", params)
+    conn.execute(f"DELETE FROM {table} WHERE k IN (SELECT k FROM {log} WHERE v IS NULL)")
+
+
+def _no_fault(point: str) -> None:
+    pass
+
+
+def _first_two(row: tuple) -> tuple:
+    return row[0], row[1]
+
+
+class _FaultPoint:
+    """Kill this process at the n-th time a named point is reached (``'name:n'``; crash tests),
+    as the executor's checkpoint protocol does."""
+
+    def __init__(self, spec: str | None) -> None:
+        self.point, _, count = (spec or "").partition(":")
+        self.count = int(count or 1)
+
+    def __call__(self, point: str) -> None:
+        if point == self.point:
+            self.count -= 1
+            if self.count <= 0:
+                import signal
+
+                os.kill(os.getpid(), signal.SIGKILL)
 
 
 def _read_only_uri(path: Path) -> str:
