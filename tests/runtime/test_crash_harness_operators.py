@@ -104,6 +104,29 @@ def test_a_kill_inside_a_checkpoint_then_a_restart_gives_the_sameoutput(
     assert output(out) == reference
 
 
+#: The points around a merge of the sqlite backend's change log into its table (docs/state.md).
+MERGE_POINTS = ["after_commit_before_merge", "during_merge"]
+
+
+@pytest.mark.parametrize("point", MERGE_POINTS)
+def test_a_kill_around_a_merge_of_the_sqlite_change_log_gives_the_same_output(
+        point: str, tmp_path: Path, tmp_path_factory: pytest.TempPathFactory) -> None:
+    """q4's group aggregates keep value state; with a log fraction of 0 their logs are merged
+    after every checkpoint, and the third merge is killed before it starts or before it commits."""
+    reference = _reference("q4", tmp_path_factory)
+    ddl, path, out = _files(tmp_path, "q4", "sqlite")
+    path.write_text("SET 'state.sqlite.log-fraction' = '0';\n" + path.read_text())
+    state = tmp_path / "state"
+    process = _start(ddl, path, state, env={"CLINK_FAULT": f"{point}:3"})
+    process.wait(timeout=300)
+    assert process.returncode == -signal.SIGKILL, f"the fault point {point} was never reached"
+    process = _start(ddl, path, state)
+    _, err = process.communicate(timeout=300)
+    assert process.returncode == 0, err
+    assert "resuming from checkpoint" in err
+    assert output(out) == reference
+
+
 #: One query per kind of state: group aggregate, windows and a join of them, Top-N, session
 #: windows, a regular join, OVER, a join with the maximum of each window sent to every subtask
 #: (q5, q7: its other input stays where it was made, so each subtask's snapshot holds rows of

@@ -244,7 +244,7 @@ class _SqliteValueState(ValueState):
                          "ON CONFLICT (kg, k) DO UPDATE SET v = excluded.v", rows)
         self.log_rows += len(rows)
         if self.owner.tracking:
-            conn.executemany(f"INSERT OR IGNORE INTO {self.tbl}_chg (k) VALUES (?)", [(r[1],) for r in rows])
+            conn.executemany(f"INSERT OR REPLACE INTO {self.tbl}_chg (k, kg) VALUES (?, ?)", [(r[1], r[0]) for r in rows])
 
     def merge(self) -> None:
         """Move the log into the table (the caller has a transaction open): changed rows in
@@ -464,6 +464,9 @@ _COLUMNS = {
               "PRIMARY KEY (ns, seq)", "ns, seq, n, data"),
 }
 _KINDS: dict[str, type] = {"value": _SqliteValueState, "table": _SqliteTableState}
+#: A value state's change table in the working database: the key and its group, so that the
+#: key's row in the log is found by the log's primary key. (A delta file keeps the key alone.)
+_VALUE_CHANGES = "k BLOB NOT NULL, kg INTEGER, PRIMARY KEY (k)"
 #: A value state's change log: the rows written since the last merge, a NULL value for a key
 #: deleted. Keyed by key group first, so one group's rows are a range (``entries``).
 _LOG = "kg INTEGER NOT NULL, k BLOB NOT NULL, v BLOB, PRIMARY KEY (kg, k)"
@@ -584,9 +587,16 @@ class SqliteOperatorState(OperatorState):
                     conn.execute(f"CREATE TABLE {tbl} ({_COLUMNS[d.kind][0]}) WITHOUT ROWID")
                     if d.kind != "table":
                         conn.execute(f"CREATE INDEX {tbl}_kg ON {tbl} (kg)")
-                conn.execute(f"CREATE TABLE IF NOT EXISTS {tbl}_chg ({_CHANGES[d.kind][0]}) WITHOUT ROWID")
                 if d.kind == "value":
                     conn.execute(f"CREATE TABLE IF NOT EXISTS {tbl}_log ({_LOG}) WITHOUT ROWID")
+                    conn.execute(f"CREATE TABLE IF NOT EXISTS {tbl}_chg ({_VALUE_CHANGES}) WITHOUT ROWID")
+                    if "kg" not in {row[1] for row in conn.execute(f"PRAGMA table_info({tbl}_chg)")}:
+                        # Layout 1 kept the key alone; a deleted key's group stays NULL, and so
+                        # (having no row in the log) it is read from the table, where it is not.
+                        conn.execute(f"ALTER TABLE {tbl}_chg ADD COLUMN kg INTEGER")
+                        conn.execute(f"UPDATE {tbl}_chg SET kg = (SELECT kg FROM {tbl} WHERE {tbl}.k = {tbl}_chg.k)")
+                else:
+                    conn.execute(f"CREATE TABLE IF NOT EXISTS {tbl}_chg ({_CHANGES[d.kind][0]}) WITHOUT ROWID")
                 tables.append(_KINDS[d.kind](self, index, tbl, d))  # type: ignore[arg-type]
             conn.execute("COMMIT")
         except BaseException:
@@ -686,19 +696,20 @@ class SqliteOperatorState(OperatorState):
 
     # -- the change logs -------------------------------------------------------------------------------
 
-    def merge_if_due(self) -> None:
-        """Merge the logs into their tables if a commit left them large (see ``merge``). Only
-        between a commit and the next write, so the merge never holds uncommitted changes."""
+    def merge_if_due(self) -> bool:
+        """Merge the logs into their tables if a commit left them large (see ``merge``); whether
+        it did. Only between a commit and the next write, so the merge never holds uncommitted
+        changes."""
         if not self._merge_due or self._in_transaction:
-            return
+            return False
         self._merge_due = False
         for table in self._tables:
             if isinstance(table, _SqliteValueState) and table.log_rows:
                 if table.main_rows is None:
                     (table.main_rows,) = self.conn.execute(f"SELECT COUNT(*) FROM {table.tbl}").fetchone()
                 if table.log_rows > self.log_fraction * max(table.main_rows, _LOG_FLOOR):
-                    self.merge()
-                    return
+                    return self.merge()
+        return False
 
     def merge(self) -> bool:
         """Move every state's change log into its table, in a transaction of its own; False (and
@@ -818,12 +829,19 @@ class SqliteOperatorState(OperatorState):
                 cols = _COLUMNS[kind][1]
                 out.executemany(f"INSERT INTO {tbl}_chg ({keys}) VALUES ({','.join('?' * (keys.count(',') + 1))})",
                                 conn.execute(f"SELECT {keys} FROM {tbl}_chg"))
-                changed = (f"SELECT {', '.join('t.' + c.strip() for c in cols.split(','))} "
-                           f"FROM {tbl}_chg AS c JOIN {tbl} AS t USING ({keys})")
-                if kind == "value":  # the rows as they are now: the log's over the table's
-                    changed += (f" WHERE NOT EXISTS (SELECT 1 FROM {tbl}_log AS l WHERE l.kg = t.kg AND l.k = t.k) "
-                                f"UNION ALL SELECT kg, k, v FROM {tbl}_log "
-                                f"WHERE v IS NOT NULL AND k IN (SELECT k FROM {tbl}_chg)")
+                if kind == "value":
+                    # The rows as they are now: the log's, then the table's for changed keys the
+                    # log no longer holds (a merge came between). Most changed keys are in the
+                    # log, so the table, too large to stay cached, is mostly not read.
+                    changed = (f"SELECT l.kg, l.k, l.v FROM {tbl}_chg AS c CROSS JOIN {tbl}_log AS l "
+                               f"ON l.kg = c.kg AND l.k = c.k WHERE l.v IS NOT NULL "
+                               f"UNION ALL SELECT t.kg, t.k, t.v FROM {tbl}_chg AS c CROSS JOIN {tbl} AS t "
+                               f"ON t.k = c.k WHERE NOT EXISTS "
+                               f"(SELECT 1 FROM {tbl}_log AS l WHERE l.kg = c.kg AND l.k = c.k)")
+                else:
+                    # (CROSS JOIN: the few changed keys drive the lookups, whatever the planner guesses.)
+                    changed = (f"SELECT {', '.join('t.' + c.strip() for c in cols.split(','))} "
+                               f"FROM {tbl}_chg AS c CROSS JOIN {tbl} AS t USING ({keys})")
                 out.executemany(f"INSERT INTO {tbl} ({cols}) VALUES ({','.join('?' * (cols.count(',') + 1))})",
                                 conn.execute(changed))
             out.execute("COMMIT")
