@@ -11,7 +11,11 @@ Layout of ``<directory>/<operator id, percent-quoted>.sqlite`` (WAL journal, ``s
   ``_SqliteTableState``).
 
 Value state is read and written through an LRU cache of at most ``cache_entries`` keys; dirty
-entries are written when evicted. Everything written since the last ``commit`` sits in one open
+entries are written when evicted, into the state's change log ``<tbl>_log (kg, k, v)`` (a NULL
+value for a deleted key), not its table, so a commit writes the log's few pages rather than the
+table's many; reads see the log over the table. A log above ``log_fraction`` of its table is
+merged into it at the first use of the state after a commit, in a transaction of its own
+(``SqliteOperatorState.merge``). Everything written since the last ``commit`` sits in one open
 transaction, so the database file always holds the state as of the last commit: ``commit``
 writes the dirty entries and the checkpoint id and commits, durably.
 
