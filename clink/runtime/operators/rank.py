@@ -157,17 +157,19 @@ class RankOperator(NumberedRowsOperator):
         retract = np.flatnonzero(leaving | renumbered)
         emit = np.flatnonzero(entering | renumbered)
         new = np.flatnonzero(entering)
-        # Without the rank in the output, the rows emitted are the rows entering: taken once.
-        entered = both.take(pa.array(new)) if not self.node.emit_rank and len(new) else None
-        out = self._changes(both, retract, old_rank, emit, rank, entered)
+        out, taken = self._changes(both, retract, old_rank, emit, rank)
         # 4. the stored top rows follow
         gone = np.flatnonzero(leaving)
         now = int(self.ctx.runtime.clock())
         self.remove(both, gone, ids, now)
-        if entered is not None:
+        if len(new):
+            # The rows entering are the last ones emitted (the stored rows come first in
+            # ``both``, and only they can be renumbered): their columns are already taken.
+            start = len(taken[0]) - len(new)
+            picks = [c.slice(start) for c in taken]
+            entered = pa.table([*picks, both.column("_seq").to_numpy()[new], both.column("_khash").to_numpy()[new]],
+                               names=[*(f"c{i}" for i in range(self.width)), "_seq", "_khash"])
             self.rows.store_rows(entered, None, 1, now)
-        else:
-            self.rows.store_rows(both, new, 1, now)
         self._update_state_metrics()
         return out
 
@@ -220,7 +222,7 @@ class RankOperator(NumberedRowsOperator):
         moved = (old_rank != new_rank) if self.node.emit_rank else np.zeros(total, dtype=bool)
         retract = np.flatnonzero(was_in & (~now_in | moved))
         emit = np.flatnonzero(now_in & (~was_in | moved))
-        out = self._changes(both, retract, old_rank, emit, new_rank)
+        out, _ = self._changes(both, retract, old_rank, emit, new_rank)
         now = int(self.ctx.runtime.clock())
         self.remove(both, np.flatnonzero(is_old & removed), ids, now)
         self.rows.store_rows(both, np.flatnonzero(~is_old & alive), 1, now)
@@ -269,23 +271,17 @@ class RankOperator(NumberedRowsOperator):
         return distinct - distinct[partition_first] + 1
 
     def _changes(self, both: pa.Table, retract: np.ndarray, old_rank: np.ndarray, emit: np.ndarray,
-                 rank: np.ndarray, emitted: pa.Table | None = None) -> list[pa.RecordBatch]:
+                 rank: np.ndarray) -> tuple[list[pa.RecordBatch], list[pa.Array]]:
         """The output: the rows ``retract`` of ``both`` as -D, then the rows ``emit`` as +I (with
-        their numbers before and after, if the rank is output); ``emitted``: those rows of
-        ``both`` when already taken."""
+        their numbers before and after, if the rank is output); and the input columns of those
+        rows as taken from ``both``."""
         if not len(retract) and not len(emit):
-            return []
-        if emitted is None:
-            index = pa.array(np.concatenate([retract, emit]))
-            columns = [plain_array(both.column(i).take(index)) for i in range(self.width)]
-        elif len(retract):
-            gone = pa.array(retract)
-            columns = [pa.concat_arrays([plain_array(both.column(i).take(gone)), plain_array(emitted.column(i))])
-                       for i in range(self.width)]
-        else:
-            columns = [plain_array(emitted.column(i)) for i in range(self.width)]
+            return [], []
+        index = pa.array(np.concatenate([retract, emit]))
+        taken = [plain_array(both.column(i).take(index)) for i in range(self.width)]
+        columns = list(taken)
         if self.node.emit_rank:
             columns.append(pa.array(np.concatenate([old_rank[retract], rank[emit]])))
         columns.append(row_kinds((DELETE, len(retract)), (INSERT, len(emit))))
         columns = [c if c.type == f.type else pc.cast(c, f.type) for c, f in zip(columns, self.node.schema, strict=True)]
-        return [pa.RecordBatch.from_arrays(columns, schema=self.node.schema)]
+        return [pa.RecordBatch.from_arrays(columns, schema=self.node.schema)], taken
