@@ -1842,10 +1842,12 @@ class _Checkpointing:
                 raise IncompatibleCheckpoint(f"checkpoint {name} holds no state for operator {uid}{where}, which "
                                              f"this pipeline has. {hint}")
             if entry["signature"] != expected:
+                was, now = _readable(entry["signature"]), _readable(expected)
+                if was == now:  # the same query, its state kept another way: say how
+                    was, now = entry["signature"].split(" | ", 1)[-1], expected.split(" | ", 1)[-1]
                 raise IncompatibleCheckpoint(
                     f"checkpoint {name} cannot be restored into operator {uid}{where}: its state was written "
-                    f"for\n    {_readable(entry['signature'])}\nbut this pipeline needs\n    "
-                    f"{_readable(expected)}\n{hint}")
+                    f"for\n    {was}\nbut this pipeline needs\n    {now}\n{hint}")
         dropped = sorted(set(saved) - {uids[i] for i in stateful})
         if dropped:
             raise IncompatibleCheckpoint(f"checkpoint {name} holds state of operator(s) {', '.join(dropped)}, which "

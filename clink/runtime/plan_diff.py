@@ -208,7 +208,10 @@ def _why(old: str, new: str) -> str:
         reasons.append(f"keys changed: {o_keys} to {n_keys}")
     if o_aggs != n_aggs:
         reasons.append(f"aggregates changed: {o_aggs} to {n_aggs}")
-    if not reasons:
+    if not reasons and o_readable == n_readable:
+        # The same query, kept another way (another clink, or another backend layout).
+        reasons.append(f"the layout of its state changed: was {old.split(' | ', 1)[-1]}, now {new.split(' | ', 1)[-1]}")
+    elif not reasons:
         reasons.append(f"the types or layout of its state changed: was {o_readable}, now {n_readable}")
     return "; ".join(reasons)
 

@@ -238,3 +238,38 @@ def test_another_insert_reading_the_same_table_agrees_with_the_restart(tmp_path:
     if code == 1:
         assert re.search(r"new +source +source:bid#2", report)
         assert "holds no position for source:bid#2" in err
+
+
+DISTINCT = """\
+CREATE TABLE bid (auction BIGINT, price BIGINT)
+WITH ('connector' = 'datagen', 'number-of-rows' = '5000', 'seed' = '3', 'batch-size' = '500',
+      'fields.auction.min' = '1', 'fields.auction.max' = '5', 'fields.price.min' = '1', 'fields.price.max' = '99');
+CREATE TABLE counts (auction BIGINT, prices BIGINT, PRIMARY KEY (auction) NOT ENFORCED)
+WITH ('connector' = 'sqlite', 'path' = '{out}/counts.db', 'table-name' = 'counts');
+INSERT INTO counts SELECT auction, COUNT(DISTINCT price) FROM bid GROUP BY auction;
+"""
+
+
+def test_a_group_by_whose_distinct_counts_are_kept_another_way_loses_its_state(tmp_path: Path) -> None:
+    """A GROUP BY's state signature covers its COUNT(DISTINCT) counts, not only its
+    accumulators: a checkpoint that kept them another way (as clink did before they became a
+    value state) is lost, and the reason names both layouts."""
+    import json
+
+    from clink.runtime.checkpoint import CheckpointStore
+    from clink.runtime.plan_diff import checkpoint_identities, compatible, diff
+
+    state = tmp_path / "state"
+    assert run(DISTINCT, tmp_path, "q.sql", "--state-dir", str(state), *EVERY, "--stop-with-checkpoint-after", "1") == 0
+    info, _ = CheckpointStore(state).latest()
+    current = checkpoint_identities(json.loads((info.path / "job.json").read_text()))
+    (uid,) = [u for u, i in current.items() if i.kind == "group"]
+    signature = current[uid].signature
+    assert "grouped by 1" in signature  # the distinct counts' state is part of it
+    old_layout = signature.split(" | ", 1)[1].split(" ; ")[0]  # the accumulators alone
+    older = {**current, uid: type(current[uid])(uid, "group", "", signature.split(" | ", 1)[0] + " | " + old_layout)}
+    changes = diff(older, current)
+    assert not compatible(changes)
+    (lost,) = [c for c in changes if c.verdict == "lost"]
+    assert f"the layout of its state changed: was {old_layout}, now " in lost.reason
+    assert "grouped by 1" in lost.reason

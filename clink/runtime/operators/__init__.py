@@ -167,8 +167,11 @@ def _describe_aggregate(node: WindowAggregate | GroupAggregate, schemas: tuple[p
         schema = node.raw_schema  # it merges partials of rows of this schema: the state means the same
     keys = ", ".join(str(schema.field(k).type) for k in node.keys)
     window = f"{node.window.describe()} " if isinstance(node, WindowAggregate) else ""
+    # A GROUP BY's layout is every state it keeps (its COUNT(DISTINCT) counts too); a window
+    # aggregate's, its partials (what it has always recorded, so its checkpoints still match).
+    descriptors = operator.descriptors if isinstance(node, GroupAggregate) else [operator.descriptor]
     return (f"{window}GROUP BY ({keys}) computing {_aggs(node, schema, True)} | "
-            f"{operator.descriptor.signature()}")
+            f"{' ; '.join(d.signature() for d in descriptors)}")
 
 
 def _describe_over(node: OverAggregate, schemas: tuple[pa.Schema, ...], operator: Operator) -> str:
