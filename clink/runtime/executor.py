@@ -22,6 +22,7 @@ from clink.runtime import compute as pc
 from clink.runtime.connectors.base import SinkWriter, SourceReader, TableSpec
 from clink.runtime.context import RuntimeContext, TaskContext
 from clink.runtime.elements import MAX_WATERMARK, Barrier, Batch, Element, EndOfInput, Idleness, Watermark
+from clink.runtime.faults import FaultPoint
 from clink.runtime.kernels import max_epoch_ms
 from clink.runtime.loader import sql_position_of
 from clink.runtime.metrics import Latency, Meter, Rates, position_text, to_table, wall_ms
@@ -1583,18 +1584,7 @@ class _Checkpointing:
         self.last_ms = job.ctx.clock()
         # A named point of the checkpoint protocol at which to kill this process (crash tests):
         # 'name:n' kills at the n-th time the point is reached.
-        fault = job.ctx.get("test.fault-point")
-        self.fault_point, _, count = (fault or "").partition(":")
-        self.fault_count = int(count or 1)
-
-    def fault(self, point: str) -> None:
-        if point == self.fault_point:
-            self.fault_count -= 1
-            if self.fault_count <= 0:
-                import os
-                import signal
-
-                os.kill(os.getpid(), signal.SIGKILL)
+        self.fault = FaultPoint(job.ctx.get("test.fault-point"))
 
     @classmethod
     def configure(cls, job: Job) -> _Checkpointing | None:

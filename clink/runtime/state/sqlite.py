@@ -46,6 +46,7 @@ from typing import Any
 import pyarrow as pa
 
 from clink.runtime import compute as pc
+from clink.runtime.faults import FaultPoint
 from clink.runtime.fs import fsync_directory, sha256_of
 from clink.runtime.state import codec
 from clink.runtime.state.backend import (
@@ -114,7 +115,7 @@ class SqliteStateBackend(StateBackend):
             raise ValueError(f"log_fraction must be at least 0, got {log_fraction}")
         self.log_fraction = log_fraction
         #: A named point of the log's merge at which to kill this process ('name:n', crash tests).
-        self.fault = _FaultPoint(fault_point)
+        self.fault = FaultPoint(fault_point)
 
     def path_of(self, operator_id: str) -> Path:
         """The database file of ``operator_id``."""
@@ -492,7 +493,7 @@ class SqliteOperatorState(OperatorState):
                  fault: Callable[[str], None] | None = None) -> None:
         self.path = path
         self.log_fraction = log_fraction
-        self.fault = fault or _no_fault
+        self.fault = fault or FaultPoint(None)
         #: Whether a commit since the last merge may have left a log worth merging.
         self._merge_due = False
         self.incremental = incremental
@@ -1258,29 +1259,8 @@ def _fold_log(conn: sqlite3.Connection, log: str, table: str, filter_sql: str, p
     conn.execute(f"DELETE FROM {table} WHERE k IN (SELECT k FROM {log} WHERE v IS NULL)")
 
 
-def _no_fault(point: str) -> None:
-    pass
-
-
 def _first_two(row: tuple) -> tuple:
     return row[0], row[1]
-
-
-class _FaultPoint:
-    """Kill this process at the n-th time a named point is reached (``'name:n'``; crash tests),
-    as the executor's checkpoint protocol does."""
-
-    def __init__(self, spec: str | None) -> None:
-        self.point, _, count = (spec or "").partition(":")
-        self.count = int(count or 1)
-
-    def __call__(self, point: str) -> None:
-        if point == self.point:
-            self.count -= 1
-            if self.count <= 0:
-                import signal
-
-                os.kill(os.getpid(), signal.SIGKILL)
 
 
 def _read_only_uri(path: Path) -> str:
