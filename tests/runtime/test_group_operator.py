@@ -351,6 +351,25 @@ def test_float_keys_that_the_state_treats_as_equal_are_one_group() -> None:
     assert op.metrics["state_rows"] == 2
 
 
+def test_compound_keys_with_floats_strings_and_nulls_group_as_the_state_compares_them() -> None:
+    # A float and a string key column: the batch is grouped by one id per key, which must make
+    # -0.0 and 0.0 one key, every NaN one key, and NULL a key in either column.
+    schema = pa.schema([("x", pa.float64()), ("s", pa.string()), ("v", pa.int64())])
+    op = make_op([A(fn="count_star", arg=None, type=pa.int64()), A(fn="count_distinct", arg=2, type=pa.int64()),
+                  A(fn="sum", arg=2, type=pa.int64())], input_schema=schema, keys=(0, 1))
+    out = rows_of(op.process(batch([(-0.0, "a", 1), (0.0, "a", 1), (math.nan, None, 2), (float("-nan"), None, 3),
+                                    (None, "a", 4), (None, None, 5), (0.0, None, 6), (None, "a", 4)], schema)))
+    by_key = {(repr(x), s): rest for x, s, *rest in out}
+    assert by_key == {("0.0", "a"): [2, 1, 2, "+I"], ("nan", None): [2, 2, 5, "+I"], ("None", "a"): [2, 1, 8, "+I"],
+                      ("None", None): [1, 1, 5, "+I"], ("0.0", None): [1, 1, 6, "+I"]}
+    out = rows_of(op.process(batch([(-0.0, "a", 7), (math.nan, None, 2)], schema)))
+    assert [r[-1] for r in out] == ["-U", "-U", "+U", "+U"]
+    assert sorted((repr(x), s, *rest) for x, s, *rest in out) == [
+        ("0.0", "a", 2, 1, 2, "-U"), ("0.0", "a", 3, 2, 9, "+U"), ("nan", None, 2, 2, 5, "-U"),
+        ("nan", None, 3, 2, 7, "+U")]
+    assert op.metrics["state_rows"] == 5
+
+
 def test_count_distinct_counts_each_value_once_until_its_last_row_goes() -> None:
     op = make_op([A(fn="count_distinct", arg=V, type=pa.int64()),
                   A(fn="count_distinct", arg=V, type=pa.int64(), filter=F)], updating=True)

@@ -30,7 +30,11 @@ A batch is processed in four vectorized steps, none looping over rows or keys in
    them into one delta row per distinct key of the batch; for COUNT(DISTINCT), a ``group_by``
    over key and value nets the batch's pairs, whose stored counts are read and written back
    with the change, and the rows
-   summed per key get +1 for each value whose count leaves 0 and -1 for each that returns to 0;
+   summed per key get +1 for each value whose count leaves 0 and -1 for each that returns to 0.
+   A key with a string or binary column, or with several columns, is first replaced by a dense
+   int64 id per row (each column dictionary-encoded, the codes combined), and both group_bys
+   run over that id instead, which Arrow hashes far faster; the key columns are taken back
+   from one row per id for the state lookups and the output;
 2. ``get_many`` reads those keys' accumulators; a second ``group_by``, over the position of
    each key, merges old and delta (Arrow's kernels add decimals without overflowing precision);
 3. the results before and after are computed for all keys at once and compared;
@@ -104,6 +108,8 @@ _ONE = pa.scalar(1, pa.int64())
 _VARIABLE_BYTES = 16
 #: The field of a COUNT(DISTINCT) state's key that holds the argument's value.
 _VALUE = "value"
+#: The column of a batch's dense key id, grouped by instead of the key columns (see ``_deltas``).
+_GROUP = "_g"
 
 
 class GroupAggregateOperator(OperatorBase):
@@ -137,6 +143,12 @@ class GroupAggregateOperator(OperatorBase):
         self._updating = updating_input(input_mode, input_schema, self._where)
         self._check_schema(input_schema)
         self._keys = [f"_k{j}" for j in range(max(len(node.keys), 1))]
+        # Arrow's group_by hashes string keys and compound keys much more slowly than one int64
+        # column, so such keys are grouped by a dense id per batch (see _deltas).
+        key_types = [input_schema.field(k).type for k in node.keys]
+        self._by_id = (all(_encodable(t) for t in key_types)
+                       and (len(key_types) > 1 or any(_variable_width(t) for t in key_types)))
+        self._group = [_GROUP] if self._by_id else self._keys
         self._plan_aggregates(input_schema)
         #: ``table.exec.state.ttl``: a key not updated for this long is forgotten (its next row
         #: starts it afresh, with +I). Each key's accumulators carry the time of their last update.
@@ -371,7 +383,11 @@ class GroupAggregateOperator(OperatorBase):
 
     def _deltas(self, batch: pa.RecordBatch) -> tuple[list[pa.Array], dict[str, pa.Array]]:
         """The distinct keys of ``batch`` (one array per key column) and, per accumulator field,
-        the net change the batch makes to each key."""
+        the net change the batch makes to each key.
+
+        Where ``_by_id`` says so, the rows are summed per dense id of their key (equal ids exactly
+        where the normalized key columns are equal, NULL equal to NULL), and the key columns
+        are taken back from one row per id."""
         n = batch.num_rows
         retract = None
         if self._updating:
@@ -381,10 +397,15 @@ class GroupAggregateOperator(OperatorBase):
                 retract = None
         sign = np.ones(n, np.int64) if retract is None else np.where(retract, -1, 1).astype(np.int64)
         if self.node.keys:
-            cols: dict[str, pa.Array] = {name: _normalize_key(batch.column(k))
-                                         for name, k in zip(self._keys, self.node.keys, strict=True)}
+            key_cols = [_normalize_key(batch.column(k)) for k in self.node.keys]
         else:
-            cols = {self._keys[0]: pa.array(np.ones(n, bool))}
+            key_cols = [pa.array(np.ones(n, bool))]
+        row_of = None
+        if self._by_id:
+            ids, row_of = _dense_ids(key_cols, n)
+            cols: dict[str, pa.Array] = {_GROUP: pa.array(ids)}
+        else:
+            cols = dict(zip(self._keys, key_cols, strict=True))
         cols[_ROWS] = pa.array(sign)
         if self.ttl_ms is not None:
             cols[_TOUCHED] = pa.array(np.full(n, int(self.ctx.runtime.clock()), np.int64))
@@ -417,19 +438,27 @@ class GroupAggregateOperator(OperatorBase):
                 if keep is not None:  # NULL arguments are skipped by the sum anyway
                     values = pc.if_else(keep, values, pa.scalar(None, sum_type))
                 cols[s_name] = values
-        changes = [c for d in self._distinct if (c := self._count_distinct(d, batch, cols, sign)) is not None]
+        changes = [c for d in self._distinct
+                   if (c := self._count_distinct(d, batch, cols, sign, key_cols, row_of)) is not None]
         if changes:
             cols = _append_rows(cols, changes)
-        grouped = pa.table(cols).group_by(self._keys, use_threads=False).aggregate(self._aggregations)
-        keys = [_array(grouped[k]) for k in self._keys]
+        grouped = pa.table(cols).group_by(self._group, use_threads=False).aggregate(self._aggregations)
+        if row_of is None:
+            keys = [_array(grouped[k]) for k in self._keys]
+        else:
+            rows = pa.array(row_of[_array(grouped[_GROUP]).to_numpy()])
+            keys = [pc.take(c, rows) for c in key_cols]
         delta = {name: _array(grouped[f"{name}_{fn}"]) for name, fn, *_ in self._aggregations}
         return keys, delta
 
     def _count_distinct(self, d: _DistinctCounts, batch: pa.RecordBatch, cols: dict[str, pa.Array],
-                        sign: np.ndarray) -> dict[str, pa.Array] | None:
+                        sign: np.ndarray, key_cols: list[pa.Array],
+                        row_of: np.ndarray | None) -> dict[str, pa.Array] | None:
         """Add the batch's (key, value) pairs to the counts of ``d`` and store them; return the
-        changes to its aggregates' distinct counts as rows to sum per key (the key columns and
-        ``a<i>_d``: +1 where a value's count leaves 0, -1 where it returns to 0), or None."""
+        changes to its aggregates' distinct counts as rows to sum per key (the columns grouped
+        by, ``_group``, and ``a<i>_d``: +1 where a value's count leaves 0, -1 where it returns
+        to 0), or None. ``key_cols`` are the batch's key columns and ``row_of`` one row per key
+        id, when ``cols`` holds ids rather than keys."""
         value = _normalize_key(batch.column(d.arg))
         valid = pc.is_valid(value).to_numpy(zero_copy_only=False)
         counts = {}
@@ -442,12 +471,16 @@ class GroupAggregateOperator(OperatorBase):
         counted_somewhere = np.logical_or.reduce([c != 0 for c in counts.values()])
         if not counted_somewhere.any():
             return None
-        pairs = pa.table({**{k: cols[k] for k in self._keys}, _VALUE: value,
+        pairs = pa.table({**{k: cols[k] for k in self._group}, _VALUE: value,
                           **{name: pa.array(c) for name, c in counts.items()}})
         if not counted_somewhere.all():
             pairs = pc.filter(pairs, pa.array(counted_somewhere))
-        delta = pairs.group_by([*self._keys, _VALUE], use_threads=False).aggregate([(n, "sum") for n in counts])
+        delta = pairs.group_by([*self._group, _VALUE], use_threads=False).aggregate([(n, "sum") for n in counts])
         delta = delta.rename_columns([c.removesuffix("_sum") for c in delta.column_names])
+        if row_of is not None:  # the state is keyed by the key columns: take them from a row per id
+            rows = pa.array(row_of[_array(delta[_GROUP]).to_numpy()])
+            for name, col in zip(self._keys, key_cols, strict=True):
+                delta = delta.append_column(name, pc.take(col, rows))
         rows, before, after = d.update(delta)
         moves = {f"{name}_d": (after[name] > 0).astype(np.int64) - (before[name] > 0).astype(np.int64)
                  for name in counts}
@@ -455,7 +488,7 @@ class GroupAggregateOperator(OperatorBase):
         if not len(moved):
             return None
         picks = pa.array(moved)
-        return {**{k: _array(pc.take(rows[k], picks)) for k in self._keys},
+        return {**{k: _array(pc.take(rows[k], picks)) for k in self._group},
                 **{name: pa.array(m[moved]) for name, m in moves.items()}}
 
     def _field_type(self, name: str) -> pa.DataType:
@@ -694,6 +727,40 @@ def _normalize_key(col: pa.Array) -> pa.Array:
     if pc.any(nan).as_py():
         col = pc.if_else(nan, pa.scalar(float("nan"), col.type), col)
     return col
+
+
+def _encodable(type_: pa.DataType) -> bool:
+    """Whether ``_dense_ids`` can encode a key column of ``type_``."""
+    return not (pa.types.is_nested(type_) or pa.types.is_dictionary(type_) or pa.types.is_null(type_))
+
+
+def _variable_width(type_: pa.DataType) -> bool:
+    return (pa.types.is_string(type_) or pa.types.is_large_string(type_) or pa.types.is_binary(type_)
+            or pa.types.is_large_binary(type_) or pa.types.is_string_view(type_)
+            or pa.types.is_binary_view(type_))
+
+
+def _dense_ids(columns: list[pa.Array], num_rows: int) -> tuple[np.ndarray, np.ndarray]:
+    """A dense id (0 .. m-1) per row, equal exactly where every column is equal (NULL equals
+    NULL, and values as Arrow's hashing compares them, as its group_by does), and for each id
+    the position of one of its rows.
+
+    Each column is dictionary-encoded (a hash pass); the codes of several columns are combined
+    into one int64 and encoded again, so an id stays below the number of rows and the product
+    of two never overflows."""
+    ids = np.zeros(num_rows, np.int64)
+    m = 1
+    for j, col in enumerate(columns):
+        encoded = pc.dictionary_encode(col, null_encoding="encode")
+        codes = encoded.indices.to_numpy(zero_copy_only=False).astype(np.int64)
+        if j == 0:
+            ids, m = codes, len(encoded.dictionary)
+        else:
+            combined = pc.dictionary_encode(pa.array(ids * len(encoded.dictionary) + codes))
+            ids, m = combined.indices.to_numpy(zero_copy_only=False).astype(np.int64), len(combined.dictionary)
+    row_of = np.empty(m, np.int64)
+    row_of[ids] = np.arange(num_rows, dtype=np.int64)  # any row of an id will do
+    return ids, row_of
 
 
 def _average(total: pa.Array, count: pa.Array, type_: pa.DataType) -> pa.Array:
