@@ -1584,7 +1584,11 @@ class _Checkpointing:
         self.last_ms = job.ctx.clock()
         # A named point of the checkpoint protocol at which to kill this process (crash tests):
         # 'name:n' kills at the n-th time the point is reached.
-        self.fault = FaultPoint(job.ctx.get("test.fault-point"))
+        self._fault = FaultPoint(job.ctx.get("test.fault-point"))
+
+    def fault(self, point: str) -> None:
+        """Where the checkpoint protocol may be killed (a method: in-process tests replace it)."""
+        self._fault(point)
 
     @classmethod
     def configure(cls, job: Job) -> _Checkpointing | None:
