@@ -94,13 +94,7 @@ def test_a_kill_inside_a_checkpoint_then_a_restart_gives_the_sameoutput(
     backend = "sqlite" if query in ("q4", "q6", "q19", "q20") else "memory"
     ddl, path, out = _files(tmp_path, query, backend)
     state = tmp_path / "state"
-    process = _start(ddl, path, state, env={"CLINK_FAULT": "after_checkpoint_before_sink_commit:2"})
-    process.wait(timeout=300)
-    assert process.returncode == -signal.SIGKILL, f"{query}: the fault point was never reached"
-    process = _start(ddl, path, state)
-    _, err = process.communicate(timeout=300)
-    assert process.returncode == 0, err
-    assert "resuming from checkpoint" in err
+    _kill_then_restart(ddl, path, state, "after_checkpoint_before_sink_commit:2")
     assert output(out) == reference
 
 
@@ -117,14 +111,20 @@ def test_a_kill_around_a_merge_of_the_sqlite_change_log_gives_the_same_output(
     ddl, path, out = _files(tmp_path, "q4", "sqlite")
     path.write_text("SET 'state.sqlite.log-fraction' = '0';\n" + path.read_text())
     state = tmp_path / "state"
-    process = _start(ddl, path, state, env={"CLINK_FAULT": f"{point}:3"})
+    _kill_then_restart(ddl, path, state, f"{point}:3")
+    assert output(out) == reference
+
+
+def _kill_then_restart(ddl: Path, path: Path, state: Path, fault: str) -> None:
+    """Run until the fault point (``'name:n'``) kills the job, then restart it to the end from
+    its checkpoint."""
+    process = _start(ddl, path, state, env={"CLINK_FAULT": fault})
     process.wait(timeout=300)
-    assert process.returncode == -signal.SIGKILL, f"the fault point {point} was never reached"
+    assert process.returncode == -signal.SIGKILL, f"the fault point {fault} was never reached"
     process = _start(ddl, path, state)
     _, err = process.communicate(timeout=300)
     assert process.returncode == 0, err
     assert "resuming from checkpoint" in err
-    assert output(out) == reference
 
 
 #: One query per kind of state: group aggregate, windows and a join of them, Top-N, session
