@@ -74,6 +74,23 @@ def test_changelog_ends_as_the_top_n(emit_rank: bool, descending: bool, data, li
     assert +table == _model([r for rows in data for r in rows], limit, emit_rank, descending)
 
 
+@pytest.mark.parametrize("emit_rank", [False, True])
+@settings(max_examples=30, deadline=None)
+@given(data=batches, limit=st.integers(1, 4))
+def test_rows_removed_by_storing_their_retraction_end_as_the_top_n(emit_rank: bool, data, limit: int) -> None:
+    """Stores written before rows were removed in place (a restored old checkpoint) hold rows
+    with count -1: their rows come without ids, and leaving rows are removed by retraction."""
+    op = _operator(_node(limit, emit_rank, True))
+    live = op._live
+    op._live = lambda partitions, **kw: (live(partitions, **kw)[0], None)
+    table: Counter = Counter()
+    for rows in data:
+        batch = pa.RecordBatch.from_pylist([{"k": k, "v": v} for k, v in rows], schema=INPUT)
+        _apply(table, op.process(batch), emit_rank)
+    assert +table == _model([r for rows in data for r in rows], limit, emit_rank, True)
+    assert op.rows.stored().num_rows >= sum(table.values())
+
+
 @settings(max_examples=30, deadline=None)
 @given(data=batches, cut=st.integers(0, 10))
 def test_restore_at_any_cut_goes_on_the_same(tmp_path_factory, data, cut: int) -> None:

@@ -9,13 +9,15 @@ A batch is processed in four vectorized steps:
 
 1. the stored top rows of the partitions the batch touches are read with one lookup;
 2. those rows and the batch's rows are sorted together by (partition hash, order columns, ``_seq``)
-   with one Arrow ``sort_indices``, and numbered within their partition;
+   with one Arrow ``sort_indices``, and numbered within their partition (only the sort's columns
+   are joined for it; the output takes the other columns from the stored rows and the batch);
 3. a stored row numbered past N leaves the top: ``-D``; a batch row numbered N or less enters it:
    ``+I``. When the row number is part of the output, a stored row whose number changed is
    retracted with its old number and emitted with the new one (its old number is its new one
    minus the batch rows that sorted before it);
-4. the rows that left are stored with count -1 (they net away at the next merge), those that
-   entered with +1.
+4. the rows that left are removed from the store in place (``KeyedRows.kill``; a store restored
+   from a checkpoint that holds rows of count -1 removes them by storing their retraction
+   instead), those that entered are stored.
 
 Over an append-only input a partition's rows beyond its top N can never come back, so they are
 not kept. Over an updating input (a GROUP BY's counts ranked, say) a retraction can bring one
@@ -101,28 +103,29 @@ class RankOperator(NumberedRowsOperator):
             return self._process_updating(batch)
         seq = np.arange(self._next_seq, self._next_seq + n, dtype=np.int64)
         self._next_seq += n
-        columns = [*(batch.column(i) for i in range(self.width)), pa.array(seq)]
-        khash = hash_columns([columns[p] for p in self.node.partition], n)
+        fresh = [batch.column(i) for i in range(self.width)]
+        khash = hash_columns([fresh[p] for p in self.node.partition], n)
         # 1. the current top rows of the partitions this batch touches
         touched = K.sorted_unique(khash)
         # In any order: they are sorted below with the batch (by partition, order and arrival).
         stored, ids = self._live(touched, ordered=False)
         old_count = 0 if stored is None else stored.num_rows
-        # 2. old and new rows sorted together, numbered within their partition
-        names = [f"c{i}" for i in range(self.width + 1)]
-        fresh = pa.table([*columns, pa.array(khash)], names=[*names, "_khash"])
+        old = [] if stored is None else [plain_array(stored.column(i)) for i in range(self.width)]
+        # 2. old and new rows sorted together, numbered within their partition. Only the sort's
+        # columns are put together: the others are taken from the stored rows or the batch as
+        # the output needs them (a copy of the batch's strings would cost more than the sort).
         if old_count:
-            old = pa.table([*(plain_array(stored.column(i)) for i in range(self.width + 1)),
-                            plain_array(stored.column("_khash"))], names=[*names, "_khash"])
-            # One chunk: the sort and every take below read it (a take from two chunks of
-            # strings costs several times one from one).
-            both = pa.concat_tables([old, fresh]).combine_chunks()
+            seqs = np.concatenate([stored.column(self.width).to_numpy(), seq])
+            hashes = np.concatenate([stored.column("_khash").to_numpy(), khash])
         else:
-            both = fresh
-        both = both.rename_columns([*names[:-1], "_seq", "_khash"])
+            seqs, hashes = seq, khash
+        keys = {"_khash": hashes, "_seq": seqs}
+        for c, _ in self.node.order:
+            keys[f"c{c}"] = pa.concat_arrays([old[c], plain_array(fresh[c])]) if old_count else fresh[c]
+        both = pa.table(keys)
         order = pc.sort_indices(both, sort_keys=self._sort_keys).to_numpy()
         total = len(order)
-        sorted_hash = both.column("_khash").to_numpy()[order]
+        sorted_hash = hashes[order]
         starts = np.ones(total, dtype=bool)
         starts[1:] = sorted_hash[1:] != sorted_hash[:-1]
         is_old = np.zeros(total, dtype=bool)
@@ -146,7 +149,7 @@ class RankOperator(NumberedRowsOperator):
             old_sorted = order[is_old[order]]
             if len(old_sorted):
                 old_starts = np.ones(len(old_sorted), dtype=bool)
-                old_hash = both.column("_khash").to_numpy()[old_sorted]
+                old_hash = hashes[old_sorted]
                 old_starts[1:] = old_hash[1:] != old_hash[:-1]
                 old_rank[old_sorted] = self._numbers(both, old_sorted, old_starts)
         # 3. the changes
@@ -157,17 +160,19 @@ class RankOperator(NumberedRowsOperator):
         retract = np.flatnonzero(leaving | renumbered)
         emit = np.flatnonzero(entering | renumbered)
         new = np.flatnonzero(entering)
-        out, taken = self._changes(both, retract, old_rank, emit, rank)
+        out, taken = self._changes([old, fresh] if old_count else [fresh], retract, old_rank, emit, rank)
         # 4. the stored top rows follow
         gone = np.flatnonzero(leaving)
         now = int(self.ctx.runtime.clock())
-        self.remove(both, gone, ids, now)
+        if len(gone):
+            if ids is None:  # removed by storing their retractions: the stored rows, as stored
+                self.remove(stored.select([*stored.column_names[:self.width + 1], "_khash"]), gone, None, now)
+            else:
+                self.remove(None, gone, ids, now)
         if len(new):
-            # The rows entering are the last ones emitted (the stored rows come first in
-            # ``both``, and only they can be renumbered): their columns are already taken.
-            start = len(taken[0]) - len(new)
-            picks = [c.slice(start) for c in taken]
-            entered = pa.table([*picks, both.column("_seq").to_numpy()[new], both.column("_khash").to_numpy()[new]],
+            # The rows entering are the last ones emitted (the stored rows come first, and only
+            # they can be renumbered): their columns are already taken.
+            entered = pa.table([*taken, seqs[new], hashes[new]],
                                names=[*(f"c{i}" for i in range(self.width)), "_seq", "_khash"])
             self.rows.store_rows(entered, None, 1, now)
         self._update_state_metrics()
@@ -222,7 +227,7 @@ class RankOperator(NumberedRowsOperator):
         moved = (old_rank != new_rank) if self.node.emit_rank else np.zeros(total, dtype=bool)
         retract = np.flatnonzero(was_in & (~now_in | moved))
         emit = np.flatnonzero(now_in & (~was_in | moved))
-        out, _ = self._changes(both, retract, old_rank, emit, new_rank)
+        out, _ = self._changes([[both.column(i) for i in range(self.width)]], retract, old_rank, emit, new_rank)
         now = int(self.ctx.runtime.clock())
         self.remove(both, np.flatnonzero(is_old & removed), ids, now)
         self.rows.store_rows(both, np.flatnonzero(~is_old & alive), 1, now)
@@ -270,18 +275,35 @@ class RankOperator(NumberedRowsOperator):
         distinct = np.cumsum(new_value)
         return distinct - distinct[partition_first] + 1
 
-    def _changes(self, both: pa.Table, retract: np.ndarray, old_rank: np.ndarray, emit: np.ndarray,
-                 rank: np.ndarray) -> tuple[list[pa.RecordBatch], list[pa.Array]]:
-        """The output: the rows ``retract`` of ``both`` as -D, then the rows ``emit`` as +I (with
-        their numbers before and after, if the rank is output); and the input columns of those
-        rows as taken from ``both``."""
+    def _changes(self, blocks: list[list[pa.Array | pa.ChunkedArray]], retract: np.ndarray, old_rank: np.ndarray,
+                 emit: np.ndarray, rank: np.ndarray) -> tuple[list[pa.RecordBatch], list[pa.Array]]:
+        """The output: the rows ``retract`` as -D, then the rows ``emit`` as +I (with their numbers
+        before and after, if the rank is output); and the input columns of the last rows output.
+
+        Rows are numbered across ``blocks`` (each a list of the input columns: the stored rows,
+        then the batch's), and each stretch of output rows from one block is taken from it in one
+        batch; a stretch that is a whole block is output as it is, without a copy."""
         if not len(retract) and not len(emit):
             return [], []
-        index = pa.array(np.concatenate([retract, emit]))
-        taken = [plain_array(both.column(i).take(index)) for i in range(self.width)]
-        columns = list(taken)
-        if self.node.emit_rank:
-            columns.append(pa.array(np.concatenate([old_rank[retract], rank[emit]])))
-        columns.append(row_kinds((DELETE, len(retract)), (INSERT, len(emit))))
-        columns = [c if c.type == f.type else pc.cast(c, f.type) for c, f in zip(columns, self.node.schema, strict=True)]
-        return [pa.RecordBatch.from_arrays(columns, schema=self.node.schema)], taken
+        index = np.concatenate([retract, emit])
+        kinds = row_kinds((DELETE, len(retract)), (INSERT, len(emit)))
+        numbers = pa.array(np.concatenate([old_rank[retract], rank[emit]])) if self.node.emit_rank else None
+        sizes = np.array([len(block[0]) for block in blocks], dtype=np.int64)
+        first = np.cumsum(sizes) - sizes
+        block_of = np.searchsorted(first, index, side="right") - 1
+        cuts = [0, *(np.flatnonzero(np.diff(block_of)) + 1).tolist(), len(index)]
+        out: list[pa.RecordBatch] = []
+        taken: list[pa.Array] = []
+        for a, b in zip(cuts, cuts[1:]):
+            k = int(block_of[a])
+            rows = index[a:b] - first[k]
+            whole = b - a == sizes[k] and bool((rows == np.arange(sizes[k])).all())
+            taken = [plain_array(c if whole else c.take(pa.array(rows))) for c in blocks[k]]
+            columns = list(taken)
+            if numbers is not None:
+                columns.append(numbers.slice(a, b - a))
+            columns.append(kinds.slice(a, b - a))
+            columns = [c if c.type == f.type else pc.cast(c, f.type)
+                       for c, f in zip(columns, self.node.schema, strict=True)]
+            out.append(pa.RecordBatch.from_arrays(columns, schema=self.node.schema))
+        return out, taken
