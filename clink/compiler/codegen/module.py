@@ -524,6 +524,72 @@ def _source_fields(source: SourceOp, ops: tuple) -> dict[str, tuple[str, ...]]:
     return out
 
 
+def _source_predicate(source: SourceOp, ops: tuple) -> dict[str, tuple]:
+    """Values a source may keep to, by column: a column that every reader of ``source`` filters to
+    a few constants (``event_type = 2``, ``event_type IN (0, 1)``) → the union of those constants,
+    so that a source that can (the Nexmark generator) makes only those rows. Nothing when some
+    reader reads the source unfiltered or filters it otherwise. Each reader keeps its filter: this
+    only lets a source skip rows no reader keeps."""
+    kept: dict[int, set] | None = None
+    for op in ops:
+        reads = getattr(op, "inputs", None) or tuple(
+            getattr(op, name) for name in ("input", "left", "right") if hasattr(op, name))
+        if source.id not in reads:
+            continue
+        if not isinstance(op, ChainOp) or op.scan_predicate is None:
+            return {}
+        mine = _constant_sets(op.scan_predicate)
+        if kept is None:
+            kept = mine
+        else:
+            kept = {c: kept[c] | mine[c] for c in kept.keys() & mine.keys()}
+        if not kept:
+            return {}
+    names = source.scan.schema.names
+    return {names[c]: tuple(sorted(values)) for c, values in sorted((kept or {}).items())}
+
+
+def _constant_sets(predicate: ir.Expr) -> dict[int, set]:
+    """The columns that ``predicate`` keeps to a set of constants, each with the set: a row where
+    the column holds another value (or NULL) fails the predicate."""
+    out: dict[int, set] = {}
+    for conjunct in ir.conjuncts(predicate):
+        found = _constant_set(conjunct)
+        if found is not None:
+            column, values = found
+            out[column] = out[column] & values if column in out else values
+    return out
+
+
+def _constant_set(e: ir.Expr) -> tuple[int, set] | None:
+    """``column = c``, ``c = column``, ``column IN (c, ...)`` or an OR of those on one column:
+    the column and its constants. Only integer and string columns, compared without a cast."""
+    if not isinstance(e, ir.Call):
+        return None
+    if e.fn == "or":
+        sides = [_constant_set(a) for a in e.args]
+        if any(s is None for s in sides) or len({s[0] for s in sides}) != 1:
+            return None
+        return sides[0][0], set().union(*(s[1] for s in sides))
+    if e.fn == "eq" and len(e.args) == 2:
+        column, *values = e.args if isinstance(e.args[0], ir.Column) else e.args[::-1]
+    elif e.fn == "in" and len(e.args) >= 2:
+        column, *values = e.args
+    else:
+        return None
+    if not isinstance(column, ir.Column) or not (pt.is_integer(column.type) or pt.is_string(column.type)):
+        return None
+    if not all(isinstance(v, ir.Literal) and v.type == column.type and v.value is not None for v in values):
+        return None
+    return column.index, {v.value for v in values}
+
+
+def _kept_py(kept: dict[str, tuple]) -> str:
+    """The ``pyarrow.compute`` expression of ``_source_predicate``'s result."""
+    parts = [f"pc.field({name!r}).isin({list(values)!r})" for name, values in kept.items()]
+    return " & ".join(f"({p})" for p in parts) if len(parts) > 1 else parts[0]
+
+
 #: Calls cheap enough to evaluate on every row before a filter: comparisons, boolean logic,
 #: NULL tests, field access, casts. A conjunct with anything else waits until they have filtered.
 _CHEAP = frozenset({"eq", "ne", "lt", "le", "gt", "ge", "and", "or", "not", "is_null", "is_not_null", "is_true",
@@ -683,6 +749,9 @@ def _emit_plan(w: SourceWriter, plan: PhysicalPlan, schema_names: dict[int, str]
                                 w.line(f"watermark=watermark_{op.id},")
                             if not modes[op.id].updating and (fields := _source_fields(op, plan.ops)):
                                 w.line(f"fields={fields!r},  # ROW columns read only through these fields")
+                            if not modes[op.id].updating and (kept := _source_predicate(op, plan.ops)):
+                                w.line(f"predicate=lambda: {_kept_py(kept)},  "
+                                       "# every reader filters on these values; it filters again")
                             if scan.table.idle_timeout is not None:
                                 w.line(f"idle_timeout={scan.table.idle_timeout},")
                             if modes[op.id].updating:
