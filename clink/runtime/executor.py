@@ -588,7 +588,8 @@ class Job:
                 polled = time.perf_counter_ns()
                 meter.busy_ns += polled - started
                 has_rows = batch is not None and batch.num_rows > 0
-                self._check_idle(node_id, has_rows)
+                skipped = reader.time_rows()
+                self._check_idle(node_id, has_rows or skipped is not None)
                 if not has_rows and node_id in self._split_watermarks and node_id in self._idle_timeouts:
                     # A split going idle may let the source's watermark move on.
                     self._advance_split_watermarks(node_id, None)
@@ -602,6 +603,10 @@ class Job:
                     meter.blocked_ns += time.perf_counter_ns() - polled
                     if self._checkpointing is not None:
                         self._checkpointing.rows += batch.num_rows
+                if skipped is not None and skipped.num_rows:
+                    # Rows the source left out still move its event time, as in a run that kept them.
+                    progressed = True
+                    self._advance_source_watermark(node_id, skipped)
                 if reader.finished:
                     progressed = True
                     self._end(node_id)

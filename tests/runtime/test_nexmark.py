@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import importlib.util
 import io
@@ -21,6 +22,8 @@ from clink.errors import ClinkError, ConnectorError
 from clink.runtime.connectors.base import ConnectorRegistry, TableSpec
 from clink.runtime.connectors.nexmark import DEFAULT_BASE_TIME_MS, NEXMARK, NEXMARK_SCHEMA, NexmarkReader
 from clink.runtime.context import RuntimeContext
+from clink.runtime.executor import Job
+from clink.runtime.plan import Plan, Source
 
 BENCH = Path(__file__).resolve().parents[2] / "bench" / "nexmark"
 CTX = RuntimeContext(connectors=ConnectorRegistry())
@@ -214,6 +217,79 @@ def test_fields_no_query_reads_are_null_and_the_others_unchanged(stream: pa.Tabl
                 assert got.null_count == len(got), (column, f.name)
 
 
+def polls(source: NexmarkReader) -> list[tuple[pa.RecordBatch | None, pa.RecordBatch | None]]:
+    """Each poll's batch and the rows it left out for the watermark (``time_rows``)."""
+    out = []
+    while not source.finished:
+        batch = source.poll()
+        out.append((batch, source.time_rows()))
+    return out
+
+
+def event_time(batch: pa.RecordBatch | None) -> int | None:
+    """The largest event time of ``batch`` (its kind's dateTime), as the Nexmark DDL computes it."""
+    if batch is None or batch.num_rows == 0:
+        return None
+    kinds = batch.column(batch.schema.get_field_index("event_type")).to_numpy()
+    times = [pc.struct_field(batch.column(batch.schema.get_field_index(kind)), "dateTime").cast(pa.int64())
+             .to_numpy(zero_copy_only=False) for kind in ("person", "auction", "bid")]
+    return int(np.choose(kinds, times).max())
+
+
+@pytest.mark.parametrize("kinds", [[0], [1], [2], [0, 2], [1, 2]])
+@pytest.mark.parametrize("options", [
+    {"events.num": "30000"},
+    {"events.num": "12345", "batch-size": "777", "seed": "3"},
+    {"events.num": "500", "batch-size": "7", "bid.proportion": "5"},
+])
+def test_a_source_predicate_on_event_type_makes_the_filtered_rows_of_a_full_run(kinds: list[int],
+                                                                                 options: dict[str, str]) -> None:
+    """With ``TableSpec.predicate`` on ``event_type`` the reader makes only the kinds it keeps:
+    exactly the rows a full run gives that the predicate keeps (ids, times, every field), and
+    after each poll the watermark a full run's poll would allow (the rows left out go to
+    ``time_rows``: the last event of the poll, when it is of a kind left out)."""
+    wanted = {"person": ("name", "dateTime"), "auction": ("id", "description", "dateTime"),
+              "bid": ("price", "url", "extra", "dateTime")}
+    spec = TableSpec(name="datagen", schema=NEXMARK_SCHEMA, table_schema=NEXMARK_SCHEMA, options=options,
+                     fields=wanted)
+    full = polls(NexmarkReader(spec, CTX))
+    pruned = polls(NexmarkReader(dataclasses.replace(spec, predicate=pc.field("event_type").isin(kinds)), CTX))
+    assert len(pruned) == len(full)
+    for (ours, left_out), (theirs, none) in zip(pruned, full, strict=True):
+        assert none is None
+        expected = theirs.filter(pc.is_in(theirs["event_type"], pa.array(kinds, pa.int32())))
+        assert ours.equals(expected)
+        if left_out is not None:
+            assert left_out.num_rows == 1 and left_out["event_type"][0].as_py() not in kinds
+        assert max(filter(None, (event_time(ours), event_time(left_out)))) == event_time(theirs)
+
+
+def test_a_source_predicate_keeps_the_rate_and_the_watermark() -> None:
+    """Rate-limited, a poll gives the kept rows of the events due; the watermark follows the
+    clock as in a full run."""
+    now = [0]
+    options = {"rate.limited": "true", "first-event.rate": "1000", "events.num": "3000"}
+    spec = TableSpec(name="datagen", schema=NEXMARK_SCHEMA, table_schema=NEXMARK_SCHEMA, options=options,
+                     predicate=pc.field("event_type") == 0)
+    source = NexmarkReader(spec, RuntimeContext(connectors=ConnectorRegistry(), clock=lambda: now[0]))
+    full = reader(options, clock=lambda: now[0])
+    assert source.poll() is None and full.poll() is None  # the clock starts
+    for step in (100, 250, 1000, 1650):
+        now[0] += step
+        ours, theirs = source.poll(), full.poll()
+        assert ours.equals(theirs.filter(pc.equal(theirs["event_type"], 0)))
+        assert max(filter(None, (event_time(ours), event_time(source.time_rows())))) == event_time(theirs)
+    assert source.finished and full.finished
+
+
+def test_a_predicate_on_other_columns_makes_every_event() -> None:
+    """A predicate that reads more than ``event_type`` is not one on kinds: every event is made
+    (the plan's filter decides)."""
+    spec = TableSpec(name="datagen", schema=NEXMARK_SCHEMA, table_schema=NEXMARK_SCHEMA,
+                     options={"events.num": "2000"}, predicate=pc.field("event_type").isin([2]) & pc.field("bid").is_valid())
+    assert drain(NexmarkReader(spec, CTX)).equals(events(2000))
+
+
 def test_rate_limited_follows_the_clock() -> None:
     now = [0]
     source = reader({"rate.limited": "true", "first-event.rate": "1000"}, clock=lambda: now[0])
@@ -385,3 +461,25 @@ def test_q12_counts_every_bid_in_processing_time_windows(kinds_parquet: Path) ->
     moving = _q12(running, ", 'batch-size' = '1000'")  # 20 batches, each read at a later time
     assert len({r["starttime"] for r in moving.to_pylist()}) > 3
     assert sum(r["bid_count"] for r in moving.to_pylist()) == 18400
+
+
+@pytest.mark.parametrize("query", ["q5", "q7", "q8", "q11"])
+def test_a_source_predicate_changes_no_watermark(query: str) -> None:
+    """The plan's sources keep only the kinds its views read (``Source.predicate``); round by
+    round the watermark reaching the sink and the rows written are those of the same plan with
+    the predicates taken out, which makes every event."""
+    ddl = DDL.replace("'events.num' = '10000000'", "'events.num' = '30000', 'batch-size' = '4096'")
+    plan = clink.compile(ddl + (BENCH / f"{query}.sql").read_text()).runtime_plan
+    assert any(isinstance(n, Source) and n.predicate is not None for n in plan.nodes)
+    full = dataclasses.replace(plan, nodes=tuple(dataclasses.replace(n, predicate=None) if isinstance(n, Source)
+                                                 else n for n in plan.nodes))
+
+    def rounds(p: Plan) -> list[tuple[int | None, dict[str, int]]]:
+        job = Job(p, RuntimeContext(stdout=io.StringIO()))
+        seen = []
+        while not job.finished:
+            job.step()
+            seen.append((job.metrics.watermark, dict(job.metrics.records_out)))
+        return seen
+
+    assert rounds(plan) == rounds(full)

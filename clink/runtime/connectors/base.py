@@ -149,6 +149,14 @@ class SourceReader:
         (a numpy integer array), or None when the reader keeps no splits."""
         return None
 
+    def time_rows(self) -> pa.RecordBatch | None:
+        """For the last ``poll``: rows the reader read and then left out (they fail
+        ``TableSpec.predicate``), that the source's watermark must still cover, with
+        ``spec.schema``; None when it left none out. The executor computes the watermark over them
+        as over the batch (without them a source that skips rows would hold its watermark back to
+        the last row it kept), and counts them as activity for the idle timeout."""
+        return None
+
     def checkpoint_complete(self, checkpoint_id: int) -> None:
         """Checkpoint ``checkpoint_id``, holding this reader's last ``position``, is complete: a
         source may now acknowledge upstream what it read before it (never needed to resume)."""

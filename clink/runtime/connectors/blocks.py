@@ -54,6 +54,11 @@ class BlockReader(SourceReader):
     def _make_block(self, index: int, rows: int) -> pa.RecordBatch:
         """Block ``index``, ``rows`` rows long (the last block of a bounded source is shorter)."""
 
+    def _slice(self, block: pa.RecordBatch, offset: int, count: int) -> pa.RecordBatch:
+        """The rows of ``block`` numbered ``offset`` to ``offset + count`` within it (a reader whose
+        blocks leave rows out maps the numbers to its rows)."""
+        return block if offset == 0 and count == block.num_rows else block.slice(offset, count)
+
     def _rows_in(self, index: int) -> int:
         size = self._batch_size
         return size if self._total is None else min(size, self._total - index * size)
@@ -129,7 +134,7 @@ class BlockReader(SourceReader):
             want = min(want, due)
         block = self._block_at(progress.part)
         offset = progress.offset
-        batch = block if offset == 0 and want == block.num_rows else block.slice(offset, want)
+        batch = self._slice(block, offset, want)
         progress.offset += want
         self._emitted += want
         self.metrics["records_in"] += want

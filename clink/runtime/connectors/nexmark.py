@@ -313,6 +313,15 @@ def _words(rng: np.random.Generator, count: int, max_length: int, special: int) 
     return pc.utf8_trim(words, options=_TRIM_SPACES) if special == ord(" ") else words
 
 
+def _pick_strings(offsets: np.ndarray, data: pa.Buffer, rows: np.ndarray) -> tuple[np.ndarray, pa.Buffer]:
+    """Offsets and data of the strings ``rows`` (ascending) of the strings ``offsets`` and
+    ``data``: the same data when the other strings are empty, else a copy of the rows' strings."""
+    lengths = np.diff(offsets)
+    if int(lengths[rows].sum()) == int(offsets[-1] - offsets[0]):
+        return np.take(offsets, np.append(rows, rows[-1] + 1)), data
+    return _offsets_and_data(_strings(offsets, data).take(pa.array(rows)))
+
+
 def _blend(use_first: np.ndarray, first: np.ndarray | int, second: np.ndarray) -> np.ndarray:
     """``np.where(use_first, first, second)`` for int64, by arithmetic (several times faster on a
     random mask)."""
@@ -422,9 +431,18 @@ class NexmarkGenerator:
 
     # -- one block
 
-    def block(self, index: int, columns: Mapping[str, tuple[str, ...] | None]) -> dict[str, pa.Array]:
+    def kinds(self, index: int) -> np.ndarray:
+        """The kind of each event of block ``index`` (0 person, 1 auction, 2 bid)."""
+        phase = index * self.config.batch_size % self.config.total_proportion
+        return self._cycle_kind[phase:phase + self.config.batch_size]
+
+    def block(self, index: int, columns: Mapping[str, tuple[str, ...] | None],
+              rows: np.ndarray | None = None) -> dict[str, pa.Array]:
         """The arrays of block ``index`` (events ``index * batch-size`` on) for ``columns``:
-        column name -> the ROW's field names wanted (None for ``event_type``)."""
+        column name -> the ROW's field names wanted (None for ``event_type``). ``rows``: the
+        events of the block to make (ascending positions in it), None for all. Every random
+        draw of the block is made either way, so a row holds the values a full block gives it;
+        a kind none of whose events is among ``rows`` is not generated at all."""
         config = self.config
         n = config.batch_size
         p, a, _ = config.proportions
@@ -440,32 +458,38 @@ class NexmarkGenerator:
             last_person=epoch * p + self._cycle_person[cycle],
             last_auction=epoch * a + self._cycle_auction[cycle],
         )
+        picked_kind, picked_ids = (kind, ids) if rows is None else (kind[rows], ids.take(rows))
+        m = len(picked_kind)
         out: dict[str, pa.Array] = {}
         for name, fields in columns.items():
             if fields is None:
-                out[name] = _fixed(kind, pa.int32())
+                out[name] = _fixed(picked_kind, pa.int32())
                 continue
             code = _KINDS.index(name)
-            mask = kind == code
+            mask = picked_kind == code
             rng = np.random.default_rng([self._seed, index, code])
             struct_type = pa.struct([NEXMARK_SCHEMA.field(name).type.field(f) for f in fields])
             if set(fields) <= {"dateTime"}:
                 # Every event's time is its timestamp: a query that reads only the dateTime of
                 # a kind (the table's computed event time does) needs no generation.
-                children = [self._full(ids.timestamps, child.type) for child in struct_type]
+                children = [self._full(picked_ids.timestamps, child.type) for child in struct_type]
+            elif not mask.any():
+                # No event of this kind among the rows: the ROW is NULL in every one.
+                children = [pa.nulls(m, child.type) for child in struct_type]
             elif code == BID:
-                # Bids are most events: computed for every row (the others are null), with no scatter.
-                values = self._bids(rng, ids, set(fields), mask)
+                # Bids are most events: computed row by row, with no scatter.
+                values = self._bids(rng, ids, set(fields), kind == code, rows)
                 children = [self._full(values[f], child.type) for f, child in zip(fields, struct_type, strict=True)]
             else:
-                rows = np.flatnonzero(mask)
+                of_kind = np.flatnonzero(kind == code)
                 make = self._persons if code == PERSON else self._auctions
-                values = make(rng, ids.take(rows), set(fields))
+                values = make(rng, ids.take(of_kind), set(fields))
                 before = self._cycle_before[code][phase:phase + n + 1] - self._cycle_before[code][phase]
-                children = [self._expand(values[f], rows, before, n, child.type)
+                every = rows is None or len(of_kind) == int(np.count_nonzero(mask))
+                children = [self._expand(values[f], of_kind, before, n, child.type, rows, every)
                             for f, child in zip(fields, struct_type, strict=True)]
-            validity = pa.py_buffer(np.packbits(mask, bitorder="little"))
-            out[name] = pa.Array.from_buffers(struct_type, n, [validity], children=children)
+            validity = None if rows is not None and mask.all() else pa.py_buffer(np.packbits(mask, bitorder="little"))
+            out[name] = pa.Array.from_buffers(struct_type, m, [validity], children=children)
         return out
 
     @staticmethod
@@ -475,16 +499,22 @@ class NexmarkGenerator:
         return _fixed(values, t)
 
     @staticmethod
-    def _expand(values: np.ndarray | tuple[np.ndarray, pa.Buffer], rows: np.ndarray, before: np.ndarray,
-                n: int, t: pa.DataType) -> pa.Array:
-        """Spread one kind's values (numpy, or string offsets and data) over all ``n`` rows; the
-        rows of other kinds, null in the ROW, hold 0 or ''."""
+    def _expand(values: np.ndarray | tuple[np.ndarray, pa.Buffer], of_kind: np.ndarray, before: np.ndarray,
+                n: int, t: pa.DataType, rows: np.ndarray | None = None, every: bool = True) -> pa.Array:
+        """Spread one kind's values (numpy, or string offsets and data), those of events
+        ``of_kind``, over all ``n`` events of the block, or over ``rows`` of them (``every``: they
+        hold every event of the kind); the events of other kinds, null in the ROW, hold 0 or ''."""
         if isinstance(values, tuple):
             offsets, data = values
-            return _strings(np.take(offsets, before), data)
+            if rows is None:
+                return _strings(np.take(offsets, before), data)
+            if every:
+                # Each row's string ends where the next row of the kind starts: no copy.
+                return _strings(np.take(offsets, np.append(before[rows], before[rows[-1] + 1])), data)
+            return _strings(np.take(offsets, before), data).take(pa.array(rows))
         full = np.zeros(n, dtype=np.int64)
-        full[rows] = values
-        return _fixed(full, t)
+        full[of_kind] = values
+        return _fixed(full if rows is None else full[rows], t)
 
     def _some_person(self, u: np.ndarray, last_person: np.ndarray) -> np.ndarray:
         """A random person id (base 0) from ``u`` in [0, 1): one of the last 1000 people, or up to 10 ahead."""
@@ -560,12 +590,22 @@ class NexmarkGenerator:
             "extra": self._extra(rng, u[3], size, config.avg_sizes[AUCTION]),
         }
 
-    def _bids(self, rng: np.random.Generator, ids: _Ids, wanted: set[str], mask: np.ndarray) -> dict:
+    def _bids(self, rng: np.random.Generator, ids: _Ids, wanted: set[str], mask: np.ndarray,
+              rows: np.ndarray | None = None) -> dict:
+        """Bid fields for every event of the block (``ids``; ``mask``: the bids), or for ``rows``."""
         config = self.config
         # Every draw is made whatever is wanted, so that each field's values do not depend on
         # which others are read; only the work of turning them into fields is skipped.
         u = rng.random((4, len(ids.events)), dtype=np.float32)
         price_u = rng.random(len(ids.events))
+        extra = None
+        if "extra" in wanted:
+            # Its one draw (where the text starts) depends on the whole block's bids.
+            extra = self._extra(rng, u[3], _BID_FIXED_SIZE, config.avg_sizes[BID], keep=mask)
+            if rows is not None:
+                extra = _pick_strings(*extra, rows)
+        if rows is not None:
+            u, price_u, ids = u[:, rows], price_u[rows], ids.take(rows)
         out: dict = {"dateTime": ids.timestamps}
         if "auction" in wanted:
             # Hot (the first of the newest block of 100), or one of the last 100 or up to 10 ahead.
@@ -593,8 +633,8 @@ class NexmarkGenerator:
                 out["channel"] = _offsets_and_data(self._channels.take(index))
             if "url" in wanted:
                 out["url"] = _offsets_and_data(self._urls.take(index))
-        if "extra" in wanted:
-            out["extra"] = self._extra(rng, u[3], _BID_FIXED_SIZE, config.avg_sizes[BID], keep=mask)
+        if extra is not None:
+            out["extra"] = extra
         return out
 
 
@@ -644,15 +684,59 @@ class NexmarkReader(BlockReader):
             else:
                 self._columns[f.name] = None
         self._generator = NexmarkGenerator(config)
+        #: The kinds of event the plan keeps (``TableSpec.predicate`` on ``event_type``), or None
+        #: for all: the reader makes only their rows; the plan's filter stays above it.
+        self._kinds = _kinds_kept(spec.predicate) if "event_type" in spec.schema.names else None
+        self._kept: np.ndarray | None = None  # the events of the current block that are made
+        self._time_rows: pa.RecordBatch | None = None
         self._start_blocks(batch_size=config.batch_size, total=config.events,
                            rate=config.rate if config.rate_limited else None, clock=ctx.clock,
                            subtask=spec.subtask, parallelism=spec.parallelism)
 
+    def poll(self) -> pa.RecordBatch | None:
+        self._time_rows = None
+        return super().poll()
+
+    def time_rows(self) -> pa.RecordBatch | None:
+        return self._time_rows
+
     def _make_block(self, index: int, rows: int) -> pa.RecordBatch:
-        arrays = self._generator.block(index, self._columns)
+        if self._kinds is None:
+            return self._batch(self._generator.block(index, self._columns))
+        kinds = self._generator.kinds(index)[:rows]
+        self._kept = np.flatnonzero(np.isin(kinds, self._kinds))
+        return self._batch(self._generator.block(index, self._columns, self._kept))
+
+    def _slice(self, block: pa.RecordBatch, offset: int, count: int) -> pa.RecordBatch:
+        if self._kinds is None:
+            return super()._slice(block, offset, count)
+        assert self._kept is not None
+        low, high = (int(i) for i in np.searchsorted(self._kept, [offset, offset + count]))
+        last = offset + count - 1
+        if high == low or self._kept[high - 1] != last:
+            # The chunk's last event is of a kind left out: made alone, so that the watermark
+            # moves to its time as it would in a run that kept every event.
+            rows = np.array([last], dtype=np.int64)
+            self._time_rows = self._batch(self._generator.block(self._block_index, self._columns, rows))
+        return block if low == 0 and high == block.num_rows else block.slice(low, high - low)
+
+    def _batch(self, arrays: dict[str, pa.Array]) -> pa.RecordBatch:
         columns = [arrays[f.name] if arrays[f.name].type == f.type else widen_struct(arrays[f.name], f.type)
                    for f in self._schema]
         return pa.RecordBatch.from_arrays(columns, schema=self._schema)
+
+
+def _kinds_kept(predicate: pc.Expression | None) -> tuple[int, ...] | None:
+    """The kinds of event for which ``predicate`` may be true, or None when it does not read
+    ``event_type`` alone (it is then not a predicate on kinds, and every event is made)."""
+    if predicate is None:
+        return None
+    probe = pa.table({"event_type": pa.array([PERSON, AUCTION, BID], pa.int32())})
+    try:
+        kept = probe.filter(predicate)["event_type"].to_pylist()
+    except (pa.ArrowException, TypeError, ValueError):
+        return None  # it reads other columns (their values decide, not the kind)
+    return tuple(kept)
 
 
 NEXMARK = Connector(
