@@ -599,14 +599,13 @@ class Job:
                     meter.bytes_in += batch.get_total_buffer_size()
                     self._ingested_ms = wall_ms()
                     self._push(node_id, batch)
-                    self._advance_source_watermark(node_id, batch)
+                    self._advance_source_watermark(node_id, batch, skipped)
                     meter.blocked_ns += time.perf_counter_ns() - polled
                     if self._checkpointing is not None:
                         self._checkpointing.rows += batch.num_rows
-                if skipped is not None and skipped.num_rows:
-                    # Rows the source left out still move its event time, as in a run that kept them.
+                elif skipped is not None:
                     progressed = True
-                    self._advance_source_watermark(node_id, skipped)
+                    self._advance_source_watermark(node_id, None, skipped)
                 if reader.finished:
                     progressed = True
                     self._end(node_id)
@@ -832,22 +831,27 @@ class Job:
             self._snapshot.take_ended()
         return self._snapshot
 
-    def _advance_source_watermark(self, node_id: int, batch: pa.RecordBatch) -> None:
-        """Emit the source's watermark after a batch, if the batch moved it forward."""
+    def _advance_source_watermark(self, node_id: int, batch: pa.RecordBatch | None,
+                                  skipped: pa.RecordBatch | None = None) -> None:
+        """Emit the source's watermark after a batch, if the batch moved it forward. ``skipped``:
+        rows the reader left out that move it too (``SourceReader.time_rows``), as in a run that
+        kept them; one watermark covers both."""
         node = self._node_of[node_id]
         if node.watermark is None:
             return
         try:
-            values = node.watermark(batch, self._tasks[node_id])
+            values = node.watermark(batch, self._tasks[node_id]) if batch is not None else None
+            more = node.watermark(skipped, self._tasks[node_id]) if skipped is not None else None
         except (pa.ArrowException, ValueError, TypeError) as exc:
             raise PipelineError(f"cannot compute the watermark of {node.table!r}: {exc}",
                                 sql_position_of(exc)) from exc
         reader = self._readers[node_id]
         if reader.splits():
-            self._advance_split_watermarks(node_id, batch, values)
+            if batch is not None:
+                self._advance_split_watermarks(node_id, batch, values)
             return
-        candidate = max_epoch_ms(values)
-        self._source_watermark(node_id, candidate)
+        marks = [m for m in (max_epoch_ms(v) for v in (values, more) if v is not None) if m is not None]
+        self._source_watermark(node_id, max(marks) if marks else None)
 
     def _source_watermark(self, node_id: int, candidate: int | None) -> None:
         if candidate is not None and candidate > self._watermarks.get(node_id, -(2**63)):

@@ -23,6 +23,7 @@ whatever the projection, the throttling or the timing of the polls, and ``seek``
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import math
 import re
 from collections.abc import Mapping
@@ -313,11 +314,10 @@ def _words(rng: np.random.Generator, count: int, max_length: int, special: int) 
     return pc.utf8_trim(words, options=_TRIM_SPACES) if special == ord(" ") else words
 
 
-def _pick_strings(offsets: np.ndarray, data: pa.Buffer, rows: np.ndarray) -> tuple[np.ndarray, pa.Buffer]:
+def _pick_strings(offsets: np.ndarray, data: pa.Buffer, rows: np.ndarray, others_empty: bool) -> tuple[np.ndarray, pa.Buffer]:
     """Offsets and data of the strings ``rows`` (ascending) of the strings ``offsets`` and
-    ``data``: the same data when the other strings are empty, else a copy of the rows' strings."""
-    lengths = np.diff(offsets)
-    if int(lengths[rows].sum()) == int(offsets[-1] - offsets[0]):
+    ``data``: the same data when the strings of the other rows are empty, else a copy."""
+    if others_empty:
         return np.take(offsets, np.append(rows, rows[-1] + 1)), data
     return _offsets_and_data(_strings(offsets, data).take(pa.array(rows)))
 
@@ -448,17 +448,26 @@ class NexmarkGenerator:
         p, a, _ = config.proportions
         first_epoch, phase = divmod(index * n, config.total_proportion)
         cycle = slice(phase, phase + n)
-        events = index * n + self._steps
-        epoch = first_epoch + self._cycle_epoch[cycle]
         kind = self._cycle_kind[cycle]
-        ids = _Ids(
-            events=events,
-            timestamps=config.base_time_ms + (events * config.inter_event_delay_us).astype(np.int64) // 1000,
-            # The newest person and auction (base 0) at each event: its own id for a person (an auction).
-            last_person=epoch * p + self._cycle_person[cycle],
-            last_auction=epoch * a + self._cycle_auction[cycle],
-        )
-        picked_kind, picked_ids = (kind, ids) if rows is None else (kind[rows], ids.take(rows))
+
+        def times(events: np.ndarray) -> np.ndarray:
+            return config.base_time_ms + (events * config.inter_event_delay_us).astype(np.int64) // 1000
+
+        @functools.cache
+        def block_ids() -> _Ids:
+            """Every event's ids, made once a kind is generated (not for the event time alone)."""
+            events = index * n + self._steps
+            epoch = first_epoch + self._cycle_epoch[cycle]
+            return _Ids(
+                events=events,
+                timestamps=times(events),
+                # The newest person and auction (base 0) at each event: its own id for a person (an auction).
+                last_person=epoch * p + self._cycle_person[cycle],
+                last_auction=epoch * a + self._cycle_auction[cycle],
+            )
+
+        picked_kind = kind if rows is None else kind[rows]
+        picked_times: np.ndarray | None = None  # made when first needed
         m = len(picked_kind)
         out: dict[str, pa.Array] = {}
         for name, fields in columns.items():
@@ -472,18 +481,23 @@ class NexmarkGenerator:
             if set(fields) <= {"dateTime"}:
                 # Every event's time is its timestamp: a query that reads only the dateTime of
                 # a kind (the table's computed event time does) needs no generation.
-                children = [self._full(picked_ids.timestamps, child.type) for child in struct_type]
+                if picked_times is None:
+                    picked_times = block_ids().timestamps if rows is None else times(index * n + rows)
+                children = [self._full(picked_times, child.type) for child in struct_type]
             elif not mask.any():
                 # No event of this kind among the rows: the ROW is NULL in every one.
                 children = [pa.nulls(m, child.type) for child in struct_type]
             elif code == BID:
-                # Bids are most events: computed row by row, with no scatter.
-                values = self._bids(rng, ids, set(fields), kind == code, rows)
+                # Bids are most events: computed for every event, then only the rows' values
+                # taken (fewer arrays than the inputs), with no scatter.
+                of_kind = kind == code
+                every = rows is None or int(np.count_nonzero(mask)) == int(np.count_nonzero(of_kind))
+                values = self._bids(rng, block_ids(), set(fields), of_kind, rows, every)
                 children = [self._full(values[f], child.type) for f, child in zip(fields, struct_type, strict=True)]
             else:
                 of_kind = np.flatnonzero(kind == code)
                 make = self._persons if code == PERSON else self._auctions
-                values = make(rng, ids.take(of_kind), set(fields))
+                values = make(rng, block_ids().take(of_kind), set(fields))
                 before = self._cycle_before[code][phase:phase + n + 1] - self._cycle_before[code][phase]
                 every = rows is None or len(of_kind) == int(np.count_nonzero(mask))
                 children = [self._expand(values[f], of_kind, before, n, child.type, rows, every)
@@ -591,8 +605,9 @@ class NexmarkGenerator:
         }
 
     def _bids(self, rng: np.random.Generator, ids: _Ids, wanted: set[str], mask: np.ndarray,
-              rows: np.ndarray | None = None) -> dict:
-        """Bid fields for every event of the block (``ids``; ``mask``: the bids), or for ``rows``."""
+              rows: np.ndarray | None = None, every: bool = True) -> dict:
+        """Bid fields for every event of the block (``ids``; ``mask``: the bids), or for ``rows``
+        of them (``every``: they hold every bid)."""
         config = self.config
         # Every draw is made whatever is wanted, so that each field's values do not depend on
         # which others are read; only the work of turning them into fields is skipped.
@@ -603,32 +618,30 @@ class NexmarkGenerator:
             # Its one draw (where the text starts) depends on the whole block's bids.
             extra = self._extra(rng, u[3], _BID_FIXED_SIZE, config.avg_sizes[BID], keep=mask)
             if rows is not None:
-                extra = _pick_strings(*extra, rows)
-        if rows is not None:
-            u, price_u, ids = u[:, rows], price_u[rows], ids.take(rows)
-        out: dict = {"dateTime": ids.timestamps}
+                extra = _pick_strings(*extra, rows, every)
+        out: dict = {"dateTime": ids.timestamps if rows is None else ids.timestamps[rows]}
         if "auction" in wanted:
             # Hot (the first of the newest block of 100), or one of the last 100 or up to 10 ahead.
             auction_u = u[0] * config.hot_auctions
             recent = np.minimum(ids.last_auction, NUM_IN_FLIGHT_AUCTIONS)
             some_auction = ids.last_auction - recent + (auction_u * (recent + 1 + ID_LEAD)).astype(np.int64)
             auction = _blend(auction_u >= 1, (ids.last_auction // HOT_RATIO) * HOT_RATIO, some_auction)
-            out["auction"] = auction + FIRST_AUCTION_ID
+            out["auction"] = (auction if rows is None else auction[rows]) + FIRST_AUCTION_ID
         if "bidder" in wanted:
             # Hot (the second of the newest block of 100 people, so that hot bidders are not hot
             # sellers), or a random active person.
             bidder_u = u[1] * config.hot_bidders
             bidder = _blend(bidder_u >= 1, (ids.last_person // HOT_RATIO) * HOT_RATIO + 1,
                             self._some_person(bidder_u, ids.last_person))
-            out["bidder"] = bidder + FIRST_PERSON_ID
+            out["bidder"] = (bidder if rows is None else bidder[rows]) + FIRST_PERSON_ID
         if "price" in wanted:
-            out["price"] = _prices(price_u)
+            out["price"] = _prices(price_u if rows is None else price_u[rows])
         if "channel" in wanted or "url" in wanted:
             # Half the bids come from one of the hot channels, the rest from one of 10,000.
             channel_u = u[2] * 2
             channel = _blend(channel_u >= 1, NUM_CHANNELS + ((channel_u - 1) * len(HOT_CHANNELS)).astype(np.int64),
                              (channel_u * NUM_CHANNELS).astype(np.int64))
-            index = _fixed(channel, pa.int64())
+            index = _fixed(channel if rows is None else channel[rows], pa.int64())
             if "channel" in wanted:
                 out["channel"] = _offsets_and_data(self._channels.take(index))
             if "url" in wanted:
@@ -687,6 +700,7 @@ class NexmarkReader(BlockReader):
         #: The kinds of event the plan keeps (``TableSpec.predicate`` on ``event_type``), or None
         #: for all: the reader makes only their rows; the plan's filter stays above it.
         self._kinds = _kinds_kept(spec.predicate) if "event_type" in spec.schema.names else None
+        self._keeps = np.isin(np.arange(len(_KINDS)), self._kinds or ())  # by kind: made or not
         self._kept: np.ndarray | None = None  # the events of the current block that are made
         self._time_rows: pa.RecordBatch | None = None
         self._start_blocks(batch_size=config.batch_size, total=config.events,
@@ -704,7 +718,7 @@ class NexmarkReader(BlockReader):
         if self._kinds is None:
             return self._batch(self._generator.block(index, self._columns))
         kinds = self._generator.kinds(index)[:rows]
-        self._kept = np.flatnonzero(np.isin(kinds, self._kinds))
+        self._kept = np.flatnonzero(self._keeps[kinds])
         return self._batch(self._generator.block(index, self._columns, self._kept))
 
     def _slice(self, block: pa.RecordBatch, offset: int, count: int) -> pa.RecordBatch:
