@@ -478,6 +478,7 @@ class Job:
                              options=node.options, predicate=node.predicate() if node.predicate else None,
                              subtask=index, parallelism=count, primary_key=node.primary_key,
                              partition_columns=node.partition_columns, fields=node.fields,
+                             kept_values=node.kept_values,
                              changelog=node.changelog if node.changelog.updating else None)
             self._readers[sid] = connector.create_source(spec, self.ctx)
             self._source_subtasks.add(sid)

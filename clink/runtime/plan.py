@@ -156,10 +156,15 @@ class Source(Node):
     #: ROW columns that the plan reads only through some of their fields: column name → those
     #: fields' names. The source may leave the other fields null (a JSON reader skips them).
     fields: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    #: Columns that every reader of the source filters to a few constants: column name → those
+    #: values. The source may make only rows holding them (nexmark makes only the kinds of event
+    #: kept); the plan filters again downstream.
+    kept_values: Mapping[str, tuple[Any, ...]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "options", dict(self.options or {}))
         object.__setattr__(self, "fields", dict(self.fields or {}))
+        object.__setattr__(self, "kept_values", dict(self.kept_values or {}))
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

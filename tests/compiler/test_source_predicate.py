@@ -1,10 +1,10 @@
 """A source learns the values a column keeps when every reader filters it to a few constants.
 
-``P.Source.predicate`` returns ``pc.field(c).isin([...])`` (one term per such column) when every
+``P.Source.kept_values`` maps such a column to its values (``{'event_type': (2,)}``) when every
 node reading the source is a chain whose filter pushed into the scan holds ``c = k``,
 ``c IN (k, ...)`` or an OR of those as a conjunct: the union of each reader's constants. A reader
-that does not filter, or filters otherwise, leaves the source with no predicate. The chains keep
-their filters, so a source that ignores the predicate gives the same results.
+that does not filter, or filters otherwise, leaves the source with none. The chains keep their
+filters, so a source that ignores them gives the same results.
 """
 
 from __future__ import annotations
@@ -22,17 +22,12 @@ from clink.compiler.physical import ChainOp, SourceOp
 from clink.runtime.plan import Source
 
 DDL = (Path(__file__).resolve().parents[2] / "bench" / "nexmark" / "ddl.sql").read_text()
-#: Every kind, and a value no event has: what each source's predicate keeps of them.
-PROBE = pa.table({"event_type": pa.array([0, 1, 2, 3], pa.int32())})
-
-
 def kept(query: str) -> list[list[int] | None]:
     """Per source of the plan of ``query`` over the Nexmark DDL: the event types it keeps."""
     plan = clink.compile(DDL + query).runtime_plan
     sources = [n for n in plan.nodes if isinstance(n, Source)]
     assert sources
-    return [None if s.predicate is None else PROBE.filter(s.predicate())["event_type"].to_pylist()
-            for s in sources]
+    return [list(s.kept_values["event_type"]) if s.kept_values else None for s in sources]
 
 
 @pytest.mark.parametrize(("query", "expected"), [

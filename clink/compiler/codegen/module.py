@@ -584,12 +584,6 @@ def _constant_set(e: ir.Expr) -> tuple[int, set] | None:
     return column.index, {v.value for v in values}
 
 
-def _kept_py(kept: dict[str, tuple]) -> str:
-    """The ``pyarrow.compute`` expression of ``_source_predicate``'s result."""
-    parts = [f"pc.field({name!r}).isin({list(values)!r})" for name, values in kept.items()]
-    return " & ".join(f"({p})" for p in parts) if len(parts) > 1 else parts[0]
-
-
 #: Calls cheap enough to evaluate on every row before a filter: comparisons, boolean logic,
 #: NULL tests, field access, casts. A conjunct with anything else waits until they have filtered.
 _CHEAP = frozenset({"eq", "ne", "lt", "le", "gt", "ge", "and", "or", "not", "is_null", "is_not_null", "is_true",
@@ -750,8 +744,7 @@ def _emit_plan(w: SourceWriter, plan: PhysicalPlan, schema_names: dict[int, str]
                             if not modes[op.id].updating and (fields := _source_fields(op, plan.ops)):
                                 w.line(f"fields={fields!r},  # ROW columns read only through these fields")
                             if not modes[op.id].updating and (kept := _source_predicate(op, plan.ops)):
-                                w.line(f"predicate=lambda: {_kept_py(kept)},  "
-                                       "# every reader filters on these values; it filters again")
+                                w.line(f"kept_values={kept!r},  # every reader keeps only these; it filters again")
                             if scan.table.idle_timeout is not None:
                                 w.line(f"idle_timeout={scan.table.idle_timeout},")
                             if modes[op.id].updating:

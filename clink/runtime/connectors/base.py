@@ -87,6 +87,10 @@ class TableSpec:
     #: name → those fields' names. A source may fill the other fields with nulls instead of
     #: decoding them (the JSON reader does); it must still produce ``schema`` exactly.
     fields: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    #: Columns of ``schema`` that every reader of the source filters to a few constants: column
+    #: name → those values. A source may leave out rows holding other values (or NULL), and
+    #: need not: the plan filters again. Unlike ``predicate``, it needs no expression evaluated.
+    kept_values: Mapping[str, tuple[Any, ...]] = field(default_factory=dict)
 
     @property
     def updating(self) -> bool:

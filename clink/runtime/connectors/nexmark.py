@@ -697,9 +697,10 @@ class NexmarkReader(BlockReader):
             else:
                 self._columns[f.name] = None
         self._generator = NexmarkGenerator(config)
-        #: The kinds of event the plan keeps (``TableSpec.predicate`` on ``event_type``), or None
-        #: for all: the reader makes only their rows; the plan's filter stays above it.
-        self._kinds = _kinds_kept(spec.predicate) if "event_type" in spec.schema.names else None
+        #: The kinds of event the plan keeps (``TableSpec.kept_values`` of ``event_type``), or
+        #: None for all: the reader makes only their rows; the plan's filter stays above it.
+        kept = spec.kept_values.get("event_type") if "event_type" in spec.schema.names else None
+        self._kinds = None if kept is None else tuple(k for k in kept if isinstance(k, int) and 0 <= k < len(_KINDS))
         self._keeps = np.isin(np.arange(len(_KINDS)), self._kinds or ())  # by kind: made or not
         self._kept: np.ndarray | None = None  # the events of the current block that are made
         self._time_rows: pa.RecordBatch | None = None
@@ -738,19 +739,6 @@ class NexmarkReader(BlockReader):
         columns = [arrays[f.name] if arrays[f.name].type == f.type else widen_struct(arrays[f.name], f.type)
                    for f in self._schema]
         return pa.RecordBatch.from_arrays(columns, schema=self._schema)
-
-
-def _kinds_kept(predicate: pc.Expression | None) -> tuple[int, ...] | None:
-    """The kinds of event for which ``predicate`` may be true, or None when it does not read
-    ``event_type`` alone (it is then not a predicate on kinds, and every event is made)."""
-    if predicate is None:
-        return None
-    probe = pa.table({"event_type": pa.array([PERSON, AUCTION, BID], pa.int32())})
-    try:
-        kept = probe.filter(predicate)["event_type"].to_pylist()
-    except (pa.ArrowException, TypeError, ValueError):
-        return None  # it reads other columns (their values decide, not the kind)
-    return tuple(kept)
 
 
 NEXMARK = Connector(

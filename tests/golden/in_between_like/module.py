@@ -90,7 +90,7 @@ PLAN = P.Plan(
         P.Source(id=1, table='products', connector='datagen',
             schema=SCHEMA_PRODUCTS_TABLE, table_schema=SCHEMA_PRODUCTS_TABLE,
             options={'number-of-rows': '20', 'seed': '10', 'fields.code.length': '4', 'fields.price.min': '1', 'fields.price.max': '200', 'fields.cat.min': '1', 'fields.cat.max': '6'},
-            predicate=lambda: pc.field('cat').isin([1, 2, 3]),  # every reader filters on these values; it filters again
+            kept_values={'cat': (1, 2, 3)},  # every reader keeps only these; it filters again
             span='input.sql:21:6'),
         P.Chain(id=2, fn=chain_2, input=1, schema=SCHEMA_CHAIN_2),
         P.Exchange(id=3, input=2, distribution=P.SINGLE, schema=SCHEMA_CHAIN_2),  # single

@@ -166,7 +166,7 @@ PLAN = P.Plan(
             schema=SCHEMA_CLICKS_TABLE, table_schema=SCHEMA_CLICKS_TABLE,
             options={'number-of-rows': '40', 'seed': '9', 'fields.user_id.min': '1', 'fields.user_id.max': '4'},
             watermark=watermark_8,
-            predicate=lambda: pc.field('user_id').isin([1]),  # every reader filters on these values; it filters again
+            kept_values={'user_id': (1,)},  # every reader keeps only these; it filters again
             span='input.sql:20:16'),
         P.Chain(id=9, fn=chain_9, input=8, schema=SCHEMA_CHAIN_9),
         P.Exchange(id=10, input=9, distribution=P.SINGLE, schema=SCHEMA_CHAIN_9),  # single
