@@ -431,6 +431,10 @@ class NexmarkGenerator:
 
     # -- one block
 
+    def event_times(self, events: np.ndarray) -> np.ndarray:
+        """The event time (ms since the epoch) of events numbered ``events``."""
+        return self.config.base_time_ms + (events * self.config.inter_event_delay_us).astype(np.int64) // 1000
+
     def kinds(self, index: int) -> np.ndarray:
         """The kind of each event of block ``index`` (0 person, 1 auction, 2 bid)."""
         phase = index * self.config.batch_size % self.config.total_proportion
@@ -449,9 +453,7 @@ class NexmarkGenerator:
         first_epoch, phase = divmod(index * n, config.total_proportion)
         cycle = slice(phase, phase + n)
         kind = self._cycle_kind[cycle]
-
-        def times(events: np.ndarray) -> np.ndarray:
-            return config.base_time_ms + (events * config.inter_event_delay_us).astype(np.int64) // 1000
+        times = self.event_times
 
         @functools.cache
         def block_ids() -> _Ids:
@@ -731,9 +733,29 @@ class NexmarkReader(BlockReader):
         if high == low or self._kept[high - 1] != last:
             # The chunk's last event is of a kind left out: made alone, so that the watermark
             # moves to its time as it would in a run that kept every event.
-            rows = np.array([last], dtype=np.int64)
-            self._time_rows = self._batch(self._generator.block(self._block_index, self._columns, rows))
+            self._time_rows = self._time_row(self._block_index, last)
         return block if low == 0 and high == block.num_rows else block.slice(low, high - low)
+
+    def _time_row(self, index: int, row: int) -> pa.RecordBatch:
+        """Event ``row`` of block ``index`` alone, as a full run makes it. Unless the plan reads
+        more than its kind's dateTime, built directly (this runs for most batches of a source
+        that keeps few kinds): its event_type, its kind's dateTime, NULL elsewhere."""
+        kind = int(self._generator.kinds(index)[row])
+        name = _KINDS[kind]
+        read = self._columns.get(name) or ()
+        if not set(read) <= {"dateTime"}:
+            return self._batch(self._generator.block(index, self._columns, np.array([row], dtype=np.int64)))
+        time = self._generator.event_times(np.array([index * self._config.batch_size + row], dtype=np.int64))
+        columns = []
+        for f in self._schema:
+            if not pa.types.is_struct(f.type):
+                columns.append(_fixed(np.array([kind], dtype=np.int32), pa.int32()))
+            elif f.name != name:
+                columns.append(pa.nulls(1, f.type))
+            else:
+                children = [_fixed(time, c.type) if c.name in read else pa.nulls(1, c.type) for c in f.type]
+                columns.append(pa.StructArray.from_arrays(children, fields=list(f.type)))
+        return pa.RecordBatch.from_arrays(columns, schema=self._schema)
 
     def _batch(self, arrays: dict[str, pa.Array]) -> pa.RecordBatch:
         columns = [arrays[f.name] if arrays[f.name].type == f.type else widen_struct(arrays[f.name], f.type)
