@@ -49,6 +49,7 @@ import math
 import struct
 from collections.abc import Callable, Sequence
 
+import numpy as np
 import pyarrow as pa
 
 __all__ = [
@@ -62,6 +63,7 @@ __all__ = [
     "python_type",
     "row_decoder",
     "row_encoder",
+    "rows_encoder",
     "to_pylist",
 ]
 
@@ -133,6 +135,62 @@ def row_encoder(types: Sequence[pa.DataType], *, canonical: bool = False) -> Cal
         return bytes(out)
 
     return encode_row
+
+
+def rows_encoder(types: Sequence[pa.DataType], *, canonical: bool = False
+                 ) -> Callable[[Sequence[Sequence[object]]], tuple[np.ndarray, np.ndarray] | None] | None:
+    """For fixed-width types only, a function that encodes whole columns at once: given one
+    sequence of Python values per type, all of one length n, it returns ``(rows, nulls)``, an
+    ``(n, width)`` uint8 matrix whose row i holds the bytes ``row_encoder(types)`` gives row i,
+    and a boolean array of the rows with a NULL (None) in any column, whose matrix rows are not
+    that encoding (a NULL's encoding is shorter) and must not be used.
+
+    None (no such function) unless every type is bool, an integer or float64; the function
+    returns None for columns holding a value of another Python type than ``to_pylist`` gives
+    (say a float in an integer column) or out of the type's range: the caller then encodes row
+    by row, which raises the usual error for a bad value.
+
+    >>> rows, nulls = rows_encoder([pa.int8()])([[1, None]])
+    >>> rows[0].tobytes() == row_encoder([pa.int8()])((1,)), nulls.tolist()
+    (True, [False, True])
+    """
+    fields = []
+    for t in types:
+        if pa.types.is_boolean(t):
+            fields.append((t, bool, np.dtype(np.uint8), 1))
+        elif pa.types.is_integer(t):
+            fields.append((t, int, np.dtype(t.to_pandas_dtype()).newbyteorder("<"), t.bit_width // 8))
+        elif pa.types.is_float64(t):
+            fields.append((t, float, np.dtype("<f8"), 8))
+        else:
+            return None
+    width = sum(1 + w for *_, w in fields)
+    nan = np.frombuffer(_CANONICAL_NAN[8], "<f8")[0]
+
+    def encode_rows(columns: Sequence[Sequence[object]]) -> tuple[np.ndarray, np.ndarray] | None:
+        n = len(columns[0]) if columns else 0
+        out = np.empty((n, width), np.uint8)
+        nulls = np.zeros(n, bool)
+        pos = 0
+        for (t, kind, dtype, w), column in zip(fields, columns, strict=True):
+            if len(column) != n or not set(map(type, column)) <= {kind, type(None)}:
+                return None
+            try:
+                array = pa.array(column, type=t)
+            except (pa.ArrowException, OverflowError, TypeError, ValueError):
+                return None
+            if array.null_count:
+                nulls |= np.asarray(array.is_null())
+                array = array.fill_null(False if kind is bool else 0)
+            values = np.asarray(array).astype(dtype, copy=False)
+            if kind is float and canonical:
+                values = np.where(np.isnan(values), nan, values + 0.0)  # -0.0 + 0.0 is 0.0
+            out[:, pos] = _PRESENT
+            out[:, pos + 1:pos + 1 + w] = np.ascontiguousarray(values).view(np.uint8).reshape(n, w)
+            pos += 1 + w
+        return out, nulls
+
+    return encode_rows
 
 
 def row_decoder(types: Sequence[pa.DataType]) -> Callable[[bytes], tuple[object, ...]]:

@@ -43,6 +43,7 @@ from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 
 from clink.runtime import compute as pc
@@ -144,6 +145,9 @@ class _SqliteValueState(ValueState):
         self.decode_key = codec.row_decoder(descriptor.key_schema.types)
         self.encode_value = codec.encoder(descriptor.value_type)
         self.decode_value = codec.decoder(descriptor.value_type)
+        # Whole columns at once where the types are fixed-width (None: row by row).
+        self.encode_keys = codec.rows_encoder(descriptor.key_schema.types, canonical=True)
+        self.encode_values = codec.rows_encoder([descriptor.value_type])
         self.count_log()
 
     def count_log(self) -> None:
@@ -242,14 +246,53 @@ class _SqliteValueState(ValueState):
         so the pages a commit writes are few however large the table; ``merge`` moves it into
         the table later, outside any checkpoint."""
         conn = self.owner.conn
-        encode_key, encode_value = self.encode_key, self.encode_value
-        rows = [(e[0], encode_key(k), None if e[1] is None else encode_value(e[1])) for k, e in entries]
-        rows.sort(key=_first_two)  # in the log's key order, so its B-tree is written page by page
+        columns = self._encode_columns(entries)
+        if columns is None:
+            encode_key, encode_value = self.encode_key, self.encode_value
+            rows = [(e[0], encode_key(k), None if e[1] is None else encode_value(e[1])) for k, e in entries]
+            rows.sort(key=_first_two)  # in the log's key order, so its B-tree is written page by page
+            groups, keys = [r[0] for r in rows], [r[1] for r in rows]
+        else:
+            groups, keys, values = columns
+            rows = zip(groups, keys, values)  # type: ignore[assignment]
         conn.executemany(f"INSERT INTO {self.tbl}_log (kg, k, v) VALUES (?, ?, ?) "
                          "ON CONFLICT (kg, k) DO UPDATE SET v = excluded.v", rows)
-        self.log_rows += len(rows)
+        self.log_rows += len(keys)
         if self.owner.tracking:
-            conn.executemany(f"INSERT OR REPLACE INTO {self.tbl}_chg (k, kg) VALUES (?, ?)", [(r[1], r[0]) for r in rows])
+            conn.executemany(f"INSERT OR REPLACE INTO {self.tbl}_chg (k, kg) VALUES (?, ?)", zip(keys, groups))
+
+    def _encode_columns(self, entries: list[tuple[Key, list]]
+                        ) -> tuple[list[int], list[bytes], list[bytes | None]] | None:
+        """The log's rows of ``entries`` as columns (groups, key blobs, value blobs, a deleted
+        key's None), in the log's key order, encoded a column at a time; None where the types
+        or values need ``flush``'s row by row encoding."""
+        if self.encode_keys is None or self.encode_values is None or not entries:
+            return None
+        n = len(entries)
+        keys = [k for k, _ in entries]
+        width = len(keys[0])
+        encoded = self.encode_keys([[k[0] for k in keys]] if width == 1 else [list(c) for c in zip(*keys)])
+        if encoded is None or encoded[1].any():  # a NULL in a key: shorter bytes, row by row
+            return None
+        key_rows = encoded[0]
+        encoded = self.encode_values([[e[1] for _, e in entries]])
+        if encoded is None:
+            return None
+        value_rows, deleted = encoded
+        groups = np.fromiter((e[0] for _, e in entries), np.int64, n)
+        # The log's order (group, then key bytes): the key rows as big-endian words compare as
+        # their bytes do, so a sort of a few integer columns orders them.
+        kw, vw = key_rows.shape[1], value_rows.shape[1]
+        padded = np.zeros((n, -(-kw // 8) * 8), np.uint8)
+        padded[:, :kw] = key_rows
+        words = padded.view(">u8")
+        order = np.lexsort([words[:, j] for j in range(words.shape[1] - 1, -1, -1)] + [groups])
+        kbuf, vbuf = key_rows[order].tobytes(), value_rows[order].tobytes()
+        key_blobs = [kbuf[i:i + kw] for i in range(0, n * kw, kw)]
+        value_blobs: list[bytes | None] = [vbuf[i:i + vw] for i in range(0, n * vw, vw)]
+        for i in np.flatnonzero(deleted[order]).tolist():
+            value_blobs[i] = None
+        return groups[order].tolist(), key_blobs, value_blobs
 
     def merge(self) -> None:
         """Move the log into the table (the caller has a transaction open): changed rows in
@@ -664,9 +707,14 @@ class SqliteOperatorState(OperatorState):
     def _flush_all(self) -> None:
         """Write every dirty entry (they stay cached, now clean) and every pending table."""
         writes: dict[int, list[tuple[Key, list]]] = {}
-        for ck in self._dirty:
-            writes.setdefault(ck[0], []).append((ck[1], self.cache[ck]))
-        self._dirty.clear()
+        cache = self.cache
+        if len(self._tables) == 1:  # (the common case, without a dict lookup per entry)
+            if self._dirty:
+                writes[0] = [(ck[1], cache[ck]) for ck in self._dirty]
+        else:
+            for ck in self._dirty:
+                writes.setdefault(ck[0], []).append((ck[1], cache[ck]))
+        self._dirty = set()
         self._write(writes)
         tables = [t for t in self._tables if isinstance(t, _SqliteTableState) and t.pending]
         if tables:
@@ -686,13 +734,14 @@ class SqliteOperatorState(OperatorState):
     def _commit(self, checkpoint_id: int | None, *, set_id: bool) -> None:
         self._flush_all()
         self._begin()
-        if self.incremental:
-            self._cut_piece(checkpoint_id)
+        delta = self._cut_piece(checkpoint_id) if self.incremental else None
         if set_id:
             self.conn.execute("UPDATE clink_meta SET value = ? WHERE name = 'committed_checkpoint'",
                               (None if checkpoint_id is None else str(checkpoint_id),))
         self.conn.execute("COMMIT")
         self._in_transaction = False
+        if delta is not None:
+            self._add_delta(*delta, checkpoint_id)
         # (As a script: a plain execute steps the pragma once, which frees a single page.)
         self.conn.executescript("PRAGMA incremental_vacuum;")
         # Whether the logs are worth merging is decided at the next use of the state, not here:
@@ -781,11 +830,11 @@ class SqliteOperatorState(OperatorState):
         for table in self._tables:
             self.conn.execute(f"DELETE FROM {table.tbl}_chg")
 
-    def _cut_piece(self, checkpoint_id: int | None) -> None:
+    def _cut_piece(self, checkpoint_id: int | None) -> tuple[str, list[str]] | None:
         """Inside the commit's transaction: end the current piece of the chain. Either a new
         chain starts (its base, a copy of the whole database, is made by the next ``snapshot``),
-        or the rows changed since the previous piece go to a delta file now. Either way the
-        change tables are emptied in the same transaction, so the commit and the piece agree."""
+        and the change tables are emptied in the same transaction; or a delta is due: its name
+        and the chain it extends are returned, for ``_add_delta`` once the commit is done."""
         chain = self._chain()
         token = f"{checkpoint_id or 0:08d}.{os.urandom(5).hex()}.{self.path.stem}"
         sizes = [self._piece_bytes.get(name) for name in chain or ()]
@@ -798,58 +847,91 @@ class SqliteOperatorState(OperatorState):
             chain = [name]
             self._unpublished = [(name, "base")]
         else:
-            name = f"{token}.delta.sqlite"
-            self._write_delta(self._work / name, chain, checkpoint_id)
-            self._piece_bytes[name] = (self._work / name).stat().st_size
-            chain = [*chain, name]
-            self._unpublished.append((name, "delta"))
+            return f"{token}.delta.sqlite", chain
         self._clear_changes()
         self._set_chain(chain)
+        return None
+
+    def _add_delta(self, name: str, chain: list[str], checkpoint_id: int | None) -> None:
+        """After the commit: write the delta ``name`` of the rows changed since the last piece,
+        then, in a transaction of its own, add it to the chain and empty the change tables.
+
+        The delta is written by SQL inside SQLite from the committed state (its database
+        attached, which SQLite allows only outside a transaction, so not in the commit's). Until
+        the chain names it, the committed state still has its changes in the change tables: a
+        crash or an error in between leaves a database whose next piece holds them instead, and
+        a delta file no chain names, removed with the working folder."""
+        target = self._work / name
+        try:
+            self._write_delta(target, chain, checkpoint_id)
+            self.conn.execute("BEGIN")
+            try:
+                self._clear_changes()
+                self._set_chain([*chain, name])
+                self.conn.execute("COMMIT")
+            except BaseException:
+                self.conn.execute("ROLLBACK")
+                self._tracking = True
+                raise
+        except BaseException:
+            target.unlink(missing_ok=True)
+            raise
+        self._piece_bytes[name] = target.stat().st_size
+        self._unpublished.append((name, "delta"))
 
     def _write_delta(self, target: Path, chain: list[str], checkpoint_id: int | None) -> None:
-        """Write the rows changed since the last piece: for each state its changed rows as they
-        are now and the keys of every changed row (a key without a row was deleted)."""
+        """Write the rows changed since the last piece (outside any transaction): for each state
+        its changed rows as they are now and the keys of every changed row (a key without a row
+        was deleted). The rows go from table to table inside SQLite, the file attached."""
         self._work.mkdir(exist_ok=True)
         target.unlink(missing_ok=True)
         conn = self.conn
-        meta = dict(conn.execute("SELECT name, value FROM clink_meta"))
+        meta = dict(conn.execute("SELECT name, value FROM main.clink_meta"))
         meta.update(chain=None, committed_checkpoint=None if checkpoint_id is None else str(checkpoint_id),
                     piece_base=chain[0], piece_index=str(len(chain)))
         kinds = {t.tbl: t.descriptor.kind for t in self._tables}
         # The states this operator declares (others stay as they are in the base).
-        states = [row for row in conn.execute("SELECT name, tbl, signature FROM clink_states") if row[1] in kinds]
-        with contextlib.closing(sqlite3.connect(str(target), isolation_level=None)) as out:
-            out.execute("PRAGMA journal_mode=OFF")
-            out.execute("PRAGMA synchronous=OFF")
-            out.execute("BEGIN")
-            out.execute("CREATE TABLE clink_meta (name TEXT PRIMARY KEY, value TEXT)")
-            out.executemany("INSERT INTO clink_meta VALUES (?, ?)", meta.items())
-            out.execute("CREATE TABLE clink_states (name TEXT PRIMARY KEY, tbl TEXT NOT NULL, signature TEXT NOT NULL)")
-            out.executemany("INSERT INTO clink_states VALUES (?, ?, ?)", states)
-            for _, tbl, _ in states:
-                kind = kinds[tbl]
-                columns, keys, _ = _CHANGES[kind]
-                out.execute(f"CREATE TABLE {tbl} ({_COLUMNS[kind][0]}) WITHOUT ROWID")
-                out.execute(f"CREATE TABLE {tbl}_chg ({columns}) WITHOUT ROWID")
-                cols = _COLUMNS[kind][1]
-                out.executemany(f"INSERT INTO {tbl}_chg ({keys}) VALUES ({','.join('?' * (keys.count(',') + 1))})",
-                                conn.execute(f"SELECT {keys} FROM {tbl}_chg"))
-                if kind == "value":
-                    # The rows as they are now: the log's, then the table's for changed keys the
-                    # log no longer holds (a merge came between). Most changed keys are in the
-                    # log, so the table, too large to stay cached, is mostly not read.
-                    changed = (f"SELECT l.kg, l.k, l.v FROM {tbl}_chg AS c CROSS JOIN {tbl}_log AS l "
-                               f"ON l.kg = c.kg AND l.k = c.k WHERE l.v IS NOT NULL "
-                               f"UNION ALL SELECT t.kg, t.k, t.v FROM {tbl}_chg AS c CROSS JOIN {tbl} AS t "
-                               f"ON t.k = c.k WHERE NOT EXISTS "
-                               f"(SELECT 1 FROM {tbl}_log AS l WHERE l.kg = c.kg AND l.k = c.k)")
-                else:
-                    # (CROSS JOIN: the few changed keys drive the lookups, whatever the planner guesses.)
-                    changed = (f"SELECT {', '.join('t.' + c.strip() for c in cols.split(','))} "
-                               f"FROM {tbl}_chg AS c CROSS JOIN {tbl} AS t USING ({keys})")
-                out.executemany(f"INSERT INTO {tbl} ({cols}) VALUES ({','.join('?' * (cols.count(',') + 1))})",
-                                conn.execute(changed))
-            out.execute("COMMIT")
+        states = [row for row in conn.execute("SELECT name, tbl, signature FROM main.clink_states") if row[1] in kinds]
+        conn.execute("ATTACH DATABASE ? AS delta", (target.resolve().as_uri(),))
+        try:
+            # A new file, of no use until whole and fsynced below: no journal needed.
+            conn.execute("PRAGMA delta.journal_mode=OFF")
+            conn.execute("PRAGMA delta.synchronous=OFF")
+            conn.execute("BEGIN")
+            try:
+                conn.execute("CREATE TABLE delta.clink_meta (name TEXT PRIMARY KEY, value TEXT)")
+                conn.executemany("INSERT INTO delta.clink_meta VALUES (?, ?)", meta.items())
+                conn.execute("CREATE TABLE delta.clink_states (name TEXT PRIMARY KEY, tbl TEXT NOT NULL, "
+                             "signature TEXT NOT NULL)")
+                conn.executemany("INSERT INTO delta.clink_states VALUES (?, ?, ?)", states)
+                for _, tbl, _ in states:
+                    kind = kinds[tbl]
+                    columns, keys, _ = _CHANGES[kind]
+                    conn.execute(f"CREATE TABLE delta.{tbl} ({_COLUMNS[kind][0]}) WITHOUT ROWID")
+                    conn.execute(f"CREATE TABLE delta.{tbl}_chg ({columns}) WITHOUT ROWID")
+                    cols = _COLUMNS[kind][1]
+                    conn.execute(f"INSERT INTO delta.{tbl}_chg ({keys}) SELECT {keys} FROM main.{tbl}_chg")
+                    if kind == "value":
+                        # The rows as they are now: the log's, then the table's for changed keys
+                        # the log no longer holds (a merge came between). Most changed keys are
+                        # in the log, so the table, too large to stay cached, is mostly not read.
+                        changed = (f"SELECT l.kg, l.k, l.v FROM main.{tbl}_chg AS c CROSS JOIN main.{tbl}_log AS l "
+                                   f"ON l.kg = c.kg AND l.k = c.k WHERE l.v IS NOT NULL "
+                                   f"UNION ALL SELECT t.kg, t.k, t.v FROM main.{tbl}_chg AS c CROSS JOIN main.{tbl} AS t "
+                                   f"ON t.k = c.k WHERE NOT EXISTS "
+                                   f"(SELECT 1 FROM main.{tbl}_log AS l WHERE l.kg = c.kg AND l.k = c.k)")
+                    else:
+                        # (CROSS JOIN: the few changed keys drive the lookups, whatever the planner
+                        # guesses.)
+                        changed = (f"SELECT {', '.join('t.' + c.strip() for c in cols.split(','))} "
+                                   f"FROM main.{tbl}_chg AS c CROSS JOIN main.{tbl} AS t USING ({keys})")
+                    conn.execute(f"INSERT INTO delta.{tbl} ({cols}) {changed}")
+                conn.execute("COMMIT")
+            except BaseException:
+                conn.execute("ROLLBACK")
+                raise
+        finally:
+            conn.execute("DETACH DATABASE delta")
         with open(target, "rb+") as f:
             os.fsync(f.fileno())
 
