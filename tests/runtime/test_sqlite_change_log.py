@@ -219,15 +219,17 @@ def test_a_snapshot_of_layout_1_still_restores(tmp_path: Path) -> None:
     work.mkdir()
     (work / "op.sqlite").write_bytes(old.read_bytes())
     with sqlite3.connect(work / "op.sqlite") as conn:  # layout 1's change table: the key alone
-        conn.execute("DROP TABLE s0_chg")
+        conn.execute("DROP TABLE IF EXISTS s0_chg")
         conn.execute("CREATE TABLE s0_chg (k BLOB NOT NULL, PRIMARY KEY (k)) WITHOUT ROWID")
     with _backend(work).open("op", DESCRIPTORS) as state:
         assert all_entries(state) == expected
         state.value_state("count").put((0, "k"), None)
         state.commit(2)
     with _backend(work).open("op", DESCRIPTORS) as state:
-        assert state.conn.execute("SELECT value FROM clink_meta WHERE name = 'layout'").fetchone() == ("2",)
-        assert "kg" in {row[1] for row in state.conn.execute("PRAGMA table_info(s0_chg)")}
+        assert state.conn.execute("SELECT value FROM clink_meta WHERE name = 'layout'").fetchone() == ("3",)
+        # (layout 3: a value state's changes are its log rows' pieces, not a change table)
+        assert "p" in {row[1] for row in state.conn.execute("PRAGMA table_info(s0_log)")}
+        assert not state.conn.execute("SELECT 1 FROM sqlite_master WHERE name = 's0_chg'").fetchall()
         assert state.value_state("count").get((0, "k")) is None
         assert len(all_entries(state)) == len(expected) - 1
 

@@ -11,18 +11,20 @@ Layout of ``<directory>/<operator id, percent-quoted>.sqlite`` (WAL journal, ``s
   ``_SqliteTableState``).
 
 Value state is read and written through an LRU cache of at most ``cache_entries`` keys; dirty
-entries are written when evicted, into the state's change log ``<tbl>_log (kg, k, v)`` (a NULL
-value for a deleted key), not its table, so a commit writes the log's few pages rather than the
-table's many; reads see the log over the table. A log above ``log_fraction`` of its table is
+entries are written when evicted, into the state's change log ``<tbl>_log (kg, k, v, p)`` (a
+NULL value for a deleted key), not its table, so a commit writes the log's few pages rather than
+the table's many; reads see the log over the table. A log above ``log_fraction`` of its table is
 merged into it at the first use of the state after a commit, in a transaction of its own
 (``SqliteOperatorState.merge``). Everything written since the last ``commit`` sits in one open
 transaction, so the database file always holds the state as of the last commit: ``commit``
 writes the dirty entries and the checkpoint id and commits, durably.
 
-Incremental checkpoints (``incremental=True``): each state table has a change table
-``<tbl>_chg`` of the primary keys written since the last piece; ``commit`` cuts a piece in its
-own transaction (a base, copied whole by the next ``snapshot``, or a delta file of the changed
-rows and keys), and ``snapshot`` returns the chain of pieces, in the ``shared`` folder beside the
+Incremental checkpoints (``incremental=True``): each row of a value state's log records the piece
+it was written in (``p``, against ``clink_meta.piece``, the piece being written), and a merge
+keeps the rows of the current piece; each table state has a change table ``<tbl>_chg`` of the
+primary keys written since the last piece. ``commit`` cuts a piece: a base, copied whole by the
+next ``snapshot``, or, after the commit, a delta file of the changed rows written inside SQLite
+(``_add_delta``). ``snapshot`` returns the chain of pieces, in the ``shared`` folder beside the
 checkpoint's. ``restore`` applies a chain's deltas to a copy of its base. With
 ``local_recovery=True`` a clean ``close`` leaves a checksum beside the database, and the next
 ``restore`` of the same checkpoint keeps the database instead of rebuilding it. See
@@ -33,6 +35,7 @@ from __future__ import annotations
 
 import bisect
 import contextlib
+import functools
 import json
 import os
 import shutil
@@ -75,11 +78,14 @@ __all__ = ["SqliteOperatorState", "SqliteStateBackend"]
 
 #: Version of the table layout (``clink_meta.layout``). Layout 2 added the change log of each
 #: value state (``<tbl>_log``): a snapshot of it may hold rows in its log that a reader of layout 1
-#: would miss, so such readers refuse it. Layout 1 files (no logs) are still read, and a working
-#: database of layout 1 is upgraded in place when opened.
-LAYOUT_VERSION = "2"
+#: would miss, so such readers refuse it. Layout 3 added the piece of each log row (``p``) in
+#: place of a value state's change table, and its deltas hold a value state's changes as a log
+#: (``<tbl>_log``, a NULL value for a deleted key) instead of rows and keys (``<tbl>``,
+#: ``<tbl>_chg``). Files of layouts 1 and 2 are still read, deltas of both kinds are applied, and
+#: a working database of layout 1 or 2 is upgraded in place when opened.
+LAYOUT_VERSION = "3"
 #: Layouts whose snapshots ``restore`` reads.
-READABLE_LAYOUTS = ("1", "2")
+READABLE_LAYOUTS = ("1", "2", "3")
 #: The share of a state's rows its log may hold before it is merged into the table (see
 #: ``SqliteOperatorState.merge``), and the fewest rows a table counts as for that share, so that
 #: a small state is not merged after every checkpoint.
@@ -241,70 +247,88 @@ class _SqliteValueState(ValueState):
         index = self.index
         self.owner.write_values(self, [(index, k) for k in tuples], groups.tolist(), new)
 
-    def flush(self, entries: list[tuple[Key, list]]) -> None:
-        """Write ``entries`` into the change log, a deleted key as a NULL value. The log is small,
-        so the pages a commit writes are few however large the table; ``merge`` moves it into
-        the table later, outside any checkpoint."""
+    def flush(self, keys: list[Key], cached: list[list]) -> None:
+        """Write ``keys`` with their ``cached`` entries into the change log, a deleted key as a
+        NULL value, each row marked with the piece being written. The log is small, so the pages
+        a commit writes are few however large the table; ``merge`` moves it into the table
+        later, outside any checkpoint."""
         conn = self.owner.conn
-        columns = self._encode_columns(entries)
-        if columns is None:
-            encode_key, encode_value = self.encode_key, self.encode_value
-            rows = [(e[0], encode_key(k), None if e[1] is None else encode_value(e[1])) for k, e in entries]
-            rows.sort(key=_first_two)  # in the log's key order, so its B-tree is written page by page
-            groups, keys = [r[0] for r in rows], [r[1] for r in rows]
-        else:
-            groups, keys, values = columns
-            rows = zip(groups, keys, values)  # type: ignore[assignment]
-        conn.executemany(f"INSERT INTO {self.tbl}_log (kg, k, v) VALUES (?, ?, ?) "
-                         "ON CONFLICT (kg, k) DO UPDATE SET v = excluded.v", rows)
+        upsert = (f"INSERT INTO {self.tbl}_log (kg, k, v, p) {{}} "
+                  "ON CONFLICT (kg, k) DO UPDATE SET v = excluded.v, p = excluded.p")
+        piece = self.owner.piece()
         self.log_rows += len(keys)
-        if self.owner.tracking:
-            conn.executemany(f"INSERT OR REPLACE INTO {self.tbl}_chg (k, kg) VALUES (?, ?)", zip(keys, groups))
+        columns = self._encode_columns(keys, cached)
+        if columns is not None and _json_each():
+            # One statement for the whole flush: the rows are sliced out of two blobs inside
+            # SQLite, indexed by the groups' JSON array (a deleted key's value starts with 0).
+            groups, key_rows, value_rows = columns
+            kw, vw = key_rows.shape[1], value_rows.shape[1]
+            conn.execute(upsert.format(
+                f"SELECT j.value, substr(?1, j.key * {kw} + 1, {kw}), "
+                f"CASE WHEN substr(?2, j.key * {vw} + 1, 1) = x'01' "
+                f"THEN substr(?2, j.key * {vw} + 1, {vw}) END, {piece} FROM json_each(?3) AS j WHERE true"),
+                (key_rows.tobytes(), value_rows.tobytes(), json.dumps(groups.tolist())))
+            return
+        if columns is not None:
+            groups, key_rows, value_rows = columns
+            n, kw, vw = len(groups), key_rows.shape[1], value_rows.shape[1]
+            kbuf, vbuf = key_rows.tobytes(), value_rows.tobytes()
+            value_blobs = [vbuf[i:i + vw] if vbuf[i] else None for i in range(0, n * vw, vw)]
+            rows = zip(groups.tolist(), [kbuf[i:i + kw] for i in range(0, n * kw, kw)], value_blobs)
+        else:
+            encode_key, encode_value = self.encode_key, self.encode_value
+            rows = [(e[0], encode_key(k), None if e[1] is None else encode_value(e[1]))
+                    for k, e in zip(keys, cached)]
+            rows.sort(key=_first_two)  # in the log's key order, so its B-tree is written page by page
+        conn.executemany(upsert.format(f"VALUES (?, ?, ?, {piece})"), rows)
 
-    def _encode_columns(self, entries: list[tuple[Key, list]]
-                        ) -> tuple[list[int], list[bytes], list[bytes | None]] | None:
-        """The log's rows of ``entries`` as columns (groups, key blobs, value blobs, a deleted
-        key's None), in the log's key order, encoded a column at a time; None where the types
-        or values need ``flush``'s row by row encoding."""
-        if self.encode_keys is None or self.encode_values is None or not entries:
+    def _encode_columns(self, keys: list[Key], cached: list[list]
+                        ) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+        """The log's rows of ``keys`` and their entries, encoded a column at a time, in the log's
+        key order: the key groups, and the keys' and values' bytes as matrices of a row each (the
+        first byte of a deleted key's value 0, a present value's 1); None where the types or
+        values need ``flush``'s row by row encoding."""
+        if self.encode_keys is None or self.encode_values is None or not keys:
             return None
-        n = len(entries)
-        keys = [k for k, _ in entries]
+        n = len(keys)
         width = len(keys[0])
         encoded = self.encode_keys([[k[0] for k in keys]] if width == 1 else [list(c) for c in zip(*keys)])
         if encoded is None or encoded[1].any():  # a NULL in a key: shorter bytes, row by row
             return None
         key_rows = encoded[0]
-        encoded = self.encode_values([[e[1] for _, e in entries]])
+        encoded = self.encode_values([[e[1] for e in cached]])
         if encoded is None:
             return None
         value_rows, deleted = encoded
-        groups = np.fromiter((e[0] for _, e in entries), np.int64, n)
+        value_rows[deleted, 0] = 0
+        groups = np.array([e[0] for e in cached], np.int64)
         # The log's order (group, then key bytes): the key rows as big-endian words compare as
-        # their bytes do, so a sort of a few integer columns orders them.
-        kw, vw = key_rows.shape[1], value_rows.shape[1]
+        # their bytes do, so a sort of a few integer columns orders them, and the log's B-tree
+        # is written page by page.
+        kw = key_rows.shape[1]
         padded = np.zeros((n, -(-kw // 8) * 8), np.uint8)
         padded[:, :kw] = key_rows
         words = padded.view(">u8")
         order = np.lexsort([words[:, j] for j in range(words.shape[1] - 1, -1, -1)] + [groups])
-        kbuf, vbuf = key_rows[order].tobytes(), value_rows[order].tobytes()
-        key_blobs = [kbuf[i:i + kw] for i in range(0, n * kw, kw)]
-        value_blobs: list[bytes | None] = [vbuf[i:i + vw] for i in range(0, n * vw, vw)]
-        for i in np.flatnonzero(deleted[order]).tolist():
-            value_blobs[i] = None
-        return groups[order].tolist(), key_blobs, value_blobs
+        return groups[order], key_rows[order], value_rows[order]
 
     def merge(self) -> None:
         """Move the log into the table (the caller has a transaction open): changed rows in
-        place, deleted rows removed, in the table's key order; then empty the log."""
+        place, deleted rows removed, in the table's key order; then empty the log, but for the
+        rows of the piece being written while the next piece may be a delta: the delta is
+        written from them (they hide the table's rows, which are now the same)."""
         conn, tbl = self.owner.conn, self.tbl
         # An upsert changes the row in place: a key's group never changes, so the index on
         # kg is left alone (INSERT OR REPLACE would delete and insert both entries).
         conn.execute(f"INSERT INTO {tbl} (kg, k, v) SELECT kg, k, v FROM {tbl}_log WHERE v IS NOT NULL "
                      "ORDER BY k ON CONFLICT (k) DO UPDATE SET v = excluded.v")
         conn.execute(f"DELETE FROM {tbl} WHERE k IN (SELECT k FROM {tbl}_log WHERE v IS NULL)")
-        conn.execute(f"DELETE FROM {tbl}_log")
-        self.log_rows = 0
+        if self.owner.tracking:
+            conn.execute(f"DELETE FROM {tbl}_log WHERE p <> ?", (self.owner.piece(),))
+            (self.log_rows,) = conn.execute(f"SELECT COUNT(*) FROM {tbl}_log").fetchone()
+        else:
+            conn.execute(f"DELETE FROM {tbl}_log")
+            self.log_rows = 0
         self.main_rows = None
 
     def scan(self, key_group: int) -> Iterator[tuple[Key, Any]]:
@@ -512,14 +536,15 @@ _COLUMNS = {
               "PRIMARY KEY (ns, seq)", "ns, seq, n, data"),
 }
 _KINDS: dict[str, type] = {"value": _SqliteValueState, "table": _SqliteTableState}
-#: A value state's change table in the working database: the key and its group, so that the
-#: key's row in the log is found by the log's primary key. (A delta file keeps the key alone.)
-_VALUE_CHANGES = "k BLOB NOT NULL, kg INTEGER, PRIMARY KEY (k)"
 #: A value state's change log: the rows written since the last merge, a NULL value for a key
-#: deleted. Keyed by key group first, so one group's rows are a range (``entries``).
-_LOG = "kg INTEGER NOT NULL, k BLOB NOT NULL, v BLOB, PRIMARY KEY (kg, k)"
+#: deleted, and the piece each was written in. Keyed by key group first, so one group's rows are
+#: a range (``entries``).
+_LOG = "kg INTEGER NOT NULL, k BLOB NOT NULL, v BLOB, p INTEGER NOT NULL DEFAULT 0, PRIMARY KEY (kg, k)"
+#: A value state's changes in a delta of layout 3: its log's rows of the piece, without ``p``.
+_DELTA_LOG = "kg INTEGER NOT NULL, k BLOB NOT NULL, v BLOB, PRIMARY KEY (kg, k)"
 #: Per kind: the columns of a state's change table (the primary keys written since the last
-#: checkpoint's piece), the key columns, and how to match them against the state's rows.
+#: checkpoint's piece), the key columns, and how to match them against the state's rows. (Value
+#: states had one up to layout 2; their deltas of layout 2 still hold one.)
 _CHANGES = {
     "value": ("k BLOB NOT NULL, PRIMARY KEY (k)", "k", "k"),
     "table": ("ns INTEGER NOT NULL, seq INTEGER NOT NULL, PRIMARY KEY (ns, seq)", "ns, seq", "(ns, seq)"),
@@ -572,7 +597,8 @@ class SqliteOperatorState(OperatorState):
         self.table_cache_bytes = table_cache_bytes
         #: (state index, key) -> entry; least recently used first.
         self.cache: OrderedDict[tuple[int, Key], list] = OrderedDict()
-        self._dirty: set[tuple[int, Key]] = set()
+        #: The dirty entries, by key: what a commit writes, without looking each up in the cache.
+        self._dirty: dict[tuple[int, Key], list] = {}
         self._in_transaction = False
         self._connect()
 
@@ -613,13 +639,18 @@ class SqliteOperatorState(OperatorState):
             if not meta:
                 conn.executemany("INSERT INTO clink_meta VALUES (?, ?)", [*expected.items(), ("committed_checkpoint", None)])
             else:
-                if meta.get("layout") == "1":  # the same tables, without change logs: they are added below
+                if meta.get("layout") in ("1", "2"):  # the same tables, upgraded below
                     conn.execute("UPDATE clink_meta SET value = ? WHERE name = 'layout'", (LAYOUT_VERSION,))
                     meta["layout"] = LAYOUT_VERSION
+                    # The changes since the last piece were in the value states' change tables,
+                    # which go: the next checkpoint starts a new chain.
+                    conn.execute("UPDATE clink_meta SET value = NULL WHERE name = 'chain'")
                 _check_meta(meta, expected, str(self.path))
             # The pieces of the chain the last checkpoint is made of (JSON; NULL: the next
             # checkpoint starts a new chain with a copy of the whole database).
             conn.execute("INSERT OR IGNORE INTO clink_meta VALUES ('chain', NULL)")
+            # The piece being written: the value of ``p`` in the log rows written now.
+            conn.execute("INSERT OR IGNORE INTO clink_meta VALUES ('piece', '0')")
             stored = {name: (tbl, sig) for name, tbl, sig in conn.execute("SELECT name, tbl, signature FROM clink_states")}
             tables = []
             for index, (name, d) in enumerate(self.descriptors.items()):
@@ -637,12 +668,9 @@ class SqliteOperatorState(OperatorState):
                         conn.execute(f"CREATE INDEX {tbl}_kg ON {tbl} (kg)")
                 if d.kind == "value":
                     conn.execute(f"CREATE TABLE IF NOT EXISTS {tbl}_log ({_LOG}) WITHOUT ROWID")
-                    conn.execute(f"CREATE TABLE IF NOT EXISTS {tbl}_chg ({_VALUE_CHANGES}) WITHOUT ROWID")
-                    if "kg" not in {row[1] for row in conn.execute(f"PRAGMA table_info({tbl}_chg)")}:
-                        # Layout 1 kept the key alone; a deleted key's group stays NULL, and so
-                        # (having no row in the log) it is read from the table, where it is not.
-                        conn.execute(f"ALTER TABLE {tbl}_chg ADD COLUMN kg INTEGER")
-                        conn.execute(f"UPDATE {tbl}_chg SET kg = (SELECT kg FROM {tbl} WHERE {tbl}.k = {tbl}_chg.k)")
+                    if "p" not in {row[1] for row in conn.execute(f"PRAGMA table_info({tbl}_log)")}:
+                        conn.execute(f"ALTER TABLE {tbl}_log ADD COLUMN p INTEGER NOT NULL DEFAULT 0")
+                    conn.execute(f"DROP TABLE IF EXISTS {tbl}_chg")  # (up to layout 2)
                 else:
                     conn.execute(f"CREATE TABLE IF NOT EXISTS {tbl}_chg ({_CHANGES[d.kind][0]}) WITHOUT ROWID")
                 tables.append(_KINDS[d.kind](self, index, tbl, d))  # type: ignore[arg-type]
@@ -675,11 +703,11 @@ class SqliteOperatorState(OperatorState):
             entry = cache.get(ck)
             if entry is None:
                 g = table.keys.group(ck[1]) if groups is None else groups[i]
-                cache[ck] = [g, value]
+                entry = cache[ck] = [g, value]
             else:
                 cache.move_to_end(ck)
                 entry[1] = value
-            dirty.add(ck)
+            dirty[ck] = entry
         self.evict()
 
     def evict(self) -> None:
@@ -687,34 +715,37 @@ class SqliteOperatorState(OperatorState):
         cache, dirty = self.cache, self._dirty
         if len(cache) <= self.cache_entries:
             return
-        writes: dict[int, list[tuple[Key, list]]] = {}
+        writes: dict[int, tuple[list[Key], list[list]]] = {}
         while len(cache) > self.cache_entries and len(cache) > 1:  # the entry in use stays
             ck, entry = cache.popitem(last=False)
-            if ck in dirty:
-                dirty.discard(ck)
-                writes.setdefault(ck[0], []).append((ck[1], entry))
+            if dirty.pop(ck, None) is not None:
+                keys, cached = writes.setdefault(ck[0], ([], []))
+                keys.append(ck[1])
+                cached.append(entry)
         self._write(writes)
 
-    def _write(self, writes: dict[int, list[tuple[Key, list]]]) -> None:
+    def _write(self, writes: dict[int, tuple[list[Key], list[list]]]) -> None:
+        """Flush each state's keys and their entries (by state index) into the open transaction."""
         if not writes:
             return
         if not self._in_transaction:
             self.conn.execute("BEGIN")
             self._in_transaction = True
-        for index, entries in writes.items():
-            self._tables[index].flush(entries)  # type: ignore[attr-defined]
+        for index, (keys, cached) in writes.items():
+            self._tables[index].flush(keys, cached)  # type: ignore[attr-defined]
 
     def _flush_all(self) -> None:
         """Write every dirty entry (they stay cached, now clean) and every pending table."""
-        writes: dict[int, list[tuple[Key, list]]] = {}
-        cache = self.cache
-        if len(self._tables) == 1:  # (the common case, without a dict lookup per entry)
+        writes: dict[int, tuple[list[Key], list[list]]] = {}
+        if len(self._tables) == 1:  # (the common case: a pass per column, no object per entry)
             if self._dirty:
-                writes[0] = [(ck[1], cache[ck]) for ck in self._dirty]
+                writes[0] = ([ck[1] for ck in self._dirty], list(self._dirty.values()))
         else:
-            for ck in self._dirty:
-                writes.setdefault(ck[0], []).append((ck[1], cache[ck]))
-        self._dirty = set()
+            for ck, entry in self._dirty.items():
+                keys, cached = writes.setdefault(ck[0], ([], []))
+                keys.append(ck[1])
+                cached.append(entry)
+        self._dirty = {}
         self._write(writes)
         tables = [t for t in self._tables if isinstance(t, _SqliteTableState) and t.pending]
         if tables:
@@ -816,8 +847,9 @@ class SqliteOperatorState(OperatorState):
 
     @property
     def tracking(self) -> bool:
-        """Whether writes are recorded in the change tables: only when the next piece may be a
-        delta (before a base, as on the first checkpoint, the whole database is copied anyway)."""
+        """Whether table states' writes are recorded in their change tables, and a merge keeps
+        the log rows of the piece being written: only when the next piece may be a delta
+        (before a base, as on the first checkpoint, the whole database is copied anyway)."""
         return self.incremental and self._tracking
 
     def clear_chain(self) -> None:
@@ -826,9 +858,18 @@ class SqliteOperatorState(OperatorState):
         self._clear_changes()
         self._set_chain(None)
 
+    def piece(self) -> int:
+        """The piece being written (see the module docstring)."""
+        (value,) = self.conn.execute("SELECT value FROM clink_meta WHERE name = 'piece'").fetchone()
+        return int(value)
+
     def _clear_changes(self) -> None:
+        """Start the next piece (inside a transaction): value states' log rows written from now
+        on belong to it, and the table states' change tables are emptied."""
+        self.conn.execute("UPDATE clink_meta SET value = ? WHERE name = 'piece'", (str(self.piece() + 1),))
         for table in self._tables:
-            self.conn.execute(f"DELETE FROM {table.tbl}_chg")
+            if isinstance(table, _SqliteTableState):
+                self.conn.execute(f"DELETE FROM {table.tbl}_chg")
 
     def _cut_piece(self, checkpoint_id: int | None) -> tuple[str, list[str]] | None:
         """Inside the commit's transaction: end the current piece of the chain. Either a new
@@ -880,9 +921,10 @@ class SqliteOperatorState(OperatorState):
         self._unpublished.append((name, "delta"))
 
     def _write_delta(self, target: Path, chain: list[str], checkpoint_id: int | None) -> None:
-        """Write the rows changed since the last piece (outside any transaction): for each state
-        its changed rows as they are now and the keys of every changed row (a key without a row
-        was deleted). The rows go from table to table inside SQLite, the file attached."""
+        """Write the rows changed since the last piece (outside any transaction): for a value
+        state the log's rows of the piece (a NULL value: deleted), for a table state its changed
+        rows as they are now and the keys of every changed row (a key without a row was
+        deleted). The rows go from table to table inside SQLite, the file attached."""
         self._work.mkdir(exist_ok=True)
         target.unlink(missing_ok=True)
         conn = self.conn
@@ -891,7 +933,8 @@ class SqliteOperatorState(OperatorState):
                     piece_base=chain[0], piece_index=str(len(chain)))
         kinds = {t.tbl: t.descriptor.kind for t in self._tables}
         # The states this operator declares (others stay as they are in the base).
-        states = [row for row in conn.execute("SELECT name, tbl, signature FROM main.clink_states") if row[1] in kinds]
+        states = [row for row in conn.execute("SELECT name, tbl, signature FROM main.clink_states")
+                  if row[1] in kinds]
         conn.execute("ATTACH DATABASE ? AS delta", (target.resolve().as_uri(),))
         try:
             # A new file, of no use until whole and fsynced below: no journal needed.
@@ -904,28 +947,27 @@ class SqliteOperatorState(OperatorState):
                 conn.execute("CREATE TABLE delta.clink_states (name TEXT PRIMARY KEY, tbl TEXT NOT NULL, "
                              "signature TEXT NOT NULL)")
                 conn.executemany("INSERT INTO delta.clink_states VALUES (?, ?, ?)", states)
+                piece = self.piece()
                 for _, tbl, _ in states:
                     kind = kinds[tbl]
+                    if kind == "value":
+                        # The log's rows of this piece, as they are now (a merge keeps them), in
+                        # the log's order, which is the delta's: a scan of the small log, and an
+                        # append to the delta's.
+                        conn.execute(f"CREATE TABLE delta.{tbl}_log ({_DELTA_LOG}) WITHOUT ROWID")
+                        conn.execute(f"INSERT INTO delta.{tbl}_log (kg, k, v) "
+                                     f"SELECT kg, k, v FROM main.{tbl}_log WHERE p = ?", (piece,))
+                        continue
                     columns, keys, _ = _CHANGES[kind]
                     conn.execute(f"CREATE TABLE delta.{tbl} ({_COLUMNS[kind][0]}) WITHOUT ROWID")
                     conn.execute(f"CREATE TABLE delta.{tbl}_chg ({columns}) WITHOUT ROWID")
                     cols = _COLUMNS[kind][1]
                     conn.execute(f"INSERT INTO delta.{tbl}_chg ({keys}) SELECT {keys} FROM main.{tbl}_chg")
-                    if kind == "value":
-                        # The rows as they are now: the log's, then the table's for changed keys
-                        # the log no longer holds (a merge came between). Most changed keys are
-                        # in the log, so the table, too large to stay cached, is mostly not read.
-                        changed = (f"SELECT l.kg, l.k, l.v FROM main.{tbl}_chg AS c CROSS JOIN main.{tbl}_log AS l "
-                                   f"ON l.kg = c.kg AND l.k = c.k WHERE l.v IS NOT NULL "
-                                   f"UNION ALL SELECT t.kg, t.k, t.v FROM main.{tbl}_chg AS c CROSS JOIN main.{tbl} AS t "
-                                   f"ON t.k = c.k WHERE NOT EXISTS "
-                                   f"(SELECT 1 FROM main.{tbl}_log AS l WHERE l.kg = c.kg AND l.k = c.k)")
-                    else:
-                        # (CROSS JOIN: the few changed keys drive the lookups, whatever the planner
-                        # guesses.)
-                        changed = (f"SELECT {', '.join('t.' + c.strip() for c in cols.split(','))} "
-                                   f"FROM main.{tbl}_chg AS c CROSS JOIN main.{tbl} AS t USING ({keys})")
-                    conn.execute(f"INSERT INTO delta.{tbl} ({cols}) {changed}")
+                    # (CROSS JOIN: the few changed keys drive the lookups, whatever the planner
+                    # guesses.)
+                    picked = ", ".join("t." + c.strip() for c in cols.split(","))
+                    conn.execute(f"INSERT INTO delta.{tbl} ({cols}) SELECT {picked} "
+                                 f"FROM main.{tbl}_chg AS c CROSS JOIN main.{tbl} AS t USING ({keys})")
                 conn.execute("COMMIT")
             except BaseException:
                 conn.execute("ROLLBACK")
@@ -1149,6 +1191,7 @@ class SqliteOperatorState(OperatorState):
                 c.execute("ATTACH DATABASE ? AS d", (_read_only_uri(path),))
                 try:
                     c.execute("BEGIN")
+                    in_delta = {n for (n,) in c.execute("SELECT name FROM d.sqlite_master")}
                     for name, tbl, signature in c.execute("SELECT name, tbl, signature FROM d.clink_states").fetchall():
                         kind = "table" if signature.startswith("table") else "value"
                         target_tbl = tables.get(name)
@@ -1156,6 +1199,9 @@ class SqliteOperatorState(OperatorState):
                             target_tbl = tables[name] = f"s{len(tables)}"
                             c.execute("INSERT INTO clink_states VALUES (?, ?, ?)", (name, target_tbl, signature))
                             c.execute(f"CREATE TABLE {target_tbl} ({_COLUMNS[kind][0]}) WITHOUT ROWID")
+                        if kind == "value" and f"{tbl}_log" in in_delta:  # a delta of layout 3
+                            _fold_log(c, f"d.{tbl}_log", f"main.{target_tbl}", "", [])
+                            continue
                         _, keys, match = _CHANGES[kind]
                         cols = _COLUMNS[kind][1]
                         c.execute(f"DELETE FROM main.{target_tbl} WHERE {match} IN (SELECT {keys} FROM d.{tbl}_chg)")
@@ -1339,6 +1385,16 @@ def _fold_log(conn: sqlite3.Connection, log: str, table: str, filter_sql: str, p
     conn.execute(f"INSERT INTO {table} (kg, k, v) SELECT kg, k, v FROM {log} WHERE v IS NOT NULL{where} "
                  "ORDER BY k ON CONFLICT (k) DO UPDATE SET v = excluded.v", params)
     conn.execute(f"DELETE FROM {table} WHERE k IN (SELECT k FROM {log} WHERE v IS NULL)")
+
+
+@functools.cache
+def _json_each() -> bool:
+    """Whether this SQLite has ``json_each`` (built in since 3.38, and in most builds before)."""
+    try:
+        with contextlib.closing(sqlite3.connect(":memory:")) as conn:
+            return conn.execute("SELECT COUNT(*) FROM json_each('[1, 2]')").fetchone() == (2,)
+    except sqlite3.OperationalError:
+        return False
 
 
 def _first_two(row: tuple) -> tuple:
