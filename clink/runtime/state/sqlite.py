@@ -540,8 +540,10 @@ _KINDS: dict[str, type] = {"value": _SqliteValueState, "table": _SqliteTableStat
 #: deleted, and the piece each was written in. Keyed by key group first, so one group's rows are
 #: a range (``entries``).
 _LOG = "kg INTEGER NOT NULL, k BLOB NOT NULL, v BLOB, p INTEGER NOT NULL DEFAULT 0, PRIMARY KEY (kg, k)"
-#: A value state's changes in a delta of layout 3: its log's rows of the piece, without ``p``.
-_DELTA_LOG = "kg INTEGER NOT NULL, k BLOB NOT NULL, v BLOB, PRIMARY KEY (kg, k)"
+#: A value state's changes in a delta of layout 3: its log's rows of the piece, without ``p``, in
+#: the log's order. No primary key: the delta is only ever read whole, and appending to a rowid
+#: table skips a B-tree search per row.
+_DELTA_LOG = "kg INTEGER NOT NULL, k BLOB NOT NULL, v BLOB"
 #: Per kind: the columns of a state's change table (the primary keys written since the last
 #: checkpoint's piece), the key columns, and how to match them against the state's rows. (Value
 #: states had one up to layout 2; their deltas of layout 2 still hold one.)
@@ -952,9 +954,8 @@ class SqliteOperatorState(OperatorState):
                     kind = kinds[tbl]
                     if kind == "value":
                         # The log's rows of this piece, as they are now (a merge keeps them), in
-                        # the log's order, which is the delta's: a scan of the small log, and an
-                        # append to the delta's.
-                        conn.execute(f"CREATE TABLE delta.{tbl}_log ({_DELTA_LOG}) WITHOUT ROWID")
+                        # the log's order: a scan of the small log, and an append to the delta's.
+                        conn.execute(f"CREATE TABLE delta.{tbl}_log ({_DELTA_LOG})")
                         conn.execute(f"INSERT INTO delta.{tbl}_log (kg, k, v) "
                                      f"SELECT kg, k, v FROM main.{tbl}_log WHERE p = ?", (piece,))
                         continue
