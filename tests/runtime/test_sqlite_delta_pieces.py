@@ -242,6 +242,7 @@ def test_a_flush_by_columns_writes_the_rows_the_row_encoder_would(tmp_path: Path
     import clink.runtime.state.sqlite as sqlite_state
 
     logs = {}
+    monkeypatch.setattr(sqlite_state, "_ROWS_PER_UPSERT", 2)  # several statements per flush
     for path in ("columns", "rows"):
         monkeypatch.setattr(sqlite_state, "_json_each", lambda: json_each)
         with _backend(tmp_path / path, cache_entries=cache).open("op", [COUNT]) as state:

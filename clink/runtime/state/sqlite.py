@@ -93,6 +93,8 @@ LOG_FRACTION = 0.05
 _LOG_FLOOR = 200_000
 #: Parameters per statement stay below SQLite's default limit (32766 since 3.32).
 _CHUNK = 500
+#: Rows of the log upserted by one statement from blobs (``_SqliteValueState.flush``).
+_ROWS_PER_UPSERT = 1 << 20
 
 
 class SqliteStateBackend(StateBackend):
@@ -259,15 +261,19 @@ class _SqliteValueState(ValueState):
         self.log_rows += len(keys)
         columns = self._encode_columns(keys, cached)
         if columns is not None and _json_each():
-            # One statement for the whole flush: the rows are sliced out of two blobs inside
-            # SQLite, indexed by the groups' JSON array (a deleted key's value starts with 0).
+            # One statement per _ROWS_PER_UPSERT rows (the whole flush, mostly): the rows are
+            # sliced out of two blobs inside SQLite, indexed by the groups' JSON array (a deleted
+            # key's value starts with 0). The chunks keep blobs far below SQLite's length limit.
             groups, key_rows, value_rows = columns
             kw, vw = key_rows.shape[1], value_rows.shape[1]
-            conn.execute(upsert.format(
+            sql = upsert.format(
                 f"SELECT j.value, substr(?1, j.key * {kw} + 1, {kw}), "
                 f"CASE WHEN substr(?2, j.key * {vw} + 1, 1) = x'01' "
-                f"THEN substr(?2, j.key * {vw} + 1, {vw}) END, {piece} FROM json_each(?3) AS j WHERE true"),
-                (key_rows.tobytes(), value_rows.tobytes(), json.dumps(groups.tolist())))
+                f"THEN substr(?2, j.key * {vw} + 1, {vw}) END, {piece} FROM json_each(?3) AS j WHERE true")
+            for lo in range(0, len(groups), _ROWS_PER_UPSERT):
+                hi = lo + _ROWS_PER_UPSERT
+                conn.execute(sql, (key_rows[lo:hi].tobytes(), value_rows[lo:hi].tobytes(),
+                                   json.dumps(groups[lo:hi].tolist())))
             return
         if columns is not None:
             groups, key_rows, value_rows = columns
