@@ -223,6 +223,10 @@ def test_a_delta_that_fails_leaves_its_changes_for_the_next_piece(tmp_path: Path
             state.commit(2)
         monkeypatch.undo()
         assert not list((tmp_path / "a" / "op.sqlite.pieces").glob("*.delta.sqlite"))
+        # A merge now keeps the log rows of the piece no delta took, for the next delta.
+        assert state.merge()
+        assert state.conn.execute("SELECT COUNT(*) FROM s0_log").fetchone() == (2,)
+        assert _entries(state) == {1: 100}
         counts.put(3, 3)
         (tmp_path / "chk-3").mkdir()
         state.commit(3)
