@@ -602,11 +602,12 @@ class Job:
                     self._push(node_id, batch)
                     self._advance_source_watermark(node_id, batch, skipped)
                     meter.blocked_ns += time.perf_counter_ns() - polled
-                    if self._checkpointing is not None:
-                        self._checkpointing.rows += batch.num_rows
                 elif skipped is not None:
                     progressed = True
                     self._advance_source_watermark(node_id, None, skipped)
+                if self._checkpointing is not None:
+                    # Rows a source left out (none of its readers keeps them) count as read.
+                    self._checkpointing.rows += (batch.num_rows if has_rows else 0) + reader.left_out()
                 if reader.finished:
                     progressed = True
                     self._end(node_id)

@@ -289,6 +289,22 @@ def test_kept_kinds_keep_the_rate_and_the_watermark() -> None:
     assert source.finished and full.finished
 
 
+def test_rows_left_out_are_counted_as_read() -> None:
+    """Each poll's rows and the rows it left out are the rows a full run's poll gives: they count
+    as source rows for 'execution.checkpointing.interval-rows', so checkpoints come as often."""
+    options = {"events.num": "20000", "batch-size": "3000"}
+    spec = TableSpec(name="datagen", schema=NEXMARK_SCHEMA, table_schema=NEXMARK_SCHEMA, options=options,
+                     kept_values={"event_type": (1,)})
+    source, full = NexmarkReader(spec, CTX), reader(options)
+    polled = 0
+    while not full.finished:
+        theirs = full.poll()
+        ours = source.poll()
+        assert (0 if ours is None else ours.num_rows) + source.left_out() == (0 if theirs is None else theirs.num_rows)
+        polled += 0 if theirs is None else theirs.num_rows
+    assert polled == 20000 and source.finished
+
+
 def test_without_event_type_every_event_is_made() -> None:
     """Kept values of a column the reader does not produce, or a predicate (an expression the
     reader does not evaluate), leave every event made."""

@@ -161,6 +161,13 @@ class SourceReader:
         the last row it kept), and counts them as activity for the idle timeout."""
         return None
 
+    def left_out(self) -> int:
+        """For the last ``poll``: how many rows the reader read and left out (they fail
+        ``TableSpec.kept_values``). They count as source rows for
+        ``'execution.checkpointing.interval-rows'``, so that checkpoints come as often as in a
+        run that kept them."""
+        return 0
+
     def checkpoint_complete(self, checkpoint_id: int) -> None:
         """Checkpoint ``checkpoint_id``, holding this reader's last ``position``, is complete: a
         source may now acknowledge upstream what it read before it (never needed to resume)."""

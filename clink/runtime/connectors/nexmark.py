@@ -706,16 +706,21 @@ class NexmarkReader(BlockReader):
         self._keeps = np.isin(np.arange(len(_KINDS)), self._kinds or ())  # by kind: made or not
         self._kept: np.ndarray | None = None  # the events of the current block that are made
         self._time_rows: pa.RecordBatch | None = None
+        self._left_out = 0  # events of the last poll not made
         self._start_blocks(batch_size=config.batch_size, total=config.events,
                            rate=config.rate if config.rate_limited else None, clock=ctx.clock,
                            subtask=spec.subtask, parallelism=spec.parallelism)
 
     def poll(self) -> pa.RecordBatch | None:
         self._time_rows = None
+        self._left_out = 0
         return super().poll()
 
     def time_rows(self) -> pa.RecordBatch | None:
         return self._time_rows
+
+    def left_out(self) -> int:
+        return self._left_out
 
     def _make_block(self, index: int, rows: int) -> pa.RecordBatch:
         if self._kinds is None:
@@ -730,6 +735,7 @@ class NexmarkReader(BlockReader):
         assert self._kept is not None
         low, high = (int(i) for i in np.searchsorted(self._kept, [offset, offset + count]))
         last = offset + count - 1
+        self._left_out = count - (high - low)
         if high == low or self._kept[high - 1] != last:
             # The chunk's last event is of a kind left out: made alone, so that the watermark
             # moves to its time as it would in a run that kept every event.
