@@ -943,13 +943,11 @@ class SqliteOperatorState(OperatorState):
         # The states this operator declares (others stay as they are in the base).
         states = [row for row in conn.execute("SELECT name, tbl, signature FROM main.clink_states")
                   if row[1] in kinds]
-        conn.execute("ATTACH DATABASE ? AS delta", (target.resolve().as_uri(),))
-        try:
+        with _attached(conn, target.resolve().as_uri(), "delta"):
             # A new file, of no use until whole and fsynced below: no journal needed.
             conn.execute("PRAGMA delta.journal_mode=OFF")
             conn.execute("PRAGMA delta.synchronous=OFF")
-            conn.execute("BEGIN")
-            try:
+            with _transaction(conn):
                 conn.execute("CREATE TABLE delta.clink_meta (name TEXT PRIMARY KEY, value TEXT)")
                 conn.executemany("INSERT INTO delta.clink_meta VALUES (?, ?)", meta.items())
                 conn.execute("CREATE TABLE delta.clink_states (name TEXT PRIMARY KEY, tbl TEXT NOT NULL, "
@@ -975,12 +973,6 @@ class SqliteOperatorState(OperatorState):
                     picked = ", ".join("t." + c.strip() for c in cols.split(","))
                     conn.execute(f"INSERT INTO delta.{tbl} ({cols}) SELECT {picked} "
                                  f"FROM main.{tbl}_chg AS c CROSS JOIN main.{tbl} AS t USING ({keys})")
-                conn.execute("COMMIT")
-            except BaseException:
-                conn.execute("ROLLBACK")
-                raise
-        finally:
-            conn.execute("DETACH DATABASE delta")
         with open(target, "rb+") as f:
             os.fsync(f.fileno())
 
@@ -1125,29 +1117,22 @@ class SqliteOperatorState(OperatorState):
             conn.execute("ROLLBACK")
             raise
         for path, copies, _ in plans:
-            conn.execute("ATTACH DATABASE ? AS snap", (_read_only_uri(path),))
-            logs = {name for (name,) in conn.execute("SELECT name FROM snap.sqlite_master WHERE type = 'table'")}
+            with _attached(conn, _read_only_uri(path), "snap"):
+                logs = {name for (name,) in conn.execute("SELECT name FROM snap.sqlite_master WHERE type = 'table'")}
 
-            def logged(src: str, logs: set[str] = logs) -> bool:
-                return f"{src}_log" in logs
+                def logged(src: str, logs: set[str] = logs) -> bool:
+                    return f"{src}_log" in logs
 
-            try:
-                conn.execute("BEGIN")
-                for src, table in copies:
-                    if isinstance(table, _SqliteTableState):
-                        self._restore_table(src, table, key_groups)
-                        continue
-                    cols = _COLUMNS[table.descriptor.kind][1]
-                    conn.execute(f"INSERT OR REPLACE INTO main.{table.tbl} ({cols}) "
-                                 f"SELECT {cols} FROM snap.{src}{filter_sql}", params)
-                    if logged(src):  # a snapshot of layout 2: its log over its table
-                        _fold_log(conn, f"snap.{src}_log", f"main.{table.tbl}", filter_sql, params)
-                conn.execute("COMMIT")
-            except BaseException:
-                conn.execute("ROLLBACK")
-                raise
-            finally:
-                conn.execute("DETACH DATABASE snap")
+                with _transaction(conn):
+                    for src, table in copies:
+                        if isinstance(table, _SqliteTableState):
+                            self._restore_table(src, table, key_groups)
+                            continue
+                        cols = _COLUMNS[table.descriptor.kind][1]
+                        conn.execute(f"INSERT OR REPLACE INTO main.{table.tbl} ({cols}) "
+                                     f"SELECT {cols} FROM snap.{src}{filter_sql}", params)
+                        if logged(src):  # a snapshot of layout 2: its log over its table
+                            _fold_log(conn, f"snap.{src}_log", f"main.{table.tbl}", filter_sql, params)
         for table in self._tables:
             if isinstance(table, _SqliteTableState):
                 table.reload_index()
@@ -1195,9 +1180,7 @@ class SqliteOperatorState(OperatorState):
                     c.execute(f"DELETE FROM main.{tbl}_log")
             c.execute("COMMIT")
             for path, meta in chain[1:]:
-                c.execute("ATTACH DATABASE ? AS d", (_read_only_uri(path),))
-                try:
-                    c.execute("BEGIN")
+                with _attached(c, _read_only_uri(path), "d"), _transaction(c):
                     in_delta = {n for (n,) in c.execute("SELECT name FROM d.sqlite_master")}
                     for name, tbl, signature in c.execute("SELECT name, tbl, signature FROM d.clink_states").fetchall():
                         kind = "table" if signature.startswith("table") else "value"
@@ -1215,13 +1198,6 @@ class SqliteOperatorState(OperatorState):
                         c.execute(f"INSERT INTO main.{target_tbl} ({cols}) SELECT {cols} FROM d.{tbl}")
                     c.execute("UPDATE clink_meta SET value = ? WHERE name = 'committed_checkpoint'",
                               (meta.get("committed_checkpoint"),))
-                    c.execute("COMMIT")
-                except BaseException:
-                    if c.in_transaction:
-                        c.execute("ROLLBACK")
-                    raise
-                finally:
-                    c.execute("DETACH DATABASE d")
         return target
 
     def _recover_locally(self, chains: list[list[tuple[Path, dict]]], key_groups: Collection[int] | None) -> bool:
@@ -1392,6 +1368,30 @@ def _fold_log(conn: sqlite3.Connection, log: str, table: str, filter_sql: str, p
     conn.execute(f"INSERT INTO {table} (kg, k, v) SELECT kg, k, v FROM {log} WHERE v IS NOT NULL{where} "
                  "ORDER BY k ON CONFLICT (k) DO UPDATE SET v = excluded.v", params)
     conn.execute(f"DELETE FROM {table} WHERE k IN (SELECT k FROM {log} WHERE v IS NULL)")
+
+
+@contextlib.contextmanager
+def _attached(conn: sqlite3.Connection, uri: str, alias: str) -> Iterator[None]:
+    """The database ``uri`` attached as ``alias`` for the block (outside a transaction: SQLite
+    refuses ATTACH and DETACH inside one)."""
+    conn.execute(f"ATTACH DATABASE ? AS {alias}", (uri,))
+    try:
+        yield
+    finally:
+        conn.execute(f"DETACH DATABASE {alias}")
+
+
+@contextlib.contextmanager
+def _transaction(conn: sqlite3.Connection) -> Iterator[None]:
+    """The block as one transaction: committed if it ends, rolled back if it raises."""
+    conn.execute("BEGIN")
+    try:
+        yield
+        conn.execute("COMMIT")
+    except BaseException:
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
+        raise
 
 
 @functools.cache
