@@ -33,7 +33,7 @@ DEFAULT_QUERIES = "q1,q5,q8,q18,q19,q20"
 def run_one(query: str, mode: str, events: int) -> dict:
     """Run ``query`` over ``events`` events in this process; returns CPU seconds and peak RSS."""
     sys.path.insert(0, str(_harness.ROOT))
-    import dataclasses
+    from clink import records
     import io
 
     import clink
@@ -45,8 +45,8 @@ def run_one(query: str, mode: str, events: int) -> dict:
     ddl = (folder / "ddl.sql").read_text().replace("'events.num' = '10000000'", f"'events.num' = '{events}'")
     plan = clink.compile(ddl + (folder / f"{query}.sql").read_text()).runtime_plan
     if mode == "every-event":
-        plan = dataclasses.replace(plan, nodes=tuple(
-            dataclasses.replace(n, kept_values={}) if isinstance(n, Source) else n for n in plan.nodes))
+        plan = records.evolve(plan, nodes=tuple(
+            records.evolve(n, kept_values={}) if isinstance(n, Source) else n for n in plan.nodes))
     kept = {n.id: n.kept_values for n in plan.nodes if isinstance(n, Source)}
     started = time.process_time()
     Job(plan, RuntimeContext(stdout=io.StringIO())).run()

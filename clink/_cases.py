@@ -19,7 +19,7 @@ import json
 import time
 from collections import Counter
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, replace
+from clink.records import evolve, record
 from decimal import Decimal
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -53,7 +53,7 @@ class _Map(dict):
 # --- the model ---------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Rows:
     """Rows for ``table``, handed to the pipeline as one batch."""
 
@@ -64,7 +64,7 @@ class Rows:
     table_span: Span | None = None
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class WatermarkStep:
     """Move ``table``'s watermark to ``ms`` (ms since the epoch)."""
 
@@ -75,7 +75,7 @@ class WatermarkStep:
     table_span: Span | None = None
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class AdvanceStep:
     """Move the processing-time clock forward by ``ms``."""
 
@@ -86,7 +86,7 @@ class AdvanceStep:
 Step = Rows | WatermarkStep | AdvanceStep
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Expectation:
     """What one output (sink table or ``query_N``) must produce: its final ``rows`` (compared
     as a multiset unless ``ordered``), or its ``changelog`` (a list of (kind, row), in order)."""
@@ -98,7 +98,7 @@ class Expectation:
     span: Span | None
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Case:
     name: str
     file: str
@@ -113,7 +113,7 @@ class Case:
         return self.span.line if self.span is not None else None
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class CaseFile:
     path: Path
     text: str
@@ -122,7 +122,7 @@ class CaseFile:
     cases: tuple[Case, ...]
 
 
-@dataclass(slots=True)
+@record(frozen=False)
 class Outcome:
     """How a case went: ``passed``, the time it took, and otherwise the readable difference
     (or the error that stopped the pipeline)."""
@@ -247,7 +247,7 @@ class _Reader:
                 raise self.error(f"{what} has no key {key!r} (it takes {', '.join(allowed)})", value, hint)
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class _At:
     """A place in the case file to point an error at."""
 
@@ -421,9 +421,9 @@ def case_plan(plan: RuntimePlan) -> RuntimePlan:
     nodes = []
     for node in plan.nodes:
         if isinstance(node, Source) and node.connector != "values":  # VALUES rows are the query's own
-            node = replace(node, connector="push", options={}, predicate=None)
+            node = evolve(node, connector="push", options={}, predicate=None)
         elif isinstance(node, Sink) and node.connector != "collect":
-            node = replace(node, connector="collect", options={})
+            node = evolve(node, connector="collect", options={})
         nodes.append(node)
     return Plan(nodes=tuple(nodes), name=plan.name, fingerprint=plan.fingerprint,
                 config={k: v for k, v in plan.config.items() if k != "ray.address"}, explain=plan.explain)

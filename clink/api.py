@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from dataclasses import replace
+from clink.records import evolve
 import pyarrow as pa
 
 from clink.errors import UsageError
@@ -50,7 +50,7 @@ class Plan:
             return context
         ctx = context or RuntimeContext()
         # A copy: the caller's context is not changed; its own functions win on a shared name.
-        return replace(ctx, functions=self.functions.merged(ctx.functions))
+        return evolve(ctx, functions=self.functions.merged(ctx.functions))
 
     @property
     def name(self) -> str:

@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any, Self
 
-from dataclasses import replace
+from clink.records import evolve
 import pyarrow as pa
 
 from clink.errors import UsageError
@@ -67,10 +67,10 @@ class EmbeddedJob:
             # The caller's registry may be shared with other jobs: give this job a copy.
             registry = ConnectorRegistry(context.connectors.as_mapping().values())
         registry.register(self._inputs.connector())
-        ctx = replace(ctx.with_config(dict(config or {})), connectors=registry, on_result=self._deliver)
+        ctx = evolve(ctx.with_config(dict(config or {})), connectors=registry, on_result=self._deliver)
         if state_dir is not None:
             # A plain path or a file:// URI (RuntimeContext refuses other URIs).
-            ctx = replace(ctx, state_dir=state_dir if isinstance(state_dir, Path) else str(state_dir))
+            ctx = evolve(ctx, state_dir=state_dir if isinstance(state_dir, Path) else str(state_dir))
         self._job = Job(plan, ctx)
         self._has_state_dir = ctx.state_dir is not None
         self._seen_checkpoints = self._job.metrics.checkpoints

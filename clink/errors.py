@@ -1,7 +1,8 @@
 """Errors that users see, and the source positions they point at.
 
-This module imports only the standard library: the compiler, the runtime and the
-generated modules all raise these, and none of them may pull in the others through it.
+This module imports only the standard library and ``clink.records`` (itself stdlib only): the
+compiler, the runtime and the generated modules all raise these, and none of them may pull in
+the others through it.
 
 Every error has an ``exit_code`` the command line uses: 2 for a usage or SQL mistake, 1 for a
 pipeline that failed while running.
@@ -9,7 +10,7 @@ pipeline that failed while running.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from clink.records import record
 
 __all__ = [
     "CheckpointCorrupted",
@@ -27,7 +28,7 @@ __all__ = [
 ]
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Span:
     """A region of a source file: 1-based line and column, end column exclusive."""
 

@@ -19,7 +19,7 @@ import sys
 import time
 import traceback
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from clink.records import field, record
 from pathlib import Path
 
 from clink._version import __version__
@@ -53,7 +53,7 @@ Ctrl-C cancels a running query, or clears a statement being typed."""
 # ---------------------------------------------------------------- splitting statements
 
 
-@dataclass(frozen=True)
+@record
 class Piece:
     """One statement of a text: as written (without its ';'), its code with comments blanked
     out, and the 1-based line and column where it starts."""
@@ -144,15 +144,15 @@ def _piece(text: str, code: str, start: int, end: int) -> Piece | None:
 # ---------------------------------------------------------------- the session
 
 
-@dataclass
+@record(frozen=False)
 class Session:
     """What statements leave behind for the next ones: settings, declarations, client settings."""
 
     #: ``SET`` settings in force, in the order they were set.
-    settings: dict[str, str] = field(default_factory=dict)
+    settings: dict[str, str] = field(factory=dict)
     #: CREATE TABLE / VIEW / FUNCTION statements, as written (CREATE TABLE AS: the table's DDL).
-    declarations: list[str] = field(default_factory=list)
-    client: dict[str, str] = field(default_factory=lambda: {k: d for k, (_, d) in CLIENT_SETTINGS.items()})
+    declarations: list[str] = field(factory=list)
+    client: dict[str, str] = field(factory=lambda: {k: d for k, (_, d) in CLIENT_SETTINGS.items()})
 
     def prefix(self) -> str:
         """The session as one script: its settings, then its declarations."""

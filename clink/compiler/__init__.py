@@ -6,7 +6,7 @@ import hashlib
 from collections.abc import Sequence
 from pathlib import Path
 
-import attrs
+from clink import records
 
 from clink.compiler import ast
 from clink.compiler.bind import bind_script
@@ -22,7 +22,7 @@ from clink.runtime.udf import FunctionRegistry
 __all__ = ["CompiledPlan", "compile_file", "compile_text"]
 
 
-@attrs.frozen(kw_only=True)
+@records.record(kw_only=True)
 class CompiledPlan:
     """The compiler's output: the generated module's ``source`` and the plan as text."""
 
@@ -67,7 +67,7 @@ def compile_text(text: str, *, name: str = "<sql>", connectors: ConnectorRegistr
         declarations.extend(init_script.statements)
     script = parse_script(text, name)
     if declarations:
-        script = attrs.evolve(script, statements=(*declarations, *script.statements))
+        script = records.evolve(script, statements=(*declarations, *script.statements))
     bound = bind_script(script, connectors, functions)
     roots = []
     trace: list[str] = []

@@ -1,6 +1,6 @@
 """The syntax tree: what the user wrote, with a span on every node.
 
-Nodes are frozen attrs classes built from the parse tree by ``clink.compiler.parse``. Names are
+Nodes are frozen records (``clink.records``) built from the parse tree by ``clink.compiler.parse``. Names are
 kept as written (identifiers are case-sensitive, as in Flink SQL); types are already Arrow types,
 because the dialect's type names map one to one onto them (``clink.compiler.types``).
 Spans do not take part in equality, so two trees that differ only in layout are equal.
@@ -10,16 +10,16 @@ from __future__ import annotations
 
 from typing import Any
 
-import attrs
+from clink import records
 import pyarrow as pa
 
 from clink.errors import Span
 
-_span = attrs.field(eq=False, repr=False)
-_extra_span = attrs.field(eq=False, repr=False, default=None)
+_span = records.field(eq=False, repr=False)
+_extra_span = records.field(eq=False, repr=False, default=None)
 
 
-@attrs.frozen(kw_only=True)
+@records.record(kw_only=True)
 class Node:
     span: Span = _span
 
@@ -27,12 +27,12 @@ class Node:
 # ---------------------------------------------------------------- expressions
 
 
-@attrs.frozen(kw_only=True)
+@records.record(kw_only=True)
 class Expr(Node):
     pass
 
 
-@attrs.frozen(kw_only=True)
+@records.record(kw_only=True)
 class Literal(Expr):
     """A literal; ``kind`` is int, decimal, double, string, bool, null, date, time, timestamp, timestamp_ltz."""
 
@@ -40,7 +40,7 @@ class Literal(Expr):
     value: Any
 
 
-@attrs.frozen(kw_only=True)
+@records.record(kw_only=True)
 class IntervalLiteral(Expr):
     """``INTERVAL '5' SECOND``; ``text`` is the quoted value, ``to_unit`` set for ``HOUR TO MINUTE``."""
 
@@ -49,12 +49,12 @@ class IntervalLiteral(Expr):
     to_unit: str | None = None
 
 
-@attrs.frozen(kw_only=True)
+@records.record(kw_only=True)
 class ColumnRef(Expr):
     name: str
 
 
-@attrs.frozen(kw_only=True)
+@records.record(kw_only=True)
 class FieldAccess(Expr):
     """``expr.name``: a qualified column (``o.price``) or a field of a ROW (``r.f``); the binder decides."""
 
@@ -62,14 +62,14 @@ class FieldAccess(Expr):
     name: str
 
 
-@attrs.frozen(kw_only=True)
+@records.record(kw_only=True)
 class QualifiedStar(Expr):
     """``o.*`` in a select list."""
 
     qualifier: Expr
 
 
-@attrs.frozen(kw_only=True)
+@records.record(kw_only=True)
 class Subscript(Expr):
     """``arr[i]`` (1-based) or ``map['key']``."""
 
@@ -77,7 +77,7 @@ class Subscript(Expr):
     index: Expr
 
 
-@attrs.frozen(kw_only=True)
+@records.record(kw_only=True)
 class BinaryOp(Expr):
     """Arithmetic (``+ - * / %``) and string concatenation (``||``)."""
 
@@ -86,43 +86,43 @@ class BinaryOp(Expr):
     right: Expr
 
 
-@attrs.frozen(kw_only=True)
+@records.record(kw_only=True)
 class UnaryOp(Expr):
     op: str
     operand: Expr
 
 
-@attrs.frozen(kw_only=True)
+@records.record(kw_only=True)
 class Comparison(Expr):
     op: str
     left: Expr
     right: Expr
 
 
-@attrs.frozen(kw_only=True)
+@records.record(kw_only=True)
 class And(Expr):
     left: Expr
     right: Expr
 
 
-@attrs.frozen(kw_only=True)
+@records.record(kw_only=True)
 class Or(Expr):
     left: Expr
     right: Expr
 
 
-@attrs.frozen(kw_only=True)
+@records.record(kw_only=True)
 class Not(Expr):
     operand: Expr
 
 
-@attrs.frozen(kw_only=True)
+@records.record(kw_only=True)
 class IsNull(Expr):
     operand: Expr
     negated: bool
 
 
-@attrs.frozen(kw_only=True)
+@records.record(kw_only=True)
 class IsBool(Expr):
     """``x IS [NOT] TRUE|FALSE``: never NULL."""
 
@@ -131,7 +131,7 @@ class IsBool(Expr):
     negated: bool
 
 
-@attrs.frozen(kw_only=True)
+@records.record(kw_only=True)
 class Between(Expr):
     """``x [NOT] BETWEEN [ASYMMETRIC | SYMMETRIC] low AND high``."""
 
@@ -142,21 +142,21 @@ class Between(Expr):
     symmetric: bool = False
 
 
-@attrs.frozen(kw_only=True)
+@records.record(kw_only=True)
 class ArrayValue(Expr):
     """``ARRAY[e, ...]``."""
 
     items: tuple[Expr, ...]
 
 
-@attrs.frozen(kw_only=True)
+@records.record(kw_only=True)
 class MapValue(Expr):
     """``MAP[key, value, ...]``."""
 
     items: tuple[Expr, ...]
 
 
-@attrs.frozen(kw_only=True)
+@records.record(kw_only=True)
 class InSubquery(Expr):
     """``operand [NOT] IN (query)``: the query has one column."""
 
@@ -165,28 +165,28 @@ class InSubquery(Expr):
     negated: bool
 
 
-@attrs.frozen(kw_only=True)
+@records.record(kw_only=True)
 class Exists(Expr):
     """``EXISTS (query)``: whether the query has a row."""
 
     query: QueryExpr
 
 
-@attrs.frozen(kw_only=True)
+@records.record(kw_only=True)
 class ScalarSubquery(Expr):
     """``(query)`` as a value: its one column of its one row."""
 
     query: QueryExpr
 
 
-@attrs.frozen(kw_only=True)
+@records.record(kw_only=True)
 class InList(Expr):
     operand: Expr
     items: tuple[Expr, ...]
     negated: bool
 
 
-@attrs.frozen(kw_only=True)
+@records.record(kw_only=True)
 class Like(Expr):
     operand: Expr
     pattern: Expr
@@ -194,7 +194,7 @@ class Like(Expr):
     negated: bool
 
 
-@attrs.frozen(kw_only=True)
+@records.record(kw_only=True)
 class SimilarTo(Expr):
     """``s [NOT] SIMILAR TO pattern [ESCAPE 'c']``: a SQL regular expression, whole-string."""
 
@@ -204,7 +204,7 @@ class SimilarTo(Expr):
     negated: bool
 
 
-@attrs.frozen(kw_only=True)
+@records.record(kw_only=True)
 class Overlaps(Expr):
     """``(start1, end1) OVERLAPS (start2, end2)``: each end a time point or an interval."""
 
@@ -214,7 +214,7 @@ class Overlaps(Expr):
     end2: Expr
 
 
-@attrs.frozen(kw_only=True)
+@records.record(kw_only=True)
 class WindowSpec(Node):
     """``OVER (PARTITION BY ... ORDER BY ... [frame])``; bound by later operators."""
 
@@ -223,7 +223,7 @@ class WindowSpec(Node):
     frame: tuple[str, Expr | None] | None
 
 
-@attrs.frozen(kw_only=True)
+@records.record(kw_only=True)
 class NamedWindow(Node):
     """``OVER w``: a window of the ``WINDOW`` clause, replaced by its definition when the SELECT
     block is built."""
@@ -231,7 +231,7 @@ class NamedWindow(Node):
     name: str
 
 
-@attrs.frozen(kw_only=True)
+@records.record(kw_only=True)
 class FunctionCall(Expr):
     """``name(args)``; ``star`` for ``COUNT(*)``, ``distinct`` for ``COUNT(DISTINCT x)``;
     ``options``: the words of an aggregate's SQL/JSON clause (JSON_OBJECTAGG, JSON_ARRAYAGG:
@@ -247,7 +247,7 @@ class FunctionCall(Expr):
     name_span: Span | None = _extra_span
 
 
-@attrs.frozen(kw_only=True)
+@records.record(kw_only=True)
 class Cast(Expr):
     operand: Expr
     type: pa.DataType
@@ -255,7 +255,7 @@ class Cast(Expr):
     try_: bool = False
 
 
-@attrs.frozen(kw_only=True)
+@records.record(kw_only=True)
 class JsonCall(Expr):
     """JSON_VALUE, JSON_QUERY, JSON_EXISTS, JSON_OBJECT, JSON_ARRAY or ``IS JSON``, with the words
     of their SQL/JSON clauses in ``options`` (``("on_empty", "DEFAULT")``, ``("wrapper",
@@ -270,13 +270,13 @@ class JsonCall(Expr):
     name_span: Span | None = _extra_span
 
 
-@attrs.frozen(kw_only=True)
+@records.record(kw_only=True)
 class Extract(Expr):
     unit: str
     operand: Expr
 
 
-@attrs.frozen(kw_only=True)
+@records.record(kw_only=True)
 class Case(Expr):
     """Searched (``operand`` is None) or simple ``CASE``."""
 
@@ -285,7 +285,7 @@ class Case(Expr):
     else_: Expr | None
 
 
-@attrs.frozen(kw_only=True)
+@records.record(kw_only=True)
 class CurrentTime(Expr):
     """``CURRENT_TIMESTAMP``, ``LOCALTIMESTAMP``, ``NOW()``, ``CURRENT_DATE``, ``CURRENT_TIME``,
     ``LOCALTIME``."""
@@ -293,12 +293,12 @@ class CurrentTime(Expr):
     kind: str
 
 
-@attrs.frozen(kw_only=True)
+@records.record(kw_only=True)
 class Descriptor(Expr):
     names: tuple[str, ...]
 
 
-@attrs.frozen(kw_only=True)
+@records.record(kw_only=True)
 class NamedArg(Expr):
     """``NAME => value``: an argument given by its parameter's name (window table functions)."""
 
@@ -306,7 +306,7 @@ class NamedArg(Expr):
     value: Expr
 
 
-@attrs.frozen(kw_only=True)
+@records.record(kw_only=True)
 class TableArg(Expr):
     """``TABLE t [PARTITION BY k, ...]``: the table argument of a window table function."""
 
@@ -317,42 +317,42 @@ class TableArg(Expr):
 # ---------------------------------------------------------------- queries
 
 
-@attrs.frozen(kw_only=True)
+@records.record(kw_only=True)
 class SelectItem(Node):
     pass
 
 
-@attrs.frozen(kw_only=True)
+@records.record(kw_only=True)
 class Star(SelectItem):
     """``*`` or ``q.*``."""
 
     qualifier: str | None = None
 
 
-@attrs.frozen(kw_only=True)
+@records.record(kw_only=True)
 class AliasedExpr(SelectItem):
     expr: Expr
     alias: str | None = None
 
 
-@attrs.frozen(kw_only=True)
+@records.record(kw_only=True)
 class FromItem(Node):
     alias: str | None = None
 
 
-@attrs.frozen(kw_only=True)
+@records.record(kw_only=True)
 class TableRef(FromItem):
     name: str
     #: ``FOR SYSTEM_TIME AS OF expr``: the table as it is at that time (temporal join).
     as_of: Expr | None = None
 
 
-@attrs.frozen(kw_only=True)
+@records.record(kw_only=True)
 class QueryExpr(Node):
     """A query: a SELECT block, VALUES, a set operation of two queries, or a WITH."""
 
 
-@attrs.frozen(kw_only=True)
+@records.record(kw_only=True)
 class SetOp(QueryExpr):
     """``left UNION | INTERSECT | EXCEPT [ALL | DISTINCT] right``: columns matched by position;
     ``all``: duplicates kept (``UNION ALL``), else each distinct row once."""
@@ -363,7 +363,7 @@ class SetOp(QueryExpr):
     right: QueryExpr
 
 
-@attrs.frozen(kw_only=True)
+@records.record(kw_only=True)
 class OrderedQuery(QueryExpr):
     """``query ORDER BY ... [LIMIT n | FETCH FIRST n ROWS ONLY]`` (``order`` may be empty with a
     limit): (expression, descending) pairs, each an output column's name or position, or an
@@ -374,14 +374,14 @@ class OrderedQuery(QueryExpr):
     limit: int | None = None
 
 
-@attrs.frozen(kw_only=True)
+@records.record(kw_only=True)
 class Values(QueryExpr):
     """``VALUES (e, ...), ...``: constant rows."""
 
     rows: tuple[tuple[Expr, ...], ...]
 
 
-@attrs.frozen(kw_only=True)
+@records.record(kw_only=True)
 class Cte(Node):
     """``name [(columns)] AS (query)`` of a WITH."""
 
@@ -390,7 +390,7 @@ class Cte(Node):
     query: QueryExpr
 
 
-@attrs.frozen(kw_only=True)
+@records.record(kw_only=True)
 class With(QueryExpr):
     """``WITH cte, ... query``: each common table expression is a view seen by the ones after
     it and by ``query``."""
@@ -399,19 +399,19 @@ class With(QueryExpr):
     query: QueryExpr
 
 
-@attrs.frozen(kw_only=True)
+@records.record(kw_only=True)
 class SubqueryRef(FromItem):
     query: QueryExpr
     #: ``(query) AS t (a, b)``: the names of its columns.
     columns: tuple[str, ...] | None = None
 
 
-@attrs.frozen(kw_only=True)
+@records.record(kw_only=True)
 class TableFunctionRef(FromItem):
     call: FunctionCall
 
 
-@attrs.frozen(kw_only=True)
+@records.record(kw_only=True)
 class LateralTable(FromItem):
     """``LATERAL TABLE(f(args)) [AS alias (columns)]`` after CROSS JOIN, a comma, or ``LEFT JOIN ... ON
     TRUE``: the rows the table function ``f`` gives for each row to its left."""
@@ -420,7 +420,7 @@ class LateralTable(FromItem):
     columns: tuple[str, ...] | None = None
 
 
-@attrs.frozen(kw_only=True)
+@records.record(kw_only=True)
 class Unnest(FromItem):
     """``UNNEST(expr) [WITH ORDINALITY] [AS alias (columns)]`` after CROSS JOIN (or a comma): a row
     per element of the array (or entry of the map) ``expr`` of each row to its left."""
@@ -430,7 +430,7 @@ class Unnest(FromItem):
     columns: tuple[str, ...] | None = None
 
 
-@attrs.frozen(kw_only=True)
+@records.record(kw_only=True)
 class PatternTerm(Node):
     """One pattern variable of a ``PATTERN`` with its quantifier: ``low`` to ``high`` rows (None:
     no upper bound); ``greedy`` unless the quantifier ends in ``?`` (reluctant)."""
@@ -441,7 +441,7 @@ class PatternTerm(Node):
     greedy: bool = True
 
 
-@attrs.frozen(kw_only=True)
+@records.record(kw_only=True)
 class MatchRecognize(FromItem):
     """``input MATCH_RECOGNIZE (...) [AS alias]``: the rows of ``input``, per partition in
     ``order_by`` order, searched for ``pattern``; one row per match: the partition columns, then
@@ -461,7 +461,7 @@ class MatchRecognize(FromItem):
     defines: tuple[AliasedExpr, ...]
 
 
-@attrs.frozen(kw_only=True)
+@records.record(kw_only=True)
 class Join(FromItem):
     """``left [INNER | LEFT | RIGHT | FULL] JOIN right ON condition``; ``left, right`` and
     ``CROSS JOIN`` are inner joins without a condition (``kind`` is ``'inner'``)."""
@@ -472,14 +472,14 @@ class Join(FromItem):
     condition: Expr | None = None
 
 
-@attrs.frozen(kw_only=True)
+@records.record(kw_only=True)
 class GroupingSets(Expr):
     """``GROUPING SETS ((a, b), (a), ())`` in a GROUP BY: the groupings to aggregate by."""
 
     sets: tuple[tuple[Expr, ...], ...]
 
 
-@attrs.frozen(kw_only=True)
+@records.record(kw_only=True)
 class Select(QueryExpr):
     items: tuple[SelectItem, ...]
     #: None: ``SELECT`` without ``FROM`` (one row).
@@ -495,19 +495,19 @@ class Select(QueryExpr):
 # ---------------------------------------------------------------- statements
 
 
-@attrs.frozen(kw_only=True)
+@records.record(kw_only=True)
 class Statement(Node):
     pass
 
 
-@attrs.frozen(kw_only=True)
+@records.record(kw_only=True)
 class ColumnDef(Node):
     name: str
     type: pa.DataType
     nullable: bool = True
 
 
-@attrs.frozen(kw_only=True)
+@records.record(kw_only=True)
 class MetadataColumn(Node):
     """``name TYPE METADATA [FROM 'key'] [VIRTUAL]``: filled by the connector from the record's
     metadata ``key`` (the column's name when no FROM is given)."""
@@ -518,25 +518,25 @@ class MetadataColumn(Node):
     virtual: bool = False
 
 
-@attrs.frozen(kw_only=True)
+@records.record(kw_only=True)
 class ComputedColumn(Node):
     name: str
     expr: Expr
 
 
-@attrs.frozen(kw_only=True)
+@records.record(kw_only=True)
 class WatermarkDef(Node):
     column: str
     expr: Expr
 
 
-@attrs.frozen(kw_only=True)
+@records.record(kw_only=True)
 class Property(Node):
     key: str
     value: str
 
 
-@attrs.frozen(kw_only=True)
+@records.record(kw_only=True)
 class CreateTable(Statement):
     name: str
     columns: tuple[ColumnDef | ComputedColumn | MetadataColumn, ...]
@@ -550,19 +550,19 @@ class CreateTable(Statement):
     temporary: bool = False
 
 
-@attrs.frozen(kw_only=True)
+@records.record(kw_only=True)
 class CreateView(Statement):
     name: str
     query: QueryExpr
     #: ``CREATE VIEW v (a, b) AS ...``: the view's column names.
     columns: tuple[str, ...] | None = None
     #: The statement as written (SHOW CREATE VIEW shows it).
-    text: str = attrs.field(default="", eq=False, repr=False)
+    text: str = records.field(default="", eq=False, repr=False)
     if_not_exists: bool = False
     temporary: bool = False
 
 
-@attrs.frozen(kw_only=True)
+@records.record(kw_only=True)
 class CreateFunction(Statement):
     """``CREATE [TEMPORARY [SYSTEM]] FUNCTION name AS 'module.function' [LANGUAGE PYTHON]``."""
 
@@ -575,7 +575,7 @@ class CreateFunction(Statement):
     language_span: Span | None = _extra_span
 
 
-@attrs.frozen(kw_only=True)
+@records.record(kw_only=True)
 class CreateTableAs(Statement):
     """``CREATE TABLE t WITH (...) AS query``."""
 
@@ -585,21 +585,21 @@ class CreateTableAs(Statement):
     if_not_exists: bool = False
 
 
-@attrs.frozen(kw_only=True)
+@records.record(kw_only=True)
 class StatementSetMark(Statement):
     """``BEGIN STATEMENT SET`` (``begin``) or ``END`` around INSERTs (the SQL client's spelling)."""
 
     begin: bool
 
 
-@attrs.frozen(kw_only=True)
+@records.record(kw_only=True)
 class Show(Statement):
     """``SHOW TABLES | VIEWS | FUNCTIONS``."""
 
     what: str
 
 
-@attrs.frozen(kw_only=True)
+@records.record(kw_only=True)
 class ShowCreate(Statement):
     """``SHOW CREATE TABLE | VIEW name``."""
 
@@ -607,14 +607,14 @@ class ShowCreate(Statement):
     name: str
 
 
-@attrs.frozen(kw_only=True)
+@records.record(kw_only=True)
 class Describe(Statement):
     """``DESCRIBE name``: its columns."""
 
     name: str
 
 
-@attrs.frozen(kw_only=True)
+@records.record(kw_only=True)
 class Use(Statement):
     """``USE CATALOG name`` (``kind`` ``CATALOG``) or ``USE name`` (``DATABASE``)."""
 
@@ -622,44 +622,44 @@ class Use(Statement):
     name: str
 
 
-@attrs.frozen(kw_only=True)
+@records.record(kw_only=True)
 class CreateCatalog(Statement):
     name: str
 
 
-@attrs.frozen(kw_only=True)
+@records.record(kw_only=True)
 class Reset(Statement):
     """``RESET ['key']``: a setting (or all) back to its default."""
 
     key: str | None
 
 
-@attrs.frozen(kw_only=True)
+@records.record(kw_only=True)
 class SetStmt(Statement):
     key: str
     value: str
-    key_span: Span | None = attrs.field(default=None, eq=False, repr=False)
-    value_span: Span | None = attrs.field(default=None, eq=False, repr=False)
+    key_span: Span | None = records.field(default=None, eq=False, repr=False)
+    value_span: Span | None = records.field(default=None, eq=False, repr=False)
 
 
-@attrs.frozen(kw_only=True)
+@records.record(kw_only=True)
 class Insert(Statement):
     table: str
     query: QueryExpr
     table_span: Span | None = _extra_span
 
 
-@attrs.frozen(kw_only=True)
+@records.record(kw_only=True)
 class Query(Statement):
     query: QueryExpr
 
 
-@attrs.frozen(kw_only=True)
+@records.record(kw_only=True)
 class Explain(Statement):
     statement: Insert | Query
 
 
-@attrs.frozen(kw_only=True)
+@records.record(kw_only=True)
 class Script(Node):
     """Every statement of one file, in order."""
 
@@ -678,10 +678,10 @@ def rewrite(node, visit):
     if replaced is not None:
         return replaced
     changes = {}
-    for field in attrs.fields(type(node)):
+    for field in records.fields(type(node)):
         value = getattr(node, field.name)
         if isinstance(value, (Node, tuple)):
             new = rewrite(value, visit)
             if new is not value:
                 changes[field.name] = new
-    return attrs.evolve(node, **changes) if changes else node
+    return records.evolve(node, **changes) if changes else node

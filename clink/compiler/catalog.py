@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import difflib
 
-import attrs
+from clink import records
 
 from clink.compiler import ast, ir
 
 
-@attrs.frozen(kw_only=True)
+@records.record(kw_only=True)
 class CatalogTable:
     """A table from ``CREATE TABLE``: its physical columns (what the connector reads or writes),
     then its computed columns (expressions over the physical ones, evaluated after reading)."""
@@ -20,7 +20,7 @@ class CatalogTable:
     definition: ast.CreateTable
 
 
-@attrs.frozen(kw_only=True)
+@records.record(kw_only=True)
 class CatalogView:
     """A view from ``CREATE VIEW``, bound when it was created."""
 
@@ -32,10 +32,10 @@ class CatalogView:
     text: str = ""
 
 
-@attrs.define
+@records.record(frozen=False)
 class Catalog:
-    tables: dict[str, CatalogTable] = attrs.field(factory=dict)
-    views: dict[str, CatalogView] = attrs.field(factory=dict)
+    tables: dict[str, CatalogTable] = records.field(factory=dict)
+    views: dict[str, CatalogView] = records.field(factory=dict)
 
     def lookup(self, name: str) -> CatalogTable | CatalogView | None:
         return self.tables.get(name) or self.views.get(name)

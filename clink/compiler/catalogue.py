@@ -20,7 +20,7 @@ import argparse
 import sys
 from pathlib import Path
 
-import attrs
+from clink import records
 
 #: Flink's categories, in the order of its documentation, with their headings.
 CATEGORIES = {
@@ -42,7 +42,7 @@ CATEGORIES = {
 }
 
 
-@attrs.frozen
+@records.record
 class Entry:
     """One construct of Flink's function catalogue.
 

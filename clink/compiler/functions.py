@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 
-import attrs
+from clink import records
 import pyarrow as pa
 import pyarrow.types as pt
 
@@ -1206,7 +1206,7 @@ TABLE_FUNCTIONS = frozenset({"TUMBLE", "HOP", "CUMULATE", "SESSION"})
 
 
 def with_span(expr: ir.Expr, span: Span) -> ir.Expr:
-    return attrs.evolve(expr, span=span)
+    return records.evolve(expr, span=span)
 
 
 # ---------------------------------------------------------------- JSON

@@ -1,7 +1,7 @@
 """Typed logical IR.
 
 Every node knows its output type (expressions) or schema (relations) and the source span it
-came from. Nodes are immutable; rewrites build new ones with ``attrs.evolve``. Spans are ignored
+came from. Nodes are immutable; rewrites build new ones with ``records.evolve``. Spans are ignored
 by equality, so a rewrite that only moves text positions is not a change.
 
 Expressions refer to the columns of their input relation by position (``Column.index``), so a
@@ -14,19 +14,19 @@ import functools
 from collections.abc import Callable, Mapping
 from typing import Any
 
-import attrs
+from clink import records
 import pyarrow as pa
 
 from clink.errors import CompilerBug, Span
 from clink.runtime.plan import APPEND_ONLY, INSERT_DELETE, UPDATE_AFTER, UPDATE_BEFORE, UPDATING, ChangelogMode
 
-_span = attrs.field(eq=False, repr=False, default=None)
+_span = records.field(eq=False, repr=False, default=None)
 
 
 # ---------------------------------------------------------------- schemas
 
 
-@attrs.frozen
+@records.record
 class Field:
     name: str
     type: pa.DataType
@@ -36,7 +36,7 @@ class Field:
         return pa.field(self.name, self.type, nullable=self.nullable)
 
 
-@attrs.frozen
+@records.record
 class Schema:
     fields: tuple[Field, ...]
 
@@ -57,7 +57,7 @@ class Schema:
 # ---------------------------------------------------------------- expressions
 
 
-@attrs.frozen(kw_only=True)
+@records.record(kw_only=True)
 class Expr:
     """A typed scalar expression over the columns of one input relation."""
 
@@ -78,20 +78,20 @@ class Expr:
         return all(c.deterministic for c in self.children)
 
 
-@attrs.frozen(kw_only=True)
+@records.record(kw_only=True)
 class Column(Expr):
     index: int
     name: str
 
 
-@attrs.frozen(kw_only=True)
+@records.record(kw_only=True)
 class Literal(Expr):
     """A constant; ``value`` is a Python value of ``type`` (None for NULL)."""
 
     value: Any
 
 
-@attrs.frozen(kw_only=True)
+@records.record(kw_only=True)
 class Call(Expr):
     """A function or operator applied to arguments. ``fn`` names an emitter in
     ``clink.compiler.codegen.exprs``; ``params`` holds constant parameters that are not
@@ -106,14 +106,14 @@ class Call(Expr):
         return self.args
 
     def with_children(self, children: tuple[Expr, ...]) -> Call:
-        return attrs.evolve(self, args=children)
+        return records.evolve(self, args=children)
 
     @property
     def deterministic(self) -> bool:
         return self.fn not in NONDETERMINISTIC and all(a.deterministic for a in self.args)
 
 
-@attrs.frozen(kw_only=True)
+@records.record(kw_only=True)
 class UdfRef:
     """Where generated code finds a Python UDF: imported from ``module`` (``attribute`` in it) when
     the plan loads (``CREATE FUNCTION``), or, with ``module`` None, looked up by ``name`` in the
@@ -126,7 +126,7 @@ class UdfRef:
     #: ``scalar``, ``aggregate`` or ``table``.
     kind: str = "scalar"
     #: The CREATE FUNCTION statement, shown next to the import in the generated module.
-    span: Span | None = attrs.field(default=None, eq=False, repr=False)
+    span: Span | None = records.field(default=None, eq=False, repr=False)
 
     @property
     def constant(self) -> str:
@@ -163,7 +163,7 @@ def remap(expr: Expr, mapping: Mapping[int, int]) -> Expr:
 
     def fn(e: Expr) -> Expr:
         if isinstance(e, Column):
-            return attrs.evolve(e, index=mapping[e.index])
+            return records.evolve(e, index=mapping[e.index])
         return e
 
     return transform(expr, fn)
@@ -177,7 +177,7 @@ def substitute(expr: Expr, exprs: tuple[Expr, ...]) -> Expr:
             replacement = exprs[e.index]
             # A plain column passed through keeps the position where the outer query named it.
             if isinstance(replacement, Column) and e.span is not None:
-                return attrs.evolve(replacement, span=e.span)
+                return records.evolve(replacement, span=e.span)
             return replacement
         return e
 
@@ -204,13 +204,13 @@ def conjuncts(expr: Expr | None) -> list[Expr]:
 # ---------------------------------------------------------------- relations
 
 
-def _is_boolean(instance: object, attribute: attrs.Attribute, value: Expr | None) -> None:
+def _is_boolean(instance: object, attribute: records.Field, value: Expr | None) -> None:
     # An invariant, not a user error: the binder rejects non-boolean conditions first.
     if value is not None and value.type != pa.bool_() and value.type != pa.null():
         raise CompilerBug(f"{type(instance).__name__}.{attribute.name} must be BOOLEAN, got {value.type}")
 
 
-@attrs.frozen(kw_only=True)
+@records.record(kw_only=True)
 class Rel:
     """A relational node."""
 
@@ -229,7 +229,7 @@ class Rel:
         raise NotImplementedError
 
 
-@attrs.frozen(kw_only=True)
+@records.record(kw_only=True)
 class Unary(Rel):
     """A relation over exactly one input."""
 
@@ -241,10 +241,10 @@ class Unary(Rel):
 
     def with_inputs(self, inputs: tuple[Rel, ...]) -> Rel:
         (new_input,) = inputs
-        return attrs.evolve(self, input=new_input)
+        return records.evolve(self, input=new_input)
 
 
-@attrs.frozen
+@records.record
 class TableInfo:
     """What a scan needs to know of a table: its connector, options and physical columns."""
 
@@ -291,32 +291,32 @@ class TableInfo:
         return columns_used(self.watermark[1]) if self.watermark is not None else set()
 
 
-@attrs.frozen(kw_only=True)
+@records.record(kw_only=True)
 class Scan(Rel):
     """Read ``columns`` (positions in the table's physical columns) of ``table``, keeping the
     rows for which ``predicate`` (over the scan's own output) is TRUE."""
 
     table: TableInfo
     columns: tuple[int, ...]
-    predicate: Expr | None = attrs.field(default=None, validator=_is_boolean)
+    predicate: Expr | None = records.field(default=None, validator=_is_boolean)
 
     @functools.cached_property
     def schema(self) -> Schema:
         return Schema(tuple(self.table.columns[i] for i in self.columns))
 
 
-@attrs.frozen(kw_only=True)
+@records.record(kw_only=True)
 class Filter(Unary):
     """Keep the rows of ``input`` whose ``predicate`` is TRUE; FALSE and NULL drop the row."""
 
-    predicate: Expr = attrs.field(validator=_is_boolean)
+    predicate: Expr = records.field(validator=_is_boolean)
 
     @functools.cached_property
     def schema(self) -> Schema:
         return self.input.schema
 
 
-@attrs.frozen(kw_only=True)
+@records.record(kw_only=True)
 class Project(Unary):
     """Compute ``exprs`` over each row of ``input``, naming the results ``names``."""
 
@@ -328,12 +328,12 @@ class Project(Unary):
         return Schema(tuple(Field(n, e.type, e.nullable) for n, e in zip(self.names, self.exprs, strict=True)))
 
 
-@attrs.frozen(kw_only=True)
+@records.record(kw_only=True)
 class Calc(Unary):
     """A fused filter and projection: keep the rows where ``predicate`` is TRUE, then compute
     ``exprs`` (both over ``input``'s columns). Made by ``fuse_stateless``."""
 
-    predicate: Expr | None = attrs.field(validator=_is_boolean)
+    predicate: Expr | None = records.field(validator=_is_boolean)
     exprs: tuple[Expr, ...]
     names: tuple[str, ...]
 
@@ -342,7 +342,7 @@ class Calc(Unary):
         return Schema(tuple(Field(n, e.type, e.nullable) for n, e in zip(self.names, self.exprs, strict=True)))
 
 
-@attrs.frozen(kw_only=True)
+@records.record(kw_only=True)
 class Union(Rel):
     """Every row of every input (UNION ALL); the inputs have the same column types."""
 
@@ -353,16 +353,16 @@ class Union(Rel):
         return self.all_inputs
 
     def with_inputs(self, inputs: tuple[Rel, ...]) -> Union:
-        return attrs.evolve(self, all_inputs=inputs)
+        return records.evolve(self, all_inputs=inputs)
 
     @functools.cached_property
     def schema(self) -> Schema:
         first = self.all_inputs[0].schema
         nullable = [any(i.schema[k].nullable for i in self.all_inputs) for k in range(len(first))]
-        return Schema(tuple(attrs.evolve(f, nullable=n) for f, n in zip(first.fields, nullable, strict=True)))
+        return Schema(tuple(records.evolve(f, nullable=n) for f, n in zip(first.fields, nullable, strict=True)))
 
 
-@attrs.frozen(kw_only=True)
+@records.record(kw_only=True)
 class IntervalBounds:
     """Event-time bounds of an interval join: a pair matches only if
     ``left[left_time] + lower <= right[right_end]`` and ``right[right_time] <= left[left_end] + upper``
@@ -396,7 +396,12 @@ class IntervalBounds:
 JOIN_KINDS = ("inner", "left", "right", "full")
 
 
-@attrs.frozen(kw_only=True)
+def _is_join_kind(instance: object, attribute: records.Field, value: str) -> None:
+    if value not in JOIN_KINDS:
+        raise CompilerBug(f"{type(instance).__name__}.{attribute.name} must be one of {JOIN_KINDS}, got {value!r}")
+
+
+@records.record(kw_only=True)
 class Join(Rel):
     """Pairs of rows of ``left`` and ``right`` whose key columns are equal (``left_keys[i]`` with
     ``right_keys[i]``, of the same type) and for which ``residual`` (over the left columns then
@@ -405,10 +410,10 @@ class Join(Rel):
 
     left: Rel
     right: Rel
-    kind: str = attrs.field(validator=attrs.validators.in_(JOIN_KINDS))
+    kind: str = records.field(validator=_is_join_kind)
     left_keys: tuple[int, ...]
     right_keys: tuple[int, ...]
-    residual: Expr | None = attrs.field(default=None, validator=_is_boolean)
+    residual: Expr | None = records.field(default=None, validator=_is_boolean)
     interval: IntervalBounds | None = None
     #: A lookup join (``FOR SYSTEM_TIME AS OF`` a processing time): the right side is a bounded
     #: table read whole first; left rows are matched against it and not kept.
@@ -425,21 +430,21 @@ class Join(Rel):
 
     def with_inputs(self, inputs: tuple[Rel, ...]) -> Join:
         left, right = inputs
-        return attrs.evolve(self, left=left, right=right)
+        return records.evolve(self, left=left, right=right)
 
     @functools.cached_property
     def schema(self) -> Schema:
         pad_left = self.kind in ("right", "full")
         pad_right = self.kind in ("left", "full")
-        left = tuple(attrs.evolve(f, nullable=True) if pad_left else f for f in self.left.schema.fields)
-        right = tuple(attrs.evolve(f, nullable=True) if pad_right else f for f in self.right.schema.fields)
+        left = tuple(records.evolve(f, nullable=True) if pad_left else f for f in self.left.schema.fields)
+        right = tuple(records.evolve(f, nullable=True) if pad_right else f for f in self.right.schema.fields)
         return Schema(left + right)
 
 
 # ---------------------------------------------------------------- sinks (statement roots)
 
 
-@attrs.frozen(kw_only=True)
+@records.record(kw_only=True)
 class Sink(Unary):
     """Write ``input`` to a table (``INSERT INTO``) or back to the caller (``collect``)."""
 
@@ -472,7 +477,7 @@ def window_time_type(time_type: pa.DataType) -> pa.DataType:
     return WINDOW_LTZ_TYPE if ltz else WINDOW_TIME_TYPE
 
 
-@attrs.frozen
+@records.record
 class WindowDef:
     """A window, all lengths in milliseconds (see ``clink.runtime.plan.WindowSpec``)."""
 
@@ -513,7 +518,7 @@ def _window_fields(time_type: pa.DataType) -> tuple[Field, ...]:
     return tuple(Field(name, t, False) for name, t in zip(WINDOW_COLUMNS, types, strict=True))
 
 
-@attrs.frozen(kw_only=True)
+@records.record(kw_only=True)
 class WindowTVF(Unary):
     """A window table function used as a relation: every row of ``input`` once per window that
     contains its event time ``time``, with the window's columns appended."""
@@ -530,7 +535,7 @@ class WindowTVF(Unary):
         return Schema(self.input.schema.fields + _window_fields(self.input.schema[self.time].type))
 
 
-@attrs.frozen(kw_only=True)
+@records.record(kw_only=True)
 class Sort(Unary):
     """``ORDER BY time, ...`` of a stream: every row once the watermark passes its event time
     ``time`` (ascending), in (time, ``order``, arrival) order; ``order``: (column, descending)
@@ -546,7 +551,7 @@ class Sort(Unary):
         return self.input.schema
 
 
-@attrs.frozen(kw_only=True)
+@records.record(kw_only=True)
 class Nav:
     """A value read from the rows of a (partial) match (see ``runtime.plan.Nav``): ``kind`` last,
     first, prev, or an aggregate (sum, count, count_star, avg, min, max) over the rows of
@@ -560,7 +565,7 @@ class Nav:
     sql: str
 
 
-@attrs.frozen(kw_only=True)
+@records.record(kw_only=True)
 class MatchRecognize(Unary):
     """``MATCH_RECOGNIZE``: per partition, rows in (event or processing time ``time``, ``order``) order searched
     for ``pattern`` ((variable, fewest, most or None, greedy) terms). Conditions (``defines``, one
@@ -593,7 +598,7 @@ class MatchRecognize(Unary):
                                    for n, e in zip(self.measure_names, self.measures, strict=True)))
 
 
-@attrs.frozen(kw_only=True)
+@records.record(kw_only=True)
 class Unnest(Unary):
     """Every row of ``input`` once per element of its array column ``column`` (none for an empty or
     NULL array), that column replaced by the element (a map's entry: its key and its value) and,
@@ -612,7 +617,7 @@ class Unnest(Unary):
         return Schema(kept + tuple(Field(n, ty, True) for n, ty in zip(self.names, types, strict=True)))
 
 
-@attrs.frozen(kw_only=True)
+@records.record(kw_only=True)
 class Lateral(Unary):
     """Every row of ``input`` (its first ``keep`` columns) joined with each row that the Python
     table function ``fn`` gives for the values of its columns ``args``; with ``outer`` (``LEFT
@@ -632,7 +637,7 @@ class Lateral(Unary):
         return Schema(kept + tuple(Field(n, t, True) for n, t in zip(self.names, self.types, strict=True)))
 
 
-@attrs.frozen(kw_only=True)
+@records.record(kw_only=True)
 class Replicate(Unary):
     """Every row of ``input`` as many times as its column ``count`` says (none for 0 or fewer),
     without that column: the rows ``INTERSECT ALL`` and ``EXCEPT ALL`` keep, from the number of
@@ -669,7 +674,7 @@ def window_origin(rel: Rel, index: int, *,
                 return None
 
 
-@attrs.frozen(kw_only=True)
+@records.record(kw_only=True)
 class AggCall:
     """An aggregate over the input of a WindowAggregate: ``fn`` (count_star, count, sum, ...)
     reading column ``arg``, counting only rows where column ``filter`` is TRUE; ``param``: a
@@ -681,7 +686,7 @@ class AggCall:
     nullable: bool
     filter: int | None = None
     param: Any = None
-    sql: str = attrs.field(default="", eq=False)
+    sql: str = records.field(default="", eq=False)
     #: A Python aggregate function (``fn`` is ``udaf``): where to find it, the columns of its
     #: arguments, and its accumulator (a struct of its fields, kept in state).
     udf: UdfRef | None = None
@@ -689,7 +694,7 @@ class AggCall:
     accumulator: pa.StructType | None = None
 
 
-@attrs.frozen(kw_only=True)
+@records.record(kw_only=True)
 class WindowAggregate(Unary):
     """Group by the first ``num_keys`` input columns and by ``window`` over the event time in
     column ``time``; aggregate with ``aggs``. Output: the keys, window_start, window_end,
@@ -703,7 +708,7 @@ class WindowAggregate(Unary):
     allowed_lateness: int = 0
     #: Where late rows go (a sink whose ``input`` only describes their schema), and which input
     #: columns they are; None: late rows are dropped and counted.
-    late_sink: Sink | None = attrs.field(default=None, eq=False)
+    late_sink: Sink | None = records.field(default=None, eq=False)
     late_columns: tuple[int, ...] = ()
     #: Windows over processing time (``time`` is a PROCTIME() column): they fire as the clock
     #: passes their end, not on watermarks.
@@ -718,7 +723,7 @@ class WindowAggregate(Unary):
         return Schema(keys + _window_fields(self.input.schema[self.time].type) + aggs)
 
 
-@attrs.frozen(kw_only=True)
+@records.record(kw_only=True)
 class GroupAggregate(Unary):
     """Group by the first ``num_keys`` input columns, without a window; aggregate with ``aggs``.
     Output: the keys, then one column per aggregate (``agg_names``). The result is an updating
@@ -737,7 +742,7 @@ class GroupAggregate(Unary):
         return Schema(keys + aggs)
 
 
-@attrs.frozen(kw_only=True)
+@records.record(kw_only=True)
 class OverAggregate(Unary):
     """Aggregates over a frame of each row's partition, in event-time order: every input row
     with one more column per aggregate. ``frame`` is ``"rows"`` (``preceding`` rows before) or
@@ -756,7 +761,7 @@ class OverAggregate(Unary):
     uid: str | None = None
     #: Where late rows go (a sink whose ``input`` only describes their schema), and which input
     #: columns they are; None: late rows are dropped and counted.
-    late_sink: Sink | None = attrs.field(default=None, eq=False)
+    late_sink: Sink | None = records.field(default=None, eq=False)
     late_columns: tuple[int, ...] = ()
 
     @functools.cached_property
@@ -765,7 +770,7 @@ class OverAggregate(Unary):
         return Schema(self.input.schema.fields + aggs)
 
 
-@attrs.frozen(kw_only=True)
+@records.record(kw_only=True)
 class Rank(Unary):
     """``ROW_NUMBER() OVER (PARTITION BY ... ORDER BY ...)`` kept to the first ``limit`` rows of
     each partition (Top-N; ``limit`` 1 is deduplication). ``order``: (column, descending) pairs,

@@ -7,7 +7,7 @@ writes. Stateful operators will split chains at key-partitioned edges.
 
 from __future__ import annotations
 
-import attrs
+from clink import records
 
 from clink.compiler import ir
 from clink.compiler.bind import BoundScript
@@ -16,7 +16,7 @@ from clink.errors import CompilerBug
 from clink.runtime.plan import BROADCAST, SINGLE, Distribution, hash_by
 
 
-@attrs.frozen(kw_only=True)
+@records.record(kw_only=True)
 class SourceOp:
     id: int
     scan: ir.Scan
@@ -26,7 +26,7 @@ class SourceOp:
         return self.scan.schema
 
 
-@attrs.frozen(kw_only=True)
+@records.record(kw_only=True)
 class NormalizeOp:
     """The upserts of a scan turned into a full changelog (Flink's ChangelogNormalize): keyed by
     the table's primary key (``keys``: positions in the scan's columns), it keeps each key's last
@@ -46,7 +46,7 @@ class NormalizeOp:
         return f"hash({', '.join(self.scan.schema.names[k] for k in self.keys)})"
 
 
-@attrs.frozen(kw_only=True)
+@records.record(kw_only=True)
 class ChainOp:
     """Evaluate ``scan_predicate`` (pushed into the scan) and then each step, in order: a Calc,
     a WindowTVF that gives each row its windows, or a Replicate that repeats rows."""
@@ -67,7 +67,7 @@ class ChainOp:
         return self.steps[-1].schema if self.steps else self.input_schema
 
 
-@attrs.frozen(kw_only=True)
+@records.record(kw_only=True)
 class PreAggOp:
     """The first phase of a window aggregation in two: each subtask turns its rows into partial
     aggregates per key and pane before the exchange (a chain, keeping no state), so that what
@@ -85,7 +85,7 @@ class PreAggOp:
         return self.partial_schema
 
 
-@attrs.frozen(kw_only=True)
+@records.record(kw_only=True)
 class WindowAggOp:
     """The stateful window aggregation; its input is hash-partitioned by the group keys."""
 
@@ -105,7 +105,7 @@ class WindowAggOp:
         return _key_partitioning(self.agg.input, self.agg.num_keys)
 
 
-@attrs.frozen(kw_only=True)
+@records.record(kw_only=True)
 class GroupAggOp:
     """The stateful GROUP BY without a window; its input is hash-partitioned by the group keys,
     and its output is an updating stream."""
@@ -123,7 +123,7 @@ class GroupAggOp:
         return _key_partitioning(self.agg.input, self.agg.num_keys)
 
 
-@attrs.frozen(kw_only=True)
+@records.record(kw_only=True)
 class JoinOp:
     """The stateful join; each input is hash-partitioned by its join keys. ``residual_fn`` names
     the generated function that evaluates the residual condition over joined pairs."""
@@ -152,7 +152,7 @@ class JoinOp:
         return f"hash({', '.join(left)}) / hash({', '.join(right)})"
 
 
-@attrs.frozen(kw_only=True)
+@records.record(kw_only=True)
 class OverAggOp:
     """The stateful OVER aggregation; its input is hash-partitioned by the partition columns."""
 
@@ -171,7 +171,7 @@ class OverAggOp:
         return f"hash({', '.join(names)})" if names else "single"
 
 
-@attrs.frozen(kw_only=True)
+@records.record(kw_only=True)
 class SortOp:
     """The stateful streaming ORDER BY: all rows in one subtask, out in order as the watermark
     passes them."""
@@ -186,7 +186,7 @@ class SortOp:
         return self.sort.schema
 
 
-@attrs.frozen(kw_only=True)
+@records.record(kw_only=True)
 class SessionOp:
     """A SESSION window table function as a relation: rows wait for their session to end; its
     input is hash-partitioned by the PARTITION BY columns (one subtask without them)."""
@@ -205,7 +205,7 @@ class SessionOp:
         return f"hash({', '.join(names)})" if names else "single"
 
 
-@attrs.frozen(kw_only=True)
+@records.record(kw_only=True)
 class MatchOp:
     """MATCH_RECOGNIZE; its input is hash-partitioned by the partition columns (all rows in one
     subtask without PARTITION BY); append-only output."""
@@ -224,7 +224,7 @@ class MatchOp:
         return f"hash({', '.join(names)})" if names else "single"
 
 
-@attrs.frozen(kw_only=True)
+@records.record(kw_only=True)
 class RankOp:
     """The stateful Top-N; its input is hash-partitioned by the partition columns, and its output
     is an updating stream."""
@@ -249,7 +249,7 @@ def _key_partitioning(rel: ir.Rel, num_keys: int) -> str:
     return f"hash({', '.join(keys)})" if keys else "single"
 
 
-@attrs.frozen(kw_only=True)
+@records.record(kw_only=True)
 class UnionOp:
     """Rows of every input, in arrival order; its watermark is the minimum over its inputs."""
 
@@ -262,7 +262,7 @@ class UnionOp:
         return self.union.schema
 
 
-@attrs.frozen(kw_only=True)
+@records.record(kw_only=True)
 class ExchangeOp:
     """Moves rows between subtasks so that the operator above reads them with ``distribution``
     (hash on key columns, or one subtask for all); rows pass unchanged."""
@@ -288,7 +288,7 @@ def describe_distribution(distribution: Distribution, schema: ir.Schema) -> str:
     return distribution.kind
 
 
-@attrs.frozen(kw_only=True)
+@records.record(kw_only=True)
 class SinkOp:
     id: int
     input: int
@@ -407,7 +407,7 @@ def _distributed(ops: list[PhysicalOp], below: int, required: Distribution, sche
     return exchange.id
 
 
-@attrs.frozen(kw_only=True)
+@records.record(kw_only=True)
 class PhysicalPlan:
     ops: tuple[PhysicalOp, ...]
 
@@ -438,7 +438,7 @@ def _build_late_output(op: WindowAggOp | OverAggOp, ops: list[PhysicalOp]) -> No
                     table=f"late rows of {what} {op.id}", target=sink.name)
     ops.append(chain)
     upstream = _distributed(ops, chain.id, SINGLE, calc.schema)
-    ops.append(SinkOp(id=len(ops) + 1, input=upstream, sink=attrs.evolve(sink, input=calc)))
+    ops.append(SinkOp(id=len(ops) + 1, input=upstream, sink=records.evolve(sink, input=calc)))
 
 
 def _is_session(node: ir.Rel) -> bool:
@@ -592,9 +592,9 @@ def _shape(node: ir.Rel) -> tuple | None:
 
 
 def _value_shape(value: object) -> object:
-    if attrs.has(type(value)):
+    if records.has(type(value)):
         return (type(value).__name__, *((a.name, _value_shape(getattr(value, a.name)))
-                                        for a in attrs.fields(type(value)) if a.name != "span"))
+                                        for a in records.fields(type(value)) if a.name != "span"))
     if isinstance(value, (tuple, list)):
         return tuple(_value_shape(v) for v in value)
     if isinstance(value, dict):

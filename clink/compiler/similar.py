@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import re
 
-import attrs
+from clink import records
 
 __all__ = ["PatternError", "to_re2"]
 
@@ -52,7 +52,7 @@ _COUNT = re.compile(r"\{([0-9]+)(,([0-9]*))?\}")
 _RE2_SPECIALS = set("\\.+*?()|[]{}^$")
 
 
-@attrs.frozen
+@records.record
 class PatternError(Exception):
     """A pattern that does not translate: why, and the (0-based) index in the pattern."""
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-import attrs
+from clink import records
 import pyarrow as pa
 
 from clink.compiler import ast, ir
@@ -29,7 +29,7 @@ from clink.runtime.udf import ScalarFunction, udf
 _KINDS = ((ScalarFunction, "scalar"), (AggregateUdf, "aggregate"), (TableUdf, "table"))
 
 
-@attrs.frozen(kw_only=True)
+@records.record(kw_only=True)
 class BoundUdf:
     """A UDF known to the binder, with its SQL signature resolved to Arrow types."""
 

@@ -21,7 +21,7 @@ import io
 import zipfile
 from pathlib import Path
 
-from dataclasses import dataclass
+from clink.records import record
 
 from clink.errors import ClinkError
 from clink.runtime.plan import Plan
@@ -44,7 +44,7 @@ class InvalidArtefact(ClinkError):
     exit_code = 2
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Artefact:
     """A verified artefact: its manifest and members."""
 

@@ -13,7 +13,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
-from dataclasses import dataclass, field, replace
+from clink.records import evolve, field, record
 import pyarrow as pa
 
 if TYPE_CHECKING:
@@ -49,7 +49,7 @@ def _empty_functions() -> FunctionRegistry:
     return FunctionRegistry()
 
 
-@dataclass(slots=True, kw_only=True)
+@record(frozen=False, kw_only=True)
 class RuntimeContext:
     """Everything a job may use from outside itself.
 
@@ -62,15 +62,15 @@ class RuntimeContext:
     used for connector paths with that scheme instead of resolving the URI alone.
     """
 
-    config: dict[str, str] = field(default_factory=dict)
-    connectors: ConnectorRegistry = field(default_factory=_default_registry)
-    functions: FunctionRegistry = field(default_factory=_empty_functions)
+    config: dict[str, str] = field(factory=dict)
+    connectors: ConnectorRegistry = field(factory=_default_registry)
+    functions: FunctionRegistry = field(factory=_empty_functions)
     clock: Callable[[], int] = system_clock_ms
-    stdout: TextIO = field(default_factory=lambda: sys.stdout)
+    stdout: TextIO = field(factory=lambda: sys.stdout)
     #: Where a print sink with ``'standard-error' = 'true'`` writes.
-    stderr: TextIO = field(default_factory=lambda: sys.stderr)
+    stderr: TextIO = field(factory=lambda: sys.stderr)
     state_dir: Path | None = None
-    filesystems: Mapping[str, pafs.FileSystem] = field(default_factory=dict)
+    filesystems: Mapping[str, pafs.FileSystem] = field(factory=dict)
     #: Receives the rows of bare ``SELECT`` queries (the ``collect`` sink): (query name, batch).
     on_result: Callable[[str, pa.RecordBatch], None] | None = None
 
@@ -84,7 +84,7 @@ class RuntimeContext:
         return self.config.get(key, default)
 
     def with_config(self, extra: Mapping[str, str]) -> RuntimeContext:
-        return replace(self, config={**self.config, **extra})
+        return evolve(self, config={**self.config, **extra})
 
     @property
     def time_zone(self) -> str:
@@ -103,20 +103,20 @@ class RuntimeContext:
             raise UsageError(f"'table.local-time-zone': {exc}") from None
 
 
-@dataclass(slots=True, kw_only=True)
+@record(frozen=False, kw_only=True)
 class TaskContext:
     """What one running subtask of a node sees: the job's context, its node's id, its place among
     the node's subtasks, and its metrics."""
 
     runtime: RuntimeContext
     node_id: int
-    metrics: dict[str, int] = field(default_factory=dict)
+    metrics: dict[str, int] = field(factory=dict)
     #: Which of its node's subtasks this is (0-based), of how many, and the key groups it owns.
     subtask: int = 0
     parallelism: int = 1
     key_groups: range | None = None
     #: What the task's string functions remember of values they have seen (``memo.py``).
-    memo: ValueMemo = field(default_factory=lambda: _value_memo())
+    memo: ValueMemo = field(factory=lambda: _value_memo())
     #: The subtask's current input watermark (ms since the epoch: the minimum over its channels;
     #: a source's, its own), None before the first: what CURRENT_WATERMARK reads. The executor
     #: sets it as the watermark advances.

@@ -5,7 +5,7 @@ A stream is a sequence of these. Batches carry rows; the others carry time and c
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from clink.records import record
 import pyarrow as pa
 
 __all__ = ["Barrier", "Batch", "EndOfInput", "Element", "Idleness", "Watermark", "MAX_WATERMARK"]
@@ -14,33 +14,33 @@ __all__ = ["Barrier", "Batch", "EndOfInput", "Element", "Idleness", "Watermark",
 MAX_WATERMARK = 2**63 - 1
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Batch:
     """A micro-batch of rows."""
 
     data: pa.RecordBatch
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Watermark:
     """No later element carries an event time at or below ``ts`` (milliseconds since the epoch)."""
 
     ts: int
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Barrier:
     """Checkpoint ``checkpoint_id`` separates the elements before this one from those after."""
 
     checkpoint_id: int
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class EndOfInput:
     """The input is exhausted; nothing follows."""
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Idleness:
     """What feeds the sender has gone idle (``idle``), or is active again: while idle, its channel
     does not hold the receiver's watermark back (Flink's watermark status). Only crosses between

@@ -11,7 +11,7 @@ from __future__ import annotations
 import contextlib
 import time
 from collections import defaultdict
-from dataclasses import dataclass, field
+from clink.records import field, record
 
 import numpy as np
 import pyarrow as pa
@@ -112,15 +112,15 @@ class Placement:
         return self.worker_of(index) == self.worker
 
 
-@dataclass(slots=True)
+@record(frozen=False)
 class Metrics:
     """Counters of a run: rows read per source, written per sink, bad records skipped."""
 
-    records_in: dict[str, int] = field(default_factory=dict)
-    records_out: dict[str, int] = field(default_factory=dict)
-    skipped_records: dict[str, int] = field(default_factory=dict)
+    records_in: dict[str, int] = field(factory=dict)
+    records_out: dict[str, int] = field(factory=dict)
+    skipped_records: dict[str, int] = field(factory=dict)
     #: Rows that arrived after every window they belong to had fired (dropped), per operator id.
-    late_records: dict[int, int] = field(default_factory=dict)
+    late_records: dict[int, int] = field(factory=dict)
     #: The largest watermark that reached a sink (ms since the epoch; MAX_WATERMARK at the end).
     watermark: int | None = None
     #: The largest state any window operator held at once, in bytes.
@@ -130,17 +130,17 @@ class Metrics:
     restored_from: int | None = None
     #: Per subtask of a sqlite-state operator restored (``uid`` or ``uid#i``): ``"local"`` when
     #: its working database was kept (local recovery), else why it was not.
-    local_recovery: dict[str, str] = field(default_factory=dict)
+    local_recovery: dict[str, str] = field(factory=dict)
     #: The checkpoint a requested stop ended with (None: it ran to the end, or had no state dir).
     stopped_at: int | None = None
     #: How long each checkpoint of this run took, in milliseconds.
-    checkpoint_ms: list[float] = field(default_factory=list)
+    checkpoint_ms: list[float] = field(factory=list)
     seconds: float = 0.0
     #: Per operator and subtask, per source split, and per checkpoint (the last 100): rows of plain
     #: values with the columns of ``clink.runtime.metrics.TABLES``, as of the last refresh.
-    operators: list[dict] = field(default_factory=list)
-    splits: list[dict] = field(default_factory=list)
-    checkpoint_history: list[dict] = field(default_factory=list)
+    operators: list[dict] = field(factory=list)
+    splits: list[dict] = field(factory=list)
+    checkpoint_history: list[dict] = field(factory=list)
 
     def to_arrow(self, what: str = "operators") -> pa.Table:
         """``operators`` (one row per operator and subtask), ``splits`` (one per source split) or

@@ -22,7 +22,7 @@ import os
 import posixpath
 import re
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
+from clink.records import record
 from pathlib import Path
 
 import pyarrow as pa
@@ -70,7 +70,7 @@ def check_location(text: str, extra_schemes: tuple[str, ...] = ()) -> str | None
     return None
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Files:
     """A file or directory and the filesystem it is on.
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from dataclasses import dataclass, field
+from clink.records import field, record
 import pyarrow as pa
 
 if TYPE_CHECKING:
@@ -19,7 +19,7 @@ __all__ = ["APPEND_ONLY", "BROADCAST", "DELETE", "FORWARD", "Distribution", "Exc
            "UPDATE_AFTER", "UPDATE_BEFORE", "UPDATING", "AggSpec", "ChangelogMode", "ChangelogNormalize", "Chain", "GroupAggregate", "Join", "MatchRecognize", "Nav", "Node", "SessionWindows", "OverAggregate", "Rank", "Plan", "Sink", "Sort", "Source", "TaskContext", "Union",
            "WindowAggregate", "WindowSpec", "hash_by"]
 
-@dataclass(frozen=True, slots=True)
+@record
 class Distribution:
     """How a stream's rows are spread over the subtasks of the node that reads it.
 
@@ -60,7 +60,7 @@ INSERT, UPDATE_BEFORE, UPDATE_AFTER, DELETE = "+I", "-U", "+U", "-D"
 _KIND_ORDER = (INSERT, UPDATE_BEFORE, UPDATE_AFTER, DELETE)
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class ChangelogMode:
     """The row kinds a node's output may carry. Append-only output carries inserts alone, and its
     batches have no row-kind column; any other mode is updating: its batches end with
@@ -103,7 +103,7 @@ _MODE_NAMES = {"APPEND_ONLY": APPEND_ONLY, "INSERT_DELETE": INSERT_DELETE, "UPDA
 ChainFn = Callable[[pa.RecordBatch, "TaskContext"], pa.RecordBatch]
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@record(kw_only=True)
 class Node:
     """A node of the physical plan."""
 
@@ -127,7 +127,7 @@ class Node:
         return (FORWARD,) * len(self.inputs)
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@record(kw_only=True)
 class Source(Node):
     """Read ``table`` through ``connector``.
 
@@ -142,7 +142,7 @@ class Source(Node):
     connector: str
     schema: pa.Schema
     table_schema: pa.Schema
-    options: Mapping[str, str] = field(default_factory=dict)
+    options: Mapping[str, str] = field(factory=dict)
     predicate: Callable[[], Any] | None = None
     #: ``watermark(batch, ctx)`` gives, per row, the watermark the row allows (``ts - delay``);
     #: the source's watermark is the largest seen so far. None: the table has no event time.
@@ -155,11 +155,11 @@ class Source(Node):
     partition_columns: tuple[str, ...] = ()
     #: ROW columns that the plan reads only through some of their fields: column name → those
     #: fields' names. The source may leave the other fields null (a JSON reader skips them).
-    fields: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    fields: Mapping[str, tuple[str, ...]] = field(factory=dict)
     #: Columns that every reader of the source filters to a few constants: column name → those
     #: values. The source may make only rows holding them (nexmark makes only the kinds of event
     #: kept); the plan filters again downstream.
-    kept_values: Mapping[str, tuple[Any, ...]] = field(default_factory=dict)
+    kept_values: Mapping[str, tuple[Any, ...]] = field(factory=dict)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "options", dict(self.options or {}))
@@ -167,7 +167,7 @@ class Source(Node):
         object.__setattr__(self, "kept_values", dict(self.kept_values or {}))
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@record(kw_only=True)
 class Chain(Node):
     """A fused chain of stateless operators: ``fn(batch, ctx)`` returns the output batch."""
 
@@ -181,7 +181,7 @@ class Chain(Node):
         return (self.input,)
 
 
-@dataclass(frozen=True, slots=True, kw_only=True, init=False)
+@record(kw_only=True, init=False)
 class Union(Node):
     """Every batch of every input passes on unchanged (UNION ALL); the schemas are equal."""
 
@@ -200,7 +200,7 @@ class Union(Node):
         return self.all_inputs
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@record(kw_only=True)
 class WindowSpec:
     """Which windows an event belongs to; all lengths in milliseconds.
 
@@ -234,7 +234,7 @@ class WindowSpec:
         return self.kind
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@record(kw_only=True)
 class AggSpec:
     """One aggregate of a window aggregation.
 
@@ -261,7 +261,7 @@ class AggSpec:
     accumulator: pa.StructType | None = None
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@record(kw_only=True)
 class WindowAggregate(Node):
     """Group the input by ``keys`` and by window, aggregate, and emit each window once the
     watermark passes its end.
@@ -337,7 +337,7 @@ def _window_output_schema(input_schema: pa.Schema, time: int, keys: tuple[int, .
     return pa.schema(fields)
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@record(kw_only=True)
 class GroupAggregate(Node):
     """A GROUP BY without a window: an updating aggregation over all rows seen so far.
 
@@ -363,7 +363,7 @@ class GroupAggregate(Node):
         return (hash_by(*self.keys),)
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@record(kw_only=True)
 class OverAggregate(Node):
     """``agg(...) OVER (PARTITION BY partition ORDER BY time <frame>)``: every input row, once the
     watermark passes its ``time``, with one column per AggSpec (count_star, count, sum, avg, min,
@@ -396,7 +396,7 @@ class OverAggregate(Node):
         return (hash_by(*self.partition),)
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@record(kw_only=True)
 class Sort(Node):
     """``ORDER BY time, ...`` on a stream: every row once the watermark passes its ``time`` (an
     event-time column), all rows in (``time``, then ``order``: (column, descending) pairs, NULLs
@@ -416,7 +416,7 @@ class Sort(Node):
         return (SINGLE,)
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@record(kw_only=True)
 class SessionWindows(Node):
     """``TABLE(SESSION(...))`` as a relation: every row once its session (per ``partition``
     columns, hashed; none: one subtask) has ended, i.e. once the watermark passes its last row's
@@ -437,7 +437,7 @@ class SessionWindows(Node):
         return (hash_by(*self.partition),) if self.partition else (SINGLE,)
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@record(kw_only=True)
 class Nav:
     """A value a pattern's condition or measure reads from the rows of a (partial) match:
     ``kind`` ``last`` / ``first`` (the row ``offset`` from the last / first row mapped to
@@ -454,7 +454,7 @@ class Nav:
     type: pa.DataType = pa.null()
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@record(kw_only=True)
 class MatchRecognize(Node):
     """``MATCH_RECOGNIZE``: per partition (``partition``: input columns, hashed; none: one
     partition in one subtask), rows in (event time ``time``, ``order``, arrival) order once the
@@ -503,7 +503,7 @@ class MatchRecognize(Node):
         return (hash_by(*self.partition),) if self.partition else (SINGLE,)
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@record(kw_only=True)
 class Rank(Node):
     """Top-N: per partition (``partition``: input columns), the first ``limit`` rows in ``order``
     ((column, descending) pairs; NULLs last; ties in arrival order), numbered from 1. The output
@@ -531,7 +531,7 @@ class Rank(Node):
         return (hash_by(*self.partition),)
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@record(kw_only=True)
 class ChangelogNormalize(Node):
     """Upserts by key turned into a full changelog, as Flink's ChangelogNormalize: the input
     (an upsert source: ``+I``/``+U`` rows carry a key's new row, ``-D`` rows delete the key, the
@@ -553,7 +553,7 @@ class ChangelogNormalize(Node):
         return (hash_by(*self.keys),)
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@record(kw_only=True)
 class Join(Node):
     """Join the rows of ``left`` and ``right`` whose key columns are equal, position by position
     (``left_keys`` in the left input, ``right_keys`` in the right); ``residual(pairs, ctx)``,
@@ -613,7 +613,7 @@ class Join(Node):
         return (hash_by(*self.left_keys), hash_by(*self.right_keys))
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@record(kw_only=True)
 class Sink(Node):
     """Write the input to ``table`` through ``connector``.
 
@@ -625,7 +625,7 @@ class Sink(Node):
     connector: str
     input: int
     schema: pa.Schema
-    options: Mapping[str, str] = field(default_factory=dict)
+    options: Mapping[str, str] = field(factory=dict)
     #: The table's PRIMARY KEY (an upserting connector writes by it) and PARTITIONED BY columns.
     primary_key: tuple[str, ...] = ()
     partition_columns: tuple[str, ...] = ()
@@ -645,7 +645,7 @@ class Sink(Node):
         return (SINGLE,)
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@record(kw_only=True)
 class Exchange(Node):
     """Moves rows between subtasks so the node below gets ``distribution``: the planner puts one
     wherever a node requires a distribution its input does not have. Rows pass unchanged; at
@@ -660,14 +660,14 @@ class Exchange(Node):
         return (self.input,)
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@record(kw_only=True)
 class Plan:
     """Every node of a pipeline, its configuration (from ``SET``), and where it came from."""
 
     nodes: tuple[Node, ...]
     name: str = "<plan>"
     fingerprint: str = ""
-    config: Mapping[str, str] = field(default_factory=dict)
+    config: Mapping[str, str] = field(factory=dict)
     explain: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:

@@ -24,7 +24,7 @@ Each source, sink and stateful operator gets one verdict:
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from clink.records import record
 from typing import TYPE_CHECKING
 
 from clink.runtime.operators import OperatorEnv, kind_of
@@ -37,7 +37,7 @@ if TYPE_CHECKING:
 __all__ = ["Change", "Identity", "checkpoint_identities", "compatible", "diff", "plan_identities", "render"]
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Identity:
     """What one side knows of a source, sink or stateful operator."""
 
@@ -48,7 +48,7 @@ class Identity:
     backend: str = ""  # stateful operators: the state backend that holds (or will hold) the state
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Change:
     verdict: str  # kept, lost, renamed, new, removed
     id: str

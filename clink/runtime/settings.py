@@ -148,7 +148,7 @@ def _location(text: str) -> None:
 
 class Setting(NamedTuple):
     """One setting: its key, what it does (for messages and docs), and a check of its value.
-    (A named tuple, not attrs: the run path of a stateless plan does not import attrs.)"""
+    (A named tuple: settings are read on every run path, and a tuple class costs nothing to define.)"""
 
     key: str
     description: str

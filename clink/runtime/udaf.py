@@ -48,7 +48,7 @@ compiled, and the operators get the Arrow types from the plan.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from clink.records import record
 from typing import Any
 
 import numpy as np
@@ -100,7 +100,7 @@ def _fields(what: str, spec: Mapping[str, str] | Iterable[tuple[str, str]] | Non
     return tuple(out)
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@record(kw_only=True)
 class AggregateUdf:
     """A Python aggregate function usable in SQL: an instance ``impl`` with the methods above, its
     SQL name, result type (text), accumulator fields (name, SQL type text), and argument types
@@ -147,7 +147,7 @@ def udaf(cls: Any = None, *, returns: str | None = None, accumulator: Mapping[st
     return AggregateUdf(impl=impl, name=sql_name, returns=returns, accumulator=fields, arg_types=arg_types)
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@record(kw_only=True)
 class TableUdf:
     """A Python table function usable in SQL: ``fn``, its SQL name, output columns (name, SQL type
     text), argument types as for an ``AggregateUdf``, and its flavour."""

@@ -31,7 +31,7 @@ import typing
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
-from dataclasses import dataclass, replace
+from clink.records import evolve, record
 import pyarrow as pa
 
 from clink.errors import EvaluationError, UsageError
@@ -79,7 +79,7 @@ def sql_type_of_annotation(annotation: Any) -> str | None:
     return None
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@record(kw_only=True)
 class ScalarFunction:
     """A Python function usable in SQL.
 
@@ -119,7 +119,7 @@ def udf(fn: Callable[..., Any] | None = None, *, returns: str | None = None, vec
     if fn is None:
         return lambda f: udf(f, returns=returns, vectorized=vectorized, name=name)
     if isinstance(fn, ScalarFunction):
-        return replace(fn, name=name or fn.name, returns=returns or fn.returns,
+        return evolve(fn, name=name or fn.name, returns=returns or fn.returns,
                             vectorized=vectorized or fn.vectorized)
     if not callable(fn):
         raise UsageError(f"clink.udf needs a function, got {type(fn).__name__}")

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import attrs
+from clink import records
 import pyarrow as pa
 import pytest
 
@@ -62,7 +62,7 @@ def physical(query: str) -> tuple:
 def with_twin(ops: tuple, predicate: ir.Expr | None) -> tuple:
     """``ops`` with a second chain reading the source of the first, filtered by ``predicate``."""
     chain = next(op for op in ops if isinstance(op, ChainOp) and op.scan_predicate is not None)
-    return (*ops, attrs.evolve(chain, id=len(ops) + 1, scan_predicate=predicate))
+    return (*ops, records.evolve(chain, id=len(ops) + 1, scan_predicate=predicate))
 
 
 def test_two_readers_keep_the_union_and_an_unfiltered_reader_keeps_everything() -> None:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import dataclasses
+from clink import records
 import datetime as dt
 import importlib.util
 import io
@@ -259,7 +259,7 @@ def test_kept_kinds_are_the_filtered_rows_of_a_full_run(kinds: list[int], option
     spec = TableSpec(name="datagen", schema=NEXMARK_SCHEMA, table_schema=NEXMARK_SCHEMA, options=options,
                      fields=wanted)
     full = polls(NexmarkReader(spec, CTX))
-    pruned = polls(NexmarkReader(dataclasses.replace(spec, kept_values={"event_type": tuple(kinds)}), CTX))
+    pruned = polls(NexmarkReader(records.evolve(spec, kept_values={"event_type": tuple(kinds)}), CTX))
     assert len(pruned) == len(full)
     for (ours, left_out), (theirs, none) in zip(pruned, full, strict=True):
         assert none is None
@@ -495,7 +495,7 @@ def test_kept_kinds_change_no_watermark(query: str) -> None:
     ddl = DDL.replace("'events.num' = '10000000'", "'events.num' = '30000', 'batch-size' = '4096'")
     plan = clink.compile(ddl + (BENCH / f"{query}.sql").read_text()).runtime_plan
     assert any(isinstance(n, Source) and n.kept_values for n in plan.nodes)
-    full = dataclasses.replace(plan, nodes=tuple(dataclasses.replace(n, kept_values={}) if isinstance(n, Source)
+    full = records.evolve(plan, nodes=tuple(records.evolve(n, kept_values={}) if isinstance(n, Source)
                                                  else n for n in plan.nodes))
 
     def rounds(p: Plan) -> list[tuple[int | None, dict[str, int]]]:

@@ -11,6 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import clink
+from clink import records
 from clink.errors import CompilerBug, SqlError, UsageError
 from clink.runtime.connectors.shares import Progress, merge, share_of
 from clink.runtime.context import RuntimeContext
@@ -71,7 +72,7 @@ def test_a_plan_without_the_exchange_its_partitioning_needs_is_refused_above_par
     plan = clink.compile(COUNTS_INTO).runtime_plan
     exchange = next(n for n in plan.nodes if isinstance(n, Exchange) and n.distribution.kind == "hash")
     # The plan an older compiler made: the aggregate reads the chain below the exchange directly.
-    nodes = tuple(n.__class__(**{**{f: getattr(n, f) for f in n.__dataclass_fields__}, "input": exchange.input})
+    nodes = tuple(n.__class__(**{**{f.name: getattr(n, f.name) for f in records.fields(type(n))}, "input": exchange.input})
                   if getattr(n, "input", None) == exchange.id else n for n in plan.nodes if n is not exchange)
     old = Plan(nodes=nodes, name=plan.name, config=plan.config)
     assert Job(old, RuntimeContext(stdout=io.StringIO())).run()  # one subtask: nothing to spread

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-import attrs
+from clink import records
 import pyarrow as pa
 import pyarrow.types as pt
 
@@ -34,7 +34,7 @@ class AggregateBinder:
             if any(i >= len(tvf.input.schema) for i in ir.columns_used(rel.predicate)):
                 raise SqlError("a WHERE on window_start, window_end or window_time before a window aggregation "
                                "is not supported yet", rel.span, "filter on them in HAVING, or in an outer query")
-            rel = attrs.evolve(tvf, input=ir.Filter(input=tvf.input, predicate=rel.predicate, span=rel.span))
+            rel = records.evolve(tvf, input=ir.Filter(input=tvf.input, predicate=rel.predicate, span=rel.span))
         if isinstance(rel, ir.WindowTVF):
             if legacy:
                 raise SqlError("GROUP BY a window function over a window table function", legacy[0].span,
@@ -361,7 +361,7 @@ GROUP_AGGREGATES = ("count_star", "count", "count_distinct", "sum", "avg", "min"
 GROUP_AGGREGATE_NAMES = ("COUNT(*)", "COUNT", "COUNT(DISTINCT)", "SUM", "AVG", "MIN", "MAX")
 
 
-@attrs.define
+@records.record(frozen=False)
 class AggContext:
     """While binding the SELECT list and HAVING of an aggregation: the aggregates found, and
     the extra input columns they read (placed after the keys and the time column)."""
@@ -371,8 +371,8 @@ class AggContext:
     group_input: ir.Rel | None = None
     #: The type of the window's ``*_ROWTIME`` (TIMESTAMP_LTZ over a TIMESTAMP_LTZ time column).
     window_time: pa.DataType = ir.WINDOW_TIME_TYPE
-    aggs: list[ir.AggCall] = attrs.field(factory=list)
-    inputs: list[ir.Expr] = attrs.field(factory=list)
+    aggs: list[ir.AggCall] = records.field(factory=list)
+    inputs: list[ir.Expr] = records.field(factory=list)
     inside: bool = False
 
     def add_input(self, expr: ir.Expr) -> int:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-import attrs
+from clink import records
 import pyarrow.types as pt
 
 from clink.compiler import ast, ir, udfs
@@ -83,7 +83,7 @@ class DdlBinder:
                 raise SqlError(f"primary key column {key!r} is not a physical column of {stmt.name!r}", stmt.span,
                                did_you_mean(key, [f.name for f in physical]))
         # Primary key columns are NOT NULL, as in Flink.
-        physical = [attrs.evolve(f, nullable=False) if f.name in stmt.primary_key else f for f in physical]
+        physical = [records.evolve(f, nullable=False) if f.name in stmt.primary_key else f for f in physical]
         options = {p.key: p for p in stmt.options}
         connector = self._check_connector(stmt, options, ir.Schema(tuple(physical)))
         metadata = self._metadata_columns(stmt, connector, options)
@@ -113,7 +113,7 @@ class DdlBinder:
                 computed.append((col.name, expr))
         schema = ir.Schema(tuple(physical) + tuple(ir.Field(n, e.type, e.nullable) for n, e in computed))
         if stmt.watermark is not None:
-            info = attrs.evolve(info, watermark=self._watermark(stmt, schema, computed, physical))
+            info = records.evolve(info, watermark=self._watermark(stmt, schema, computed, physical))
         self.catalog.tables[stmt.name] = CatalogTable(info=info, computed=tuple(computed), schema=schema,
                                                       definition=stmt)
 
@@ -135,7 +135,7 @@ class DdlBinder:
         base = source.definition
         options = {p.key: p for p in base.options}
         options.update({p.key: p for p in stmt.options})
-        return attrs.evolve(stmt, like=None, columns=base.columns + stmt.columns,
+        return records.evolve(stmt, like=None, columns=base.columns + stmt.columns,
                             watermark=stmt.watermark or base.watermark,
                             primary_key=stmt.primary_key or base.primary_key,
                             partitioned_by=stmt.partitioned_by or base.partitioned_by,

@@ -17,7 +17,7 @@ from __future__ import annotations
 import itertools
 from collections.abc import Callable
 
-import attrs
+from clink import records
 import pyarrow as pa
 
 from clink.compiler import ast
@@ -78,7 +78,7 @@ def branch(q: ast.Select, grouping: tuple[ast.Expr, ...], every: list[ast.Expr],
     arguments, too, are kept)."""
     missing = [e for e in every if e not in grouping]
     rewrite = _Rewrite(grouping, missing, udaf, group_id)
-    return attrs.evolve(q, group_by=grouping, items=tuple(_keep_name(i, rewrite(i)) for i in q.items),
+    return records.evolve(q, group_by=grouping, items=tuple(_keep_name(i, rewrite(i)) for i in q.items),
                         having=rewrite(q.having) if q.having is not None else None)
 
 
@@ -87,7 +87,7 @@ def _keep_name(item: ast.SelectItem, rewritten: ast.SelectItem) -> ast.SelectIte
     its name (the first branch names the union's columns)."""
     if (isinstance(item, ast.AliasedExpr) and item.alias is None and isinstance(rewritten, ast.AliasedExpr)
             and isinstance(item.expr, (ast.ColumnRef, ast.FieldAccess)) and rewritten.expr != item.expr):
-        return attrs.evolve(rewritten, alias=derive_name(item.expr, 0))
+        return records.evolve(rewritten, alias=derive_name(item.expr, 0))
     return rewritten
 
 
@@ -111,11 +111,11 @@ def plain_grouping(q: ast.Select) -> ast.Select:
         raise SqlError(f"{calls[0].name} belongs to a query with GROUP BY", calls[0].name_span or calls[0].span,
                        "add a GROUP BY (GROUPING SETS, ROLLUP and CUBE give several grouping sets)")
     rewrite = _Rewrite(q.group_by, [])
-    return attrs.evolve(q, items=tuple(rewrite(i) for i in q.items),
+    return records.evolve(q, items=tuple(rewrite(i) for i in q.items),
                         having=rewrite(q.having) if q.having is not None else None)
 
 
-@attrs.define
+@records.record(frozen=False)
 class _Rewrite:
     grouping: tuple[ast.Expr, ...]
     missing: list[ast.Expr]

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-import attrs
+from clink import records
 import pyarrow as pa
 import pyarrow.types as pt
 
@@ -261,7 +261,7 @@ OVER_AGGREGATES = ("count_star", "count", "sum", "avg", "min", "max")
 OVER_AGGREGATE_NAMES = ("COUNT(*)", "COUNT", "SUM", "AVG", "MIN", "MAX")
 
 
-@attrs.define
+@records.record(frozen=False)
 class OverContext:
     """While binding a SELECT list with OVER aggregates: the window they share, the projection's
     columns (the input's, then computed arguments) and the aggregates found."""
@@ -269,16 +269,16 @@ class OverContext:
     key: object
     inputs: list[ir.Expr]
     column_for: Callable[[ir.Expr], int]
-    aggs: list[ir.AggCall] = attrs.Factory(list)
+    aggs: list[ir.AggCall] = records.field(factory=list)
 
 
 def _ast_key(node: object) -> object:
     """``node`` as nested tuples without positions: equal for the same text written twice."""
     if isinstance(node, tuple):
         return tuple(_ast_key(n) for n in node)
-    if attrs.has(type(node)):
+    if records.has(type(node)):
         return (type(node).__name__, *(
-            _ast_key(getattr(node, a.name)) for a in attrs.fields(type(node)) if a.name not in ("span", "name_span")))
+            _ast_key(getattr(node, a.name)) for a in records.fields(type(node)) if a.name not in ("span", "name_span")))
     return node
 
 

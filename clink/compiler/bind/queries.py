@@ -11,7 +11,7 @@ OVER to their own binders), VALUES, WITH, and the set operations.
 
 from __future__ import annotations
 
-import attrs
+from clink import records
 import pyarrow as pa
 import pyarrow.types as pt
 
@@ -164,7 +164,7 @@ class QueryBinder:
                 raise SqlError("ORDER BY here names a column of the result, by name or position", hidden[0][0].span,
                                f"the result's columns: {', '.join(rel.schema.names)}")
             extra = tuple(ast.AliasedExpr(expr=e, alias=f"$order{i}", span=e.span) for i, (e, _) in enumerate(hidden))
-            rel, rowtime = self._query(attrs.evolve(inner, items=inner.items + extra))
+            rel, rowtime = self._query(records.evolve(inner, items=inner.items + extra))
         if q.limit is None:
             return self._sorted(q, rel, rowtime, order, visible)
         _check_orderable(rel, order, "ORDER BY ... LIMIT", q.span, updating=True)
@@ -272,7 +272,7 @@ class QueryBinder:
         self._uids.append(q.uid)
         try:
             if q.distinct:
-                rel, _ = self._select_block(attrs.evolve(q, distinct=False))
+                rel, _ = self._select_block(records.evolve(q, distinct=False))
                 return self._distinct(rel, q.span), frozenset()
             return self._select_block(q)
         finally:

@@ -4,7 +4,7 @@ interval join come later, from the rewrite bound_interval_joins."""
 
 from __future__ import annotations
 
-import attrs
+from clink import records
 import pyarrow as pa
 import pyarrow.types as pt
 
@@ -83,7 +83,7 @@ class RelationBinder:
                 raise SqlError(f"table {info.name!r}: 'table.exec.source.cdc-events-duplicate' drops changes that "
                                "come twice by the table's primary key, and the table declares none", span,
                                f"declare PRIMARY KEY (...) NOT ENFORCED in CREATE TABLE {info.name}")
-            info = attrs.evolve(info, deduplicated=True)
+            info = records.evolve(info, deduplicated=True)
         rel: ir.Rel = ir.Scan(table=info, columns=tuple(range(len(info.columns))), span=span)
         if table.computed:
             exprs = tuple(ir.Column(index=i, name=f.name, type=f.type, nullable=f.nullable, span=span)
@@ -109,7 +109,7 @@ class RelationBinder:
             conditions = ir.conjuncts(self._condition(pred, "WHERE", where.span))
         rel = self._build_join(tree, conditions, 0)
         fields = rel.schema.fields
-        return rel, Scope(tuple(attrs.evolve(c, field=f) for c, f in zip(tree.columns, fields, strict=True)))
+        return rel, Scope(tuple(records.evolve(c, field=f) for c, f in zip(tree.columns, fields, strict=True)))
 
     def _condition(self, pred: ir.Expr, clause: str, span: Span) -> ir.Expr:
         if not (pt.is_boolean(pred.type) or T.is_null(pred.type)):
@@ -129,10 +129,10 @@ class RelationBinder:
             return JoinTree(columns=scope.columns, rel=rel, span=item.span)
         left = self._join_tree(item.left)
         as_of = item.right.as_of if isinstance(item.right, ast.TableRef) else None
-        right = self._join_tree(attrs.evolve(item.right, as_of=None) if as_of is not None else item.right)
+        right = self._join_tree(records.evolve(item.right, as_of=None) if as_of is not None else item.right)
         # Columns of a regular join's output are not event-time attributes: a row may come out long
         # after the watermark passed its time.
-        columns = tuple(attrs.evolve(c, rowtime=False) for c in left.columns + right.columns)
+        columns = tuple(records.evolve(c, rowtime=False) for c in left.columns + right.columns)
         on: list[ir.Expr] = []
         if item.condition is not None:
             pred = self.expr(item.condition, Scope(left.columns + right.columns))
@@ -153,7 +153,7 @@ class RelationBinder:
                            "FROM t CROSS JOIN UNNEST(t.a) AS u (x)")
         left = self._join_tree(item.left)
         left_rel = self._build_join(left, [], 0)
-        columns = tuple(attrs.evolve(c, field=f, rowtime=False)
+        columns = tuple(records.evolve(c, field=f, rowtime=False)
                         for c, f in zip(left.columns, left_rel.schema.fields, strict=True))
         return self._unnest_over(left_rel, columns, unnest, item.span)
 
@@ -184,7 +184,7 @@ class RelationBinder:
             raise SqlError(f"{call.name} is a table function: DISTINCT, *, FILTER and OVER do not apply", call.span)
         left = self._join_tree(item.left)
         left_rel = self._build_join(left, [], 0)
-        columns = tuple(attrs.evolve(c, field=f_) for c, f_ in zip(left.columns, left_rel.schema.fields, strict=True))
+        columns = tuple(records.evolve(c, field=f_) for c, f_ in zip(left.columns, left_rel.schema.fields, strict=True))
         args = [self.expr(a, Scope(columns)) for a in call.args]
         self._raise_collected()
         args = udfs.check_args(f, args, call.span)
@@ -260,7 +260,7 @@ class RelationBinder:
         if isinstance(entry, CatalogView) and (versioned := versioned_view(entry.rel)) is not None:
             rel, key, version_time = versioned
             names = rel.schema.names
-            return False, (time.index, version_time), tuple(names[k] for k in key), attrs.evolve(right, rel=rel)
+            return False, (time.index, version_time), tuple(names[k] for k in key), records.evolve(right, rel=rel)
         if not isinstance(entry, CatalogTable) or not entry.info.primary_key or not entry.info.watermark:
             raise SqlError(f"a temporal join by event time needs a versioned table on the right: {name!r} "
                            "must be a table with a PRIMARY KEY and a WATERMARK, or a view that keeps the latest "
@@ -349,7 +349,7 @@ class RelationBinder:
         return ir.Project(input=join, exprs=exprs, names=tuple(fields[i].name for i in keep), span=tree.span)
 
 
-@attrs.frozen
+@records.record
 class JoinTree:
     """A FROM clause's joins before conditions are placed: a leaf has ``rel``; a join has two
     subtrees, its kind and its ON conjuncts (over its own columns)."""

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-import attrs
+from clink import records
 
 from clink.compiler import ast, ir
 from clink.compiler import types as T
@@ -13,7 +13,7 @@ from clink.compiler.catalog import nearest
 from clink.errors import Span
 
 
-@attrs.frozen
+@records.record
 class ScopeColumn:
     qualifier: str | None
     name: str
@@ -23,7 +23,7 @@ class ScopeColumn:
     rowtime: bool = False
 
 
-@attrs.frozen
+@records.record
 class Scope:
     """The columns an expression may name: those of the FROM item, with its qualifier."""
 
@@ -88,8 +88,8 @@ def updating_reason(producer: ir.Rel, where: Span | None) -> str:
 
 def ast_walk(node: object) -> Iterator[object]:
     yield node
-    if attrs.has(type(node)):
-        for field in attrs.fields(type(node)):
+    if records.has(type(node)):
+        for field in records.fields(type(node)):
             value = getattr(node, field.name)
             for child in value if isinstance(value, tuple) else (value,):
                 if isinstance(child, tuple):

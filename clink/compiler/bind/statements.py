@@ -6,7 +6,7 @@ aggregates, over, exprs); each mixin's methods use the state ``Binder.__init__``
 
 from __future__ import annotations
 
-import attrs
+from clink import records
 
 from clink.compiler import ast, ir, udfs
 from clink.compiler import types as T
@@ -29,7 +29,7 @@ from clink.runtime.connectors.base import ConnectorRegistry
 from clink.runtime.udf import FunctionRegistry
 
 
-@attrs.frozen(kw_only=True)
+@records.record(kw_only=True)
 class BoundStatement:
     """A statement that produces a pipeline: ``sink`` is its root; ``explain`` marks EXPLAIN."""
 
@@ -38,7 +38,7 @@ class BoundStatement:
     span: Span | None = None
 
 
-@attrs.frozen(kw_only=True)
+@records.record(kw_only=True)
 class BoundScript:
     statements: tuple[BoundStatement, ...]
     config: tuple[tuple[str, str], ...]
@@ -126,7 +126,7 @@ class Binder(DdlBinder, ClientBinder, QueryBinder, SubqueryBinder, RelationBinde
             case ast.Explain():
                 inner = self.statement(stmt.statement)
                 assert inner is not None
-                result = attrs.evolve(inner, explain=True, span=stmt.span)
+                result = records.evolve(inner, explain=True, span=stmt.span)
             case _:
                 raise SqlError(f"{type(stmt).__name__} is not supported", stmt.span)
         self._raise_collected()

@@ -26,7 +26,7 @@ the select list are refused where they are written.
 
 from __future__ import annotations
 
-import attrs
+from clink import records
 
 from clink.compiler import ast
 from clink.compiler.bind.aggregates import has_aggregate
@@ -101,14 +101,14 @@ class SubqueryBinder:
             if correlated is not None:
                 # x IN (SELECT y FROM s WHERE s.a = outer.b): EXISTS (... AND y = x).
                 local, keys, item = correlated
-                exists = ast.Exists(query=attrs.evolve(conjunct.query, where=_all(local)), span=conjunct.span)
+                exists = ast.Exists(query=records.evolve(conjunct.query, where=_all(local)), span=conjunct.span)
                 from_, _ = self._exists_join(from_, exists, False, [*keys, (item, conjunct.operand)])
                 continue
             from_ = self._semi_join(from_, conjunct)
         where = None
         for c in kept:
             where = c if where is None else ast.And(left=where, right=c, span=c.span)
-        return attrs.evolve(q, from_=from_, where=where)
+        return records.evolve(q, from_=from_, where=where)
 
     def _exists_join(self, from_: ast.FromItem, e: ast.Exists, negated: bool,
                      extra: list[tuple[ast.Expr, ast.Expr]] | None = None) -> tuple[ast.FromItem, ast.Expr]:
@@ -208,7 +208,7 @@ class SubqueryBinder:
             own = (ast.AliasedExpr(expr=item, alias=f"{HIDDEN}v", span=span),
                    *(ast.AliasedExpr(expr=inner, alias=f"{HIDDEN}k{i}", span=span)
                      for i, (inner, _) in enumerate(keys)))
-            source = ast.SubqueryRef(query=attrs.evolve(c.query, items=own, where=_all(local)), alias=f"{HIDDEN}in",
+            source = ast.SubqueryRef(query=records.evolve(c.query, items=own, where=_all(local)), alias=f"{HIDDEN}in",
                                      span=c.query.span)
         key_items = tuple(ast.AliasedExpr(expr=ast.ColumnRef(name=f"{HIDDEN}k{i}", span=span), alias=f"{HIDDEN}k{i}",
                                           span=span) for i in range(len(keys)))
@@ -230,7 +230,7 @@ class SubqueryBinder:
                 ("any", (ast.AliasedExpr(expr=flag, alias=f"{HIDDEN}any", span=span),), None, every_row),
                 ("null", (ast.AliasedExpr(expr=flag, alias=f"{HIDDEN}null", span=span),),
                  ast.IsNull(operand=value, negated=False, span=span), every_row)):
-            right = attrs.evolve(values(items, where), alias=f"{alias}{name}")
+            right = records.evolve(values(items, where), alias=f"{alias}{name}")
             condition: ast.Expr = ast.Comparison(op="=", left=key, right=hidden(name), span=span)
             if keys and name != "m":
                 condition = None
@@ -291,9 +291,9 @@ class SubqueryBinder:
                                               replaced=replaced)
             new = _replace(item.expr, replaced)
             # A value joined in keeps the name the subquery's column gives it, as Flink names it.
-            items.append(attrs.evolve(item, expr=new, alias=item.alias or (
+            items.append(records.evolve(item, expr=new, alias=item.alias or (
                 f"EXPR${q.items.index(item)}" if isinstance(item.expr, ast.ScalarSubquery) else None)))
-        return attrs.evolve(q, items=tuple(items), from_=from_)
+        return records.evolve(q, items=tuple(items), from_=from_)
 
     def _correlated_scalar(self, from_: ast.FromItem, sub: ast.ScalarSubquery) -> tuple[ast.FromItem, ast.Expr]:
         """``(SELECT agg(...) FROM s WHERE s.k = outer.k AND ...)``: the aggregation per key, left
@@ -304,7 +304,7 @@ class SubqueryBinder:
             raise SqlError("a subquery used as a value that reads the outer query is supported as an aggregation "
                            "without GROUP BY (one row, one column)", sub.span,
                            "e.g. (SELECT COUNT(*) FROM o WHERE o.k = t.k)")
-        local, keys = self._correlation(attrs.evolve(q, items=(ast.AliasedExpr(
+        local, keys = self._correlation(records.evolve(q, items=(ast.AliasedExpr(
             expr=ast.Literal(kind="int", value=1, span=sub.span), alias=None, span=sub.span),)), "a subquery")
         value = q.items[0].expr
         counting = isinstance(value, ast.FunctionCall) and value.name == "COUNT"
@@ -357,9 +357,9 @@ class SubqueryBinder:
             self._subqueries += 1
             alias = f"{HIDDEN}sq{self._subqueries}"
             span = sub.span
-            items = (attrs.evolve(q.items[0], alias=f"{HIDDEN}s"),
+            items = (records.evolve(q.items[0], alias=f"{HIDDEN}s"),
                      ast.AliasedExpr(expr=ast.Literal(kind="bool", value=True, span=span), alias=f"{HIDDEN}k", span=span))
-            right = ast.SubqueryRef(query=attrs.evolve(q, items=items), alias=alias, span=span)
+            right = ast.SubqueryRef(query=records.evolve(q, items=items), alias=alias, span=span)
             key = ast.FieldAccess(expr=ast.ColumnRef(name=alias, span=span), name=f"{HIDDEN}k", span=span)
             from_ = ast.Join(left=from_, right=right, kind="left", span=span,
                              condition=ast.Comparison(op="=", left=every_row, right=key, span=span))
@@ -405,7 +405,7 @@ def _outside_subqueries(node):
     yield node
     if isinstance(node, (ast.ScalarSubquery, ast.InSubquery, ast.Exists, ast.QueryExpr)):
         return
-    for field in attrs.fields(type(node)):
+    for field in records.fields(type(node)):
         value = getattr(node, field.name)
         for child in value if isinstance(value, tuple) else (value,):
             if isinstance(child, ast.Node):

@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-import attrs
+from clink import records
 import pyarrow.types as pt
 
 from clink.compiler import ast, ir
@@ -95,7 +95,7 @@ class WindowBinder:
             partition.append(found[0])
         tvf = ir.WindowTVF(input=rel, window=window, time=time, partition_by=tuple(partition), span=call.span,
                            uid=self._uid if window.kind == "session" else None)
-        columns = tuple(attrs.evolve(c, rowtime=False) for c in scope.columns)
+        columns = tuple(records.evolve(c, rowtime=False) for c in scope.columns)
         columns += tuple(ScopeColumn(alias, f.name, f, f.name == "window_time")
                          for f in tvf.schema.fields[len(scope.columns):])
         return tvf, Scope(columns)

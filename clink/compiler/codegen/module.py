@@ -8,7 +8,7 @@ import keyword
 import re
 from collections.abc import Iterable, Mapping
 
-import attrs
+from clink import records
 import pyarrow as pa
 import pyarrow.types as pt
 
@@ -321,7 +321,7 @@ def _emit_chain(w: SourceWriter, op: ChainOp, schema_names: dict[int, str]) -> N
                 schema = step.schema
                 continue
             if step.predicate is not None:
-                rest = (attrs.evolve(step, predicate=None),)
+                rest = (records.evolve(step, predicate=None),)
                 _emit_filter(w, step.predicate, schema, note="WHERE",
                              used=None if op.updating else _read_by(rest, schema), fields=_fields_read_by(rest))
             target = schema_names[op.id * 10] if last else None
@@ -652,7 +652,7 @@ def emit_shared(w: SourceWriter, exprs: list[ir.Expr], columns: list[str]) -> li
 
 
 def _unspanned(e: ir.Expr) -> ir.Expr:
-    return ir.transform(e, lambda x: attrs.evolve(x, span=None))
+    return ir.transform(e, lambda x: records.evolve(x, span=None))
 
 
 def _substitute(e: ir.Expr, slot: dict[ir.Expr, int], width: int) -> ir.Expr:

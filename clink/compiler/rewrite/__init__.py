@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-import attrs
+from clink import records
 
 from clink.compiler import ir
 from clink.compiler.rewrite.bound_interval_joins import bound_interval_joins
@@ -22,7 +22,7 @@ from clink.errors import CompilerBug
 __all__ = ["RULES", "Rewrite", "run_rewrites", "transform_up"]
 
 
-@attrs.frozen
+@records.record
 class Rewrite:
     """A named rule. ``whole_plan`` rules get the root and do their own traversal."""
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import datetime as dt
 
-import attrs
+from clink import records
 import pyarrow.types as pt
 
 from clink.compiler import ir
@@ -23,7 +23,7 @@ def bound_interval_joins(node: ir.Rel) -> ir.Rel:
     match node:
         case ir.Join(lookup=False, temporal=None, interval=None):
             interval = _interval_bounds(node.residual, node.left, node.right, node.left_keys, node.right_keys)
-            return node if interval is None else attrs.evolve(node, interval=interval)
+            return node if interval is None else records.evolve(node, interval=interval)
     return node
 
 

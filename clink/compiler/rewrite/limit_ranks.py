@@ -12,7 +12,7 @@ after this rule every Rank has its limit. It runs first: other rules move filter
 
 from __future__ import annotations
 
-import attrs
+from clink import records
 
 from clink.compiler import ir
 from clink.errors import SqlError
@@ -24,7 +24,7 @@ def limit_ranks(node: ir.Rel) -> ir.Rel:
         return node
     limit, rest = found
     project = node.input
-    ranked = attrs.evolve(project, input=attrs.evolve(project.input, limit=limit))
+    ranked = records.evolve(project, input=records.evolve(project.input, limit=limit))
     predicate = None
     for c in rest:
         predicate = ir.and_(predicate, c)

@@ -7,7 +7,7 @@ above are renumbered to match. Filters and projections in between drop unused co
 
 from __future__ import annotations
 
-import attrs
+from clink import records
 
 from clink.compiler import ir
 from clink.errors import CompilerBug
@@ -39,7 +39,7 @@ def _prune(node: ir.Rel, needed: set[int]) -> tuple[ir.Rel, dict[int, int]]:
             kept = sorted(keep)
             mapping = {old: new for new, old in enumerate(kept)}
             new_pred = ir.remap(predicate, mapping) if predicate is not None else None
-            return attrs.evolve(node, columns=tuple(columns[i] for i in kept), predicate=new_pred), mapping
+            return records.evolve(node, columns=tuple(columns[i] for i in kept), predicate=new_pred), mapping
         case ir.Filter(input=child, predicate=predicate):
             new_child, mapping = _prune(child, set(needed) | ir.columns_used(predicate))
             return ir.Filter(input=new_child, predicate=ir.remap(predicate, mapping), span=node.span), mapping
@@ -57,7 +57,7 @@ def _prune(node: ir.Rel, needed: set[int]) -> tuple[ir.Rel, dict[int, int]]:
             new_exprs = tuple(ir.remap(exprs[i], mapping) for i in kept)
             new_names = tuple(names[i] for i in kept)
             if isinstance(node, ir.Calc):
-                new_node = attrs.evolve(node, input=new_child, exprs=new_exprs, names=new_names,
+                new_node = records.evolve(node, input=new_child, exprs=new_exprs, names=new_names,
                                         predicate=ir.remap(predicate, mapping) if predicate is not None else None)
             else:
                 new_node = ir.Project(input=new_child, exprs=new_exprs, names=new_names, span=node.span)
@@ -78,7 +78,7 @@ def _prune(node: ir.Rel, needed: set[int]) -> tuple[ir.Rel, dict[int, int]]:
             return node.with_inputs(tuple(pruned)), {old: new for new, old in enumerate(kept)}
         case ir.Sort(input=child, time=time, order=order):
             new_child, mapping = _prune(child, set(needed) | {time} | {c for c, _ in order})
-            return attrs.evolve(node, input=new_child, time=mapping[time],
+            return records.evolve(node, input=new_child, time=mapping[time],
                                 order=tuple((mapping[c], d) for c, d in order)), mapping
         case ir.WindowAggregate(input=child) | ir.GroupAggregate(input=child) | ir.Replicate(input=child) \
                 | ir.Unnest(input=child) | ir.MatchRecognize(input=child) \
@@ -106,11 +106,11 @@ def _prune(node: ir.Rel, needed: set[int]) -> tuple[ir.Rel, dict[int, int]]:
             new_width = len(new_left.schema)
             out = dict(lmap)
             out.update({width + old: new_width + new for old, new in rmap.items()})
-            new_node = attrs.evolve(
+            new_node = records.evolve(
                 node, left=new_left, right=new_right, left_keys=tuple(lmap[k] for k in lkeys),
                 right_keys=tuple(rmap[k] for k in rkeys),
                 residual=ir.remap(residual, out) if residual is not None else None,
-                interval=attrs.evolve(
+                interval=records.evolve(
                     bounds, left_time=lmap[bounds.left_time], right_time=rmap[bounds.right_time],
                     left_end=lmap[bounds.left_end] if bounds.left_end is not None else None,
                     right_end=rmap[bounds.right_end] if bounds.right_end is not None else None)
@@ -122,9 +122,9 @@ def _prune(node: ir.Rel, needed: set[int]) -> tuple[ir.Rel, dict[int, int]]:
             used = {i for i in needed if i < width} | set(partition) | {time}
             used |= {a.arg for a in aggs if a.arg is not None} | set(node.late_columns)
             new_child, mapping = _prune(child, used)
-            new_node = attrs.evolve(node, input=new_child, partition=tuple(mapping[p] for p in partition),
+            new_node = records.evolve(node, input=new_child, partition=tuple(mapping[p] for p in partition),
                                     time=mapping[time], late_columns=tuple(mapping[c] for c in node.late_columns),
-                                    aggs=tuple(attrs.evolve(a, arg=mapping[a.arg] if a.arg is not None else None)
+                                    aggs=tuple(records.evolve(a, arg=mapping[a.arg] if a.arg is not None else None)
                                                for a in aggs))
             out = dict(mapping)
             out.update({width + j: len(new_child.schema) + j for j in range(len(aggs))})
@@ -136,7 +136,7 @@ def _prune(node: ir.Rel, needed: set[int]) -> tuple[ir.Rel, dict[int, int]]:
             used = {i for i in needed if i < width} | set(partition) | {c for c, _ in order}
             new_child, mapping = _prune(child, used)
             emit_rank = node.emit_rank and width in needed
-            new_node = attrs.evolve(node, input=new_child, partition=tuple(mapping[p] for p in partition),
+            new_node = records.evolve(node, input=new_child, partition=tuple(mapping[p] for p in partition),
                                     order=tuple((mapping[c], d) for c, d in order), emit_rank=emit_rank)
             out = dict(mapping)
             if emit_rank:

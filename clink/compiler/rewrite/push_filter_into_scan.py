@@ -8,7 +8,7 @@ them. Only deterministic predicates move; ``CURRENT_TIMESTAMP`` is evaluated whe
 
 from __future__ import annotations
 
-import attrs
+from clink import records
 
 from clink.compiler import ir
 
@@ -16,6 +16,6 @@ from clink.compiler import ir
 def push_filter_into_scan(node: ir.Rel) -> ir.Rel:
     match node:
         case ir.Filter(input=ir.Scan() as scan, predicate=predicate) if predicate.deterministic:
-            return attrs.evolve(scan, predicate=ir.and_(scan.predicate, predicate))
+            return records.evolve(scan, predicate=ir.and_(scan.predicate, predicate))
         case _:
             return node

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-import attrs
+from clink import records
 
 from clink.compiler import ir
 
@@ -32,7 +32,7 @@ def share_scans(root: ir.Rel) -> ir.Rel:
             continue
         union = tuple(sorted({c for m in members for c in m.columns}))
         position = {c: i for i, c in enumerate(union)}
-        shared = attrs.evolve(members[0], columns=union,
+        shared = records.evolve(members[0], columns=union,
                               predicate=ir.remap(predicate, position) if predicate is not None else None)
         for scan in members:
             fields = shared.schema.fields

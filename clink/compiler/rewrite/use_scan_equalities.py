@@ -15,7 +15,7 @@ then reads only that kind's columns.
 
 from __future__ import annotations
 
-import attrs
+from clink import records
 
 from clink.compiler import ir
 
@@ -29,9 +29,9 @@ def use_scan_equalities(node: ir.Rel) -> ir.Rel:
             if not known:
                 return node
             # Each column keeps its declared nullability: the output schema does not change.
-            exprs = tuple(attrs.evolve(new, nullable=old.nullable) if new.nullable != old.nullable else new
+            exprs = tuple(records.evolve(new, nullable=old.nullable) if new.nullable != old.nullable else new
                           for old, new in ((e, _simplify(_substitute(e, known))) for e in node.exprs))
-            return node if exprs == node.exprs else attrs.evolve(node, exprs=exprs)
+            return node if exprs == node.exprs else records.evolve(node, exprs=exprs)
     return node
 
 
@@ -90,4 +90,4 @@ def _simplify_case(e: ir.Call, n: int, has_else: bool) -> ir.Expr:
 
 
 def _case(e: ir.Call, conditions: list[ir.Expr], results: list[ir.Expr], *, has_else: bool) -> ir.Call:
-    return attrs.evolve(e, args=(*conditions, *results), params=(len(conditions), has_else))
+    return records.evolve(e, args=(*conditions, *results), params=(len(conditions), has_else))

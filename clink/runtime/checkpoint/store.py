@@ -27,7 +27,7 @@ import time
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 
-import attrs
+from clink import records
 
 from clink.errors import CheckpointCorrupted, UsageError
 from clink.runtime.fs import Files, fsync_directory, resolve, sha256_of
@@ -67,7 +67,7 @@ def _digest(path: Path, *, sync: bool) -> dict:
     return {"size": path.stat().st_size, "sha256": sha256_of(path)}
 
 
-@attrs.frozen(kw_only=True)
+@records.record(kw_only=True)
 class CheckpointInfo:
     """One checkpoint directory as found on disk, valid or not (``problem`` says why not)."""
 
@@ -353,7 +353,7 @@ class CheckpointStore:
                 pass  # missing: verifying the copy reports it
         info = self.info(local)
         _, mark, query = files.uri.partition("?")
-        return attrs.evolve(info, location=f"{root_uri}/{name}{mark}{query}")
+        return records.evolve(info, location=f"{root_uri}/{name}{mark}{query}")
 
     def release(self, info: CheckpointInfo) -> None:
         """Remove the downloaded copy of a checkpoint from a remote store, once restored from."""

@@ -12,7 +12,7 @@ import functools
 from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from dataclasses import dataclass, field
+from clink.records import field, record
 import pyarrow as pa
 
 from clink.runtime.registry import ConnectorRegistry
@@ -32,7 +32,7 @@ __all__ = [
 ]
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@record(kw_only=True)
 class OptionSpec:
     """One ``WITH`` option a connector accepts.
 
@@ -54,7 +54,7 @@ class OptionSpec:
         )
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@record(kw_only=True)
 class TableSpec:
     """What a connector is given to read or write one table.
 
@@ -67,7 +67,7 @@ class TableSpec:
     name: str
     schema: pa.Schema
     table_schema: pa.Schema
-    options: Mapping[str, str] = field(default_factory=dict)
+    options: Mapping[str, str] = field(factory=dict)
     predicate: Any = None
     #: The row kinds that arrive (a sink) or that the reader must produce (a changelog source):
     #: an updating stream's batches end with the row-kind column
@@ -86,11 +86,11 @@ class TableSpec:
     #: ROW columns of ``schema`` that the plan reads only through some of their fields: column
     #: name → those fields' names. A source may fill the other fields with nulls instead of
     #: decoding them (the JSON reader does); it must still produce ``schema`` exactly.
-    fields: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    fields: Mapping[str, tuple[str, ...]] = field(factory=dict)
     #: Columns of ``schema`` that every reader of the source filters to a few constants: column
     #: name → those values. A source may leave out rows holding other values (or NULL), and
     #: need not: the plan filters again. Unlike ``predicate``, it needs no expression evaluated.
-    kept_values: Mapping[str, tuple[Any, ...]] = field(default_factory=dict)
+    kept_values: Mapping[str, tuple[Any, ...]] = field(factory=dict)
 
     @property
     def updating(self) -> bool:
@@ -229,7 +229,7 @@ class SinkWriter:
         return None
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@record(kw_only=True)
 class Connector:
     """A named connector: its options, and factories for readers and writers.
 

@@ -24,7 +24,7 @@ import math
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
-from dataclasses import dataclass
+from clink.records import record
 import numpy as np
 import pyarrow as pa
 
@@ -72,7 +72,7 @@ SOURCE_OPTIONS = (
 )
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@record(kw_only=True)
 class FieldOptions:
     """The generation settings of one column, already parsed."""
 
@@ -194,7 +194,7 @@ def _parse_field(name: str, t: pa.DataType, options: Mapping[str, str]) -> Field
     return field
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@record(kw_only=True)
 class DatagenConfig:
     number_of_rows: int | None
     rows_per_second: float | None  # None: not throttled

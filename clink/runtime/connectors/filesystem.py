@@ -41,7 +41,7 @@ import uuid
 from collections.abc import Generator, Iterator, Mapping
 from typing import TYPE_CHECKING
 
-import attrs
+from clink import records
 import numpy as np
 import pyarrow as pa
 import pyarrow.csv as pa_csv
@@ -110,7 +110,7 @@ OPTIONS = (
 # --- settings -------------------------------------------------------------------------------
 
 
-@attrs.frozen(kw_only=True)
+@records.record(kw_only=True)
 class Settings:
     """The table's options, parsed."""
 
@@ -1038,7 +1038,7 @@ def _name_token(table: str, lineage: str = "") -> str:
     return hashlib.sha256((f"{table}\0{lineage}" if lineage else table).encode()).hexdigest()[:12]
 
 
-@attrs.define
+@records.record(frozen=False)
 class _OpenFile:
     """One in-progress file: the directory it is in, its hidden name and the name it gets."""
 

@@ -59,7 +59,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import attrs
+from clink import records
 import numpy as np
 import pyarrow as pa
 
@@ -173,24 +173,24 @@ KAFKA_OPTIONS = (*_COMMON, OptionSpec(name="format",
 # --- options ---------------------------------------------------------------------------------
 
 
-@attrs.frozen(kw_only=True)
+@records.record(kw_only=True)
 class Settings:
     """A kafka table's options, parsed."""
 
     topics: tuple[str, ...] = ()
     pattern: str | None = None
-    client: dict[str, str] = attrs.field(factory=dict)
+    client: dict[str, str] = records.field(factory=dict)
     value_format: str = "json"
     key_format: str | None = None
     key_fields: tuple[str, ...] = ()
     value_fields: tuple[str, ...] = ()
-    metadata: dict[str, str] = attrs.field(factory=dict)
+    metadata: dict[str, str] = records.field(factory=dict)
     startup: str = "group-offsets"
     startup_ts: int | None = None
-    startup_offsets: dict[int, int] = attrs.field(factory=dict)
+    startup_offsets: dict[int, int] = records.field(factory=dict)
     bounded: str = "unbounded"
     bounded_ts: int | None = None
-    bounded_offsets: dict[int, int] = attrs.field(factory=dict)
+    bounded_offsets: dict[int, int] = records.field(factory=dict)
     delivery: str = "at-least-once"
     transactional_prefix: str | None = None
     key_delimiter: str = ","
@@ -202,7 +202,7 @@ class Settings:
     canal_table: str | None = None
     #: What a message that does not decode does, per side ("value", "key"): "fail" the job,
     #: "skip" it (and count it), or go to the dead-letter topic ("dead-letter").
-    poison: dict[str, str] = attrs.field(factory=lambda: {"value": "fail", "key": "fail"})
+    poison: dict[str, str] = records.field(factory=lambda: {"value": "fail", "key": "fail"})
     dead_letter: str | None = None
     #: Seconds a call waits for the brokers, and they may stay unreachable ('connection.timeout').
     timeout_s: float = BROKER_TIMEOUT_S

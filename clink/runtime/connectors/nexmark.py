@@ -29,7 +29,7 @@ import re
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
-import attrs
+from clink import records
 import numpy as np
 import pyarrow as pa
 
@@ -123,7 +123,7 @@ SOURCE_OPTIONS = (
 )
 
 
-@attrs.frozen(kw_only=True)
+@records.record(kw_only=True)
 class NexmarkConfig:
     """The generator's settings, already parsed and checked."""
 
@@ -653,7 +653,7 @@ class NexmarkGenerator:
         return out
 
 
-@attrs.frozen
+@records.record
 class _Ids:
     """Per event of a block: its number, its event time, and the newest person and auction ids."""
 

@@ -33,7 +33,7 @@ from __future__ import annotations
 import re
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass
+from clink.records import record
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -102,7 +102,7 @@ _KINDS = pa.array([INSERT, UPDATE_BEFORE, UPDATE_AFTER, DELETE])
 # --- options --------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class StreamId:
     """A stream entry ID, ``<milliseconds>-<sequence>``, ordered as Redis orders them."""
 
@@ -126,7 +126,7 @@ class StreamId:
         return f"{self.ms}-{self.seq}"
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class RedisOptions:
     url: str | None
     host: str

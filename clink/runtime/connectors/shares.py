@@ -16,7 +16,7 @@ Progress(subtask=0, parallelism=1, part=3, offset=0, later={4: 10})
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from clink.records import field, record
 
 __all__ = ["DONE", "Progress", "merge", "share_of"]
 
@@ -24,7 +24,7 @@ __all__ = ["DONE", "Progress", "merge", "share_of"]
 DONE = -1
 
 
-@dataclass(slots=True)
+@record(frozen=False)
 class Progress:
     """Where one subtask's reader is: see the module docstring."""
 
@@ -32,7 +32,7 @@ class Progress:
     parallelism: int
     part: int
     offset: int = 0
-    later: dict[int, int] = field(default_factory=dict)
+    later: dict[int, int] = field(factory=dict)
 
     @classmethod
     def start(cls, subtask: int, parallelism: int) -> Progress:

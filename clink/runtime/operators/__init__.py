@@ -13,7 +13,7 @@ pipeline starts without them.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from clink.records import record
 from typing import TYPE_CHECKING
 
 from clink.runtime.operators.base import Operator, OperatorBase, OperatorEnv
@@ -36,7 +36,7 @@ if TYPE_CHECKING:
 __all__ = ["KINDS", "Operator", "OperatorBase", "OperatorEnv", "OperatorKind", "kind_of"]
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class OperatorKind:
     """How the executor opens a node's operator (``open``), the prefix of its name in plans made
     before uids (``name``), and what its state means: types of keys, aggregates, order, and the

@@ -20,7 +20,7 @@ The executor (local or, later, a cluster worker) drives an operator through thes
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from clink.records import record
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -73,7 +73,7 @@ class OperatorBase:
         that removes rows lazily writes the removals through."""
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class OperatorEnv:
     """What an operator opens with: its task's context, the schemas of its inputs (in the order
     of the node's ``inputs``) and their changelog modes, the job's state backend, its name in

@@ -34,7 +34,7 @@ runs in time order. A run that has to be rewritten is stored in time order.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from clink.records import record
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -59,7 +59,7 @@ _META = ("_khash", "_rhash", "_count", "_written", "_time")
 _META_TYPES = (pa.uint64(), pa.uint64(), pa.int64(), pa.int64(), pa.int64())
 
 
-@dataclass(slots=True)
+@record(frozen=False)
 class _Run:
     """One table of a store: its namespace, the key hash of each row (``raw``, in table order),
     and — once it has been searched — those hashes sorted (``khash``) with the row of each

@@ -38,7 +38,7 @@ from collections.abc import Collection, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, Self
 
-import attrs
+from clink import records
 import numpy as np
 import pyarrow as pa
 
@@ -86,7 +86,7 @@ def _to_key_schema(value: pa.Schema | Sequence[tuple[str, pa.DataType]] | Sequen
     return value if isinstance(value, pa.Schema) else pa.schema(value)
 
 
-def _check_key_schema(instance: object, attribute: attrs.Attribute, schema: pa.Schema) -> None:
+def _check_key_schema(instance: object, attribute: records.Field, schema: pa.Schema) -> None:
     if len(schema) == 0:
         raise ValueError(f"{type(instance).__name__}: a key schema needs at least one field")
     for f in schema:
@@ -102,17 +102,17 @@ def _check_key_schema(instance: object, attribute: attrs.Attribute, schema: pa.S
                              "binary, booleans, decimals, dates, times, timestamps)")
 
 
-def _check_name(instance: object, attribute: attrs.Attribute, name: str) -> None:
+def _check_name(instance: object, attribute: records.Field, name: str) -> None:
     if not name:
         raise ValueError(f"{type(instance).__name__} needs a non-empty name")
 
 
-def _check_group_fields(instance: ValueStateDescriptor, attribute: attrs.Attribute, n: int | None) -> None:
+def _check_group_fields(instance: ValueStateDescriptor, attribute: records.Field, n: int | None) -> None:
     if n is not None and not 1 <= n <= len(instance.key_schema):
         raise ValueError(f"group_fields must be between 1 and the {len(instance.key_schema)} key field(s), got {n}")
 
 
-@attrs.frozen
+@records.record
 class ValueStateDescriptor:
     """One value of ``value_type`` per key of ``key_schema``.
 
@@ -121,10 +121,10 @@ class ValueStateDescriptor:
     whatever their other fields (how a COUNT(DISTINCT) files its (key, value) pairs under the
     key's group, so that a rescale moves a key's values with it)."""
 
-    name: str = attrs.field(validator=_check_name)
-    key_schema: pa.Schema = attrs.field(converter=_to_key_schema, validator=_check_key_schema)
+    name: str = records.field(validator=_check_name)
+    key_schema: pa.Schema = records.field(converter=_to_key_schema, validator=_check_key_schema)
     value_type: pa.DataType
-    group_fields: int | None = attrs.field(default=None, validator=_check_group_fields, kw_only=True)
+    group_fields: int | None = records.field(default=None, validator=_check_group_fields, kw_only=True)
 
     kind = "value"
 
@@ -134,7 +134,7 @@ class ValueStateDescriptor:
         return f"value key=<{_schema_text(self.key_schema)}>{grouped} value={self.value_type}"
 
 
-def _check_table_schema(instance: object, attribute: attrs.Attribute, schema: pa.Schema) -> None:
+def _check_table_schema(instance: object, attribute: records.Field, schema: pa.Schema) -> None:
     index = schema.get_field_index(KEY_GROUP)
     if index < 0 or schema.field(index).type != pa.int32():
         raise ValueError(f"table state needs a {KEY_GROUP!r} column of type int32, got schema <{_schema_text(schema)}>")
@@ -142,13 +142,13 @@ def _check_table_schema(instance: object, attribute: attrs.Attribute, schema: pa
         raise ValueError(f"table state column {NAMESPACE!r} is a reserved name")
 
 
-@attrs.frozen
+@records.record
 class TableStateDescriptor:
     """Rows of ``schema`` in buckets numbered by an int64 (the namespace); ``schema`` has a
     ``_key_group`` int32 column that holds each row's key group."""
 
-    name: str = attrs.field(validator=_check_name)
-    schema: pa.Schema = attrs.field(converter=_to_key_schema, validator=_check_table_schema)
+    name: str = records.field(validator=_check_name)
+    schema: pa.Schema = records.field(converter=_to_key_schema, validator=_check_table_schema)
 
     kind = "table"
 
