@@ -110,3 +110,26 @@ def test_without_a_writable_cache_directory_the_parser_still_builds(tmp_path: Pa
     blocked = tmp_path / "file"
     blocked.write_text("not a directory")
     assert _run({**os.environ, "XDG_CACHE_HOME": str(blocked)}) == "None"
+
+
+def test_the_memo_is_loaded_into_the_objects_lark_would_make(built: Path) -> None:
+    from clink.grammar import _memo_objects
+
+    tables = marshal.loads(built.read_bytes().partition(b"\n")[2])
+    theirs = lark.Lark._load_from_dict(tables["data"], tables["memo"])
+    ours = lark.Lark._load_from_dict(tables["data"], _memo_objects(tables["memo"]))
+
+    def rule(r) -> tuple:
+        options = tuple(getattr(r.options, f) for f in r.options.__serialize_fields__)
+        symbols = tuple((type(s).__name__, s.name, getattr(s, "filter_out", None)) for s in [r.origin, *r.expansion])
+        return symbols, r.order, r.alias, options, hash(r)
+
+    def terminal(t) -> tuple:
+        return t.name, type(t.pattern).__name__, t.pattern.value, t.pattern.flags, t.pattern.raw, t.priority, \
+            t.pattern.min_width, t.pattern.max_width
+
+    assert len(ours.rules) == len(theirs.rules) > 500
+    assert [rule(r) for r in ours.rules] == [rule(r) for r in theirs.rules]
+    assert [terminal(t) for t in ours.terminals] == [terminal(t) for t in theirs.terminals]
+    # anything it does not know is left to Lark's own loader
+    assert _memo_objects({0: {"__type__": "Unknown"}}) is None
