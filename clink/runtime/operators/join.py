@@ -335,48 +335,47 @@ class JoinOperator(OperatorBase):
         (probe index, the stored rows, each one's multiplicity, each one's id), after keys and
         residual."""
         other = self.sides[1 - side]
-        # The pairs as the runs give them: put in the order of the probes only once they are
-        # kept, so that the stored rows are taken once (reordering then filtering takes them twice).
-        probe, stored, ids, order = other.lookup_unordered(khash)
-        if stored is None:
+        # The pairs as the runs give them, their stored rows left in the runs: the columns a check
+        # reads are taken for every pair, the rest only for the pairs kept, in the order of the
+        # probes, once (taking every pair's rows, then putting the kept ones in order, copied
+        # each row up to three times).
+        probe, found, ids, order = other.find(khash)
+        if found is None:
             return probe, None, np.zeros(0, dtype=np.int64), ids
-        if stored.num_columns and stored.column(0).num_chunks > 1:
-            # Pieces of several runs: joined once here, rather than by every read of a column
-            # and again by the take below.
-            stored = stored.combine_chunks()
         keep = np.ones(len(probe), dtype=bool)
         probe_arr = pa.array(probe)
         if not _hash_is_key(keys, other):
-            for key, k in zip(keys, other.keys, strict=True):
+            stored_keys = found.take(columns=[other.state_schema.names[k] for k in other.keys])
+            for j, key in enumerate(keys):
                 # One probing row (a window's maximum against the window's rows): against its value.
-                same = pc.equal(key[0] if len(key) == 1 else key.take(probe_arr), stored.column(k))
+                same = pc.equal(key[0] if len(key) == 1 else key.take(probe_arr), stored_keys.column(j))
                 keep &= pc.fill_null(same, False).to_numpy(zero_copy_only=False)
         if self.ttl_ms is not None:
-            keep &= stored.column("_written").to_numpy() >= int(self.ctx.runtime.clock()) - self.ttl_ms
+            written = found.take(columns=["_written"]).column(0).to_numpy()
+            keep &= written >= int(self.ctx.runtime.clock()) - self.ttl_ms
         if self.node.residual is not None and keep.any():
             # The residual sees the candidate pairs, in probe order; only the columns it reads
-            # are gathered for it (the others are NULL), and the stored rows are taken once, below.
+            # are gathered for it (the others are NULL).
             chosen = np.flatnonzero(keep) if order is None else order[keep[order]]
-            picks, mine_picks = pa.array(chosen), pa.array(probe[chosen])
+            mine_picks = pa.array(probe[chosen])
             reads = self._residual_reads
             n = len(chosen)
             mine = [c.take(mine_picks) if reads is None or (j + self._offset[side]) in reads
                     else pa.nulls(n, c.type) for j, c in enumerate(columns)]
-            theirs = [plain_array(stored.column(i).take(picks)) if reads is None or (i + self._offset[1 - side]) in reads
-                      else pa.nulls(n, stored.column(i).type) for i in range(other.width)]
+            names = other.state_schema.names
+            read = [i for i in range(other.width) if reads is None or (i + self._offset[1 - side]) in reads]
+            their_read = found.take(chosen, [names[i] for i in read]) if read else None
+            theirs = [plain_array(their_read.column(read.index(i))) if i in read
+                      else pa.nulls(n, other.state_schema.field(i).type) for i in range(other.width)]
             pairs = pa.RecordBatch.from_arrays(self._arrange(side, mine, theirs), schema=self._pair_schema)
             verdict = pc.fill_null(self.node.residual(pairs, self.ctx), False).to_numpy(zero_copy_only=False)
             keep = np.zeros(len(probe), dtype=bool)
             keep[chosen[verdict]] = True
-            if order is not None:
-                # Kept pairs in probe order, as below.
-                chosen = chosen[verdict]
-                probe, stored, ids = probe[chosen], stored.take(pa.array(chosen)), ids[chosen]
-                order = None
-                keep = np.ones(len(probe), dtype=bool)
-        if order is not None or not keep.all():
+        if order is None and keep.all():
+            stored = found.take()
+        else:
             chosen = np.flatnonzero(keep) if order is None else order[keep[order]]
-            probe, stored, ids = probe[chosen], stored.take(pa.array(chosen)), ids[chosen]
+            probe, stored, ids = probe[chosen], found.take(chosen), ids[chosen]
         if other.retractions and len(probe):
             return net_pairs(probe, stored, ids)
         counts = stored.column("_count").to_numpy()

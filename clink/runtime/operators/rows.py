@@ -53,7 +53,7 @@ if TYPE_CHECKING:
     from clink.runtime.context import TaskContext
     from clink.runtime.state.backend import OperatorState
 
-__all__ = ["KeyedRows", "NumberedRowsOperator", "net_pairs", "plain_array"]
+__all__ = ["Found", "KeyedRows", "NumberedRowsOperator", "net_pairs", "plain_array"]
 
 _META = ("_khash", "_rhash", "_count", "_written", "_time")
 _META_TYPES = (pa.uint64(), pa.uint64(), pa.int64(), pa.int64(), pa.int64())
@@ -154,8 +154,15 @@ class KeyedRows:
                                                            np.ndarray | None]:
         """``lookup``'s pairs as the runs give them, and the order that puts them in the order of
         the probes (None: they are in it): a caller that drops pairs first takes the rows once."""
+        probe, found, ids, order = self.find(khash)
+        return probe, None if found is None else found.take(), ids, order
+
+    def find(self, khash: np.ndarray) -> tuple[np.ndarray, Found | None, np.ndarray, np.ndarray | None]:
+        """``lookup_unordered``, with the stored rows left in their runs (:class:`Found`): a caller
+        that reads a few columns of every pair before it knows which pairs it keeps copies the
+        kept rows' columns once."""
         probes: list[np.ndarray] = []
-        parts: list[pa.Table] = []
+        parts: list[tuple[pa.Table, np.ndarray]] = []
         ids: list[np.ndarray] = []
         sorted_probes = probe_order = None
         for run in self.runs:
@@ -174,7 +181,7 @@ class KeyedRows:
                     if not len(rows):
                         continue
                 probes.append(probe)
-                parts.append(_rows_of(self.table.get(run.namespace), rows))
+                parts.append((self.table.get(run.namespace), rows))
                 ids.append(rows + (run.namespace << 32))
                 continue
             if run.order is None:
@@ -207,14 +214,14 @@ class KeyedRows:
                 rows, probe = rows[alive], probe[alive]
                 if not len(rows):
                     continue
-            parts.append(_rows_of(self.table.get(run.namespace), rows))
+            parts.append((self.table.get(run.namespace), rows))
             probes.append(probe)
             ids.append(rows + (run.namespace << 32))
         if not parts:
             return np.zeros(0, dtype=np.int64), None, np.zeros(0, dtype=np.int64), None
         if len(parts) == 1:
-            return probes[0], parts[0], ids[0], None
-        probe, stored, found = np.concatenate(probes), pa.concat_tables(parts), np.concatenate(ids)
+            return probes[0], Found(parts), ids[0], None
+        probe, stored, found = np.concatenate(probes), Found(parts), np.concatenate(ids)
         order = None
         if (probe[1:] < probe[:-1]).any():
             # Pairs in the order of the probes (each probe's in the order of the runs), as if the
@@ -618,6 +625,50 @@ def _rows_of(table: pa.Table, rows: np.ndarray) -> pa.Table:
     bounds = [0, *breaks.tolist(), len(rows)]
     parts = [table.slice(int(rows[a]), b - a) for a, b in zip(bounds, bounds[1:])]
     return parts[0] if len(parts) == 1 else pa.concat_tables(parts)
+
+
+class Found:
+    """The stored rows of a lookup's pairs, still in their runs: a (run table, rows) part per run
+    that had some, in the order of the pairs. Nothing is copied until a caller takes rows, so a
+    join that drops pairs (a residual condition, a TTL) after reading a few of their columns copies
+    only the rows it keeps, and copies them once from their runs."""
+
+    def __init__(self, parts: list[tuple[pa.Table, np.ndarray]]) -> None:
+        self.parts = parts
+        sizes = np.array([len(rows) for _, rows in parts], dtype=np.int64)
+        self.ends = np.cumsum(sizes)
+        self.starts = self.ends - sizes
+        self.num_rows = int(self.ends[-1]) if len(parts) else 0
+
+    def take(self, chosen: np.ndarray | None = None, columns: list[str] | None = None) -> pa.Table:
+        """The rows of pairs ``chosen`` (positions among the pairs, in the order wanted; None: every
+        pair, in order), of ``columns`` (None: all). Each run's rows are taken from it in one
+        take; where the chosen pairs alternate between runs, the pieces are put in order by one
+        more take, of the chosen rows only."""
+        parts = self.parts if columns is None else [(table.select(columns), rows) for table, rows in self.parts]
+        if chosen is None:
+            tables = [_rows_of(table, rows) for table, rows in parts]
+            return tables[0] if len(tables) == 1 else pa.concat_tables(tables)
+        if not len(chosen):
+            return parts[0][0].slice(0, 0)
+        if len(parts) == 1:
+            table, rows = parts[0]
+            return _rows_of(table, rows[chosen])
+        part_of = np.searchsorted(self.ends, chosen, side="right")
+        by_part = np.argsort(part_of, kind="stable")
+        grouped = part_of[by_part]
+        cuts = [0, *(np.flatnonzero(np.diff(grouped)) + 1).tolist(), len(chosen)]
+        tables = []
+        for a, b in zip(cuts, cuts[1:]):
+            k = int(grouped[a])
+            table, rows = parts[k]
+            tables.append(_rows_of(table, rows[chosen[by_part[a:b]] - self.starts[k]]))
+        taken = tables[0] if len(tables) == 1 else pa.concat_tables(tables)
+        if (by_part[1:] < by_part[:-1]).any():
+            back = np.empty_like(by_part)
+            back[by_part] = np.arange(len(by_part), dtype=by_part.dtype)
+            taken = taken.take(pa.array(back))
+        return taken
 
 
 def _merge_sorted(a_keys: np.ndarray, a_rows: np.ndarray, b_keys: np.ndarray,
