@@ -631,44 +631,26 @@ class Found:
     """The stored rows of a lookup's pairs, still in their runs: a (run table, rows) part per run
     that had some, in the order of the pairs. Nothing is copied until a caller takes rows, so a
     join that drops pairs (a residual condition, a TTL) after reading a few of their columns copies
-    only the rows it keeps, and copies them once from their runs."""
+    only the rows it keeps; and the runs' tables are taken from as one table (their chunks put
+    together without a copy), so rows of several runs are gathered chunk by chunk and put in the
+    order asked for once."""
 
     def __init__(self, parts: list[tuple[pa.Table, np.ndarray]]) -> None:
         self.parts = parts
-        sizes = np.array([len(rows) for _, rows in parts], dtype=np.int64)
-        self.ends = np.cumsum(sizes)
-        self.starts = self.ends - sizes
-        self.num_rows = int(self.ends[-1]) if len(parts) else 0
+        if len(parts) == 1:
+            self.rows = parts[0][1]
+        else:
+            sizes = np.array([table.num_rows for table, _ in parts], dtype=np.int64)
+            firsts = np.cumsum(sizes) - sizes
+            self.rows = np.concatenate([rows + first for (_, rows), first in zip(parts, firsts, strict=True)])
+        self.num_rows = len(self.rows)
 
     def take(self, chosen: np.ndarray | None = None, columns: list[str] | None = None) -> pa.Table:
         """The rows of pairs ``chosen`` (positions among the pairs, in the order wanted; None: every
-        pair, in order), of ``columns`` (None: all). Each run's rows are taken from it in one
-        take; where the chosen pairs alternate between runs, the pieces are put in order by one
-        more take, of the chosen rows only."""
-        parts = self.parts if columns is None else [(table.select(columns), rows) for table, rows in self.parts]
-        if chosen is None:
-            tables = [_rows_of(table, rows) for table, rows in parts]
-            return tables[0] if len(tables) == 1 else pa.concat_tables(tables)
-        if not len(chosen):
-            return parts[0][0].slice(0, 0)
-        if len(parts) == 1:
-            table, rows = parts[0]
-            return _rows_of(table, rows[chosen])
-        part_of = np.searchsorted(self.ends, chosen, side="right")
-        by_part = np.argsort(part_of, kind="stable")
-        grouped = part_of[by_part]
-        cuts = [0, *(np.flatnonzero(np.diff(grouped)) + 1).tolist(), len(chosen)]
-        tables = []
-        for a, b in zip(cuts, cuts[1:]):
-            k = int(grouped[a])
-            table, rows = parts[k]
-            tables.append(_rows_of(table, rows[chosen[by_part[a:b]] - self.starts[k]]))
-        taken = tables[0] if len(tables) == 1 else pa.concat_tables(tables)
-        if (by_part[1:] < by_part[:-1]).any():
-            back = np.empty_like(by_part)
-            back[by_part] = np.arange(len(by_part), dtype=by_part.dtype)
-            taken = taken.take(pa.array(back))
-        return taken
+        pair, in order), of ``columns`` (None: all)."""
+        tables = [table if columns is None else table.select(columns) for table, _ in self.parts]
+        table = tables[0] if len(tables) == 1 else pa.concat_tables(tables)
+        return _rows_of(table, self.rows if chosen is None else self.rows[chosen])
 
 
 def _merge_sorted(a_keys: np.ndarray, a_rows: np.ndarray, b_keys: np.ndarray,
