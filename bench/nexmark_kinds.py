@@ -33,10 +33,10 @@ DEFAULT_QUERIES = "q1,q5,q8,q18,q19,q20"
 def run_one(query: str, mode: str, events: int) -> dict:
     """Run ``query`` over ``events`` events in this process; returns CPU seconds and peak RSS."""
     sys.path.insert(0, str(_harness.ROOT))
-    from clink import records
     import io
 
     import clink
+    from clink import records
     from clink.runtime.context import RuntimeContext
     from clink.runtime.executor import Job
     from clink.runtime.plan import Source

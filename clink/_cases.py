@@ -19,12 +19,12 @@ import json
 import time
 from collections import Counter
 from collections.abc import Iterator, Mapping
-from clink.records import evolve, record
 from decimal import Decimal
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from clink.errors import ClinkError, Span, SqlError, UsageError
+from clink.records import evolve, record
 
 if TYPE_CHECKING:
     import pyarrow as pa

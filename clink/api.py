@@ -12,10 +12,10 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from clink.records import evolve
 import pyarrow as pa
 
 from clink.errors import UsageError
+from clink.records import evolve
 from clink.runtime.connectors.base import ConnectorRegistry
 from clink.runtime.context import RuntimeContext, system_clock_ms
 from clink.runtime.executor import Job, Metrics

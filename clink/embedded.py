@@ -18,10 +18,10 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any, Self
 
-from clink.records import evolve
 import pyarrow as pa
 
 from clink.errors import UsageError
+from clink.records import evolve
 from clink.runtime.connectors.base import ConnectorRegistry
 from clink.runtime.connectors.push import PushInputs
 from clink.runtime.context import RuntimeContext

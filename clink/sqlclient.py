@@ -19,11 +19,11 @@ import sys
 import time
 import traceback
 from collections.abc import Callable
-from clink.records import field, record
 from pathlib import Path
 
 from clink._version import __version__
 from clink.errors import ClinkError, Span, SqlError
+from clink.records import field, record
 
 __all__ = ["Piece", "Session", "SqlClient", "main", "split_statements"]
 

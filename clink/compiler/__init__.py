@@ -7,7 +7,6 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from clink import records
-
 from clink.compiler import ast
 from clink.compiler.bind import bind_script
 from clink.compiler.codegen.module import generate_module

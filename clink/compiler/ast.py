@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from clink import records
 import pyarrow as pa
 
+from clink import records
 from clink.errors import Span
 
 _span = records.field(eq=False, repr=False)

@@ -5,7 +5,6 @@ from __future__ import annotations
 import difflib
 
 from clink import records
-
 from clink.compiler import ast, ir
 
 

@@ -10,10 +10,10 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 
-from clink import records
 import pyarrow as pa
 import pyarrow.types as pt
 
+from clink import records
 from clink.compiler import ir
 from clink.compiler import types as T
 from clink.errors import Span, SqlError

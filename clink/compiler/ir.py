@@ -14,11 +14,18 @@ import functools
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from clink import records
 import pyarrow as pa
 
+from clink import records
 from clink.errors import CompilerBug, Span
-from clink.runtime.plan import APPEND_ONLY, INSERT_DELETE, UPDATE_AFTER, UPDATE_BEFORE, UPDATING, ChangelogMode
+from clink.runtime.plan import (
+    APPEND_ONLY,
+    INSERT_DELETE,
+    UPDATE_AFTER,
+    UPDATE_BEFORE,
+    UPDATING,
+    ChangelogMode,
+)
 
 _span = records.field(eq=False, repr=False, default=None)
 

@@ -8,7 +8,6 @@ writes. Stateful operators will split chains at key-partitioned edges.
 from __future__ import annotations
 
 from clink import records
-
 from clink.compiler import ir
 from clink.compiler.bind import BoundScript
 from clink.compiler.functions import cast_to

@@ -14,9 +14,9 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-from clink import records
 import pyarrow as pa
 
+from clink import records
 from clink.compiler import ast, ir
 from clink.compiler import types as T
 from clink.compiler.catalog import nearest

@@ -21,9 +21,8 @@ import io
 import zipfile
 from pathlib import Path
 
-from clink.records import record
-
 from clink.errors import ClinkError
+from clink.records import record
 from clink.runtime.plan import Plan
 from clink.runtime.sealed import seal, unseal
 

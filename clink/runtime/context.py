@@ -13,14 +13,15 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
-from clink.records import evolve, field, record
 import pyarrow as pa
+
+from clink.records import evolve, field, record
 
 if TYPE_CHECKING:
     import pyarrow.fs as pafs
 
-    from clink.runtime.registry import ConnectorRegistry
     from clink.runtime.memo import ValueMemo
+    from clink.runtime.registry import ConnectorRegistry
     from clink.runtime.udf import FunctionRegistry, ScalarFunction
 
 __all__ = ["RuntimeContext", "TaskContext", "system_clock_ms"]

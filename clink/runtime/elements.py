@@ -5,8 +5,9 @@ A stream is a sequence of these. Batches carry rows; the others carry time and c
 
 from __future__ import annotations
 
-from clink.records import record
 import pyarrow as pa
+
+from clink.records import record
 
 __all__ = ["Barrier", "Batch", "EndOfInput", "Element", "Idleness", "Watermark", "MAX_WATERMARK"]
 

@@ -11,12 +11,19 @@ from __future__ import annotations
 import contextlib
 import time
 from collections import defaultdict
-from clink.records import field, record
 
 import numpy as np
 import pyarrow as pa
 
-from clink.errors import ClinkError, CompilerBug, EvaluationError, IncompatibleCheckpoint, PipelineError, UsageError
+from clink.errors import (
+    ClinkError,
+    CompilerBug,
+    EvaluationError,
+    IncompatibleCheckpoint,
+    PipelineError,
+    UsageError,
+)
+from clink.records import field, record
 from clink.runtime import allocator
 from clink.runtime import compute as pc
 from clink.runtime.connectors.base import SinkWriter, SourceReader, TableSpec

@@ -22,13 +22,13 @@ import os
 import posixpath
 import re
 from collections.abc import Iterator, Mapping
-from clink.records import record
 from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.fs as pafs
 
 from clink.errors import ConnectorError, UsageError
+from clink.records import record
 
 __all__ = ["Files", "check_location", "fsync_directory", "local_directory", "resolve", "scheme_of", "sha256_of"]
 

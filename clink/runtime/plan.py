@@ -9,8 +9,9 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from clink.records import field, record
 import pyarrow as pa
+
+from clink.records import field, record
 
 if TYPE_CHECKING:
     from clink.runtime.context import TaskContext

@@ -24,9 +24,9 @@ Each source, sink and stateful operator gets one verdict:
 
 from __future__ import annotations
 
-from clink.records import record
 from typing import TYPE_CHECKING
 
+from clink.records import record
 from clink.runtime.operators import OperatorEnv, kind_of
 from clink.runtime.plan import Sink, Source
 

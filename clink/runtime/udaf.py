@@ -48,13 +48,13 @@ compiled, and the operators get the Arrow types from the plan.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
-from clink.records import record
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
 
 from clink.errors import PipelineError, UsageError
+from clink.records import record
 from clink.runtime import compute as pc
 from clink.runtime.udf import UdfError, _show, type_name
 

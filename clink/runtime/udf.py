@@ -31,10 +31,10 @@ import typing
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
-from clink.records import evolve, record
 import pyarrow as pa
 
 from clink.errors import EvaluationError, UsageError
+from clink.records import evolve, record
 from clink.runtime import compute as pc
 
 __all__ = ["FunctionRegistry", "ScalarFunction", "UdfError", "import_function", "rowwise", "udf", "vectorized"]

@@ -11,11 +11,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from clink import records
 import pyarrow as pa
 import pytest
 
 import clink
+from clink import records
 from clink.compiler import ir
 from clink.compiler.codegen.module import _source_predicate
 from clink.compiler.physical import ChainOp, SourceOp

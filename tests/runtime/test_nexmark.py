@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from clink import records
 import datetime as dt
 import importlib.util
 import io
@@ -18,6 +17,7 @@ import pyarrow.parquet as pq
 import pytest
 
 import clink
+from clink import records
 from clink.errors import ClinkError, ConnectorError
 from clink.runtime.connectors.base import ConnectorRegistry, TableSpec
 from clink.runtime.connectors.nexmark import DEFAULT_BASE_TIME_MS, NEXMARK, NEXMARK_SCHEMA, NexmarkReader

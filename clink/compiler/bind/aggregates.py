@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from clink import records
 import pyarrow as pa
 import pyarrow.types as pt
 
+from clink import records
 from clink.compiler import ast, ir, udfs
 from clink.compiler import types as T
 from clink.compiler.bind.exprs import WINDOW_PROPERTY

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from clink import records
 import pyarrow.types as pt
 
+from clink import records
 from clink.compiler import ast, ir, udfs
 from clink.compiler import types as T
 from clink.compiler.bind.exprs import is_builtin

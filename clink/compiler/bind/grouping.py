@@ -17,9 +17,9 @@ from __future__ import annotations
 import itertools
 from collections.abc import Callable
 
-from clink import records
 import pyarrow as pa
 
+from clink import records
 from clink.compiler import ast
 from clink.compiler.bind.scope import ast_walk, derive_name
 from clink.compiler.functions import AGGREGATES

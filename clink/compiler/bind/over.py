@@ -5,15 +5,15 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from clink import records
 import pyarrow as pa
 import pyarrow.types as pt
 
+from clink import records
 from clink.compiler import ast, ir
 from clink.compiler import types as T
 from clink.compiler.bind.aggregates import agg_sql, aggregate_signature
-from clink.compiler.bind.subqueries import is_hidden
 from clink.compiler.bind.scope import Scope, ast_walk, derive_name, unique_names
+from clink.compiler.bind.subqueries import is_hidden
 from clink.compiler.functions import cast_to
 from clink.compiler.rewrite.bound_interval_joins import duration_ms
 from clink.errors import SqlError

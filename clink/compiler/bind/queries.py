@@ -11,16 +11,23 @@ OVER to their own binders), VALUES, WITH, and the set operations.
 
 from __future__ import annotations
 
-from clink import records
 import pyarrow as pa
 import pyarrow.types as pt
 
+from clink import records
 from clink.compiler import ast, ir
 from clink.compiler import types as T
 from clink.compiler.bind import grouping
 from clink.compiler.bind.aggregates import has_aggregate
 from clink.compiler.bind.over import is_row_number
-from clink.compiler.bind.scope import Scope, ast_walk, derive_name, did_you_mean, unique_names, updating_reason
+from clink.compiler.bind.scope import (
+    Scope,
+    ast_walk,
+    derive_name,
+    did_you_mean,
+    unique_names,
+    updating_reason,
+)
 from clink.compiler.bind.subqueries import is_hidden
 from clink.compiler.catalog import CatalogView
 from clink.compiler.functions import cast_to

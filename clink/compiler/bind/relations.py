@@ -4,18 +4,18 @@ interval join come later, from the rewrite bound_interval_joins."""
 
 from __future__ import annotations
 
-from clink import records
 import pyarrow as pa
 import pyarrow.types as pt
 
+from clink import records
 from clink.compiler import ast, ir, udfs
 from clink.compiler import types as T
+from clink.compiler.bind.exprs import is_builtin
 from clink.compiler.bind.scope import Scope, ScopeColumn, did_you_mean, updating_reason
 from clink.compiler.catalog import CatalogTable, CatalogView
 from clink.compiler.functions import TABLE_FUNCTIONS, cast_to
 from clink.compiler.rewrite.bound_interval_joins import time_attributes
 from clink.compiler.rewrite.limit_ranks import check_ranks_limited
-from clink.compiler.bind.exprs import is_builtin
 from clink.errors import Span, SqlError
 from clink.runtime.udaf import TableUdf
 

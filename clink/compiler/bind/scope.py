@@ -6,7 +6,6 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from clink import records
-
 from clink.compiler import ast, ir
 from clink.compiler import types as T
 from clink.compiler.catalog import nearest

@@ -7,7 +7,6 @@ aggregates, over, exprs); each mixin's methods use the state ``Binder.__init__``
 from __future__ import annotations
 
 from clink import records
-
 from clink.compiler import ast, ir, udfs
 from clink.compiler import types as T
 from clink.compiler.bind.aggregates import AggContext, AggregateBinder

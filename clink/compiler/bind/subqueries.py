@@ -27,7 +27,6 @@ the select list are refused where they are written.
 from __future__ import annotations
 
 from clink import records
-
 from clink.compiler import ast
 from clink.compiler.bind.aggregates import has_aggregate
 from clink.compiler.bind.scope import Unresolved, ast_walk

@@ -3,9 +3,9 @@
 
 from __future__ import annotations
 
-from clink import records
 import pyarrow.types as pt
 
+from clink import records
 from clink.compiler import ast, ir
 from clink.compiler import types as T
 from clink.compiler.bind.relations import is_proctime
@@ -13,7 +13,6 @@ from clink.compiler.bind.scope import Scope, ScopeColumn, describe, did_you_mean
 from clink.compiler.catalog import CatalogTable
 from clink.errors import SqlError
 from clink.runtime.settings import parse_duration
-
 
 #: Flink's names of each window table function's parameters, in their order.
 _TVF_PARAMS = {

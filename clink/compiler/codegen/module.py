@@ -8,36 +8,36 @@ import keyword
 import re
 from collections.abc import Iterable, Mapping
 
-from clink import records
 import pyarrow as pa
 import pyarrow.types as pt
 
+from clink import records
 from clink._version import __version__
 from clink.compiler import ir
 from clink.compiler.codegen.exprs import emit, field_py, is_constant, type_py
 from clink.compiler.codegen.writer import SourceWriter
 from clink.compiler.explain import chain_kinds
-from clink.compiler.sqltext import expr_sql
 from clink.compiler.identity import Identity, operator_identities
-from clink.runtime.plan import APPEND_ONLY, UPDATING, ChangelogMode
 from clink.compiler.physical import (
     ChainOp,
     ExchangeOp,
     GroupAggOp,
     JoinOp,
+    MatchOp,
+    NormalizeOp,
     OverAggOp,
     PhysicalPlan,
     PreAggOp,
-    MatchOp,
-    NormalizeOp,
-    SessionOp,
     RankOp,
-    SortOp,
+    SessionOp,
     SinkOp,
+    SortOp,
     SourceOp,
     UnionOp,
     WindowAggOp,
 )
+from clink.compiler.sqltext import expr_sql
+from clink.runtime.plan import APPEND_ONLY, UPDATING, ChangelogMode
 
 HEADER_NOTE = "do not edit; run `clink compile` again."
 

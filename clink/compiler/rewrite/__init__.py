@@ -5,7 +5,6 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 from clink import records
-
 from clink.compiler import ir
 from clink.compiler.rewrite.bound_interval_joins import bound_interval_joins
 from clink.compiler.rewrite.fuse_stateless import fuse_stateless

@@ -13,9 +13,9 @@ from __future__ import annotations
 
 import datetime as dt
 
-from clink import records
 import pyarrow.types as pt
 
+from clink import records
 from clink.compiler import ir
 
 

@@ -13,7 +13,6 @@ after this rule every Rank has its limit. It runs first: other rules move filter
 from __future__ import annotations
 
 from clink import records
-
 from clink.compiler import ir
 from clink.errors import SqlError
 

@@ -8,7 +8,6 @@ above are renumbered to match. Filters and projections in between drop unused co
 from __future__ import annotations
 
 from clink import records
-
 from clink.compiler import ir
 from clink.errors import CompilerBug
 

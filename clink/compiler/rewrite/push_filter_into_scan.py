@@ -9,7 +9,6 @@ them. Only deterministic predicates move; ``CURRENT_TIMESTAMP`` is evaluated whe
 from __future__ import annotations
 
 from clink import records
-
 from clink.compiler import ir
 
 

@@ -15,7 +15,6 @@ from __future__ import annotations
 from collections import defaultdict
 
 from clink import records
-
 from clink.compiler import ir
 
 

@@ -16,7 +16,6 @@ then reads only that kind's columns.
 from __future__ import annotations
 
 from clink import records
-
 from clink.compiler import ir
 
 _COMPARE = {"eq": lambda a, b: a == b, "ne": lambda a, b: a != b}

@@ -28,7 +28,6 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 from clink import records
-
 from clink.errors import CheckpointCorrupted, UsageError
 from clink.runtime.fs import Files, fsync_directory, resolve, sha256_of
 from clink.runtime.sealed import seal, unseal

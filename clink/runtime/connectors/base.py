@@ -12,9 +12,9 @@ import functools
 from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from clink.records import field, record
 import pyarrow as pa
 
+from clink.records import field, record
 from clink.runtime.registry import ConnectorRegistry
 
 if TYPE_CHECKING:

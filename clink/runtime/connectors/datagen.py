@@ -24,11 +24,11 @@ import math
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
-from clink.records import record
 import numpy as np
 import pyarrow as pa
 
 from clink.errors import ConnectorError
+from clink.records import record
 from clink.runtime import compute as pc
 from clink.runtime.connectors.base import Connector, OptionSpec, TableSpec
 from clink.runtime.connectors.blocks import BlockReader

@@ -41,13 +41,13 @@ import uuid
 from collections.abc import Generator, Iterator, Mapping
 from typing import TYPE_CHECKING
 
-from clink import records
 import numpy as np
 import pyarrow as pa
 import pyarrow.csv as pa_csv
 import pyarrow.json as pa_json
 import pyarrow.parquet as pq
 
+from clink import records
 from clink.errors import ConnectorError, RecordError
 from clink.runtime import compute as pc
 from clink.runtime.connectors.base import (

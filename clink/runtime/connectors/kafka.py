@@ -59,14 +59,19 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from clink import records
 import numpy as np
 import pyarrow as pa
 
+from clink import records
 from clink.errors import ConnectorError, RecordError
 from clink.runtime import compute as pc
 from clink.runtime.connectors.base import Connector, OptionSpec, SinkWriter, SourceReader, TableSpec
-from clink.runtime.connectors.cdc_formats import CHANGELOG_FORMATS, FORMAT_METADATA, UNREAD_METADATA, decode_changelog
+from clink.runtime.connectors.cdc_formats import (
+    CHANGELOG_FORMATS,
+    FORMAT_METADATA,
+    UNREAD_METADATA,
+    decode_changelog,
+)
 from clink.runtime.connectors.filesystem import BadValue
 from clink.runtime.connectors.kafka_formats import FORMATS, decode, encode, format_problem
 from clink.runtime.plan import (

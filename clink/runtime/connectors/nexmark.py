@@ -29,10 +29,10 @@ import re
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
-from clink import records
 import numpy as np
 import pyarrow as pa
 
+from clink import records
 from clink.errors import ConnectorError
 from clink.runtime import compute as pc
 from clink.runtime.connectors.base import Connector, OptionSpec, TableSpec, widen_struct

@@ -33,13 +33,13 @@ from __future__ import annotations
 import re
 import time
 from collections.abc import Mapping
-from clink.records import record
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
 
 from clink.errors import ConnectorError, EvaluationError, RecordError
+from clink.records import record
 from clink.runtime import compute as pc
 from clink.runtime import kernels
 from clink.runtime.connectors import lookup_cache

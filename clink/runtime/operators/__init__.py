@@ -13,9 +13,9 @@ pipeline starts without them.
 from __future__ import annotations
 
 from collections.abc import Callable
-from clink.records import record
 from typing import TYPE_CHECKING
 
+from clink.records import record
 from clink.runtime.operators.base import Operator, OperatorBase, OperatorEnv
 from clink.runtime.plan import (
     ChangelogNormalize,

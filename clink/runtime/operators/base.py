@@ -20,9 +20,10 @@ The executor (local or, later, a cluster worker) drives an operator through thes
 
 from __future__ import annotations
 
-from clink.records import record
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
+
+from clink.records import record
 
 if TYPE_CHECKING:
     from collections.abc import Collection

@@ -34,12 +34,12 @@ runs in time order. A run that has to be rewritten is stored in time order.
 
 from __future__ import annotations
 
-from clink.records import record
 from typing import TYPE_CHECKING
 
 import numpy as np
 import pyarrow as pa
 
+from clink.records import record
 from clink.runtime import compute as pc
 from clink.runtime.operators.base import OperatorBase
 from clink.runtime.plan import DELETE, UPDATE_BEFORE

@@ -38,10 +38,10 @@ from collections.abc import Collection, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, Self
 
-from clink import records
 import numpy as np
 import pyarrow as pa
 
+from clink import records
 from clink.errors import ClinkError
 from clink.runtime.state import codec
 from clink.runtime.state.keygroups import DEFAULT_MAX_PARALLELISM, key_groups
