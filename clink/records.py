@@ -23,8 +23,9 @@ of equality and hashing, or of the repr), ``kw_only``, ``converter`` (applied to
 ``__post_init__`` method runs at the end of ``__init__``. Methods written in the class body are kept.
 
 Every record has ``__slots__`` (no ``__dict__``), pickles and copies, and supports ``match``
-keyword patterns. A ``functools.cached_property`` keeps its value in a slot of its own name. :func:`fields`, :func:`evolve` and :func:`has` stand for ``attrs.fields``,
-``attrs.evolve`` and ``attrs.has``.
+keyword patterns. A ``functools.cached_property`` keeps its value in a slot of its own name (so
+a subclass cannot reach a base's cached value through ``super()``). :func:`fields`,
+:func:`evolve` and :func:`has` stand for ``attrs.fields``, ``attrs.evolve`` and ``attrs.has``.
 """
 
 from __future__ import annotations
@@ -32,7 +33,8 @@ from __future__ import annotations
 import functools
 import types
 import typing
-from typing import Any, Callable, TypeVar
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 __all__ = ["Field", "FrozenError", "evolve", "field", "fields", "has", "record"]
 
@@ -56,7 +58,7 @@ class FrozenError(AttributeError):
 class Field:
     """One field of a record: its name and how it is initialised, compared and shown."""
 
-    __slots__ = ("name", "default", "factory", "eq", "repr", "kw_only", "converter", "validator", "init")
+    __slots__ = ("converter", "default", "eq", "factory", "init", "kw_only", "name", "repr", "validator")
 
     def __init__(self, *, default: Any = MISSING, factory: Callable[[], Any] | None = None, eq: bool = True,
                  repr: bool = True, kw_only: bool | None = None, converter: Callable[[Any], Any] | None = None,
@@ -179,7 +181,9 @@ def _make(cls: type, *, frozen: bool, kw_only: bool, eq: bool, init: bool) -> ty
         if wanted and method not in own:
             namespace[method] = _Lazy(method)
             made.append(method)
-    if "__hash__" not in own:
+    # a class body that defines __eq__ alone gets __hash__ = None from Python: not a hash of its own
+    own_hash = "__hash__" in own and not (own["__hash__"] is None and "__eq__" in own)
+    if not own_hash:
         if eq and frozen:
             namespace["__hash__"] = _Lazy("__hash__")
             made.append("__hash__")
@@ -195,7 +199,7 @@ def _make(cls: type, *, frozen: bool, kw_only: bool, eq: bool, init: bool) -> ty
         new.__dict__[method].owner = new
     # methods of the class body that use super() or __class__ close over the class they were
     # defined in; point them at the class that replaces it
-    for value in namespace.values():
+    for value in [*namespace.values(), *cached.values()]:
         function = getattr(value, "__func__", value)
         if isinstance(value, property):
             function = value.fget
@@ -254,7 +258,7 @@ class _Lazy:
 
 def _define(cls: type, name: str, source: str, env: dict[str, Any]) -> Callable:
     namespace: dict[str, Any] = {}
-    exec(compile(source, f"<record {cls.__module__}.{cls.__qualname__}.{name}>", "exec"), env, namespace)
+    exec(compile(source, f"<record {cls.__module__}.{cls.__qualname__}.{name}>", "exec"), env, namespace)  # noqa: S102 - methods written here from field names
     function = namespace[name]
     function.__qualname__ = f"{cls.__qualname__}.{name}"
     function.__module__ = cls.__module__

@@ -234,3 +234,42 @@ def test_records_import_only_the_standard_library():
             "print(sorted({m.split('.')[0] for m in set(sys.modules) - before} - set(sys.stdlib_module_names)))")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert done.stdout.strip() == "['clink']"
+
+
+def test_a_record_that_defines_eq_alone_still_hashes_its_fields_as_dataclasses_do():
+    @records.record
+    class Loose:
+        x: int
+        y: int
+
+        def __eq__(self, other):
+            return isinstance(other, Loose) and self.x == other.x
+
+    @dataclasses.dataclass(frozen=True)
+    class Oracle:
+        x: int
+        y: int
+
+        def __eq__(self, other):
+            return isinstance(other, Oracle) and self.x == other.x
+
+    assert Loose(1, 2) == Loose(1, 3)
+    assert hash(Loose(1, 2)) == hash(Loose(1, 2)) and hash(Oracle(1, 2)) == hash(Oracle(1, 2))
+    assert (hash(Loose(1, 2)) == hash(Loose(1, 3))) == (hash(Oracle(1, 2)) == hash(Oracle(1, 3)))
+
+
+def test_a_cached_property_that_calls_super_reaches_the_base():
+    @records.record
+    class Base:
+        x: int
+
+        def size(self) -> int:
+            return self.x
+
+    @records.record
+    class Child(Base):
+        @functools.cached_property
+        def scaled(self) -> int:
+            return super().size() * 10
+
+    assert Child(2).scaled == 20
