@@ -30,6 +30,7 @@ a subclass cannot reach a base's cached value through ``super()``). :func:`field
 
 from __future__ import annotations
 
+import copy
 import functools
 import types
 import typing
@@ -77,9 +78,12 @@ class Field:
         self.init = init
 
     def named(self, name: str, kw_only: bool) -> Field:
-        return Field(default=self.default, factory=self.factory, eq=self.eq, repr=self.repr,
-                     kw_only=kw_only if self.kw_only is None else self.kw_only, converter=self.converter,
-                     validator=self.validator, init=self.init, name=name)
+        """This field's options for the field ``name`` of a class whose default is ``kw_only``."""
+        named = copy.copy(self)
+        named.name = name
+        if named.kw_only is None:
+            named.kw_only = kw_only
+        return named
 
     @property
     def has_default(self) -> bool:

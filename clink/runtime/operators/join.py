@@ -336,9 +336,7 @@ class JoinOperator(OperatorBase):
         residual."""
         other = self.sides[1 - side]
         # The pairs as the runs give them, their stored rows left in the runs: the columns a check
-        # reads are taken for every pair, the rest only for the pairs kept, in the order of the
-        # probes, once (taking every pair's rows, then putting the kept ones in order, copied
-        # each row up to three times).
+        # reads are taken for every pair; whole rows only for the pairs kept, once, in probe order.
         probe, found, ids, order = other.find(khash)
         if found is None:
             return probe, None, np.zeros(0, dtype=np.int64), ids
@@ -364,9 +362,9 @@ class JoinOperator(OperatorBase):
                     else pa.nulls(n, c.type) for j, c in enumerate(columns)]
             names = other.state_schema.names
             read = [i for i in range(other.width) if reads is None or (i + self._offset[1 - side]) in reads]
-            their_read = found.take(chosen, [names[i] for i in read]) if read else None
-            theirs = [plain_array(their_read.column(read.index(i))) if i in read
-                      else pa.nulls(n, other.state_schema.field(i).type) for i in range(other.width)]
+            taken = dict(zip(read, found.take(chosen, [names[i] for i in read]).columns, strict=True)) if read else {}
+            theirs = [plain_array(taken[i]) if i in taken else pa.nulls(n, other.state_schema.field(i).type)
+                      for i in range(other.width)]
             pairs = pa.RecordBatch.from_arrays(self._arrange(side, mine, theirs), schema=self._pair_schema)
             verdict = pc.fill_null(self.node.residual(pairs, self.ctx), False).to_numpy(zero_copy_only=False)
             keep = np.zeros(len(probe), dtype=bool)

@@ -221,14 +221,14 @@ class KeyedRows:
             return np.zeros(0, dtype=np.int64), None, np.zeros(0, dtype=np.int64), None
         if len(parts) == 1:
             return probes[0], Found(parts), ids[0], None
-        probe, stored, found = np.concatenate(probes), Found(parts), np.concatenate(ids)
+        probe, stored, row_ids = np.concatenate(probes), Found(parts), np.concatenate(ids)
         order = None
         if (probe[1:] < probe[:-1]).any():
             # Pairs in the order of the probes (each probe's in the order of the runs), as if the
             # probes had come one at a time: what follows (a Top-N or a ROWS frame ordering peers
             # by arrival) sees the order of the input.
             order = np.argsort(probe, kind="stable")
-        return probe, stored, found, order
+        return probe, stored, row_ids, order
 
     # -- writing
 
@@ -636,20 +636,19 @@ class Found:
     order asked for once."""
 
     def __init__(self, parts: list[tuple[pa.Table, np.ndarray]]) -> None:
-        self.parts = parts
         if len(parts) == 1:
-            self.rows = parts[0][1]
+            self.table, self.rows = parts[0]
         else:
-            sizes = np.array([table.num_rows for table, _ in parts], dtype=np.int64)
+            tables = [table for table, _ in parts]
+            sizes = np.array([table.num_rows for table in tables], dtype=np.int64)
             firsts = np.cumsum(sizes) - sizes
+            self.table = pa.concat_tables(tables)
             self.rows = np.concatenate([rows + first for (_, rows), first in zip(parts, firsts, strict=True)])
-        self.num_rows = len(self.rows)
 
     def take(self, chosen: np.ndarray | None = None, columns: list[str] | None = None) -> pa.Table:
         """The rows of pairs ``chosen`` (positions among the pairs, in the order wanted; None: every
         pair, in order), of ``columns`` (None: all)."""
-        tables = [table if columns is None else table.select(columns) for table, _ in self.parts]
-        table = tables[0] if len(tables) == 1 else pa.concat_tables(tables)
+        table = self.table if columns is None else self.table.select(columns)
         return _rows_of(table, self.rows if chosen is None else self.rows[chosen])
 
 
