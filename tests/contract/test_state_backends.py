@@ -17,7 +17,9 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -26,6 +28,7 @@ from clink.runtime.state import codec
 from clink.runtime.state.backend import (
     IncompatibleState,
     OperatorState,
+    PrefixedKeys,
     StateBackend,
     TableStateDescriptor,
     ValueStateDescriptor,
@@ -364,6 +367,86 @@ def test_keys_grouped_by_their_first_fields_move_together(make_backend: MakeBack
         other.restore(files)
     with pytest.raises(ValueError, match="group_fields must be between 1 and the 2"):
         ValueStateDescriptor("pairs", grouped.key_schema, pa.int64(), group_fields=3)
+
+
+def test_keys_given_with_their_prefix_once_read_and_write_as_columns(make_backend: MakeBackend,
+                                                                      tmp_path: Path) -> None:
+    """``PrefixedKeys`` (the grouping fields' values once, an id per row) is the same key as its
+    columns row by row, read or written, whether the backend uses the prefix or not."""
+    grouped = ValueStateDescriptor("pairs", [("k", pa.string()), ("v", pa.int64())], pa.int64(), group_fields=1)
+    names = pa.array(["a", None, "b"])
+    ids = np.array([2, 0, 1, 2, 1, 0, 2], dtype=np.int64)
+    values = pa.array([1, 2, 3, 1, 5, 6, 7], pa.int32())  # cast to the key type, as columns are
+    keys = PrefixedKeys([names], ids, [values])
+    with make_backend(tmp_path / "a").open("op", [grouped]) as state:
+        pairs = state.value_state("pairs")
+        pairs.put_many([pa.array(["b", "a"]), pa.array([1, 2])], pa.array([10, 20]))
+        # The rows' keys: (b, 1) (a, 2) (NULL, 3) (b, 1) (NULL, 5) (a, 6) (b, 7).
+        assert pairs.get_many(keys).to_pylist() == [10, 20, None, 10, None, None, None]
+        pairs.put_many(keys, pa.array([100, 101, 102, 103, 104, None, 106]))
+        assert pairs.get_many(keys).to_pylist() == [103, 101, 102, 103, 104, None, 106]
+        stored = {key: value for (_, key), value in all_entries(state).items()}
+        assert stored == {("b", 1): 103, ("a", 2): 101, (None, 3): 102, (None, 5): 104, ("b", 7): 106}
+        with pytest.raises(TypeError, match="expected 1 prefix and 1 other key columns"):
+            pairs.get_many(PrefixedKeys([names, names], ids, []))
+
+
+COUNTERS = ValueStateDescriptor("counters", [("g", pa.string()), ("x", pa.float64())],
+                                pa.struct([("a", pa.int64()), ("b", pa.int64())]), group_fields=1)
+counter_keys = st.tuples(st.sampled_from(["p", "q", None]), st.sampled_from([0.0, -0.0, math.nan, 1.5, None]))
+#: Mostly small deltas; sometimes ones so large that a float64 sum would round (but no sum
+#: of them leaves int64).
+counter_deltas = st.integers(-2, 2) | st.sampled_from([2**56, -(2**56), 2**53 + 1])
+
+
+def model_counter_key(key: tuple) -> tuple:
+    g, x = key
+    return g, (None if x is None else "nan" if math.isnan(x) else x + 0.0)
+
+
+@PROPERTY
+@given(batches=st.lists(st.lists(st.tuples(counter_keys, counter_deltas, counter_deltas), max_size=12), max_size=5),
+       prefixed=st.booleans())
+def test_counts_added_per_key_match_a_dict_model(make_backend: MakeBackend, batches: list[list[tuple]],
+                                                 prefixed: bool) -> None:
+    """``add_counts`` adds each row's deltas to its key's counters (equal keys, ``-0.0`` and
+    ``0.0`` or two NaNs, adding up), reports each distinct key once with its counters before and
+    after, and deletes a key whose counters all return to 0."""
+    model: dict[tuple, tuple[int, int]] = {}
+    with tempfile.TemporaryDirectory() as d, make_backend(Path(d)).open("op", [COUNTERS]) as state:
+        counters = state.value_state("counters")
+        for rows in batches:
+            gs = pa.array([k[0] for k, _, _ in rows], pa.string())
+            xs = pa.array([k[1] for k, _, _ in rows], pa.float64())
+            if prefixed:
+                encoded = pc.dictionary_encode(gs, null_encoding="encode")
+                keys: Any = PrefixedKeys([encoded.dictionary], encoded.indices.to_numpy().astype(np.int64), [xs])
+            else:
+                keys = [gs, xs]
+            deltas = np.array([[a, b] for _, a, b in rows], dtype=np.int64).reshape(len(rows), 2)
+            counted = counters.add_counts(keys, deltas)
+            sums: dict[tuple, list[int]] = {}
+            for key, a, b in rows:
+                total = sums.setdefault(model_counter_key(key), [0, 0])
+                total[0] += a
+                total[1] += b
+            reported = [model_counter_key(rows[int(r)][0]) for r in counted.rows]
+            assert sorted(reported, key=repr) == sorted(sums, key=repr)
+            for key, before, after in zip(reported, counted.before.tolist(), counted.after.tolist(), strict=True):
+                held = model.get(key, (0, 0))
+                assert before == list(held)
+                assert after == [held[0] + sums[key][0], held[1] + sums[key][1]]
+                if after == [0, 0]:
+                    model.pop(key, None)
+                else:
+                    model[key] = (after[0], after[1])
+        stored = {model_counter_key(key): (value["a"], value["b"]) for (_, key), value in all_entries(state).items()}
+        assert stored == model
+
+
+def test_counts_need_a_value_of_int64_fields(state: OperatorState) -> None:
+    with pytest.raises(TypeError, match="needs a value of int64 fields"):
+        state.value_state("count").add_counts([pa.array([1]), pa.array(["a"])], np.ones((1, 1), np.int64))
 
 
 def test_restore_rejects_state_declared_differently(make_backend: MakeBackend, tmp_path: Path) -> None:

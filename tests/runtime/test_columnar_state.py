@@ -17,12 +17,13 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from clink.runtime.state import keygroups
-from clink.runtime.state.backend import ValueStateDescriptor
+from clink.runtime.state.backend import PrefixedKeys, ValueStateDescriptor
 from clink.runtime.state.columnar import ColumnarValues
 from clink.runtime.state.keygroups import key_groups
 from clink.runtime.state.memory import MemoryStateBackend
@@ -136,6 +137,12 @@ def model_key(key: tuple) -> tuple:
     return tuple((math.nan if math.isnan(v) else v + 0.0) if isinstance(v, float) else v for v in key)
 
 
+def prefixed(columns: list[pa.Array]) -> PrefixedKeys:
+    """Two key columns as ``PrefixedKeys``: the first column's distinct values, and ids."""
+    encoded = pc.dictionary_encode(columns[0], null_encoding="encode")
+    return PrefixedKeys([encoded.dictionary], encoded.indices.to_numpy().astype(np.int64), columns[1:])
+
+
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(data=st.data(), types=st.lists(st.sampled_from(range(len(KEY_TYPES))), min_size=1, max_size=2))
 def test_every_key_layout_and_nested_values_match_a_dict_model(colliding: None, data: st.DataObject,
@@ -150,7 +157,9 @@ def test_every_key_layout_and_nested_values_match_a_dict_model(colliding: None, 
         v = state.value_state("v")
         for _ in range(data.draw(st.integers(1, 6))):
             rows = data.draw(st.lists(st.tuples(keys, st.none() | values), max_size=30))
-            columns = [pa.array([k[j] for k, _ in rows], f.type) for j, f in enumerate(schema)]
+            columns: Any = [pa.array([k[j] for k, _ in rows], f.type) for j, f in enumerate(schema)]
+            if grouped and data.draw(st.booleans()):
+                columns = prefixed(columns)
             if data.draw(st.booleans()):
                 # Read first, as an operator does: the write then reuses the slots the read found.
                 assert v.get_many(columns).to_pylist() == [model.get(model_key(k)) for k, _ in rows]
@@ -161,7 +170,8 @@ def test_every_key_layout_and_nested_values_match_a_dict_model(colliding: None, 
                 else:
                     model[model_key(k)] = val
             probe = [k for k, _ in rows] + data.draw(st.lists(keys, max_size=5))
-            got = v.get_many([pa.array([k[j] for k in probe], f.type) for j, f in enumerate(schema)])
+            columns = [pa.array([k[j] for k in probe], f.type) for j, f in enumerate(schema)]
+            got = v.get_many(prefixed(columns) if grouped and data.draw(st.booleans()) else columns)
             expected = [model.get(model_key(k)) for k in probe]
             assert pa.array(expected, VALUE).equals(got)
         listed = entries(state)
@@ -173,6 +183,37 @@ def test_every_key_layout_and_nested_values_match_a_dict_model(colliding: None, 
             for _, key, _ in state.entries(g):
                 columns = [pa.array([key[j]], schema.field(j).type) for j in range(width)]
                 assert key_groups(columns, MAX_PARALLELISM)[0] == g
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(batches=st.lists(st.lists(st.tuples(st.integers(0, 40), st.none() | st.text("ab", max_size=2),
+                                           st.integers(-2, 2)), max_size=80), max_size=6))
+def test_counts_of_colliding_keys_stay_apart(colliding: None, batches: list[list[tuple]]) -> None:
+    """``add_counts`` with hundreds of keys per hash: a batch's repeated keys add up in one slot,
+    keys that only share a hash never do."""
+    store = ColumnarValues([pa.int64(), pa.string()], pa.struct([("c", pa.int64())]), MAX_PARALLELISM)
+    model: dict[tuple, int] = {}
+    for rows in batches:
+        keys = [pa.array([r[0] for r in rows], pa.int64()), pa.array([r[1] for r in rows], pa.string())]
+        counted = store.add_counts(keys, np.array([[r[2]] for r in rows], dtype=np.int64).reshape(-1, 1))
+        sums: dict[tuple, int] = {}
+        for k, name, delta in rows:
+            sums[k, name] = sums.get((k, name), 0) + delta
+        reported = [rows[int(r)][:2] for r in counted.rows]
+        assert sorted(reported, key=repr) == sorted(sums, key=repr)
+        for key, before, after in zip(reported, counted.before[:, 0].tolist(), counted.after[:, 0].tolist(),
+                                      strict=True):
+            assert (before, after) == (model.get(key, 0), model.get(key, 0) + sums[key])
+            if after:
+                model[key] = after
+            else:
+                model.pop(key, None)
+        assert len(store) == len(model)
+    live = store.live_slots()
+    keys = store.key_arrays(live)
+    stored = dict(zip(zip(keys[0].to_pylist(), keys[1].to_pylist(), strict=True),
+                      pc.struct_field(store.value_array(live), [0]).to_pylist(), strict=True))
+    assert stored == model
 
 
 def test_keys_grouped_by_a_prefix_compact_with_it() -> None:

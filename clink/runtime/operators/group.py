@@ -16,9 +16,10 @@ one more value state per argument column, ``distinct<j>``, shared by the COUNT(D
 aggregates over that column (with their different FILTERs): its key is the group key's columns
 and ``value``, its value one int64 ``a<i>`` per aggregate. It is filed under the key group of
 the group key alone (``ValueStateDescriptor.group_fields``), so a restore of some key groups
-keeps a key's values with its accumulators. Like ``groups``, it is looked up and written for a
-whole batch at once (a hash index over the pairs in the memory backend), so the work per batch
-grows with the batch, not with the state; a pair goes when its counts are all back to 0.
+keeps a key's values with its accumulators. The batch's rows are added to it in one call,
+``ValueState.add_counts``, which reports each pair's counts before and after (the memory backend
+finds each pair once in its hash index and adds in place), so the work per batch grows with the
+batch, not with the state; a pair goes when its counts are all back to 0.
 
 Counts and sums can be retracted (a ``-U`` / ``-D`` input row adds its negation), MIN and MAX
 cannot: an extreme that is retracted leaves no record of the next one. So MIN / MAX over an
@@ -27,14 +28,12 @@ updating input is refused. SUM and AVG are NULL while their count is 0, COUNT is
 A batch is processed in four vectorized steps, none looping over rows or keys in Python:
 
 1. every row becomes signed contributions, and one Arrow ``group_by`` over the key columns sums
-   them into one delta row per distinct key of the batch; for COUNT(DISTINCT), a ``group_by``
-   over key and value nets the batch's pairs, whose stored counts are read and written back
-   with the change, and the rows
-   summed per key get +1 for each value whose count leaves 0 and -1 for each that returns to 0.
-   With COUNT(DISTINCT), a key with a string or binary column, or with several columns, is
+   them into one delta row per distinct key of the batch. With COUNT(DISTINCT), the key is
    first replaced by a dense int64 id per row (each column dictionary-encoded, the codes
-   combined), and all those group_bys run over that id instead, which Arrow hashes faster;
-   the key columns are taken back from one row per id for the state lookups and the output;
+   combined): the ``group_by`` runs over the id, the rows' (key, value) pairs are added to the
+   value counts with the key columns passed once per id (``PrefixedKeys``), and each key's
+   distinct count changes by +1 for each value whose count leaves 0 and -1 for each that
+   returns to 0, summed per id with ``numpy.bincount``;
 2. ``get_many`` reads those keys' accumulators; a second ``group_by``, over the position of
    each key, merges old and delta (Arrow's kernels add decimals without overflowing precision);
 3. the results before and after are computed for all keys at once and compared;
@@ -76,7 +75,10 @@ from clink.runtime.plan import (
     ChangelogMode,
 )
 from clink.runtime.state.backend import (
+    Counted,
+    KeyColumns,
     OperatorState,
+    PrefixedKeys,
     StateBackend,
     ValueState,
     ValueStateDescriptor,
@@ -144,14 +146,11 @@ class GroupAggregateOperator(OperatorBase):
         self._check_schema(input_schema)
         self._keys = [f"_k{j}" for j in range(max(len(node.keys), 1))]
         self._plan_aggregates(input_schema)
-        # Arrow's group_by hashes string keys and compound keys more slowly than one int64 column,
-        # so such keys are grouped by a dense id per batch (see _deltas) when COUNT(DISTINCT)
-        # groups the batch again by key and value: the id, computed once, serves every group_by.
-        # With one group_by per batch, computing the id costs more than it saves (measured on
-        # Nexmark q17 and q4), so the key columns are grouped as they are.
-        key_types = [input_schema.field(k).type for k in node.keys]
-        self._by_id = (bool(self._distinct_args) and all(_encodable(t) for t in key_types)
-                       and (len(key_types) > 1 or any(_variable_width(t) for t in key_types)))
+        # With COUNT(DISTINCT), each batch's keys get a dense id (see _deltas): the value counts
+        # are kept per key and value and their changes summed per key by id, and the id serves
+        # the batch's group_by too. Without it, computing the id costs more than it saves
+        # (measured on Nexmark q17 and q4), so the key columns are grouped as they are.
+        self._by_id = bool(self._distinct_args)
         self._group = [_GROUP] if self._by_id else self._keys
         #: ``table.exec.state.ttl``: a key not updated for this long is forgotten (its next row
         #: starts it afresh, with +I). Each key's accumulators carry the time of their last update.
@@ -317,6 +316,7 @@ class GroupAggregateOperator(OperatorBase):
         self._fields: list[pa.Field] = [pa.field(_ROWS, pa.int64())]
         self._aggregations: list[tuple] = [(_ROWS, "sum")]
         self._distinct_args: dict[int, list[int]] = {}
+        self._distinct_fields: list[str] = []  # the a<i>_d fields, which the value counts change
         #: Python aggregate functions (``udaf``): (aggregate index, runner, its state field names).
         self._udafs: list[tuple[int, AggregateRunner, list[str]]] = []
         self._udaf_fields: list[pa.Field] = []
@@ -344,6 +344,7 @@ class GroupAggregateOperator(OperatorBase):
                     raise ValueError(f"{what} needs a scalar argument, got {input_schema.field(agg.arg).type}")
                 self._fields.append(pa.field(d, pa.int64()))
                 self._aggregations.append((d, "sum"))
+                self._distinct_fields.append(d)
                 self._distinct_args.setdefault(agg.arg, []).append(i)
                 continue
             if agg.fn in ("count_star", "count", "sum", "avg"):
@@ -388,9 +389,9 @@ class GroupAggregateOperator(OperatorBase):
         """The distinct keys of ``batch`` (one array per key column) and, per accumulator field,
         the net change the batch makes to each key.
 
-        Where ``_by_id`` says so, the rows are summed per dense id of their key (equal ids exactly
-        where the normalized key columns are equal, NULL equal to NULL), and the key columns
-        are taken back from one row per id."""
+        Where ``_by_id`` says so (with COUNT(DISTINCT)), the rows are summed per dense id of
+        their key (equal ids exactly where the normalized key columns are equal, NULL equal to
+        NULL), and the key columns are taken back from one row per id."""
         n = batch.num_rows
         retract = None
         if self._updating:
@@ -418,9 +419,7 @@ class GroupAggregateOperator(OperatorBase):
             if (agg.fn == "count_star" and agg.filter is None) or agg.fn == "udaf":
                 continue  # the row count is the result; Python aggregates run in _run_udafs
             if agg.fn == "count_distinct":
-                # A row adds nothing itself: the changes come from the value counts, below.
-                cols[f"a{i}_d"] = pa.array(np.zeros(n, np.int64))
-                continue
+                continue  # the changes come from the value counts, below
             keep = None if agg.filter is None else pc.fill_null(batch.column(agg.filter), False)
             arg = None if agg.arg is None else batch.column(agg.arg)
             if agg.fn in ("min", "max"):
@@ -441,58 +440,47 @@ class GroupAggregateOperator(OperatorBase):
                 if keep is not None:  # NULL arguments are skipped by the sum anyway
                     values = pc.if_else(keep, values, pa.scalar(None, sum_type))
                 cols[s_name] = values
-        changes = [c for d in self._distinct
-                   if (c := self._count_distinct(d, batch, cols, sign, key_cols, row_of)) is not None]
-        if changes:
-            cols = _append_rows(cols, changes)
-        grouped = pa.table(cols).group_by(self._group, use_threads=False).aggregate(self._aggregations)
+        aggregations = [a for a in self._aggregations if a[0] not in self._distinct_fields]
+        grouped = pa.table(cols).group_by(self._group, use_threads=False).aggregate(aggregations)
+        delta = {name: _array(grouped[f"{name}_{fn}"]) for name, fn, *_ in aggregations}
         if row_of is None:
-            keys = [_array(grouped[k]) for k in self._keys]
-        else:
-            rows = pa.array(row_of[_array(grouped[_GROUP]).to_numpy()])
-            keys = [pc.take(c, rows) for c in key_cols]
-        delta = {name: _array(grouped[f"{name}_{fn}"]) for name, fn, *_ in self._aggregations}
-        return keys, delta
+            return [_array(grouped[k]) for k in self._keys], delta
+        # The key columns' values per id; the value counts are keyed by them and the value.
+        groups = [pc.take(c, pa.array(row_of)) for c in key_cols]
+        order = pa.array(_array(grouped[_GROUP]).to_numpy())
+        for d in self._distinct:
+            for name, change in self._count_distinct(d, batch, sign, ids, groups).items():
+                delta[name] = pc.take(pa.array(change), order)
+        return [pc.take(g, order) for g in groups], delta
 
-    def _count_distinct(self, d: _DistinctCounts, batch: pa.RecordBatch, cols: dict[str, pa.Array],
-                        sign: np.ndarray, key_cols: list[pa.Array],
-                        row_of: np.ndarray | None) -> dict[str, pa.Array] | None:
-        """Add the batch's (key, value) pairs to the counts of ``d`` and store them; return the
-        changes to its aggregates' distinct counts as rows to sum per key (the columns grouped
-        by, ``_group``, and ``a<i>_d``: +1 where a value's count leaves 0, -1 where it returns
-        to 0), or None. ``key_cols`` are the batch's key columns and ``row_of`` one row per key
-        id, when ``cols`` holds ids rather than keys."""
+    def _count_distinct(self, d: _DistinctCounts, batch: pa.RecordBatch, sign: np.ndarray, ids: np.ndarray,
+                        groups: list[pa.Array]) -> dict[str, np.ndarray]:
+        """Add the batch's (key, value) pairs to the counts of ``d``; return, per aggregate of
+        ``d``, the change to each key's distinct count by key id: +1 for each value whose count
+        leaves 0, -1 for each that returns to 0. ``ids`` are the rows' key ids and ``groups``
+        the key columns' values per id."""
         value = _normalize_key(batch.column(d.arg))
         valid = pc.is_valid(value).to_numpy(zero_copy_only=False)
-        counts = {}
-        for i in d.aggs:
+        # One column per aggregate (column-major: each is written and summed whole).
+        counts = np.empty((batch.num_rows, len(d.aggs)), np.int64, order="F")
+        somewhere = np.zeros(batch.num_rows, bool)
+        for j, i in enumerate(d.aggs):
             counted = valid
             where = self.node.aggs[i].filter
             if where is not None:
                 counted = counted & pc.fill_null(batch.column(where), False).to_numpy(zero_copy_only=False)
-            counts[f"a{i}"] = np.where(counted, sign, 0)
-        counted_somewhere = np.logical_or.reduce([c != 0 for c in counts.values()])
-        if not counted_somewhere.any():
-            return None
-        pairs = pa.table({**{k: cols[k] for k in self._group}, _VALUE: value,
-                          **{name: pa.array(c) for name, c in counts.items()}})
-        if not counted_somewhere.all():
-            pairs = pc.filter(pairs, pa.array(counted_somewhere))
-        delta = pairs.group_by([*self._group, _VALUE], use_threads=False).aggregate([(n, "sum") for n in counts])
-        delta = delta.rename_columns([c.removesuffix("_sum") for c in delta.column_names])
-        if row_of is not None:  # the state is keyed by the key columns: take them from a row per id
-            rows = pa.array(row_of[_array(delta[_GROUP]).to_numpy()])
-            for name, col in zip(self._keys, key_cols, strict=True):
-                delta = delta.append_column(name, pc.take(col, rows))
-        rows, before, after = d.update(delta)
-        moves = {f"{name}_d": (after[name] > 0).astype(np.int64) - (before[name] > 0).astype(np.int64)
-                 for name in counts}
-        moved = np.flatnonzero(np.logical_or.reduce([m != 0 for m in moves.values()]))
-        if not len(moved):
-            return None
-        picks = pa.array(moved)
-        return {**{k: _array(pc.take(rows[k], picks)) for k in self._group},
-                **{name: pa.array(m[moved]) for name, m in moves.items()}}
+            counts[:, j] = np.where(counted, sign, 0)
+            somewhere |= counted
+        rows = np.flatnonzero(somewhere)
+        m = len(groups[0])
+        if len(rows) < batch.num_rows:
+            value, counts = value.take(pa.array(rows)), counts[rows]
+        counted = d.add(PrefixedKeys(groups, ids[rows], [value]), counts)
+        moves = (counted.after > 0).astype(np.int64) - (counted.before > 0).astype(np.int64)
+        moved = np.flatnonzero((moves != 0).any(axis=1))
+        of = ids[rows[counted.rows[moved]]]
+        return {f"a{i}_d": np.bincount(of, weights=moves[moved, j], minlength=m).astype(np.int64)
+                for j, i in enumerate(d.aggs)}
 
     def _field_type(self, name: str) -> pa.DataType:
         return next(f.type for f in self._fields if f.name == name)
@@ -661,7 +649,6 @@ class _DistinctCounts:
                  input_schema: pa.Schema) -> None:
         self.arg = arg
         self.aggs = tuple(aggs)
-        self.pair = [*keys, _VALUE]
         self.counts = [f"a{i}" for i in aggs]
         pair_schema = pa.schema([*(pa.field(k, t) for k, t in zip(keys, key_schema.types, strict=True)),
                                  pa.field(_VALUE, input_schema.field(arg).type)])
@@ -671,25 +658,13 @@ class _DistinctCounts:
         self.state: ValueState
         self.pairs = 0
 
-    def update(self, delta: pa.Table) -> tuple[pa.Table, dict[str, np.ndarray], dict[str, np.ndarray]]:
-        """Add ``delta`` (one row per key and value: the key columns, ``value``, and per
-        aggregate ``a<i>`` the net change of its count) to the stored counts. Return ``delta``
-        and, aligned with it, each aggregate's counts before and after (rows whose counts did not
-        change may be among them)."""
-        pairs = [_array(delta[c]) for c in self.pair]
-        old = self.state.get_many(pairs)
-        held = old.is_valid().to_numpy(zero_copy_only=False)
-        before = {}
-        for field, c in zip(old.flatten(), self.counts, strict=True):
-            before[c] = np.where(held, field.fill_null(0).to_numpy(zero_copy_only=False), 0)
-        after = {c: before[c] + _array(delta[c]).to_numpy(zero_copy_only=False) for c in self.counts}
-        alive = np.logical_or.reduce([a != 0 for a in after.values()])
-        if alive.any() or held.any():
-            values = pa.StructArray.from_arrays([pa.array(after[c]) for c in self.counts], fields=self.fields,
-                                                mask=pa.array(~alive))
-            self.state.put_many(pairs, values)
-        self.pairs += int(np.count_nonzero(alive)) - int(np.count_nonzero(held))
-        return delta, before, after
+    def add(self, pairs: KeyColumns, counts: np.ndarray) -> Counted:
+        """Add ``counts`` (per row of ``pairs``, a key and value, one int64 change per
+        aggregate) to the stored counts; return the pairs' counts before and after."""
+        counted = self.state.add_counts(pairs, counts)
+        self.pairs += (int(np.count_nonzero((counted.after != 0).any(axis=1)))
+                       - int(np.count_nonzero((counted.before != 0).any(axis=1))))
+        return counted
 
     def forget(self, pairs: list[tuple]) -> None:
         """Delete the pairs ``pairs`` (key tuples of the state)."""
@@ -708,19 +683,6 @@ def _array(values: pa.Array | pa.ChunkedArray) -> pa.Array:
     return values
 
 
-def _append_rows(cols: dict[str, pa.Array], extra: list[dict[str, pa.Array]]) -> dict[str, pa.Array]:
-    """``cols`` with the rows of each of ``extra`` after its own; a column an extra lacks is NULL
-    there (which the sums and extremes skip)."""
-    out = {}
-    for name, col in cols.items():
-        parts = [col]
-        for rows in extra:
-            part = rows.get(name)
-            parts.append(part if part is not None else pa.nulls(len(next(iter(rows.values()))), col.type))
-        out[name] = pa.concat_arrays(parts)
-    return out
-
-
 def _normalize_key(col: pa.Array) -> pa.Array:
     """``col`` with the float values the state contract treats as one key made identical."""
     if not pa.types.is_floating(col.type):
@@ -730,17 +692,6 @@ def _normalize_key(col: pa.Array) -> pa.Array:
     if pc.any(nan).as_py():
         col = pc.if_else(nan, pa.scalar(float("nan"), col.type), col)
     return col
-
-
-def _encodable(type_: pa.DataType) -> bool:
-    """Whether ``_dense_ids`` can encode a key column of ``type_``."""
-    return not (pa.types.is_nested(type_) or pa.types.is_dictionary(type_) or pa.types.is_null(type_))
-
-
-def _variable_width(type_: pa.DataType) -> bool:
-    return (pa.types.is_string(type_) or pa.types.is_large_string(type_) or pa.types.is_binary(type_)
-            or pa.types.is_large_binary(type_) or pa.types.is_string_view(type_)
-            or pa.types.is_binary_view(type_))
 
 
 def _dense_ids(columns: list[pa.Array], num_rows: int) -> tuple[np.ndarray, np.ndarray]:
@@ -754,6 +705,8 @@ def _dense_ids(columns: list[pa.Array], num_rows: int) -> tuple[np.ndarray, np.n
     ids = np.zeros(num_rows, np.int64)
     m = 1
     for j, col in enumerate(columns):
+        if pa.types.is_dictionary(col.type):  # its dictionary may repeat a value
+            col = col.cast(col.type.value_type)
         encoded = pc.dictionary_encode(col, null_encoding="encode")
         codes = encoded.indices.to_numpy(zero_copy_only=False).astype(np.int64)
         if j == 0:

@@ -43,14 +43,17 @@ import pyarrow as pa
 
 from clink import records
 from clink.errors import ClinkError
+from clink.runtime import compute as pc
 from clink.runtime.state import codec
 from clink.runtime.state.keygroups import DEFAULT_MAX_PARALLELISM, key_groups
 
 __all__ = [
+    "Counted",
     "IncompatibleState",
     "Key",
     "KeyColumns",
     "OperatorState",
+    "PrefixedKeys",
     "StateBackend",
     "StateDescriptor",
     "TableState",
@@ -59,10 +62,101 @@ __all__ = [
     "ValueStateDescriptor",
 ]
 
+class PrefixedKeys:
+    """Key columns whose leading fields (those that choose the key group) repeat: ``prefix`` holds
+    those fields' values once per distinct value, ``ids`` each row's position in ``prefix``, and
+    ``rest`` the other fields row by row. A state whose descriptor groups by the prefix
+    (``group_fields``) may find each distinct prefix once instead of once per row."""
+
+    __slots__ = ("ids", "prefix", "rest")
+
+    def __init__(self, prefix: Sequence[pa.Array], ids: np.ndarray, rest: Sequence[pa.Array]) -> None:
+        self.prefix = list(prefix)
+        self.ids = ids
+        self.rest = list(rest)
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    def columns(self) -> list[pa.Array]:
+        """The key columns row by row."""
+        at = pa.array(self.ids)
+        return [*(p.take(at) for p in self.prefix), *self.rest]
+
+
+@records.record(eq=False)
+class Counted:
+    """What ``ValueState.add_counts`` did, per distinct key of the batch: ``rows`` one of the
+    key's rows, ``before`` and ``after`` its fields (one int64 column each; 0 for a key that
+    held no value, and all 0 for a key that holds none now)."""
+
+    rows: np.ndarray
+    before: np.ndarray
+    after: np.ndarray
+
+
+def counter_deltas(descriptor: ValueStateDescriptor, deltas: np.ndarray, rows: int) -> np.ndarray:
+    """``deltas`` checked for ``ValueState.add_counts``: the value must be a struct of int64
+    fields, and ``deltas`` one int64 per field for each of the ``rows`` keys."""
+    value_type = descriptor.value_type
+    if not pa.types.is_struct(value_type) or any(f.type != pa.int64() for f in value_type):
+        raise TypeError(f"add_counts needs a value of int64 fields, state {descriptor.name!r} holds {value_type}")
+    deltas = np.asarray(deltas)
+    if deltas.shape != (rows, value_type.num_fields) or not np.issubdtype(deltas.dtype, np.integer):
+        raise ValueError(f"add_counts needs {rows} rows of {value_type.num_fields} integer deltas, "
+                         f"got shape {deltas.shape} of {deltas.dtype}")
+    return deltas.astype(np.int64, copy=False)
+
+
+def distinct_rows(columns: Sequence[pa.Array]) -> tuple[np.ndarray, np.ndarray]:
+    """A dense id per row, equal exactly for rows whose keys are equal (``-0.0`` equal to
+    ``0.0``, NaN to NaN, NULL to NULL), and one row of each id."""
+    n = len(columns[0])
+    ids = np.zeros(n, dtype=np.int64)
+    cardinality = 1
+    for col in columns:
+        if pa.types.is_floating(col.type):
+            col = pc.add(col, pa.scalar(0.0, col.type))  # -0.0 + 0.0 is 0.0
+            nan = pc.is_nan(col)
+            if pc.any(nan).as_py():
+                col = pc.if_else(nan, pa.scalar(math.nan, col.type), col)
+        encoded = pc.dictionary_encode(col, null_encoding="encode")
+        size = max(len(encoded.dictionary), 1)
+        if cardinality * size >= 2**62:
+            _, ids = np.unique(ids, return_inverse=True)
+            ids = ids.reshape(-1)
+            cardinality = int(ids.max()) + 1 if n else 1
+        ids = ids * size + encoded.indices.to_numpy(zero_copy_only=False).astype(np.int64)
+        cardinality *= size
+    inverse = np.unique(ids, return_inverse=True)[1].reshape(-1)
+    # A row of each id (numpy's return_index costs more than the inverse itself).
+    rows = np.empty(int(inverse.max()) + 1 if n else 0, dtype=np.int64)
+    rows[inverse] = np.arange(n, dtype=np.int64)
+    return inverse, rows
+
+
+def sum_by_id(ids: np.ndarray, values: np.ndarray, size: int) -> np.ndarray:
+    """The sums of the rows of ``values`` (int64, one column per field) per id in ``0..size-1``,
+    exactly."""
+    if not len(values):
+        return np.zeros((size, values.shape[1]), dtype=np.int64)
+    if float(np.abs(values).max()) * len(values) < 2.0**53:
+        # bincount adds in float64, exact while every partial sum is below 2**53.
+        return np.stack([np.bincount(ids, weights=values[:, j], minlength=size)
+                         for j in range(values.shape[1])], axis=1).astype(np.int64)
+    order = np.argsort(ids, kind="stable")
+    ordered = ids[order]
+    starts = np.flatnonzero(np.r_[True, ordered[1:] != ordered[:-1]])
+    out = np.zeros((size, values.shape[1]), dtype=np.int64)
+    out[ordered[starts]] = np.add.reduceat(values[order], starts, axis=0)
+    return out
+
+
 #: A key: one value per field of the key schema.
 Key = tuple[Any, ...]
-#: Keys of a batch: one array per key field (or the one array of a one-field key).
-KeyColumns = pa.Array | pa.ChunkedArray | Sequence[pa.Array | pa.ChunkedArray]
+#: Keys of a batch: one array per key field (or the one array of a one-field key), or
+#: ``PrefixedKeys`` where the fields that choose the key group repeat.
+KeyColumns = pa.Array | pa.ChunkedArray | Sequence[pa.Array | pa.ChunkedArray] | PrefixedKeys
 
 #: The column of table state that holds each row's key group.
 KEY_GROUP = "_key_group"
@@ -189,13 +283,43 @@ class ValueState(abc.ABC):
         """The value of each row's key as an array of ``value_type``, NULL where there is none.
 
         ``keys`` holds one column per key field (a single array for a one-field key), cast to the
-        key schema's types if they differ. Rows with equal keys read the same value.
+        key schema's types if they differ, or is a ``PrefixedKeys``. Rows with equal keys read
+        the same value.
         """
 
     @abc.abstractmethod
     def put_many(self, keys: KeyColumns, values: pa.Array | pa.ChunkedArray) -> None:
         """Set each row's key to the row's value, in row order (the last row of a key wins); a
         NULL value deletes the key."""
+
+    def add_counts(self, keys: KeyColumns, deltas: np.ndarray) -> Counted:
+        """For a value of int64 fields only (counters): add each row's ``deltas`` (rows ×
+        fields, int64) to its key's fields, and delete the keys whose fields are then all 0. A
+        key that holds no value, or a NULL field, counts from 0; the rows of one key add up.
+        Returns, per distinct key of the batch, one of its rows and its fields before and after.
+
+        This form reads and writes each key once (``get_many``, then ``put_many``); a backend
+        may do it in one pass."""
+        columns = KeyHelper(self.descriptor.key_schema, DEFAULT_MAX_PARALLELISM,
+                            self.descriptor.group_fields).columns(keys)
+        deltas = counter_deltas(self.descriptor, deltas, len(columns[0]))
+        if not len(deltas):
+            return Counted(np.zeros(0, dtype=np.int64), deltas, deltas)
+        ids, first = distinct_rows(columns)
+        sums = sum_by_id(ids, deltas, len(first))
+        at = pa.array(first)
+        picked = [c.take(at) for c in columns]
+        old = self.get_many(picked)
+        held = old.is_valid().to_numpy(zero_copy_only=False)
+        before = np.stack([np.where(held, f.fill_null(0).to_numpy(zero_copy_only=False), 0)
+                           for f in old.flatten()], axis=1).astype(np.int64)
+        after = before + sums
+        keep = (after != 0).any(axis=1)
+        if keep.any() or held.any():
+            value_type = self.descriptor.value_type
+            fields = [pa.array(after[:, j]) for j in range(after.shape[1])]
+            self.put_many(picked, pa.StructArray.from_arrays(fields, fields=list(value_type), mask=pa.array(~keep)))
+        return Counted(first, before, after)
 
 
 class TableState(abc.ABC):
@@ -361,6 +485,15 @@ def lookup(operator_id: str, descriptors: dict[str, StateDescriptor], name: str,
     return d
 
 
+def _typed(columns: Sequence[pa.Array | pa.ChunkedArray], types: Sequence[pa.DataType]) -> list[pa.Array]:
+    out = []
+    for col, t in zip(columns, types, strict=True):
+        if isinstance(col, pa.ChunkedArray):
+            col = col.combine_chunks() if col.num_chunks != 1 else col.chunk(0)
+        out.append(col if col.type == t else col.cast(t))
+    return out
+
+
 class KeyHelper:
     """Normalizes keys of one key schema and computes their key groups."""
 
@@ -395,21 +528,28 @@ class KeyHelper:
 
     def columns(self, keys: KeyColumns) -> list[pa.Array]:
         """Key columns as arrays of the key schema's types."""
-        if isinstance(keys, (pa.Array, pa.ChunkedArray)):
+        if isinstance(keys, PrefixedKeys):
+            keys = self.prefixed(keys).columns()
+        elif isinstance(keys, (pa.Array, pa.ChunkedArray)):
             keys = [keys]
         keys = list(keys)
         if len(keys) != self.width:
             raise TypeError(f"expected {self.width} key columns ({_schema_text(self.schema)}), got {len(keys)}")
-        out = []
-        for col, t in zip(keys, self.types, strict=True):
-            if isinstance(col, pa.ChunkedArray):
-                col = col.combine_chunks() if col.num_chunks != 1 else col.chunk(0)
-            if col.type != t:
-                col = col.cast(t)
-            out.append(col)
+        out = _typed(keys, self.types)
         if len({len(c) for c in out}) > 1:
             raise ValueError(f"key columns have different lengths: {[len(c) for c in out]}")
         return out
+
+    def prefixed(self, keys: PrefixedKeys) -> PrefixedKeys:
+        """``keys`` with its columns of the key schema's types; its prefix must be the fields that
+        choose the key group."""
+        if len(keys.prefix) != self.grouped or len(keys.prefix) + len(keys.rest) != self.width:
+            raise TypeError(f"expected {self.grouped} prefix and {self.width - self.grouped} other key columns "
+                            f"({_schema_text(self.schema)}), got {len(keys.prefix)} and {len(keys.rest)}")
+        rest = _typed(keys.rest, self.types[self.grouped:])
+        if any(len(c) != len(keys.ids) for c in rest):
+            raise ValueError(f"key columns have different lengths: {[len(keys.ids), *(len(c) for c in rest)]}")
+        return PrefixedKeys(_typed(keys.prefix, self.types[: self.grouped]), keys.ids, rest)
 
     def batch(self, keys: KeyColumns) -> tuple[list[Key], np.ndarray]:
         """The canonical key tuples of a batch's rows and their key groups."""

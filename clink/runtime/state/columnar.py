@@ -49,6 +49,7 @@ import pyarrow as pa
 
 from clink.runtime import compute as pc
 from clink.runtime.state import keygroups
+from clink.runtime.state.backend import Counted, PrefixedKeys, distinct_rows, sum_by_id
 from clink.runtime.state.keygroups import group_of_hash
 
 __all__ = ["ColumnarValues"]
@@ -457,26 +458,15 @@ class _Hashes(NamedTuple):
     group: np.ndarray | None
 
 
-def _distinct_rows(columns: list[pa.Array]) -> tuple[np.ndarray, np.ndarray]:
-    """A dense id per row, equal for rows whose values are all equal (as Arrow's dictionary
-    encoding compares them), and one row of each id."""
-    n = len(columns[0])
-    ids = np.zeros(n, dtype=np.int64)
-    cardinality = 1
-    for col in columns:
-        encoded = pc.dictionary_encode(col, null_encoding="encode")
-        size = max(len(encoded.dictionary), 1)
-        if cardinality * size >= 2**62:
-            _, ids = np.unique(ids, return_inverse=True)
-            ids = ids.reshape(-1)
-            cardinality = int(ids.max()) + 1 if n else 1
-        ids = ids * size + encoded.indices.to_numpy(zero_copy_only=False).astype(np.int64)
-        cardinality *= size
-    inverse = np.unique(ids, return_inverse=True)[1].reshape(-1)
-    # A row of each id (numpy's return_index costs more than the inverse itself).
-    rows = np.empty(int(inverse.max()) + 1 if n else 0, dtype=np.int64)
-    rows[inverse] = np.arange(n, dtype=np.int64)
-    return inverse, rows
+def _num_rows(keys: list[pa.Array] | PrefixedKeys) -> int:
+    return len(keys) if isinstance(keys, PrefixedKeys) else len(keys[0])
+
+
+def _same_keys(a: list[pa.Array] | PrefixedKeys, b: list[pa.Array] | PrefixedKeys) -> bool:
+    """Whether ``a`` and ``b`` are the same key arrays (the same objects)."""
+    if isinstance(a, PrefixedKeys) or isinstance(b, PrefixedKeys):
+        return a is b
+    return len(a) == len(b) and all(x is y for x, y in zip(a, b))
 
 
 def _value_store(t: pa.DataType) -> _FixedColumn | _ArrowColumn:
@@ -522,16 +512,16 @@ class ColumnarValues:
         self.index = np.full(_MIN_INDEX, _EMPTY, dtype=np.int32)
         self._stamp = np.zeros(0, dtype=np.int32)
         #: The key arrays of the last ``get``, their hashes, probes and slots (see ``put``).
-        self._last_read: tuple[list[pa.Array], _Hashes, list[Any], np.ndarray] | None = None
+        self._last_read: tuple[list[pa.Array] | PrefixedKeys, _Hashes, list[Any], np.ndarray] | None = None
 
     def __len__(self) -> int:
         return self.live
 
     # -- batch access ----------------------------------------------------------------------------
 
-    def get(self, keys: list[pa.Array]) -> pa.Array:
+    def get(self, keys: list[pa.Array] | PrefixedKeys) -> pa.Array:
         """Each row's value, NULL where its key holds none."""
-        n = len(keys[0])
+        n = _num_rows(keys)
         if n == 0 or self.live == 0:
             return pa.nulls(n, self.value_type)
         hashes, probes = self._probe(keys)
@@ -541,7 +531,7 @@ class ColumnarValues:
         found[found] = self.alive[slots[found]]
         return self._values(np.where(found, slots, 0), None if found.all() else found)
 
-    def put(self, keys: list[pa.Array], values: pa.Array) -> None:
+    def put(self, keys: list[pa.Array] | PrefixedKeys, values: pa.Array) -> None:
         """Set each row's key to its value, the last row of a key winning; NULL deletes."""
         n = len(values)
         if n == 0:
@@ -551,7 +541,7 @@ class ColumnarValues:
         # up only the keys the read did not find.
         last, self._last_read = self._last_read, None
         known = None
-        if last is not None and len(last[0]) == len(keys) and all(a is b for a, b in zip(last[0], keys)):
+        if last is not None and _same_keys(last[0], keys):
             _, hashes, probes, known = last
         else:
             hashes, probes = self._probe(keys)
@@ -592,6 +582,72 @@ class ColumnarValues:
                 parts = [chosen]
             for column, part in zip(self.columns, parts, strict=True):
                 column.put(at, part)
+        self._tidy()
+
+    def add_counts(self, keys: list[pa.Array] | PrefixedKeys, deltas: np.ndarray) -> Counted:
+        """For a value of int64 fields only: add each row's ``deltas`` (one int64 per field) to
+        its key's fields (0 where the key holds no value, or a field is NULL), and delete the keys
+        whose fields are then all 0. See ``ValueState.add_counts``: here the keys are found (or
+        given slots) in one pass, and the fields are read and written in place."""
+        n, width = deltas.shape
+        self._last_read = None
+        if n == 0:
+            empty = np.zeros((0, width), dtype=np.int64)
+            return Counted(np.zeros(0, dtype=np.int64), empty, empty)
+        hashes, probes = self._probe(keys)
+        same = self._same_key_rows(hashes.key, probes)
+        own = np.flatnonzero(same == np.arange(n))
+        slots = np.empty(n, dtype=np.int64)
+        slots[own] = self._find(hashes, probes, own, insert=True)
+        slots = slots[same]
+        # One row per slot: each slot's stamp is the position of one of its rows (whichever
+        # the scatter kept), the row that reads its own position back represents the slot.
+        self._stamp = _grow(self._stamp, len(self.alive))
+        positions = np.arange(n, dtype=np.int32)
+        self._stamp[slots] = positions
+        chosen = self._stamp[slots]
+        first = np.flatnonzero(chosen == positions)
+        local = np.empty(n, dtype=np.int64)
+        local[first] = np.arange(len(first), dtype=np.int64)
+        sums = sum_by_id(local[chosen], deltas, len(first))
+        at = slots[first]
+        held = self.alive[at]
+        columns: list[_FixedColumn] = self.columns  # type: ignore[assignment]
+        before = np.zeros((len(first), width), dtype=np.int64)
+        for j, column in enumerate(columns):
+            before[:, j] = np.where(held & column.valid[at], column.values[at], 0)
+        after = before + sums
+        keep = (after != 0).any(axis=1)
+        self.alive[at] = keep
+        self.live += int(np.count_nonzero(keep)) - int(np.count_nonzero(held))
+        written = at[keep]
+        for j, column in enumerate(columns):
+            column.values[written] = after[keep, j]
+            column.valid[written] = True
+        self._tidy()
+        return Counted(first, before, after)
+
+    def _same_key_rows(self, hashes: np.ndarray, probes: list[Any]) -> np.ndarray:
+        """For each row of a batch, a row of the batch with the same key: the row itself, or
+        one found by a pass over a small table of the batch's own (most repeated keys are
+        found; the rest are left to ``_find``, which also gives repeats one slot)."""
+        n = len(hashes)
+        rows = np.arange(n, dtype=np.int64)
+        size = 1 << max(10, math.ceil(math.log2(2 * n)))
+        position = (hashes & np.uint64(size - 1)).astype(np.int64)
+        table = np.empty(size, dtype=np.int64)
+        table[position] = rows  # one of the rows at each position wins it
+        other = table[position]
+        check = np.flatnonzero((other != rows) & (hashes[other] == hashes))
+        if len(check):
+            equal = np.ones(len(check), dtype=bool)
+            for store, probe in zip(self.keys, probes, strict=True):
+                equal &= store.equal_rows(probe, check, other[check])
+            rows[check[equal]] = other[check[equal]]
+        return rows
+
+    def _tidy(self) -> None:
+        """Compact after a write that left too many dead slots or dead Arrow value rows."""
         if self.used - self.live > max(self.live, _MIN_COMPACT):
             self._compact()
         else:
@@ -623,24 +679,34 @@ class ColumnarValues:
 
     # -- internals -------------------------------------------------------------------------------
 
-    def _probe(self, keys: list[pa.Array]) -> tuple[_Hashes, list[Any]]:
-        if self.prefix is None:
+    def _probe(self, keys: list[pa.Array] | PrefixedKeys) -> tuple[_Hashes, list[Any]]:
+        if isinstance(keys, PrefixedKeys):
+            assert self.prefix is not None, "prefixed keys for a state that does not group by a prefix"
+            ids, group_hashes = self.prefix._prefix_ids(keys.prefix, distinct=True)
+            ids, group_hashes = ids[keys.ids], group_hashes[keys.ids]
+            rest = keys.rest
+        elif self.prefix is None:
             # Looked up at call time, so a test can replace the hash to force collisions.
             hashes = _Hashes(keygroups.hash_columns(keys, len(keys[0])), None)
             return hashes, [store.probe(arr) for store, arr in zip(self.keys, keys, strict=True)]
-        n = self.group_fields
-        ids, group_hashes = self.prefix._prefix_ids(keys[:n])
-        rest = keys[n:]
+        else:
+            n = self.group_fields
+            ids, group_hashes = self.prefix._prefix_ids(keys[:n])
+            rest = keys[n:]
         hashes = _Hashes(keygroups.extend_hashes(group_hashes, rest), group_hashes)
         probes = [(ids, np.ones(len(ids), dtype=bool)),
                   *(store.probe(arr) for store, arr in zip(self.keys[1:], rest, strict=True))]
         return hashes, probes
 
-    def _prefix_ids(self, columns: list[pa.Array]) -> tuple[np.ndarray, np.ndarray]:
+    def _prefix_ids(self, columns: list[pa.Array], *, distinct: bool = False) -> tuple[np.ndarray, np.ndarray]:
         """For a store that holds the grouping fields of another: each row's slot (the rows'
         values added if new) and hash. Each distinct row of the batch is hashed and looked up
-        once, and every row gets its answer."""
-        rows, picked = _distinct_rows(columns)
+        once, and every row gets its answer. With ``distinct``, the rows are mostly distinct
+        already (``PrefixedKeys.prefix``), and are looked up as they are."""
+        if distinct:
+            hashes, probes = self._probe(columns)
+            return self._find(hashes, probes, np.arange(len(columns[0]), dtype=np.int64), insert=True), hashes.key
+        rows, picked = distinct_rows(columns)
         columns = [c.take(pa.array(picked)) for c in columns]
         hashes, probes = self._probe(columns)
         slots = self._find(hashes, probes, np.arange(len(picked), dtype=np.int64), insert=True)

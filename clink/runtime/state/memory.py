@@ -22,11 +22,13 @@ from clink.runtime.state import codec
 from clink.runtime.state.backend import (
     KEY_GROUP,
     NAMESPACE,
+    Counted,
     IncompatibleState,
     Key,
     KeyColumns,
     KeyHelper,
     OperatorState,
+    PrefixedKeys,
     StateBackend,
     StateDescriptor,
     TableState,
@@ -35,6 +37,7 @@ from clink.runtime.state.backend import (
     ValueStateDescriptor,
     check_key_group,
     conform_table,
+    counter_deltas,
     descriptor_map,
     lookup,
     values_array,
@@ -79,6 +82,7 @@ class _MemoryValueState(ValueState):
         self.keys = KeyHelper(descriptor.key_schema, max_parallelism, descriptor.group_fields)
         self.store = ColumnarValues(descriptor.key_schema.types, descriptor.value_type, max_parallelism,
                                     group_fields=descriptor.group_fields)
+        self._read: tuple[PrefixedKeys | None, PrefixedKeys | None] = (None, None)
 
     def clear_all(self) -> None:
         self.store.clear()
@@ -96,11 +100,29 @@ class _MemoryValueState(ValueState):
         self.store.put(self._one(key), pa.nulls(1, self.descriptor.value_type))
 
     def get_many(self, keys: KeyColumns) -> pa.Array:
-        return self.store.get(self.keys.columns(keys))
+        return self.store.get(self._columns(keys, read=True))
 
     def put_many(self, keys: KeyColumns, values: pa.Array | pa.ChunkedArray) -> None:
-        columns = self.keys.columns(keys)
-        self.store.put(columns, values_array(values, self.descriptor.value_type, len(columns[0])))
+        columns = self._columns(keys, read=False)
+        n = len(columns) if isinstance(columns, PrefixedKeys) else len(columns[0])
+        self.store.put(columns, values_array(values, self.descriptor.value_type, n))
+
+    def add_counts(self, keys: KeyColumns, deltas: np.ndarray) -> Counted:
+        columns = self._columns(keys, read=False)
+        n = len(columns) if isinstance(columns, PrefixedKeys) else len(columns[0])
+        return self.store.add_counts(columns, counter_deltas(self.descriptor, deltas, n))
+
+    def _columns(self, keys: KeyColumns, *, read: bool) -> list[pa.Array] | PrefixedKeys:
+        # The store finds a repeated prefix once per distinct value when it groups by it. Keys
+        # read and then written are recognised by identity (``ColumnarValues.put``), so the
+        # written keys are the very object the read passed on.
+        if isinstance(keys, PrefixedKeys) and self.store.prefix is not None:
+            given, typed = self._read
+            if keys is not given:
+                typed = self.keys.prefixed(keys)
+            self._read = (keys, typed) if read else (None, None)
+            return typed
+        return self.keys.columns(keys)
 
     def group_entries(self, key_group: int) -> Iterator[tuple[Key, Any]]:
         """``(key, value)`` of every key in ``key_group``, as Python values."""
