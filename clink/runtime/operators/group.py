@@ -705,8 +705,6 @@ def _dense_ids(columns: list[pa.Array], num_rows: int) -> tuple[np.ndarray, np.n
     ids = np.zeros(num_rows, np.int64)
     m = 1
     for j, col in enumerate(columns):
-        if pa.types.is_dictionary(col.type):  # its dictionary may repeat a value
-            col = col.cast(col.type.value_type)
         encoded = pc.dictionary_encode(col, null_encoding="encode")
         codes = encoded.indices.to_numpy(zero_copy_only=False).astype(np.int64)
         if j == 0:
