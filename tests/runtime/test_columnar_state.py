@@ -216,6 +216,30 @@ def test_counts_of_colliding_keys_stay_apart(colliding: None, batches: list[list
     assert stored == model
 
 
+def test_prefixed_keys_given_to_several_states_are_hashed_once() -> None:
+    """The prefix of a ``PrefixedKeys`` is hashed once for every state of its key types it is
+    given to, and each state still finds its own keys."""
+    keys = prefixed([pa.array(["x", "y", "x", None]), pa.array([1, 2, 3, 1])])
+    a = ColumnarValues([pa.string(), pa.int64()], pa.struct([("c", pa.int64())]), MAX_PARALLELISM, group_fields=1)
+    b = ColumnarValues([pa.string(), pa.int64()], pa.struct([("c", pa.int64())]), MAX_PARALLELISM, group_fields=1)
+    b.add_counts([pa.array(["y", "z"]), pa.array([2, 9])], np.array([[5], [6]]))  # b's prefix ids differ from a's
+    calls = []
+    real = ColumnarValues._probe
+
+    def counting(self: ColumnarValues, columns: Any) -> Any:
+        calls.append(self)
+        return real(self, columns)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(ColumnarValues, "_probe", counting)
+        counted_a = a.add_counts(keys, np.ones((4, 1), np.int64))
+        counted_b = b.add_counts(keys, np.ones((4, 1), np.int64))
+    assert calls.count(a.prefix) + calls.count(b.prefix) == 1
+    assert counted_a.after[:, 0].tolist() == [1, 1, 1, 1]
+    assert sorted(counted_b.after[:, 0].tolist()) == [1, 1, 1, 6]
+    assert b.get([pa.array(["y", "z", "x"]), pa.array([2, 9, 3])]).to_pylist() == [{"c": 6}, {"c": 6}, {"c": 1}]
+
+
 def test_keys_grouped_by_a_prefix_compact_with_it() -> None:
     """A state grouped by its first field stores that field's distinct values once; after a
     compaction only those still held are left, and every key reads back the same."""

@@ -68,12 +68,15 @@ class PrefixedKeys:
     ``rest`` the other fields row by row. A state whose descriptor groups by the prefix
     (``group_fields``) may find each distinct prefix once instead of once per row."""
 
-    __slots__ = ("ids", "prefix", "rest")
+    __slots__ = ("ids", "memo", "prefix", "rest")
 
     def __init__(self, prefix: Sequence[pa.Array], ids: np.ndarray, rest: Sequence[pa.Array]) -> None:
         self.prefix = list(prefix)
         self.ids = ids
         self.rest = list(rest)
+        #: What a backend worked out from ``prefix`` alone (its hashes), for the next state
+        #: given the same keys.
+        self.memo: dict[Any, Any] = {}
 
     def __len__(self) -> int:
         return len(self.ids)
@@ -140,14 +143,15 @@ def sum_by_id(ids: np.ndarray, values: np.ndarray, size: int) -> np.ndarray:
     exactly."""
     if not len(values):
         return np.zeros((size, values.shape[1]), dtype=np.int64)
+    out = np.zeros((size, values.shape[1]), dtype=np.int64, order="F")
     if float(np.abs(values).max()) * len(values) < 2.0**53:
         # bincount adds in float64, exact while every partial sum is below 2**53.
-        return np.stack([np.bincount(ids, weights=values[:, j], minlength=size)
-                         for j in range(values.shape[1])], axis=1).astype(np.int64)
+        for j in range(values.shape[1]):
+            out[:, j] = np.bincount(ids, weights=values[:, j], minlength=size)
+        return out
     order = np.argsort(ids, kind="stable")
     ordered = ids[order]
     starts = np.flatnonzero(np.r_[True, ordered[1:] != ordered[:-1]])
-    out = np.zeros((size, values.shape[1]), dtype=np.int64)
     out[ordered[starts]] = np.add.reduceat(values[order], starts, axis=0)
     return out
 
@@ -549,7 +553,10 @@ class KeyHelper:
         rest = _typed(keys.rest, self.types[self.grouped:])
         if any(len(c) != len(keys.ids) for c in rest):
             raise ValueError(f"key columns have different lengths: {[len(keys.ids), *(len(c) for c in rest)]}")
-        return PrefixedKeys(_typed(keys.prefix, self.types[: self.grouped]), keys.ids, rest)
+        prefix = _typed(keys.prefix, self.types[: self.grouped])
+        if all(a is b for a, b in zip([*prefix, *rest], [*keys.prefix, *keys.rest], strict=True)):
+            return keys  # already typed: the same object, and its memo, go on
+        return PrefixedKeys(prefix, keys.ids, rest)
 
     def batch(self, keys: KeyColumns) -> tuple[list[Key], np.ndarray]:
         """The canonical key tuples of a batch's rows and their key groups."""

@@ -613,16 +613,19 @@ class ColumnarValues:
         at = slots[first]
         held = self.alive[at]
         columns: list[_FixedColumn] = self.columns  # type: ignore[assignment]
-        before = np.zeros((len(first), width), dtype=np.int64)
-        for j, column in enumerate(columns):
-            before[:, j] = np.where(held & column.valid[at], column.values[at], 0)
+        # Column-major, as the fields are stored: each is read and written whole.
+        before = np.zeros((len(first), width), dtype=np.int64, order="F")
+        if held.any():
+            for j, column in enumerate(columns):
+                before[:, j] = np.where(held & column.valid[at], column.values[at], 0)
         after = before + sums
         keep = (after != 0).any(axis=1)
         self.alive[at] = keep
         self.live += int(np.count_nonzero(keep)) - int(np.count_nonzero(held))
-        written = at[keep]
+        every = bool(keep.all())
+        written = at if every else at[keep]
         for j, column in enumerate(columns):
-            column.values[written] = after[keep, j]
+            column.values[written] = after[:, j] if every else after[keep, j]
             column.valid[written] = True
         self._tidy()
         return Counted(first, before, after)
@@ -682,7 +685,13 @@ class ColumnarValues:
     def _probe(self, keys: list[pa.Array] | PrefixedKeys) -> tuple[_Hashes, list[Any]]:
         if isinstance(keys, PrefixedKeys):
             assert self.prefix is not None, "prefixed keys for a state that does not group by a prefix"
-            ids, group_hashes = self.prefix._prefix_ids(keys.prefix, distinct=True)
+            # The prefix's hashes are the same for every state of these key types: worked out
+            # once for all the states the keys are given to.
+            memo = ("prefix probe", *self.prefix.key_types)
+            probed = keys.memo.get(memo)
+            if probed is None:
+                probed = keys.memo[memo] = self.prefix._probe(keys.prefix)
+            ids, group_hashes = self.prefix._prefix_ids(keys.prefix, probed=probed)
             ids, group_hashes = ids[keys.ids], group_hashes[keys.ids]
             rest = keys.rest
         elif self.prefix is None:
@@ -698,13 +707,15 @@ class ColumnarValues:
                   *(store.probe(arr) for store, arr in zip(self.keys[1:], rest, strict=True))]
         return hashes, probes
 
-    def _prefix_ids(self, columns: list[pa.Array], *, distinct: bool = False) -> tuple[np.ndarray, np.ndarray]:
+    def _prefix_ids(self, columns: list[pa.Array], *,
+                    probed: tuple[_Hashes, list[Any]] | None = None) -> tuple[np.ndarray, np.ndarray]:
         """For a store that holds the grouping fields of another: each row's slot (the rows'
         values added if new) and hash. Each distinct row of the batch is hashed and looked up
-        once, and every row gets its answer. With ``distinct``, the rows are mostly distinct
-        already (``PrefixedKeys.prefix``), and are looked up as they are."""
-        if distinct:
-            hashes, probes = self._probe(columns)
+        once, and every row gets its answer. Given the rows' hashes and probes (``probed``),
+        the rows are mostly distinct already (``PrefixedKeys.prefix``), and are looked up as
+        they are."""
+        if probed is not None:
+            hashes, probes = probed
             return self._find(hashes, probes, np.arange(len(columns[0]), dtype=np.int64), insert=True), hashes.key
         rows, picked = distinct_rows(columns)
         columns = [c.take(pa.array(picked)) for c in columns]
