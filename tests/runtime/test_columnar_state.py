@@ -240,6 +240,22 @@ def test_prefixed_keys_given_to_several_states_are_hashed_once() -> None:
     assert b.get([pa.array(["y", "z", "x"]), pa.array([2, 9, 3])]).to_pylist() == [{"c": 6}, {"c": 6}, {"c": 1}]
 
 
+def test_int64_values_are_held_narrow_until_one_does_not_fit() -> None:
+    """An int64 field is kept as int32 while its values fit, and widened, values kept, by the
+    first write (``put`` or ``add_counts``) of one that does not."""
+    value = pa.struct([("n", pa.int64()), ("m", pa.int64())])
+    store = ColumnarValues([pa.int64()], value, MAX_PARALLELISM)
+    keys = [pa.array(np.arange(5, dtype=np.int64))]
+    store.put(keys, pa.array([{"n": i, "m": None if i == 2 else -i} for i in range(5)], value))
+    assert [c.values.dtype for c in store.columns] == [np.int32, np.int32]
+    store.put([pa.array([1])], pa.array([{"n": 2**40, "m": -(2**31)}], value))
+    assert [c.values.dtype for c in store.columns] == [np.int64, np.int32]
+    store.add_counts([pa.array([3, 3])], np.array([[0, 2**31], [0, 2**31]], dtype=np.int64))
+    assert [c.values.dtype for c in store.columns] == [np.int64, np.int64]
+    assert store.get(keys).to_pylist() == [{"n": 0, "m": 0}, {"n": 2**40, "m": -(2**31)}, {"n": 2, "m": None},
+                                           {"n": 3, "m": 2**32 - 3}, {"n": 4, "m": -4}]
+
+
 def test_keys_grouped_by_a_prefix_compact_with_it() -> None:
     """A state grouped by its first field stores that field's distinct values once; after a
     compaction only those still held are left, and every key reads back the same."""
@@ -260,7 +276,7 @@ def test_keys_grouped_by_a_prefix_compact_with_it() -> None:
     assert sorted(zip(keys[0].to_pylist(), keys[1].to_pylist())) == sorted(
         (f"group-{i % 3000}", i) for i in range(n) if not gone[i])
     expected = key_groups([keys[0]], MAX_PARALLELISM)
-    assert (store.groups[live] == expected).all()
+    assert (store.groups_of(live) == expected).all()
     # New keys of old and new groups still land right.
     store.put([pa.array(["group-5", "new"]), pa.array([-1, -2])], pa.array([7, 8]))
     assert store.get([pa.array(["group-5", "new", "group-2999"]), pa.array([-1, -2, 2999])]).to_pylist() == [

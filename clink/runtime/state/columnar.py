@@ -7,8 +7,8 @@ Layout. Every key the state has seen since its last compaction owns a **slot**, 
 into a set of parallel arrays that grow by doubling:
 
 - ``hashes`` (uint64, ``keygroups.hash_columns`` of the key) and ``groups`` (int32, its key
-  group, derived from the hash as exchanges derive it, or from the hash of the key's first
-  ``group_fields`` fields when the state groups by a prefix);
+  group, derived from the hash as exchanges derive it; a state that groups by a prefix of the
+  key, ``group_fields``, keeps no ``groups`` of its own: its prefix store's say it, by prefix);
 - ``alive`` (bool): whether the key holds a value. Deleting a key only clears it; the slot keeps
   its key, so a later write of the same key revives the same slot (a tombstone that is found
   again, not a hole in the probe chains);
@@ -18,7 +18,8 @@ into a set of parallel arrays that grow by doubling:
   decimals and fixed-size binary as a matrix of bytes; strings and binary as offsets and lengths
   into one growing byte buffer;
 - the value, one store per field of a struct value type (or one for any other type): fixed-width
-  fields in numpy with a validity mask, scattered and gathered by slot; other types
+  fields in numpy with a validity mask, scattered and gathered by slot (int64 fields as int32
+  while every value written fits, ``_NarrowColumn``); other types
   (strings, lists, maps, nested rows) as Arrow arrays appended per write (``_ArrowColumn``), each
   slot pointing at its latest row.
 
@@ -42,7 +43,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import Any, NamedTuple
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -59,6 +60,7 @@ _MIN_COMPACT = 4096
 #: The index never has fewer positions than this.
 _MIN_INDEX = 1024
 _EMPTY = -1
+_INT32_MIN, _INT32_MAX = -(2**31), 2**31 - 1
 
 
 def _grow(array: np.ndarray, needed: int) -> np.ndarray:
@@ -368,6 +370,35 @@ class _FixedColumn:
         self.valid = self.valid[:0]
 
 
+class _NarrowColumn(_FixedColumn):
+    """An int64 value field held as int32 while every value written fits in one (counts, and
+    most sums, do: half the memory), and as int64 from the first value that does not."""
+
+    def __init__(self, t: pa.DataType) -> None:
+        super().__init__(t, 8)
+        self.values = np.zeros(0, dtype=np.int32)
+
+    def put(self, slots: np.ndarray, arr: pa.Array) -> None:
+        self.write(slots, _fixed_values(arr, "<i8", ()))
+        self.valid[slots] = _valid(arr)
+
+    def write(self, slots: np.ndarray, values: np.ndarray) -> None:
+        """Set the values (int64) of ``slots``, leaving their validity as it is."""
+        if self.values.dtype == np.int32 and len(values) and (values.min() < _INT32_MIN or values.max() > _INT32_MAX):
+            self.values = self.values.astype(np.int64)
+        self.values[slots] = values
+
+    def read(self, slots: np.ndarray) -> np.ndarray:
+        """The values (int64) of ``slots``, whatever their validity."""
+        return self.values[slots].astype(np.int64, copy=False)
+
+    def get(self, slots: np.ndarray, found: np.ndarray | None, *, mask: bool = True) -> pa.Array:
+        valid = self.valid[slots]
+        if mask and found is not None:
+            valid = valid & found
+        return _fixed_array(self.type, self.read(slots), valid)
+
+
 class _ArrowColumn:
     """One value field of any other type (strings, lists, maps, rows) as Arrow arrays.
 
@@ -450,14 +481,6 @@ class _ArrowColumn:
         self.total = 0
 
 
-class _Hashes(NamedTuple):
-    """A batch's key hashes, and the hashes that give their key groups when those are of a
-    prefix of the key (else None)."""
-
-    key: np.ndarray
-    group: np.ndarray | None
-
-
 def _num_rows(keys: list[pa.Array] | PrefixedKeys) -> int:
     return len(keys) if isinstance(keys, PrefixedKeys) else len(keys[0])
 
@@ -470,6 +493,8 @@ def _same_keys(a: list[pa.Array] | PrefixedKeys, b: list[pa.Array] | PrefixedKey
 
 
 def _value_store(t: pa.DataType) -> _FixedColumn | _ArrowColumn:
+    if t == pa.int64():
+        return _NarrowColumn(t)
     width = _fixed_width(t)
     return _ArrowColumn(t) if width is None else _FixedColumn(t, width)
 
@@ -506,13 +531,14 @@ class ColumnarValues:
         else:
             n = self.group_fields
             self.prefix = ColumnarValues(self.key_types[:n], pa.bool_(), self.max_parallelism)
-            self.keys = [_FixedKey(pa.int64(), 8), *(_key_store(t) for t in self.key_types[n:])]
+            # A key's prefix as its slot in the prefix store (the index's slots are int32).
+            self.keys = [_FixedKey(pa.int32(), 4), *(_key_store(t) for t in self.key_types[n:])]
         types = [f.type for f in self.fields] if self.struct else [self.value_type]
         self.columns = [_value_store(t) for t in types]
         self.index = np.full(_MIN_INDEX, _EMPTY, dtype=np.int32)
         self._stamp = np.zeros(0, dtype=np.int32)
         #: The key arrays of the last ``get``, their hashes, probes and slots (see ``put``).
-        self._last_read: tuple[list[pa.Array] | PrefixedKeys, _Hashes, list[Any], np.ndarray] | None = None
+        self._last_read: tuple[list[pa.Array] | PrefixedKeys, np.ndarray, list[Any], np.ndarray] | None = None
 
     def __len__(self) -> int:
         return self.live
@@ -595,7 +621,7 @@ class ColumnarValues:
             empty = np.zeros((0, width), dtype=np.int64)
             return Counted(np.zeros(0, dtype=np.int64), empty, empty)
         hashes, probes = self._probe(keys)
-        same = self._same_key_rows(hashes.key, probes)
+        same = self._same_key_rows(hashes, probes)
         own = np.flatnonzero(same == np.arange(n))
         slots = np.empty(n, dtype=np.int64)
         slots[own] = self._find(hashes, probes, own, insert=True)
@@ -612,12 +638,12 @@ class ColumnarValues:
         sums = sum_by_id(local[chosen], deltas, len(first))
         at = slots[first]
         held = self.alive[at]
-        columns: list[_FixedColumn] = self.columns  # type: ignore[assignment]
+        columns: list[_NarrowColumn] = self.columns  # type: ignore[assignment]
         # Column-major, as the fields are stored: each is read and written whole.
         before = np.zeros((len(first), width), dtype=np.int64, order="F")
         if held.any():
             for j, column in enumerate(columns):
-                before[:, j] = np.where(held & column.valid[at], column.values[at], 0)
+                before[:, j] = np.where(held & column.valid[at], column.read(at), 0)
         after = before + sums
         keep = (after != 0).any(axis=1)
         self.alive[at] = keep
@@ -625,7 +651,7 @@ class ColumnarValues:
         every = bool(keep.all())
         written = at if every else at[keep]
         for j, column in enumerate(columns):
-            column.values[written] = after[:, j] if every else after[keep, j]
+            column.write(written, after[:, j] if every else after[keep, j])
             column.valid[written] = True
         self._tidy()
         return Counted(first, before, after)
@@ -666,7 +692,16 @@ class ColumnarValues:
     def slots_of_group(self, group: int) -> np.ndarray:
         """The live slots whose keys are in key group ``group``."""
         used = self.used
-        return np.flatnonzero(self.alive[:used] & (self.groups[:used] == group))
+        if self.prefix is None:
+            return np.flatnonzero(self.alive[:used] & (self.groups[:used] == group))
+        in_group = self.prefix.groups[: self.prefix.used] == group
+        return np.flatnonzero(self.alive[:used] & in_group[self.keys[0].values[:used]])
+
+    def groups_of(self, slots: np.ndarray) -> np.ndarray:
+        """The key group of each of ``slots``."""
+        if self.prefix is None:
+            return self.groups[slots]
+        return self.prefix.groups[self.keys[0].values[slots]]
 
     def live_slots(self) -> np.ndarray:
         return np.flatnonzero(self.alive[: self.used])
@@ -682,7 +717,7 @@ class ColumnarValues:
 
     # -- internals -------------------------------------------------------------------------------
 
-    def _probe(self, keys: list[pa.Array] | PrefixedKeys) -> tuple[_Hashes, list[Any]]:
+    def _probe(self, keys: list[pa.Array] | PrefixedKeys) -> tuple[np.ndarray, list[Any]]:
         if isinstance(keys, PrefixedKeys):
             assert self.prefix is not None, "prefixed keys for a state that does not group by a prefix"
             # The prefix's hashes are the same for every state of these key types: worked out
@@ -696,19 +731,19 @@ class ColumnarValues:
             rest = keys.rest
         elif self.prefix is None:
             # Looked up at call time, so a test can replace the hash to force collisions.
-            hashes = _Hashes(keygroups.hash_columns(keys, len(keys[0])), None)
+            hashes = keygroups.hash_columns(keys, len(keys[0]))
             return hashes, [store.probe(arr) for store, arr in zip(self.keys, keys, strict=True)]
         else:
             n = self.group_fields
             ids, group_hashes = self.prefix._prefix_ids(keys[:n])
             rest = keys[n:]
-        hashes = _Hashes(keygroups.extend_hashes(group_hashes, rest), group_hashes)
-        probes = [(ids, np.ones(len(ids), dtype=bool)),
+        hashes = keygroups.extend_hashes(group_hashes, rest)
+        probes = [(ids.astype(np.uint32), np.ones(len(ids), dtype=bool)),
                   *(store.probe(arr) for store, arr in zip(self.keys[1:], rest, strict=True))]
         return hashes, probes
 
     def _prefix_ids(self, columns: list[pa.Array], *,
-                    probed: tuple[_Hashes, list[Any]] | None = None) -> tuple[np.ndarray, np.ndarray]:
+                    probed: tuple[np.ndarray, list[Any]] | None = None) -> tuple[np.ndarray, np.ndarray]:
         """For a store that holds the grouping fields of another: each row's slot (the rows'
         values added if new) and hash. Each distinct row of the batch is hashed and looked up
         once, and every row gets its answer. Given the rows' hashes and probes (``probed``),
@@ -716,12 +751,12 @@ class ColumnarValues:
         they are."""
         if probed is not None:
             hashes, probes = probed
-            return self._find(hashes, probes, np.arange(len(columns[0]), dtype=np.int64), insert=True), hashes.key
+            return self._find(hashes, probes, np.arange(len(columns[0]), dtype=np.int64), insert=True), hashes
         rows, picked = distinct_rows(columns)
         columns = [c.take(pa.array(picked)) for c in columns]
         hashes, probes = self._probe(columns)
         slots = self._find(hashes, probes, np.arange(len(picked), dtype=np.int64), insert=True)
-        return slots[rows], hashes.key[rows]
+        return slots[rows], hashes[rows]
 
     def _values(self, slots: np.ndarray, found: np.ndarray | None) -> pa.Array:
         if self.used == 0:
@@ -752,7 +787,7 @@ class ColumnarValues:
             same[fresh] &= store.equal_rows(probe, rows[fresh], owners)
         return same
 
-    def _find(self, hashes: _Hashes, probes: list[Any], rows: np.ndarray, *, insert: bool) -> np.ndarray:
+    def _find(self, hashes: np.ndarray, probes: list[Any], rows: np.ndarray, *, insert: bool) -> np.ndarray:
         """The slot of each of ``rows``' keys (-1 if absent); with ``insert``, an absent key gets
         a new slot (rows with one key share it). Vectorized rounds of linear probing.
 
@@ -768,7 +803,7 @@ class ColumnarValues:
         index = self.index
         mask = np.uint64(len(index) - 1)
         pending = np.arange(len(rows), dtype=np.int64)  # positions into ``rows``
-        wanted = hashes.key[rows]
+        wanted = hashes[rows]
         position = (wanted & mask).astype(np.int64)
         while len(pending):
             at = position[pending]
@@ -815,15 +850,15 @@ class ColumnarValues:
                 store.append(probe, added, first_new)
         return result
 
-    def _claim(self, hashes: _Hashes, rows: np.ndarray) -> np.ndarray:
+    def _claim(self, hashes: np.ndarray, rows: np.ndarray) -> np.ndarray:
         """New slots, not alive yet, for the keys of ``rows`` (room already reserved): their
-        hashes and key groups; ``_find`` appends their keys."""
+        hashes and key groups (none by prefix: see ``groups_of``); ``_find`` appends their keys."""
         start = self.used
         end = start + len(rows)
-        h = hashes.key[rows]
+        h = hashes[rows]
         self.hashes[start:end] = h
-        grouping = h if hashes.group is None else hashes.group[rows]
-        self.groups[start:end] = group_of_hash(grouping, self.max_parallelism)
+        if self.prefix is None:
+            self.groups[start:end] = group_of_hash(h, self.max_parallelism)
         self.alive[start:end] = False
         self.used = end
         return np.arange(start, end, dtype=np.int64)
@@ -831,7 +866,8 @@ class ColumnarValues:
     def _reserve(self, slots: int) -> None:
         """Room for ``slots`` slots, and an index at most half full with them."""
         self.hashes = _grow(self.hashes, slots)
-        self.groups = _grow(self.groups, slots)
+        if self.prefix is None:
+            self.groups = _grow(self.groups, slots)
         self.alive = _grow(self.alive, slots)
         for column in self.columns:
             column.reserve(len(self.alive))
@@ -859,7 +895,8 @@ class ColumnarValues:
         """Keep only the live slots, renumbered in order, and rebuild the index."""
         live = self.live_slots()
         self.hashes = self.hashes[live]
-        self.groups = self.groups[live]
+        if self.prefix is None:
+            self.groups = self.groups[live]
         self.alive = np.ones(len(live), dtype=bool)
         for store in self.keys:
             store.keep(live)

@@ -334,7 +334,7 @@ def _to_table(store: Any, operator_id: str, max_parallelism: int) -> pa.Table:
             return schema.empty_table()
         return pa.concat_tables(tables).cast(schema)
     slots = store.store.live_slots()
-    columns = [*store.store.key_arrays(slots), pa.array(store.store.groups[slots], pa.int32()),
+    columns = [*store.store.key_arrays(slots), pa.array(store.store.groups_of(slots), pa.int32()),
                store.store.value_array(slots)]
     return pa.Table.from_arrays(columns, schema=schema)
 
