@@ -649,12 +649,11 @@ class _DistinctCounts:
                  input_schema: pa.Schema) -> None:
         self.arg = arg
         self.aggs = tuple(aggs)
-        self.counts = [f"a{i}" for i in aggs]
         pair_schema = pa.schema([*(pa.field(k, t) for k, t in zip(keys, key_schema.types, strict=True)),
                                  pa.field(_VALUE, input_schema.field(arg).type)])
-        self.fields = [pa.field(c, pa.int64()) for c in self.counts]
-        self.descriptor = ValueStateDescriptor(name, pair_schema, pa.struct(self.fields), group_fields=len(keys))
-        self.row_bytes = sum(_type_bytes(t) for t in [*pair_schema.types, *(f.type for f in self.fields)])
+        counts = [pa.field(f"a{i}", pa.int64()) for i in aggs]
+        self.descriptor = ValueStateDescriptor(name, pair_schema, pa.struct(counts), group_fields=len(keys))
+        self.row_bytes = sum(_type_bytes(t) for t in [*pair_schema.types, *(f.type for f in counts)])
         self.state: ValueState
         self.pairs = 0
 
