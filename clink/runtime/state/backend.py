@@ -62,6 +62,7 @@ __all__ = [
     "ValueStateDescriptor",
 ]
 
+
 class PrefixedKeys:
     """Key columns whose leading fields (those that choose the key group) repeat: ``prefix`` holds
     those fields' values once per distinct value, ``ids`` each row's position in ``prefix``, and
