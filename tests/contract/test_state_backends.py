@@ -444,9 +444,18 @@ def test_counts_added_per_key_match_a_dict_model(make_backend: MakeBackend, batc
         assert stored == model
 
 
-def test_counts_need_a_value_of_int64_fields(state: OperatorState) -> None:
+def test_counts_need_a_value_of_int64_fields(state: OperatorState, make_backend: MakeBackend) -> None:
     with pytest.raises(TypeError, match="needs a value of int64 fields"):
         state.value_state("count").add_counts([pa.array([1]), pa.array(["a"])], np.ones((1, 1), np.int64))
+
+    with tempfile.TemporaryDirectory() as d, make_backend(Path(d)).open("op", [COUNTERS]) as counters_state:
+        counters = counters_state.value_state("counters")
+        keys = [pa.array(["p", "q"]), pa.array([1.0, 2.0])]
+        with pytest.raises(ValueError, match="needs 2 rows of 2 integer deltas, got shape"):
+            counters.add_counts(keys, np.ones((2, 3), np.int64))
+        with pytest.raises(ValueError, match="integer deltas"):
+            counters.add_counts(keys, np.ones((2, 2)))
+        assert all_entries(counters_state) == {}  # a refused batch changes nothing
 
 
 def test_restore_rejects_state_declared_differently(make_backend: MakeBackend, tmp_path: Path) -> None:

@@ -53,7 +53,7 @@ from clink.runtime.state import keygroups
 from clink.runtime.state.backend import Counted, PrefixedKeys, distinct_rows, sum_by_id
 from clink.runtime.state.keygroups import group_of_hash
 
-__all__ = ["ColumnarValues"]
+__all__ = ["ColumnarValues", "num_rows"]
 
 #: Deleted slots below this many never trigger a compaction.
 _MIN_COMPACT = 4096
@@ -481,7 +481,8 @@ class _ArrowColumn:
         self.total = 0
 
 
-def _num_rows(keys: list[pa.Array] | PrefixedKeys) -> int:
+def num_rows(keys: list[pa.Array] | PrefixedKeys) -> int:
+    """The rows of a batch of keys."""
     return len(keys) if isinstance(keys, PrefixedKeys) else len(keys[0])
 
 
@@ -547,7 +548,7 @@ class ColumnarValues:
 
     def get(self, keys: list[pa.Array] | PrefixedKeys) -> pa.Array:
         """Each row's value, NULL where its key holds none."""
-        n = _num_rows(keys)
+        n = num_rows(keys)
         if n == 0 or self.live == 0:
             return pa.nulls(n, self.value_type)
         hashes, probes = self._probe(keys)

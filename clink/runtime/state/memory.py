@@ -42,7 +42,7 @@ from clink.runtime.state.backend import (
     lookup,
     values_array,
 )
-from clink.runtime.state.columnar import ColumnarValues
+from clink.runtime.state.columnar import ColumnarValues, num_rows
 from clink.runtime.state.keygroups import DEFAULT_MAX_PARALLELISM
 
 __all__ = ["MemoryOperatorState", "MemoryStateBackend", "split_by_namespace"]
@@ -82,7 +82,6 @@ class _MemoryValueState(ValueState):
         self.keys = KeyHelper(descriptor.key_schema, max_parallelism, descriptor.group_fields)
         self.store = ColumnarValues(descriptor.key_schema.types, descriptor.value_type, max_parallelism,
                                     group_fields=descriptor.group_fields)
-        self._read: tuple[PrefixedKeys | None, PrefixedKeys | None] = (None, None)
 
     def clear_all(self) -> None:
         self.store.clear()
@@ -100,28 +99,22 @@ class _MemoryValueState(ValueState):
         self.store.put(self._one(key), pa.nulls(1, self.descriptor.value_type))
 
     def get_many(self, keys: KeyColumns) -> pa.Array:
-        return self.store.get(self._columns(keys, read=True))
+        return self.store.get(self._columns(keys))
 
     def put_many(self, keys: KeyColumns, values: pa.Array | pa.ChunkedArray) -> None:
-        columns = self._columns(keys, read=False)
-        n = len(columns) if isinstance(columns, PrefixedKeys) else len(columns[0])
-        self.store.put(columns, values_array(values, self.descriptor.value_type, n))
+        columns = self._columns(keys)
+        self.store.put(columns, values_array(values, self.descriptor.value_type, num_rows(columns)))
 
     def add_counts(self, keys: KeyColumns, deltas: np.ndarray) -> Counted:
-        columns = self._columns(keys, read=False)
-        n = len(columns) if isinstance(columns, PrefixedKeys) else len(columns[0])
-        return self.store.add_counts(columns, counter_deltas(self.descriptor, deltas, n))
+        columns = self._columns(keys)
+        return self.store.add_counts(columns, counter_deltas(self.descriptor, deltas, num_rows(columns)))
 
-    def _columns(self, keys: KeyColumns, *, read: bool) -> list[pa.Array] | PrefixedKeys:
+    def _columns(self, keys: KeyColumns) -> list[pa.Array] | PrefixedKeys:
         # The store finds a repeated prefix once per distinct value when it groups by it. Keys
-        # read and then written are recognised by identity (``ColumnarValues.put``), so the
-        # written keys are the very object the read passed on.
+        # already of the key types stay the same object, so a write of the keys just read is
+        # recognised as such (``ColumnarValues.put``).
         if isinstance(keys, PrefixedKeys) and self.store.prefix is not None:
-            given, typed = self._read
-            if keys is not given:
-                typed = self.keys.prefixed(keys)
-            self._read = (keys, typed) if read else (None, None)
-            return typed
+            return self.keys.prefixed(keys)
         return self.keys.columns(keys)
 
     def group_entries(self, key_group: int) -> Iterator[tuple[Key, Any]]:
