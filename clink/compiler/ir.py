@@ -272,6 +272,10 @@ class TableInfo:
     #: A changelog whose changes may come twice ('table.exec.source.cdc-events-duplicate'): the
     #: plan passes it through ChangelogNormalize by the primary key, which drops what repeats.
     deduplicated: bool = False
+    #: Fields (paths of names into the physical columns: ``("auction", "id")``) whose non-NULL
+    #: values no two rows of the table share, as its connector declares them
+    #: (``Connector.unique_fields``).
+    unique_fields: tuple[tuple[str, ...], ...] = ()
 
     @property
     def normalized(self) -> bool:
@@ -793,6 +797,9 @@ class Rank(Unary):
     function: str = "row_number"
     #: ``SELECT /*+ UID('name') */``: the name given to this operator's state in checkpoints.
     uid: str | None = None
+    #: When a partition can get no more rows arriving on time (``rewrite.end_ranks``): once the
+    #: watermark passes the largest of these (input column, offset in ms). Empty: never.
+    expiry: tuple[tuple[int, int], ...] = ()
 
     @functools.cached_property
     def schema(self) -> Schema:

@@ -523,6 +523,13 @@ class Rank(Node):
     #: How rows are numbered: "row_number" (1, 2, 3, 4), "rank" (ties share a number: 1, 2, 2,
     #: 4) or "dense_rank" (1, 2, 2, 3); the top N are the rows numbered N or less.
     function: str = "row_number"
+    #: When a partition ends, where the compiler can tell (a Top-N over an interval join whose
+    #: partition holds a unique key of one side): (input column, offset in ms) pairs, and a row's
+    #: partition can get no row arriving on time once the watermark passes the largest of its
+    #: columns plus their offsets. Every row of a partition (without a NULL in the partition or
+    #: in these columns) has the same end. The partition is then forgotten, and a row that comes
+    #: after its end is late. Empty: partitions never end.
+    expiry: tuple[tuple[int, int], ...] = ()
 
     @property
     def inputs(self) -> tuple[int, ...]:

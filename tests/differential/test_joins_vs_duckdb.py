@@ -3,6 +3,7 @@ in small interleaved batches, must equal DuckDB's batch answer over the same row
 
 from __future__ import annotations
 
+from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
@@ -502,3 +503,105 @@ def test_flinks_versioned_view_example() -> None:
     assert sorted((r["amount"], r["currency"], r["rate"], r["total"]) for r in rows) == sorted([
         (2, "Euro", 114, 228), (1, "USD", 1, 1), (2, "Euro", 116, 232), (3, "Pounds", 108, 324),
         (5, "Pounds", None, None)])
+
+
+# -- a Top-N over an interval join, whose partitions end --------------------------------------
+
+#: Each auction's highest bid while it was open (Nexmark q9's shape), over auctions keyed by id.
+WINNING_BIDS = ("SELECT id, x, price, bts FROM (SELECT a.id, a.x, b.price, b.ts AS bts, ROW_NUMBER() OVER "
+                "(PARTITION BY a.id ORDER BY b.price DESC, b.ts ASC) AS rn FROM a, b WHERE a.id = b.auction "
+                "AND b.ts BETWEEN a.ts AND a.expires) WHERE rn <= 1")
+
+
+def _open_auctions(n: int, seed: int) -> dict[str, pa.Table]:
+    """``n`` auctions with ids 0 … n-1 (in time order, a time every 400 ms, open 0 to 15 s, a few
+    with no end), and 10 bids each over the same span for one of the 40 newest auctions or up to
+    2 ahead, at distinct prices; both up to 2 s out of order (against a watermark 4 s behind)."""
+    rng = np.random.default_rng(seed)
+    base = np.datetime64("2026-01-01T00:00:00", "ms")
+    m = 10 * n
+    a_ms = np.arange(n) * 400 + rng.integers(0, 2000, n)
+    b_ms = np.arange(m) * 40 + rng.integers(0, 2000, m)
+    stamp = pa.timestamp("ms")
+    newest = np.arange(m) // 10
+    auction = pa.table({
+        "id": pa.array(np.arange(n), pa.int64()),
+        "ts": pa.array(base + a_ms.astype("timedelta64[ms]"), stamp),
+        "expires": pa.array(base + (a_ms + rng.integers(0, 15_000, n)).astype("timedelta64[ms]"), stamp,
+                            mask=rng.random(n) < 0.03),
+        "x": pa.array(rng.integers(0, 1000, n), pa.int64()),
+    })
+    bid = pa.table({
+        "auction": pa.array(np.clip(newest + rng.integers(-40, 3, m), 0, n - 1), pa.int64()),
+        "ts": pa.array(base + b_ms.astype("timedelta64[ms]"), stamp),
+        "price": pa.array(rng.permutation(m), pa.int64()),
+    })
+    return {"a": auction, "b": bid}
+
+
+def _keyed_script(query: str, tables: dict[str, pa.Table], tmp: Path) -> str:
+    """The tables as parquet files, ``a`` declaring its key, each with a watermark 4 s behind."""
+    import pyarrow.parquet as pq
+
+    ddl = []
+    for name, table in tables.items():
+        path = tmp / f"{name}.parquet"
+        pq.write_table(table, path, row_group_size=500)
+        columns = [f"`{f.name}` {'BIGINT' if pa.types.is_integer(f.type) else 'TIMESTAMP(3)'}" for f in table.schema]
+        if name == "a":
+            columns.append("PRIMARY KEY (id) NOT ENFORCED")
+        columns.append("WATERMARK FOR ts AS ts - INTERVAL '4' SECOND")
+        ddl.append(f"CREATE TABLE {name} ({', '.join(columns)}) WITH ('connector' = 'filesystem', "
+                   f"'path' = '{path}', 'format' = 'parquet')")
+    return ";\n".join([*ddl, query]) + ";\n"
+
+
+def test_top_n_over_an_interval_join_whose_partitions_end_equals_duckdb(tmp_path: Path) -> None:
+    tables = _open_auctions(1500, 3)
+    script = _keyed_script(WINNING_BIDS, tables, tmp_path)
+    assert "partition ends=[max(expires, ts)]" in clink.compile(script).explain()
+    ours = clink.sql(script).to_arrow()
+    shared_duckdb.assert_same_rows(ours, _duck(WINNING_BIDS, tables))
+    assert ours.num_rows > 1000
+
+
+@pytest.mark.in_process("reads the size of the Top-N's state")
+def test_nexmark_q9_forgets_closed_auctions_and_wins_the_same(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Nexmark's auction ids are unique: q9's Top-N forgets each auction once it has closed.
+    More than three times the events, about the same state; the winning bids are those of a
+    Top-N that keeps every auction."""
+    from clink import compiler
+    from clink.compiler.rewrite import RULES
+    from clink.runtime.operators.rank import RankOperator
+
+    bench = Path(__file__).resolve().parents[2] / "bench" / "nexmark"
+    q9 = ("SELECT id, bidder, price FROM (SELECT A.id, B.bidder, B.price, ROW_NUMBER() OVER (PARTITION BY A.id "
+          "ORDER BY B.price DESC, B.dateTime ASC) AS rownum FROM auction A, bid B WHERE A.id = B.auction "
+          "AND B.dateTime BETWEEN A.dateTime AND A.expires) WHERE rownum <= 1;")
+    peak = [0]
+    update = RankOperator._update_state_metrics
+
+    def watched(self: RankOperator) -> None:
+        update(self)
+        peak[0] = max(peak[0], self.rows.rows())
+
+    monkeypatch.setattr(RankOperator, "_update_state_metrics", watched)
+
+    def run(events: int) -> tuple[list[tuple], int]:
+        peak[0] = 0
+        ddl = (bench / "ddl.sql").read_text().replace("'events.num' = '10000000'", f"'events.num' = '{events}'")
+        rows = clink.sql(ddl + q9 + "\n").to_arrow()
+        return sorted(zip(*(rows.column(i).to_pylist() for i in range(3)), strict=True)), peak[0]
+
+    # About 6,000 auctions are open at once, from about 200,000 events on.
+    _, small_peak = run(300_000)
+    large, large_peak = run(1_000_000)
+    assert 0 < large_peak < 1.2 * small_peak, (small_peak, large_peak)
+    # The same without the rule (another text, so no plan of the first is reused).
+    every_rule = compiler.run_rewrites
+    monkeypatch.setattr(compiler, "run_rewrites", lambda plan, **kw: every_rule(
+        plan, tuple(r for r in RULES if r.name != "end_ranks"), **kw))
+    q9 += " -- every auction kept"
+    kept, kept_peak = run(1_000_000)
+    assert kept == large and len(large) > 1000
+    assert kept_peak > 5 * large_peak

@@ -140,3 +140,110 @@ def test_state_ttl_forgets_top_rows_stored_longer_ago() -> None:
     now[0] = 5000
     send([(4, 1)])
     assert op.metrics["state_rows"] == 1  # everything but key 4 has expired
+
+
+# -- partitions that end (plan.Rank.expiry) ------------------------------------------------------
+
+ENDING = pa.schema([("k", pa.int64()), ("v", pa.int64()), ("end", pa.timestamp("ms"))])
+
+
+def _ending_node(limit: int) -> P.Rank:
+    fields = [*ENDING, pa.field("rn", pa.int64(), nullable=False), pa.field(P.ROWKIND_COLUMN, pa.string())]
+    return P.Rank(id=2, input=1, partition=(0,), order=((1, True),), limit=limit, schema=pa.schema(fields),
+                  expiry=((2, 5),))
+
+
+def _ending_operator(node: P.Rank, backend=None) -> RankOperator:
+    return RankOperator(node, TaskContext(runtime=RuntimeContext(), node_id=2), input_schema=ENDING, backend=backend)
+
+
+def _end_of(k: int | None) -> int | None:
+    """Each key's end (ms): the same for all its rows, NULL for key 6."""
+    return None if k == 6 else (k or 0) * 100 + 40
+
+
+#: Batches of (k, v) rows, each followed by a watermark step (ms).
+ending_batches = st.lists(st.tuples(st.lists(st.tuples(st.one_of(st.none(), st.integers(0, 9)), st.integers(0, 20)),
+                                             min_size=1, max_size=8),
+                                    st.integers(0, 150)), min_size=1, max_size=12)
+
+
+def _send(op: RankOperator, rows: list[tuple], table: Counter) -> None:
+    batch = pa.RecordBatch.from_pylist([{"k": k, "v": v, "end": _end_of(k)} for k, v in rows], schema=ENDING)
+    for out in op.process(batch):
+        for row in out.to_pylist():
+            kind = row.pop(P.ROWKIND_COLUMN)
+            key = (row["k"], row["v"], row["rn"])
+            if kind == "+I":
+                table[key] += 1
+            else:
+                assert kind == "-D" and table[key] > 0, f"{kind} of a row never emitted: {key}"
+                table[key] -= 1
+
+
+def _late(k: int | None, watermark: int) -> bool:
+    end = _end_of(k)
+    return k is not None and end is not None and end + 5 <= watermark
+
+
+@settings(max_examples=60, deadline=None)
+@given(data=ending_batches, limit=st.integers(1, 3), cut=st.integers(0, 12))
+def test_ended_partitions_are_forgotten_and_their_late_rows_dropped(tmp_path_factory, data, limit: int,
+                                                                    cut: int) -> None:
+    """Rows of a partition whose end (its ``end`` + 5 ms) the watermark has reached are late:
+    dropped and counted, never ranked. The others rank as if nothing ended; ended partitions
+    leave the state; a restore at any cut (which does not keep the watermark) goes on the same."""
+    node = _ending_node(limit)
+    op = _ending_operator(node)
+    table: Counter = Counter()
+    kept: list[tuple] = []
+    watermark, late, counted = -1, 0, 0
+    for i, (rows, step) in enumerate(data):
+        if i == cut:
+            counted += op.metrics["late_records"]
+            files, meta = op.snapshot(1, tmp_path_factory.mktemp("rank"))
+            op = _ending_operator(node, backend=MemoryStateBackend(max_parallelism=128))
+            op.restore(files, meta)
+            op.on_watermark(watermark)
+        _send(op, rows, table)
+        kept += [r for r in rows if not _late(r[0], watermark)]
+        late += sum(_late(r[0], watermark) for r in rows)
+        watermark += step
+        op.on_watermark(watermark)
+    assert +table == _model(kept, limit, True, True)
+    assert counted + op.metrics["late_records"] == late
+    # What stays: every partition that has not ended. An ended one goes once a quarter of the
+    # rows stored with it have ended (``KeyedRows.expire``).
+    stored = op.rows.stored().column("c0").to_pylist()
+    ended = {k for k, _ in kept if _late(k, watermark)}
+    assert set(stored) >= {k for k, _ in kept} - ended
+    op.on_watermark(10**9)  # every partition with an end ends
+    stored = op.rows.stored().column("c0").to_pylist()
+    never = sum(k in (6, None) for k in stored)
+    assert 3 * (len(stored) - never) <= never, stored
+
+
+def test_a_partition_with_a_null_end_never_ends() -> None:
+    op = _ending_operator(_ending_node(1))
+    table: Counter = Counter()
+    _send(op, [(6, 1), (None, 2), (1, 3)], table)
+    op.on_watermark(10**9)
+    _send(op, [(6, 5), (None, 1), (1, 9)], table)  # key 1 has ended: its row is late
+    assert +table == Counter({(6, 5, 1): 1, (None, 2, 1): 1, (1, 3, 1): 1})
+    assert op.metrics["late_records"] == 1 and op.rows.rows() == 2
+
+
+def test_a_restored_state_gets_its_ends_from_its_rows(tmp_path) -> None:
+    """A checkpoint written by a Top-N whose partitions do not end keeps no ends; restored into
+    one whose partitions do, each row's end is read from its columns."""
+    plain = RankOperator(P.Rank(id=2, input=1, partition=(0,), order=((1, True),), limit=1,
+                                schema=_ending_node(1).schema), TaskContext(runtime=RuntimeContext(), node_id=2),
+                         input_schema=ENDING)
+    batch = pa.RecordBatch.from_pylist([{"k": k, "v": 1, "end": _end_of(k)} for k in range(5)], schema=ENDING)
+    plain.process(batch)
+    files, meta = plain.snapshot(1, tmp_path)
+    op = _ending_operator(_ending_node(1), backend=MemoryStateBackend(max_parallelism=128))
+    op.restore(files, meta)
+    op.on_watermark(_end_of(2) + 5)  # keys 0, 1 and 2 end
+    op.rows.settle()
+    assert sorted(op.rows.stored().column("c0").to_pylist()) == [3, 4]

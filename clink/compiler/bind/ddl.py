@@ -100,7 +100,8 @@ class DdlBinder:
                             columns=ir.Schema(tuple(physical)), primary_key=stmt.primary_key,
                             partition_columns=stmt.partitioned_by,
                             idle_timeout=parse_duration(idle.value) if idle is not None else None,
-                            changelog=changelog)
+                            changelog=changelog,
+                            unique_fields=_declared_fields(self.connectors.get(connector).unique_fields, physical))
         # Computed columns see the physical columns, in declaration order; the one the watermark
         # is declared on is the rowtime attribute (CURRENT_WATERMARK may name it).
         rowtime = stmt.watermark.column if stmt.watermark is not None else None
@@ -279,3 +280,20 @@ class DdlBinder:
         if stmt.columns is not None:
             rel, rowtime = self.renamed(rel, rowtime, stmt.columns, stmt.span)
         self.catalog.views[stmt.name] = CatalogView(name=stmt.name, rel=rel, rowtime=rowtime, text=stmt.text)
+
+
+def _declared_fields(paths: tuple[tuple[str, ...], ...], physical: list[ir.Field]) -> tuple[tuple[str, ...], ...]:
+    """The unique field paths a connector declares that the table's columns hold (a table may
+    declare fewer columns, or ROW types with fewer fields)."""
+    kept = []
+    for path in paths:
+        fields: dict | None = {f.name: f.type for f in physical}
+        t = None
+        for name in path:
+            t = fields.get(name) if fields is not None else None
+            if t is None:
+                break
+            fields = {t.field(i).name: t.field(i).type for i in range(t.num_fields)} if pt.is_struct(t) else None
+        if t is not None and not pt.is_nested(t):
+            kept.append(path)
+    return tuple(kept)

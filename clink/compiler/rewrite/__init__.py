@@ -7,6 +7,7 @@ from collections.abc import Callable, Sequence
 from clink import records
 from clink.compiler import ir
 from clink.compiler.rewrite.bound_interval_joins import bound_interval_joins
+from clink.compiler.rewrite.end_ranks import end_ranks
 from clink.compiler.rewrite.fuse_stateless import fuse_stateless
 from clink.compiler.rewrite.limit_ranks import limit_ranks
 from clink.compiler.rewrite.merge_projections import merge_projections
@@ -33,6 +34,7 @@ class Rewrite:
 RULES: tuple[Rewrite, ...] = (
     Rewrite("limit_ranks", limit_ranks),
     Rewrite("bound_interval_joins", bound_interval_joins),
+    Rewrite("end_ranks", end_ranks),
     Rewrite("push_filter_through_project", push_filter_through_project),
     Rewrite("push_filter_below_windows", push_filter_below_windows),
     Rewrite("push_filter_through_project", push_filter_through_project),

@@ -128,15 +128,17 @@ def _prune(node: ir.Rel, needed: set[int]) -> tuple[ir.Rel, dict[int, int]]:
             out = dict(mapping)
             out.update({width + j: len(new_child.schema) + j for j in range(len(aggs))})
             return new_node, out
-        case ir.Rank(input=child, partition=partition, order=order):
-            # The rank keeps (and stores) the columns needed above and its own; the row number
-            # itself is left out when nothing above reads it.
+        case ir.Rank(input=child, partition=partition, order=order, expiry=expiry):
+            # The rank keeps (and stores) the columns needed above and its own (those its
+            # partitions end by among them); the row number itself is left out when nothing above
+            # reads it.
             width = len(child.schema)
-            used = {i for i in needed if i < width} | set(partition) | {c for c, _ in order}
+            used = {i for i in needed if i < width} | set(partition) | {c for c, _ in order} | {c for c, _ in expiry}
             new_child, mapping = _prune(child, used)
             emit_rank = node.emit_rank and width in needed
             new_node = records.evolve(node, input=new_child, partition=tuple(mapping[p] for p in partition),
-                                    order=tuple((mapping[c], d) for c, d in order), emit_rank=emit_rank)
+                                    order=tuple((mapping[c], d) for c, d in order), emit_rank=emit_rank,
+                                    expiry=tuple((mapping[c], ms) for c, ms in expiry))
             out = dict(mapping)
             if emit_rank:
                 out[width] = len(new_child.schema)

@@ -268,6 +268,11 @@ class Connector:
     #: source's batches end with the row-kind column (``TableSpec.changelog`` tells the reader),
     #: and the compiler treats its table as an updating stream (a changelog source).
     source_changelog: Callable[[Mapping[str, str]], ChangelogMode] | None = None
+    #: Fields of its source's rows (paths of names: ``("auction", "id")``) whose non-NULL values
+    #: never repeat across the table, whatever its options: ids the source numbers itself. The
+    #: compiler uses them as it uses an append-only table's ``PRIMARY KEY``: a Top-N whose
+    #: partitions hold such a key behind an interval join forgets each as it ends.
+    unique_fields: tuple[tuple[str, ...], ...] = ()
     #: Its table can be read by key for a lookup join (``JOIN t FOR SYSTEM_TIME AS OF ...``):
     #: ``create_lookup(spec, key_columns, ctx)`` gives an object whose ``lookup(keys)`` takes a
     #: table of those columns and returns the table's rows (``spec.schema``) with those keys,

@@ -776,4 +776,6 @@ NEXMARK = Connector(
     create_source=NexmarkReader,
     validate=validate,
     splittable=True,
+    # Ids count up with the events, whichever subtask generates them.
+    unique_fields=(("person", "id"), ("auction", "id")),
 )

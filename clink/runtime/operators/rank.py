@@ -36,16 +36,30 @@ import pyarrow as pa
 
 from clink.runtime import compute as pc
 from clink.runtime import kernels as K
-from clink.runtime.operators.common import max_parallelism, open_state, row_kinds, updating_input
+from clink.runtime.operators.common import (
+    all_valid,
+    epoch_ms,
+    max_parallelism,
+    open_state,
+    row_kinds,
+    set_aside_late,
+    updating_input,
+)
 from clink.runtime.operators.rows import KeyedRows, NumberedRowsOperator, plain_array
 from clink.runtime.plan import APPEND_ONLY, DELETE, INSERT, ROWKIND_COLUMN, UPDATE_AFTER, ChangelogMode
 from clink.runtime.state.backend import OperatorState, StateBackend
 from clink.runtime.state.keygroups import hash_columns
 
 if TYPE_CHECKING:
+    from collections.abc import Collection
+    from pathlib import Path
 
     from clink.runtime import plan
     from clink.runtime.context import TaskContext
+
+#: A partition end no watermark reaches, and a watermark before every end.
+_NEVER = np.iinfo(np.int64).max
+_NEVER_LATE = np.iinfo(np.int64).min
 
 
 class RankOperator(NumberedRowsOperator):
@@ -61,7 +75,7 @@ class RankOperator(NumberedRowsOperator):
         self._max_parallelism = max_parallelism(ctx)
         self.late_rows: list[pa.RecordBatch] = []
         self.metrics: dict[str, int] = ctx.metrics
-        for name in ("state_rows", "state_bytes"):
+        for name in ("state_rows", "state_bytes", "late_records"):
             self.metrics.setdefault(name, 0)
         self.updating = updating_input(input_mode, input_schema, self._where)
         if self.updating:
@@ -79,6 +93,14 @@ class RankOperator(NumberedRowsOperator):
             raise ValueError(f"{self._where}: the output schema must be the {self.width} input columns"
                              f"{', the row number' if node.emit_rank else ''} and {ROWKIND_COLUMN!r}; "
                              f"got <{node.schema}>")
+        for c, _ in node.expiry:
+            if not (0 <= c < self.width and pa.types.is_timestamp(input_schema.field(c).type)):
+                raise ValueError(f"{self._where}: a partition's end is read from timestamp input columns, "
+                                 f"not column {c}")
+        if node.expiry and self.updating:
+            raise ValueError(f"{self._where}: partitions end only over an append-only input")
+        #: The watermark: a partition whose end (``node.expiry``) it has reached is forgotten.
+        self._watermark = _NEVER_LATE
         stored = pa.schema([*input_schema, pa.field("_seq", pa.int64())])
         # Each row's arrival number is unique: it alone tells stored rows apart.
         self.rows = KeyedRows("rows", stored, node.partition, self._max_parallelism, retractions=True,
@@ -101,6 +123,14 @@ class RankOperator(NumberedRowsOperator):
             return []
         if self.updating:
             return self._process_updating(batch)
+        ends = None
+        if self.node.expiry:
+            # A row whose partition has ended is late (only a row late upstream comes after it).
+            ends = self._ends([batch.column(i) for i in range(self.width)], n)
+            batch, ends = set_aside_late(batch, ends, self._watermark, self.late_rows, self.metrics)
+            n = batch.num_rows
+            if n == 0:
+                return []
         seq = np.arange(self._next_seq, self._next_seq + n, dtype=np.int64)
         self._next_seq += n
         fresh = [batch.column(i) for i in range(self.width)]
@@ -174,7 +204,8 @@ class RankOperator(NumberedRowsOperator):
             # they can be renumbered): their columns are already taken.
             entered = pa.table([*taken, seqs[new], hashes[new]],
                                names=[*(f"c{i}" for i in range(self.width)), "_seq", "_khash"])
-            self.rows.store_rows(entered, None, 1, now)
+            # A row's end is kept as its ``_time``: rows leave by it as an interval join's do.
+            self.rows.store_rows(entered, None, 1, now, None if ends is None else ends[new - old_count])
         self._update_state_metrics()
         return out
 
@@ -252,7 +283,37 @@ class RankOperator(NumberedRowsOperator):
             ranks[order] = self._numbers(both, order, starts)
         return ranks
 
+    def on_watermark(self, watermark: int) -> list[pa.RecordBatch]:
+        """Forget the partitions that have ended (``node.expiry``); emit nothing."""
+        if self.node.expiry and watermark > self._watermark:
+            self._watermark = watermark
+            self.rows.expire(time_before=watermark + 1)
+            self._update_state_metrics()
+        return []
+
+    def restore(self, files: list[Path], meta: dict[str, int], *,
+                key_groups: Collection[int] | None = None) -> None:
+        super().restore(files, meta, key_groups=key_groups)
+        if self.node.expiry and self.rows.rows():
+            # Each row's end again, from its columns (a checkpoint taken without ends holds none).
+            stored = self.rows.stored()
+            ends = self._ends([stored.column(i) for i in range(self.width)], stored.num_rows)
+            at = stored.column_names.index("_time")
+            self.rows.replace(stored.set_column(at, "_time", pa.array(ends)))
+            self._update_state_metrics()
+
     # -- helpers ---------------------------------------------------------------------------------
+
+    def _ends(self, columns: list[pa.Array | pa.ChunkedArray], n: int) -> np.ndarray:
+        """Each row's partition end in ms (``node.expiry``: the largest of its columns plus their
+        offsets), or a time no watermark reaches where a partition column or one of those is
+        NULL: rows with a NULL key need not come from one row of the side the key is unique in."""
+        ends = np.full(n, np.iinfo(np.int64).min, dtype=np.int64)
+        for c, offset in self.node.expiry:
+            np.maximum(ends, epoch_ms(columns[c]) + offset, out=ends)
+        valid = all_valid([columns[c] for c in (*self.node.partition, *(c for c, _ in self.node.expiry))], n)
+        ends[~valid] = _NEVER
+        return ends
 
     def _numbers(self, both: pa.Table, order: np.ndarray, starts: np.ndarray) -> np.ndarray:
         """RANK or DENSE_RANK of the rows ``order`` (sorted; ``starts`` marks each partition's

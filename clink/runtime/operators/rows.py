@@ -268,14 +268,15 @@ class KeyedRows:
         self._lane_ends[lane] = max(self._lane_ends.get(lane, first), int(times.max()))
         return lane
 
-    def store_rows(self, table: pa.Table, rows: np.ndarray | None, sign: int, now: int) -> None:
+    def store_rows(self, table: pa.Table, rows: np.ndarray | None, sign: int, now: int,
+                   times: np.ndarray | None = None) -> None:
         """Store rows ``rows`` of ``table`` (all of them if None; the store's columns first, and
-        ``_khash``), each with count ``sign``."""
+        ``_khash``), each with count ``sign`` (and ``_time`` from ``times``, one per row stored)."""
         if rows is not None and not len(rows) or not table.num_rows:
             return
         taken = table if rows is None else table.take(pa.array(rows))
         self.store([plain_array(taken.column(i)) for i in range(self.width)], np.full(taken.num_rows, sign, dtype=np.int64),
-                   taken.column("_khash").to_numpy(), now, None)
+                   taken.column("_khash").to_numpy(), now, times)
 
     def kill(self, ids: np.ndarray) -> None:
         """Remove stored rows in place, by the ids ``lookup`` gave them: marked dead in their run
