@@ -685,6 +685,20 @@ def window_origin(rel: Rel, index: int, *,
                 return None
 
 
+def attachable(node: WindowAggregate | WindowTVF) -> bool:
+    """Whether the windows of ``node`` close by event time, each at its end (not SESSION windows,
+    whose rows merge), no row of a closed window follows (no allowed lateness), and window_end
+    compares with watermarks (not the session-zone wall clock of windows over a TIMESTAMP_LTZ).
+    A GROUP BY over such windows runs as a window aggregation over them, and a Top-N partitioned
+    by their end forgets each window as it closes."""
+    if node.window.kind == "session":
+        return False
+    if isinstance(node, WindowAggregate) and (node.proctime or node.allowed_lateness):
+        return False
+    base = node.num_keys if isinstance(node, WindowAggregate) else len(node.input.schema)
+    return node.schema[base + 2].type == WINDOW_TIME_TYPE
+
+
 @records.record(kw_only=True)
 class AggCall:
     """An aggregate over the input of a WindowAggregate: ``fn`` (count_star, count, sum, ...)

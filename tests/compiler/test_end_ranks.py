@@ -83,3 +83,38 @@ def test_a_connector_numbering_its_rows_declares_them_unique() -> None:
                       "AS rn FROM bid B, auction A WHERE B.bidder = A.seller AND A.dateTime BETWEEN B.dateTime AND "
                       "B.dateTime + INTERVAL '10' SECOND) WHERE rn <= 1;")
     assert _ends(text) is None
+
+
+EVENTS = ("CREATE TABLE ev (k BIGINT, ts TIMESTAMP(3), price BIGINT, WATERMARK FOR ts AS ts) "
+          "WITH ('connector' = 'datagen');\n")
+
+
+def _window_top(source: str, partition: str = "window_start, window_end") -> str:
+    return (f"SELECT * FROM (SELECT *, ROW_NUMBER() OVER (PARTITION BY {partition} ORDER BY price DESC) AS rn "
+            f"FROM {source}) WHERE rn <= 3;")
+
+
+TUMBLE = "TABLE(TUMBLE(TABLE ev, DESCRIPTOR(ts), INTERVAL '10' SECOND))"
+PER_KEY = f"(SELECT k, window_start, window_end, SUM(price) AS price FROM {TUMBLE} GROUP BY k, window_start, window_end)"
+
+
+def test_a_window_top_n_ends_with_its_window() -> None:
+    assert _ends(EVENTS + _window_top(TUMBLE)) == "window_end"
+    assert _ends(EVENTS + _window_top(PER_KEY)) == "window_end"
+    assert _ends(EVENTS + _window_top(PER_KEY, "window_end, k")) == "window_end"
+    hop = "TABLE(HOP(TABLE ev, DESCRIPTOR(ts), INTERVAL '5' SECOND, INTERVAL '10' SECOND))"
+    assert _ends(EVENTS + _window_top(hop)) == "window_end"
+
+
+@pytest.mark.parametrize("text", [
+    # partitioned by the window's start alone: its end is not in the partition
+    EVENTS + _window_top(TUMBLE, "window_start"),
+    # sessions merge: a session's end moves as rows come
+    EVENTS + _window_top("TABLE(SESSION(TABLE ev PARTITION BY k, DESCRIPTOR(ts), INTERVAL '5' SECOND))"),
+    # a window fires again for late rows
+    "SET 'table.exec.allowed-lateness' = '1 min';\n" + EVENTS + _window_top(PER_KEY),
+    # over a TIMESTAMP_LTZ, window_end is a wall clock of the session time zone
+    EVENTS.replace("ts TIMESTAMP(3)", "ts TIMESTAMP_LTZ(3)") + _window_top(TUMBLE),
+], ids=["start only", "session", "allowed lateness", "ltz"])
+def test_no_end_where_a_window_can_get_rows_after_its_end(text: str) -> None:
+    assert _ends(text) is None

@@ -42,3 +42,20 @@ def path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str
 
     monkeypatch.setattr(RuntimeContext, "__post_init__", post_init)
     return request.param
+
+
+@pytest.fixture
+def top_n_peak(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """``[n]``: the most rows any Top-N subtask of this process has held at once (set it back to
+    0 between runs). For ``in_process`` tests of how far a Top-N's state grows."""
+    from clink.runtime.operators.rank import RankOperator
+
+    peak = [0]
+    update = RankOperator._update_state_metrics
+
+    def watched(self: RankOperator) -> None:
+        update(self)
+        peak[0] = max(peak[0], self.rows.rows())
+
+    monkeypatch.setattr(RankOperator, "_update_state_metrics", watched)
+    return peak

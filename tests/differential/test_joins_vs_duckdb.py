@@ -566,26 +566,19 @@ def test_top_n_over_an_interval_join_whose_partitions_end_equals_duckdb(tmp_path
 
 
 @pytest.mark.in_process("reads the size of the Top-N's state")
-def test_nexmark_q9_forgets_closed_auctions_and_wins_the_same(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_nexmark_q9_forgets_closed_auctions_and_wins_the_same(monkeypatch: pytest.MonkeyPatch,
+                                                              top_n_peak: list[int]) -> None:
     """Nexmark's auction ids are unique: q9's Top-N forgets each auction once it has closed.
-    More than three times the events, about the same state; the winning bids are those of a
-    Top-N that keeps every auction."""
+    Twice the events, about the same state; the winning bids are those of a Top-N that keeps
+    every auction."""
     from clink import compiler
     from clink.compiler.rewrite import RULES
-    from clink.runtime.operators.rank import RankOperator
 
     bench = Path(__file__).resolve().parents[2] / "bench" / "nexmark"
     q9 = ("SELECT id, bidder, price FROM (SELECT A.id, B.bidder, B.price, ROW_NUMBER() OVER (PARTITION BY A.id "
           "ORDER BY B.price DESC, B.dateTime ASC) AS rownum FROM auction A, bid B WHERE A.id = B.auction "
           "AND B.dateTime BETWEEN A.dateTime AND A.expires) WHERE rownum <= 1;")
-    peak = [0]
-    update = RankOperator._update_state_metrics
-
-    def watched(self: RankOperator) -> None:
-        update(self)
-        peak[0] = max(peak[0], self.rows.rows())
-
-    monkeypatch.setattr(RankOperator, "_update_state_metrics", watched)
+    peak = top_n_peak
 
     def run(events: int) -> tuple[list[tuple], int]:
         peak[0] = 0
@@ -593,15 +586,16 @@ def test_nexmark_q9_forgets_closed_auctions_and_wins_the_same(monkeypatch: pytes
         rows = clink.sql(ddl + q9 + "\n").to_arrow()
         return sorted(zip(*(rows.column(i).to_pylist() for i in range(3)), strict=True)), peak[0]
 
-    # About 6,000 auctions are open at once, from about 200,000 events on.
-    _, small_peak = run(300_000)
-    large, large_peak = run(1_000_000)
+    # About 6,000 auctions are open at once, from about 200,000 events on (at 4 subtasks, whose
+    # watermarks move in larger steps, a subtask's peak settles by 1,000,000 events).
+    _, small_peak = run(1_000_000)
+    large, large_peak = run(2_000_000)
     assert 0 < large_peak < 1.2 * small_peak, (small_peak, large_peak)
     # The same without the rule (another text, so no plan of the first is reused).
     every_rule = compiler.run_rewrites
     monkeypatch.setattr(compiler, "run_rewrites", lambda plan, **kw: every_rule(
         plan, tuple(r for r in RULES if r.name != "end_ranks"), **kw))
     q9 += " -- every auction kept"
-    kept, kept_peak = run(1_000_000)
+    kept, kept_peak = run(2_000_000)
     assert kept == large and len(large) > 1000
-    assert kept_peak > 5 * large_peak
+    assert kept_peak > 3 * large_peak

@@ -116,6 +116,13 @@ def test_top_n_is_explained_as_updating() -> None:
     assert "TopN 2 state keys=[k]" in explained and "produces updates" in explained
 
 
+def _duck_ev(query: str, table: pa.Table) -> list[tuple]:
+    """DuckDB's rows of ``query`` over ``table`` as ``ev``."""
+    con = shared_duckdb.connect()
+    con.register("ev", table)
+    return con.execute(query).fetchall()
+
+
 def test_window_top_n_over_a_window_aggregation() -> None:
     """The three keys with the most rows per 10-second window: a Top-N partitioned by the window
     over a TUMBLE aggregation's results."""
@@ -130,14 +137,57 @@ def test_window_top_n_over_a_window_aggregation() -> None:
              "(SELECT window_start, window_end, k, COUNT(*) AS cnt FROM TABLE(TUMBLE(TABLE ev, DESCRIPTOR(ts), "
              "INTERVAL '10' SECOND)) GROUP BY window_start, window_end, k)) WHERE rn <= 3")
     ours = run_select(query, row_group_size=250, watermarks={"ev": "ts AS ts - INTERVAL '1' SECOND"}, ev=table)
-    con = shared_duckdb.connect()
-    con.register("ev", table)
-    theirs = con.execute(
+    theirs = _duck_ev(
         "SELECT ws, k, cnt, rn FROM (SELECT ws, k, cnt, ROW_NUMBER() OVER (PARTITION BY ws ORDER BY cnt DESC, k) "
         "AS rn FROM (SELECT time_bucket(INTERVAL 10 SECOND, ts) AS ws, k, COUNT(*) AS cnt FROM ev "
-        "GROUP BY ALL)) WHERE rn <= 3").fetchall()
+        "GROUP BY ALL)) WHERE rn <= 3", table)
     assert Counter(tuple(r.values()) for r in ours.to_pylist()) == Counter(theirs)
     assert ours.num_rows == 36
+
+
+def _priced_events(n: int, seconds: int, seed: int) -> pa.Table:
+    """``n`` rows in time order over ``seconds`` s, at distinct prices."""
+    rng = np.random.default_rng(seed)
+    base = np.datetime64("2026-01-01T00:00:00", "ms")
+    ms = np.sort(rng.integers(0, seconds * 1000, n))
+    return pa.table({"k": pa.array(rng.integers(0, 40, n), pa.int64()),
+                     "ts": pa.array(base + ms.astype("timedelta64[ms]"), pa.timestamp("ms")),
+                     "price": pa.array(rng.permutation(n), pa.int64())})
+
+
+#: The three dearest rows of each 10-second window, ranked over the window table function's rows.
+TOP_PER_WINDOW = ("SELECT window_start, k, price, rn FROM (SELECT *, ROW_NUMBER() OVER (PARTITION BY window_start, "
+                  "window_end ORDER BY price DESC) AS rn FROM TABLE(TUMBLE(TABLE ev, DESCRIPTOR(ts), "
+                  "INTERVAL '10' SECOND))) WHERE rn <= 3")
+
+
+def test_window_top_n_over_a_window_table_function_forgets_closed_windows() -> None:
+    """Partitioned by its window, a Top-N forgets each window once the watermark passes its end
+    (``partition ends=[window_end]``); the rows it ranks are DuckDB's."""
+    table = _priced_events(4000, 120, 5)
+    ddl = "CREATE TABLE ev (k BIGINT, ts TIMESTAMP(3), price BIGINT, WATERMARK FOR ts AS ts) WITH ('connector' = 'datagen');\n"
+    assert "partition ends=[window_end]" in clink.compile(ddl + TOP_PER_WINDOW + ";\n").explain()
+    ours = run_select(TOP_PER_WINDOW, row_group_size=250, watermarks={"ev": "ts AS ts - INTERVAL '1' SECOND"}, ev=table)
+    theirs = _duck_ev(
+        "SELECT ws, k, price, rn FROM (SELECT time_bucket(INTERVAL 10 SECOND, ts) AS ws, k, price, ROW_NUMBER() "
+        "OVER (PARTITION BY time_bucket(INTERVAL 10 SECOND, ts) ORDER BY price DESC) AS rn FROM ev) WHERE rn <= 3",
+        table)
+    assert Counter(tuple(r.values()) for r in ours.to_pylist()) == Counter(theirs)
+    assert ours.num_rows == 36
+
+
+@pytest.mark.in_process("reads the size of the Top-N's state")
+def test_window_top_n_state_is_that_of_the_open_windows(top_n_peak: list[int]) -> None:
+    """Ten times the windows, about the same state: a window's rows leave as it closes."""
+    peak = top_n_peak
+    peaks = []
+    for seconds in (100, 1000):
+        peak[0] = 0
+        out = run_select(TOP_PER_WINDOW, row_group_size=500, watermarks={"ev": "ts AS ts - INTERVAL '1' SECOND"},
+                         ev=_priced_events(seconds * 20, seconds, 6))
+        assert out.num_rows == 3 * seconds // 10
+        peaks.append(peak[0])
+    assert 0 < peaks[1] < 2 * peaks[0], peaks
 
 
 @pytest.mark.in_process("sets the clock")

@@ -13,7 +13,6 @@ from clink.compiler import ast, ir, udfs
 from clink.compiler import types as T
 from clink.compiler.bind.exprs import WINDOW_PROPERTY
 from clink.compiler.bind.scope import Scope, ast_walk, derive_name, unique_names, updating_reason
-from clink.compiler.bind.windows import attachable
 from clink.compiler.functions import AGGREGATES, TABLE_FUNCTIONS, arithmetic, cast_to, json_member
 from clink.errors import SqlError
 
@@ -116,7 +115,7 @@ class AggregateBinder:
                 found.setdefault(id(node), {}).setdefault(role, e.index)
         for key, roles in found.items():
             node = origins[key]
-            if not {0, 1} <= set(roles) or not attachable(node):
+            if not {0, 1} <= set(roles) or not ir.attachable(node):
                 continue
             end = rel.schema[roles[1]]
             time = arithmetic("-", ir.Column(index=roles[1], name=end.name, type=end.type, nullable=False,

@@ -220,16 +220,3 @@ class WindowBinder:
         if text is None:
             return 0
         return parse_duration(text)  # checked when SET
-
-
-def attachable(node: ir.WindowAggregate | ir.WindowTVF) -> bool:
-    """Whether a GROUP BY over the windows of ``node`` can run as a window aggregation over them:
-    its windows close by event time, each at its end (not SESSION windows, whose rows merge),
-    no row of a closed window follows (no allowed lateness), and window_end compares with
-    watermarks (not the session-zone wall clock of windows over a TIMESTAMP_LTZ)."""
-    if node.window.kind == "session":
-        return False
-    if isinstance(node, ir.WindowAggregate) and (node.proctime or node.allowed_lateness):
-        return False
-    base = node.num_keys if isinstance(node, ir.WindowAggregate) else len(node.input.schema)
-    return node.schema[base + 2].type == ir.WINDOW_TIME_TYPE

@@ -4,7 +4,12 @@
     becomes
     Rank(partition=[a.id], ..., expiry=[(expires, 0 ms), (a.t, 0 ms)])
 
-A partition ends when no row arriving on time can join it. That takes two things:
+A window Top-N (partitioned by the window_end of a window aggregation or table function whose
+windows close by event time, each at its end, with no row after: ``ir.attachable``)
+gets its window's end: a window's rows all arrive before the watermark passes it.
+
+Over an interval join, a partition ends when no row arriving on time can join it. That takes
+two things:
 
 - **One row of a side per partition.** The partition columns hold a unique key of one side of
   an inner interval join (``unique_keys``): every row of a partition pairs the same row of that
@@ -42,6 +47,11 @@ def _ended(rank: ir.Rank) -> ir.Rel:
     """``rank`` with the (input column, offset ms) pairs whose largest sum is when a partition
     ends (see the module docstring), or ``rank`` itself. The columns are passed on to the Top-N
     where its input does not carry them, and a projection above it leaves them out again."""
+    for p in rank.partition:
+        # A window Top-N: the rows of a window all come before the watermark passes its end.
+        origin = ir.window_origin(rank.input, p)
+        if origin is not None and origin[1] == 1 and ir.attachable(origin[0]):
+            return records.evolve(rank, expiry=((p, 0),))
     # Down from the Top-N's input to a join, through projections and filters: which join column
     # each input column passes on unchanged.
     rel = rank.input
