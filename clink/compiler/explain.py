@@ -281,6 +281,10 @@ def _join_state(op: JoinOp) -> str:
     if op.broadcast is not None:
         big, small = ("left", "right") if op.broadcast == 1 else ("right", "left")
         return f"{big} rows where they were made, every {small} row in every subtask"
+    if any(join.unique):
+        # A side with one row per key: the other side's rows wait for it, and go when it comes.
+        return ", ".join(f"{side} rows by key" + (f" until their {other} row comes" if join.unique[1 - i] else "")
+                         for i, (side, other) in enumerate((("left", "right"), ("right", "left"))))
     return "both sides by key"
 
 

@@ -434,6 +434,9 @@ class Join(Rel):
     temporal: tuple[int, int] | None = None
     #: ``SELECT /*+ UID('name') */``: the name given to this operator's state in checkpoints.
     uid: str | None = None
+    #: Per side (left, right), whether its join keys hold a unique key of it
+    #: (``rewrite.unique_join_sides``): it has at most one row per key, ever.
+    unique: tuple[bool, bool] = (False, False)
 
     @property
     def inputs(self) -> tuple[Rel, ...]:

@@ -603,6 +603,11 @@ class Join(Node):
     #: watermark to pass its time, then meets the right row of its key with the latest time at or
     #: before its own (the version valid then); older versions are dropped as the watermark passes.
     temporal: tuple[int, int] | None = None
+    #: Per input (left, right), whether its join keys hold a unique key of it: at most one row
+    #: per key ever comes. An inner join of append-only inputs then keeps a row of the other input
+    #: only until that row comes (a row that meets it on arrival is not stored, and the row's
+    #: arrival removes the rows it meets). Not with ``broadcast``.
+    unique: tuple[bool, bool] = (False, False)
     #: An inner interval join whose input ``broadcast`` (0 left, 1 right) reaches every subtask
     #: whole, while the other input's rows stay on the subtask that made them: a pair forms where
     #: its row of the other input is. Every subtask keeps the whole broadcast input, and a

@@ -1,5 +1,7 @@
-"""The rewrite ``end_ranks`` tells a Top-N over an interval join when its partitions end: only
-where a partition holds a unique key of one side, and with that side's last time."""
+"""The rewrite ``end_ranks`` tells a Top-N when its partitions end: over an interval join only
+where a partition holds a unique key of one side, with that side's last time, and over windows
+at a window's end. ``unique_join_sides`` marks the join sides with one row per key, from the
+same unique keys."""
 
 from __future__ import annotations
 
@@ -118,3 +120,29 @@ def test_a_window_top_n_ends_with_its_window() -> None:
 ], ids=["start only", "session", "allowed lateness", "ltz"])
 def test_no_end_where_a_window_can_get_rows_after_its_end(text: str) -> None:
     assert _ends(text) is None
+
+
+def _join_state(text: str) -> str:
+    line = next(line for line in compile_text(text).explain().splitlines() if "] Join " in line)
+    return line.split("state=[")[1].split("] <-")[0]
+
+
+def test_a_join_on_a_unique_key_keeps_the_other_side_until_its_row_comes() -> None:
+    for q, state in (("q9", "left rows by key, right rows by key until their left row comes"),
+                     ("q20", "left rows by key until their right row comes, right rows by key"),
+                     ("q3", "left rows by key until their right row comes, right rows by key")):
+        text = NEXMARK + (Path(__file__).resolve().parents[2] / "bench" / "nexmark" / f"{q}.sql").read_text()
+        assert _join_state(text) == state, q
+    assert _join_state(_tables() + "SELECT * FROM a JOIN b ON a.id = b.auction;") == (
+        "left rows by key, right rows by key until their left row comes")
+
+
+@pytest.mark.parametrize("text", [
+    _tables(key="") + "SELECT * FROM a JOIN b ON a.id = b.auction;",  # no key
+    _tables() + "SELECT * FROM a JOIN b ON a.x = b.auction;",  # joined on another column
+    _tables() + "SELECT * FROM a LEFT JOIN b ON a.id = b.auction;",  # padded rows wait for matches
+    # an updating side: its key's row may be retracted and come again
+    _tables() + "SELECT * FROM (SELECT id, COUNT(*) AS n FROM a GROUP BY id) c JOIN b ON c.id = b.auction;",
+], ids=["no key", "other column", "outer", "updating"])
+def test_both_sides_kept_by_key_where_a_key_may_come_again(text: str) -> None:
+    assert _join_state(text) == "both sides by key"

@@ -513,3 +513,92 @@ def test_keys_whose_hashes_collide_do_not_match(monkeypatch: pytest.MonkeyPatch)
     out = op.process(pa.record_batch([pa.array(["b", "c", "a"]), pa.array([10, 20, 30])], schema=right), 1)
     rows = sorted(r for b in out for r in zip(*(c.to_pylist() for c in b.columns)))
     assert rows == [("a", 1, "a", 30), ("b", 2, "b", 10)]
+
+
+# -- a side with one row per key (plan.Join.unique) ---------------------------------------------
+
+PLAIN_LEFT = pa.schema([("k", pa.int64()), ("v", pa.int64())])
+PLAIN_RIGHT = pa.schema([("k", pa.int64()), ("w", pa.int64())])
+
+
+def _unique_operator(unique: tuple[bool, bool], residual: bool) -> JoinOperator:
+    fields = [pa.field("k", pa.int64()), pa.field("v", pa.int64()), pa.field("k2", pa.int64()),
+              pa.field("w", pa.int64())]
+    node = P.Join(id=3, left=1, right=2, kind="inner", left_keys=(0,), right_keys=(0,), schema=pa.schema(fields),
+                  residual=(lambda b, ctx: pc.less_equal(b.column(1), b.column(3))) if residual else None,
+                  residual_reads=(1, 3) if residual else None, unique=unique)
+    return JoinOperator(node, TaskContext(runtime=RuntimeContext(), node_id=3), left_schema=PLAIN_LEFT,
+                        right_schema=PLAIN_RIGHT)
+
+
+@st.composite
+def one_row_per_key(draw, unique_side: int) -> list[tuple[int, list[tuple]]]:
+    """Batches of (side, rows) of two append-only inputs; on ``unique_side`` no key comes twice
+    (NULL keys may: they match nothing)."""
+    used: set[int] = set()
+    batches = []
+    for _ in range(draw(st.integers(1, 14))):
+        side = draw(st.integers(0, 1))
+        rows = []
+        for _ in range(draw(st.integers(1, 6))):
+            k = draw(st.one_of(st.none(), st.integers(0, 5)))
+            if side == unique_side and k is not None:
+                if k in used:
+                    k = None
+                used.add(k)
+            rows.append((k, draw(values)))
+        batches.append((side, rows))
+    return batches
+
+
+@pytest.mark.parametrize("unique_side", [0, 1])
+@pytest.mark.parametrize("residual", [False, True])
+@settings(max_examples=60, deadline=None)
+@given(data=st.data())
+def test_a_side_with_one_row_per_key_keeps_the_other_only_until_it_comes(unique_side: int, residual: bool,
+                                                                        data) -> None:
+    """The pairs are the batch join's; the other side's rows that met their row are not kept
+    (where they are most of their batch) or leave when it comes."""
+    batches = data.draw(one_row_per_key(unique_side))
+    unique = (unique_side == 0, unique_side == 1)
+    op, plain = _unique_operator(unique, residual), _unique_operator((False, False), residual)
+    table: Counter = Counter()
+    for side, rows in batches:
+        schema = PLAIN_LEFT if side == 0 else PLAIN_RIGHT
+        batch = pa.RecordBatch.from_arrays([pa.array([r[0] for r in rows], pa.int64()),
+                                            pa.array([r[1] for r in rows], pa.int64())], schema=schema)
+        for out in op.process(batch, side):
+            for row in out.to_pylist():
+                table[(row["k"], row["v"], row["k2"], row["w"])] += 1
+        plain.process(batch, side)
+    left = Counter(r for s, rows in batches if s == 0 for r in rows)
+    right = Counter(r for s, rows in batches if s == 1 for r in rows)
+    assert table == _expected("inner", residual, left, right)
+    other = 1 - unique_side
+    assert op.sides[other].rows() <= plain.sides[other].rows()
+    assert op.sides[unique_side].rows() == plain.sides[unique_side].rows()
+    if not residual:
+        # No row of the other side that met its row stays (those left out, or removed when it came),
+        # but for rows stored with a batch mostly of rows that had not.
+        unique_keys = {r[0] for s, rows in batches if s == unique_side for r in rows if r[0] is not None}
+        stayed = [k for k in op.sides[other].stored().column("c0").to_pylist() if k in unique_keys]
+        late = [k for s, rows in batches if s == other for k, _ in rows if k in unique_keys]
+        assert len(stayed) <= len(late)
+
+
+def test_rows_that_meet_their_one_row_on_arrival_are_not_kept() -> None:
+    op = _unique_operator((True, False), residual=False)
+    left = pa.RecordBatch.from_arrays([pa.array(range(10), pa.int64()), pa.array(range(10), pa.int64())],
+                                      schema=PLAIN_LEFT)
+    right = pa.RecordBatch.from_arrays([pa.array([1, 2, 3, 11], pa.int64()), pa.array([0, 0, 0, 0], pa.int64())],
+                                       schema=PLAIN_RIGHT)
+    early = pa.RecordBatch.from_arrays([pa.array([12, 12], pa.int64()), pa.array([5, 6], pa.int64())],
+                                       schema=PLAIN_RIGHT)
+    op.process(early, 1)
+    assert op.sides[1].rows() == 2
+    op.process(left, 0)
+    assert sum(b.num_rows for b in op.process(right, 1)) == 3
+    assert sorted(op.sides[1].stored().column("c0").to_pylist()) == [11, 12, 12]  # 1, 2 and 3 met theirs
+    closing = pa.RecordBatch.from_arrays([pa.array([12], pa.int64()), pa.array([1], pa.int64())], schema=PLAIN_LEFT)
+    assert sum(b.num_rows for b in op.process(closing, 0)) == 2
+    assert sorted(op.sides[1].stored().column("c0").to_pylist()) == [11]  # 12's rows met their row and went

@@ -919,6 +919,10 @@ def _emit_plan(w: SourceWriter, plan: PhysicalPlan, schema_names: dict[int, str]
                             if op.broadcast is not None:
                                 side = ("left", "right")[op.broadcast]
                                 w.line(f"broadcast={op.broadcast},  # every subtask gets the whole {side} input")
+                            elif any(join.unique):
+                                sides = " and ".join(s for s, u in zip(("left", "right"), join.unique, strict=True) if u)
+                                w.line(f"unique={join.unique!r},  # one {sides} row per key: rows of the "
+                                       "other side stay only until it comes")
                             w.line(f"schema={schema_names[op.id * 10]}, {changelog(op.id)}"
                                    f"span={str(join.span or '')!r}),")
                     case UnionOp(inputs=inputs):

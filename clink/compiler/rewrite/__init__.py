@@ -16,6 +16,7 @@ from clink.compiler.rewrite.push_filter_below_windows import push_filter_below_w
 from clink.compiler.rewrite.push_filter_into_scan import push_filter_into_scan
 from clink.compiler.rewrite.push_filter_through_project import push_filter_through_project
 from clink.compiler.rewrite.share_scans import share_scans
+from clink.compiler.rewrite.unique_join_sides import unique_join_sides
 from clink.compiler.rewrite.use_scan_equalities import use_scan_equalities
 from clink.errors import CompilerBug
 
@@ -44,6 +45,7 @@ RULES: tuple[Rewrite, ...] = (
     Rewrite("prune_projections", prune_projections, whole_plan=True),
     Rewrite("share_scans", share_scans, whole_plan=True),
     Rewrite("fuse_stateless", fuse_stateless),
+    Rewrite("unique_join_sides", unique_join_sides),
 )
 
 

@@ -31,9 +31,7 @@ from __future__ import annotations
 
 from clink import records
 from clink.compiler import ir
-
-#: A column of a relation with a path of struct field positions into it (``()``: the column).
-Origin = tuple[int, tuple[int, ...]]
+from clink.compiler.rewrite.unique_join_sides import unique_keys
 
 
 def end_ranks(node: ir.Rel) -> ir.Rel:
@@ -118,70 +116,3 @@ def _fresh(name: str, taken: list[str]) -> str:
     while (candidate := name if n == 0 else f"{name}{n}") in taken:
         n += 1
     return candidate
-
-
-def unique_keys(rel: ir.Rel) -> list[frozenset[Origin]]:
-    """Sets of columns (or struct fields in them) of an append-only ``rel`` that no two of its
-    rows share values of, where none of those is NULL: an append-only table's primary key, the
-    fields its connector numbers (``TableInfo.unique_fields``), passed on by projections and
-    filters. Empty where it cannot tell."""
-    if ir.is_updating(rel):
-        return []
-    match rel:
-        case ir.Scan(table=table, columns=columns):
-            position = {c: i for i, c in enumerate(columns)}
-            names = table.columns.names
-            keys = []
-            if table.primary_key and all(names.index(k) in position for k in table.primary_key):
-                keys.append(frozenset((position[names.index(k)], ()) for k in table.primary_key))
-            for path in table.unique_fields:
-                top = names.index(path[0]) if path[0] in names else None
-                if top is None or top not in position:
-                    continue
-                t, fields = table.columns[top].type, []
-                for name in path[1:]:
-                    index = t.get_field_index(name)
-                    fields.append(index)
-                    t = t.field(index).type
-                keys.append(frozenset({(position[top], tuple(fields))}))
-            return keys
-        case ir.Filter(input=below):
-            return unique_keys(below)
-        case ir.Project(exprs=exprs, input=below) | ir.Calc(exprs=exprs, input=below):
-            below_keys = unique_keys(below)
-            if not below_keys:
-                return []
-            passed = {}  # origin below -> the output column that passes it on
-            for i, e in enumerate(exprs):
-                o = _origin(e)
-                if o is not None:
-                    passed.setdefault(o, i)
-            keys = []
-            for key in below_keys:
-                mapped = [_passed_on(o, passed) for o in key]
-                if all(m is not None for m in mapped):
-                    keys.append(frozenset(mapped))
-            return keys
-    return []
-
-
-def _origin(expr: ir.Expr) -> Origin | None:
-    """The column (and struct field path) ``expr`` reads unchanged, if that is all it does."""
-    match expr:
-        case ir.Column(index=index):
-            return index, ()
-        case ir.Call(fn="field", args=(base,), params=(index,)):
-            below = _origin(base)
-            return None if below is None else (below[0], (*below[1], index))
-    return None
-
-
-def _passed_on(origin: Origin, passed: dict[Origin, int]) -> Origin | None:
-    """Where a projection puts ``origin``: an output column that is it, or that holds it (a
-    struct passed on whole)."""
-    column, path = origin
-    for n in range(len(path), -1, -1):
-        i = passed.get((column, path[:n]))
-        if i is not None:
-            return i, path[n:]
-    return None

@@ -136,6 +136,12 @@ class JoinOperator(OperatorBase):
                     self.descriptors.append(TableStateDescriptor(f"{side.name}_met", _Met.SCHEMA))
         #: The input every subtask receives whole (``node.broadcast``), or None.
         self.broadcast = node.broadcast
+        #: Per side, at most one row per key ever comes (``node.unique``): the other side's rows
+        #: are kept only until it comes. Only where every pair forms in one place, once: an inner
+        #: join of append-only inputs, hashed on both sides.
+        plain = (node.kind == "inner" and node.broadcast is None and not node.lookup and node.temporal is None
+                 and not left.updating and not right.updating)
+        self.unique = node.unique if plain else (False, False)
         if self.broadcast is not None and (node.kind != "inner" or node.interval is None or node.lookup):
             raise ValueError(f"{self._where}: only an inner interval join can take an input broadcast")
         self.operator_state: OperatorState = open_state(backend, self._max_parallelism, self.operator_id,
@@ -203,6 +209,16 @@ class JoinOperator(OperatorBase):
         if self.preserves[1 - side] and len(probe):
             gone, back = self._other_padding(side, probe, stored, mult, ids, sign)
         # 4. store this batch (a lookup join keeps only its right side)
+        if self.unique[side] and len(ids):
+            # The one row of its key on this side: the other side's rows it met meet no other.
+            self.sides[1 - side].kill(np.unique(ids))
+        if self.unique[1 - side] and 2 * len(probe) >= n:
+            # The other side's one row of its key has come: a row that met it meets no other, and
+            # is left out where that spares storing most of the batch (else the batch is stored
+            # whole, without a copy: the rows that met theirs only wait to expire).
+            kept = np.ones(n, dtype=bool) if probe_rows is None else np.isin(np.arange(n), probe_rows)
+            kept[probe] = False
+            probe_rows = np.flatnonzero(kept)
         if self.node.lookup and side == 0:
             pass
         elif probe_rows is None:
