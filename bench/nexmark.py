@@ -17,7 +17,8 @@ its time, and its row count must equal clink's.
 
 With ``--memory-scaling F`` each query also runs over F times the events, and the table adds that
 run's peak RSS over the base run's against the target for bounded state (at most 1.2: state a
-watermark, an expiry or the data bound does not grow with the events).
+watermark, an expiry or the data bound does not grow with the events). A query above the target
+makes the run exit with status 1, naming it: the scaling is an assertion.
 
 With ``--parallelism N`` each query also runs with N subtasks per operator in its one process
 (``parallelism.default``); the table adds that run's events/s and its overhead against
@@ -211,6 +212,7 @@ def main(argv: list[str] | None = None) -> None:
             f"{'ratio':>6} {'target':>14} {wide}")
     print(head)
     print("-" * len(head))
+    unbounded = []
     for query, r in results.items():
         c, d = r["clink"], r["duckdb"]
         rate = args.events / c["wall_s"]
@@ -227,6 +229,8 @@ def main(argv: list[str] | None = None) -> None:
             m = r["scaled"]
             ratio_rss = m["peak_rss_mib"] / c["peak_rss_mib"]
             met = "met" if ratio_rss <= MEMORY_SCALING_TARGET else "NOT met"
+            if ratio_rss > MEMORY_SCALING_TARGET:
+                unbounded.append(f"{query} {ratio_rss:.2f}")
             extra += (f"{args.events * args.memory_scaling / m['wall_s'] / 1e6:9.2f}M {m['peak_rss_mib']:8.0f} "
                       f"{f'{ratio_rss:.2f} <= {MEMORY_SCALING_TARGET} {met}':>16}")
         print(f"{query:6} {rate / 1e6:10.2f}M {c['peak_rss_mib']:8.0f} {rows:>12} {duck_rate:>12} "
@@ -237,6 +241,10 @@ def main(argv: list[str] | None = None) -> None:
           "the query over the events already in Parquet). ratio: clink ev/s over DuckDB ev/s.\n"
           "*: an updating query; its sink received every change (+I, -U, +U), not the final rows DuckDB counts "
           "(tests/runtime/test_nexmark.py checks those).")
+    if unbounded:
+        # The memory scaling is an assertion: state that grows with the events fails the run.
+        sys.exit(f"peak RSS grew more than {MEMORY_SCALING_TARGET}x with {args.memory_scaling}x the events: "
+                 + ", ".join(unbounded))
 
 
 if __name__ == "__main__":
