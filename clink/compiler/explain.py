@@ -70,7 +70,7 @@ def explain_logical(node: ir.Rel, indent: int = 0) -> str:
             order = ", ".join(f"{names[c]}{' DESC' if d else ''}" for c, d in node.order)
             line = (f"Rank({node.function.upper()}() over partition=[{', '.join(names[p] for p in node.partition)}], "
                     f"order=[{order}], keep=[{node.rank_name} <= {node.limit}]"
-                    f"{'' if node.emit_rank else ', row number not kept'}{_rank_ends(node, names)}, "
+                    f"{'' if node.emit_rank else ', row number not kept'}{f', partition ends=[{node.ends_sql()}]' if node.expiry else ''}, "
                     "changelog=[+I, -D])")
         case ir.Join():
             line = f"Join(kind=[{node.kind.upper()}], {_join_condition(node)}"
@@ -142,14 +142,6 @@ def _join_names(node: ir.Join) -> tuple[str, ...]:
     if not set(left) & set(right):
         return left + right
     return tuple(f"left.{n}" for n in left) + tuple(f"right.{n}" for n in right)
-
-
-def _rank_ends(node: ir.Rank, names: list[str]) -> str:
-    """``, ends=[max(...)]``: when a partition of a Top-N ends, if it does."""
-    if not node.expiry:
-        return ""
-    ends = ", ".join(f"{names[c]}{f' {ms:+d} ms' if ms else ''}" for c, ms in node.expiry)
-    return f", partition ends=[max({ends})]" if len(node.expiry) > 1 else f", partition ends=[{ends}]"
 
 
 def _join_condition(node: ir.Join) -> str:

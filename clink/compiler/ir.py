@@ -818,6 +818,12 @@ class Rank(Unary):
     #: watermark passes the largest of these (input column, offset in ms). Empty: never.
     expiry: tuple[tuple[int, int], ...] = ()
 
+    def ends_sql(self) -> str:
+        """When a partition ends, over the input's column names: ``max(expires, dateTime)``."""
+        names = self.input.schema.names
+        ends = [f"{names[c]}{f' {ms:+d} ms' if ms else ''}" for c, ms in self.expiry]
+        return f"max({', '.join(ends)})" if len(ends) > 1 else ends[0]
+
     @functools.cached_property
     def schema(self) -> Schema:
         rank = (Field(self.rank_name, pa.int64(), False),) if self.emit_rank else ()

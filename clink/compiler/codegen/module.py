@@ -881,9 +881,8 @@ def _emit_plan(w: SourceWriter, plan: PhysicalPlan, schema_names: dict[int, str]
                             w.line(f"limit={rank.limit}, emit_rank={rank.emit_rank}, {numbered}"
                                    f"schema={schema_names[op.id * 10]},")
                             if rank.expiry:
-                                ends = ", ".join(f"{names[c]}{f' {ms:+d} ms' if ms else ''}" for c, ms in rank.expiry)
                                 w.line(f"expiry={rank.expiry!r},  # a partition ends when the watermark passes "
-                                       f"max({ends})")
+                                       f"{rank.ends_sql()}")
                             w.line(f"{changelog(op.id)}span={str(rank.span or '')!r}),")
                     case JoinOp(join=join):
                         lnames = join.left.schema.names

@@ -31,7 +31,7 @@ from __future__ import annotations
 
 from clink import records
 from clink.compiler import ir
-from clink.compiler.rewrite.unique_join_sides import unique_keys
+from clink.compiler.rewrite.unique_join_sides import holds_unique_key
 
 
 def end_ranks(node: ir.Rel) -> ir.Rel:
@@ -71,7 +71,7 @@ def _ended(rank: ir.Rank) -> ir.Rel:
     )
     for side, first, end, offset, time in sides:
         mine = {j - first for j in partition if first <= j < first + len(side.schema)}
-        if any(all(path == () and c in mine for c, path in key) for key in unique_keys(side)):
+        if holds_unique_key(side, mine):
             break
     else:
         return rank

@@ -13,6 +13,8 @@ partition.
 
 from __future__ import annotations
 
+from collections.abc import Collection
+
 from clink import records
 from clink.compiler import ir
 
@@ -27,11 +29,15 @@ def unique_join_sides(node: ir.Rel) -> ir.Rel:
     match node:
         case ir.Join(kind="inner", lookup=False, temporal=None, unique=(False, False)) if not (
                 ir.is_updating(node.left) or ir.is_updating(node.right)):
-            unique = tuple(any(all(path == () and c in set(keys) for c, path in key) for key in unique_keys(side))
-                           for side, keys in ((node.left, node.left_keys), (node.right, node.right_keys)))
+            unique = (holds_unique_key(node.left, node.left_keys), holds_unique_key(node.right, node.right_keys))
             if any(unique):
                 return records.evolve(node, unique=unique)
     return node
+
+
+def holds_unique_key(rel: ir.Rel, columns: Collection[int]) -> bool:
+    """Whether ``columns`` of ``rel`` hold one of its unique keys (whole columns, not fields)."""
+    return any(all(path == () and c in columns for c, path in key) for key in unique_keys(rel))
 
 
 def unique_keys(rel: ir.Rel) -> list[frozenset[Origin]]:

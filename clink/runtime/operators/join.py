@@ -216,7 +216,10 @@ class JoinOperator(OperatorBase):
             # The other side's one row of its key has come: a row that met it meets no other, and
             # is left out where that spares storing most of the batch (else the batch is stored
             # whole, without a copy: the rows that met theirs only wait to expire).
-            kept = np.ones(n, dtype=bool) if probe_rows is None else np.isin(np.arange(n), probe_rows)
+            kept = np.ones(n, dtype=bool)
+            if probe_rows is not None:
+                kept[:] = False
+                kept[probe_rows] = True
             kept[probe] = False
             probe_rows = np.flatnonzero(kept)
         if self.node.lookup and side == 0:

@@ -308,7 +308,7 @@ class RankOperator(NumberedRowsOperator):
         """Each row's partition end in ms (``node.expiry``: the largest of its columns plus their
         offsets), or a time no watermark reaches where a partition column or one of those is
         NULL: rows with a NULL key need not come from one row of the side the key is unique in."""
-        ends = np.full(n, np.iinfo(np.int64).min, dtype=np.int64)
+        ends = np.full(n, _NEVER_LATE, dtype=np.int64)
         for c, offset in self.node.expiry:
             np.maximum(ends, epoch_ms(columns[c]) + offset, out=ends)
         valid = all_valid([columns[c] for c in (*self.node.partition, *(c for c, _ in self.node.expiry))], n)
