@@ -230,14 +230,18 @@ def test_prefixed_keys_given_to_several_states_are_hashed_once() -> None:
         calls.append(self)
         return real(self, columns)
 
+    # Another value column over the same prefix (a second COUNT(DISTINCT) of one GROUP BY)
+    # shares what was worked out from the prefix through the memo.
+    other = PrefixedKeys(keys.prefix, keys.ids, [pa.array([5, 2, 3, 1])], keys.memo)
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(ColumnarValues, "_probe", counting)
         counted_a = a.add_counts(keys, np.ones((4, 1), np.int64))
-        counted_b = b.add_counts(keys, np.ones((4, 1), np.int64))
+        counted_b = b.add_counts(other, np.ones((4, 1), np.int64))
     assert calls.count(a.prefix) + calls.count(b.prefix) == 1
     assert counted_a.after[:, 0].tolist() == [1, 1, 1, 1]
     assert sorted(counted_b.after[:, 0].tolist()) == [1, 1, 1, 6]
-    assert b.get([pa.array(["y", "z", "x"]), pa.array([2, 9, 3])]).to_pylist() == [{"c": 6}, {"c": 6}, {"c": 1}]
+    assert b.get([pa.array(["y", "z", "x", None]), pa.array([2, 9, 5, 1])]).to_pylist() == [
+        {"c": 6}, {"c": 6}, {"c": 1}, {"c": 1}]
 
 
 def test_int64_values_are_held_narrow_until_one_does_not_fit() -> None:

@@ -448,13 +448,14 @@ class GroupAggregateOperator(OperatorBase):
         # The key columns' values per id; the value counts are keyed by them and the value.
         groups = [pc.take(c, pa.array(row_of)) for c in key_cols]
         order = pa.array(_array(grouped[_GROUP]).to_numpy())
+        memo: dict[Any, Any] = {}  # what the states work out from ``groups`` alone, done once
         for d in self._distinct:
-            for name, change in self._count_distinct(d, batch, sign, ids, groups).items():
+            for name, change in self._count_distinct(d, batch, sign, ids, groups, memo).items():
                 delta[name] = pc.take(pa.array(change), order)
         return [pc.take(g, order) for g in groups], delta
 
     def _count_distinct(self, d: _DistinctCounts, batch: pa.RecordBatch, sign: np.ndarray, ids: np.ndarray,
-                        groups: list[pa.Array]) -> dict[str, np.ndarray]:
+                        groups: list[pa.Array], memo: dict[Any, Any]) -> dict[str, np.ndarray]:
         """Add the batch's (key, value) pairs to the counts of ``d``; return, per aggregate of
         ``d``, the change to each key's distinct count by key id: +1 for each value whose count
         leaves 0, -1 for each that returns to 0. ``ids`` are the rows' key ids and ``groups``
@@ -475,7 +476,7 @@ class GroupAggregateOperator(OperatorBase):
         m = len(groups[0])
         if len(rows) < batch.num_rows:
             value, counts = value.take(pa.array(rows)), counts[rows]
-        counted = d.add(PrefixedKeys(groups, ids[rows], [value]), counts)
+        counted = d.add(PrefixedKeys(groups, ids[rows], [value], memo), counts)
         moves = (counted.after > 0).astype(np.int64) - (counted.before > 0).astype(np.int64)
         moved = np.flatnonzero((moves != 0).any(axis=1))
         of = ids[rows[counted.rows[moved]]]

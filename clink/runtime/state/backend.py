@@ -71,13 +71,14 @@ class PrefixedKeys:
 
     __slots__ = ("ids", "memo", "prefix", "rest")
 
-    def __init__(self, prefix: Sequence[pa.Array], ids: np.ndarray, rest: Sequence[pa.Array]) -> None:
+    def __init__(self, prefix: Sequence[pa.Array], ids: np.ndarray, rest: Sequence[pa.Array],
+                 memo: dict[Any, Any] | None = None) -> None:
         self.prefix = list(prefix)
         self.ids = ids
         self.rest = list(rest)
         #: What a backend worked out from ``prefix`` alone (its hashes), for the next state
-        #: given the same keys.
-        self.memo: dict[Any, Any] = {}
+        #: given the same prefix: keys built over the same ``prefix`` arrays may share one.
+        self.memo: dict[Any, Any] = {} if memo is None else memo
 
     def __len__(self) -> int:
         return len(self.ids)
@@ -557,7 +558,9 @@ class KeyHelper:
         prefix = _typed(keys.prefix, self.types[: self.grouped])
         if all(a is b for a, b in zip([*prefix, *rest], [*keys.prefix, *keys.rest], strict=True)):
             return keys  # already typed: the same object, and its memo, go on
-        return PrefixedKeys(prefix, keys.ids, rest)
+        if any(a is not b for a, b in zip(prefix, keys.prefix, strict=True)):
+            return PrefixedKeys(prefix, keys.ids, rest)  # the prefix changed: what was worked out from it too
+        return PrefixedKeys(prefix, keys.ids, rest, keys.memo)
 
     def batch(self, keys: KeyColumns) -> tuple[list[Key], np.ndarray]:
         """The canonical key tuples of a batch's rows and their key groups."""
