@@ -245,19 +245,56 @@ def test_prefixed_keys_given_to_several_states_are_hashed_once() -> None:
 
 
 def test_int64_values_are_held_narrow_until_one_does_not_fit() -> None:
-    """An int64 field is kept as int32 while its values fit, and widened, values kept, by the
-    first write (``put`` or ``add_counts``) of one that does not."""
+    """An int64 field is kept in the narrowest of int8, int16, int32 and int64 that its values
+    so far fit, and widened, values kept, by the first write (``put`` or ``add_counts``) of one
+    that does not."""
     value = pa.struct([("n", pa.int64()), ("m", pa.int64())])
     store = ColumnarValues([pa.int64()], value, MAX_PARALLELISM)
     keys = [pa.array(np.arange(5, dtype=np.int64))]
     store.put(keys, pa.array([{"n": i, "m": None if i == 2 else -i} for i in range(5)], value))
-    assert [c.values.dtype for c in store.columns] == [np.int32, np.int32]
-    store.put([pa.array([1])], pa.array([{"n": 2**40, "m": -(2**31)}], value))
-    assert [c.values.dtype for c in store.columns] == [np.int64, np.int32]
+    assert [c.values.dtype for c in store.columns] == [np.int8, np.int8]
+    store.put([pa.array([1])], pa.array([{"n": 300, "m": -(2**31)}], value))
+    assert [c.values.dtype for c in store.columns] == [np.int16, np.int32]
     store.add_counts([pa.array([3, 3])], np.array([[0, 2**31], [0, 2**31]], dtype=np.int64))
+    assert [c.values.dtype for c in store.columns] == [np.int16, np.int64]
+    store.put([pa.array([0])], pa.array([{"n": -(2**40), "m": 7}], value))
     assert [c.values.dtype for c in store.columns] == [np.int64, np.int64]
-    assert store.get(keys).to_pylist() == [{"n": 0, "m": 0}, {"n": 2**40, "m": -(2**31)}, {"n": 2, "m": None},
+    assert store.get(keys).to_pylist() == [{"n": -(2**40), "m": 7}, {"n": 300, "m": -(2**31)}, {"n": 2, "m": None},
                                            {"n": 3, "m": 2**32 - 3}, {"n": 4, "m": -4}]
+
+
+def test_int64_keys_are_held_in_four_bytes_until_one_does_not_fit() -> None:
+    """8-byte integer keys are stored in 4 bytes while they fit, and widened by the first that
+    does not; a key equal to a stored one only in its low 4 bytes is another key."""
+    store = ColumnarValues([pa.int64()], pa.int64(), MAX_PARALLELISM)
+    store.put([pa.array([1, 2**32 - 1])], pa.array([10, 20]))
+    assert store.keys[0].values.dtype == np.uint32
+    assert store.get([pa.array([2**32 + 1, -1, 1])]).to_pylist() == [None, None, 10]
+    store.put([pa.array([2**32 + 1, -1])], pa.array([30, 40]))
+    assert store.keys[0].values.dtype == np.uint64
+    keys = [pa.array([1, 2**32 - 1, 2**32 + 1, -1, 2**33 + 1])]
+    assert store.get(keys).to_pylist() == [10, 20, 30, 40, None]
+    live = store.live_slots()
+    assert sorted(store.key_arrays(live)[0].to_pylist()) == [-1, 1, 2**32 - 1, 2**32 + 1]
+
+
+def test_a_validity_is_held_only_from_the_first_null() -> None:
+    """Keys and values without NULLs keep no validity array; the first NULL makes one, and the
+    earlier slots read as valid."""
+    store = ColumnarValues([pa.int64(), pa.string()], pa.int64(), MAX_PARALLELISM)
+    store.put([pa.array([1, 2]), pa.array(["a", "b"])], pa.array([10, 20]))
+    assert [k.valid.bits for k in store.keys] == [None, None] and store.columns[0].valid.bits is None
+    store.put([pa.array([None, 3]), pa.array(["c", None])], pa.array([30, 40]))
+    assert all(k.valid.bits is not None for k in store.keys)
+    assert store.columns[0].valid.bits is None  # NULL values delete, they are not written
+    keys = [pa.array([1, 2, None, 3, None]), pa.array(["a", "b", "c", None, None])]
+    assert store.get(keys).to_pylist() == [10, 20, 30, 40, None]
+    struct = pa.struct([("n", pa.int64())])
+    values = ColumnarValues([pa.int64()], struct, MAX_PARALLELISM)
+    values.put([pa.array([1, 2])], pa.array([{"n": 5}, {"n": 6}], struct))
+    assert values.columns[0].valid.bits is None
+    values.put([pa.array([3])], pa.array([{"n": None}], struct))
+    assert values.get([pa.array([1, 2, 3, 4])]).to_pylist() == [{"n": 5}, {"n": 6}, {"n": None}, None]
 
 
 def test_keys_grouped_by_a_prefix_compact_with_it() -> None:

@@ -60,7 +60,9 @@ _MIN_COMPACT = 4096
 #: The index never has fewer positions than this.
 _MIN_INDEX = 1024
 _EMPTY = -1
-_INT32_MIN, _INT32_MAX = -(2**31), 2**31 - 1
+_UINT32_MAX = 2**32 - 1
+#: The widths of a narrowed int64 value field, narrowest first.
+_NARROW = (np.int8, np.int16, np.int32, np.int64)
 
 
 def _grow(array: np.ndarray, needed: int) -> np.ndarray:
@@ -71,6 +73,42 @@ def _grow(array: np.ndarray, needed: int) -> np.ndarray:
     out = np.zeros((capacity, *array.shape[1:]), dtype=array.dtype)
     out[: len(array)] = array
     return out
+
+
+class _Mask:
+    """Validity per slot, held as an array only from the first invalid value written: until then
+    every slot is valid, and the mask costs no memory (keys and values are mostly never NULL)."""
+
+    __slots__ = ("bits",)
+
+    def __init__(self) -> None:
+        self.bits: np.ndarray | None = None
+
+    def get(self, slots: np.ndarray) -> np.ndarray:
+        return np.ones(len(slots), dtype=bool) if self.bits is None else self.bits[slots]
+
+    def set(self, slots: np.ndarray | slice, valid: np.ndarray, size: int) -> None:
+        """Set the validity of ``slots`` of a store whose arrays hold ``size`` slots."""
+        if self.bits is None:
+            if valid.all():
+                return
+            self.bits = np.ones(size, dtype=bool)
+        self.bits[slots] = valid
+
+    def set_valid(self, slots: np.ndarray) -> None:
+        if self.bits is not None:
+            self.bits[slots] = True
+
+    def reserve(self, capacity: int) -> None:
+        if self.bits is not None:
+            self.bits = _grow(self.bits, capacity)
+
+    def keep(self, slots: np.ndarray) -> None:
+        if self.bits is not None:
+            self.bits = self.bits[slots]
+
+    def clear(self) -> None:
+        self.bits = None
 
 
 def _valid(arr: pa.Array) -> np.ndarray:
@@ -198,14 +236,18 @@ def _same_bytes(a: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray],
 
 
 class _FixedKey:
-    """One key field of a fixed-width type: values and validity per slot, compared bitwise."""
+    """One key field of a fixed-width type: values and validity per slot, compared bitwise. An
+    8-byte integer key is held in 4 bytes while every key stored fits in them (ids mostly do),
+    and widened in place by the first that does not; a 4-byte word compares with the 8-byte word
+    of a probe as the same number, so equality is unchanged."""
 
     def __init__(self, t: pa.DataType, width: int) -> None:
         self.type = t
         self.dtype, self.shape = _numpy_layout(t, width)
         self.floating = pa.types.is_floating(t)
-        self.values = np.zeros((0, *self.shape), dtype=self.dtype)
-        self.valid = np.zeros(0, dtype=bool)
+        narrow = pa.types.is_integer(t) and width == 8
+        self.values = np.zeros((0, *self.shape), dtype="<u4" if narrow else self.dtype)
+        self.valid = _Mask()
 
     def probe(self, arr: pa.Array) -> tuple[np.ndarray, np.ndarray]:
         values = _fixed_values(arr, self.dtype, self.shape)
@@ -215,7 +257,7 @@ class _FixedKey:
 
     def equal(self, probe: tuple[np.ndarray, np.ndarray], rows: np.ndarray, slots: np.ndarray) -> np.ndarray:
         values, valid = probe
-        same = valid[rows] == self.valid[slots]
+        same = valid[rows] == self.valid.get(slots)
         if self.shape:
             return same & (values[rows] == self.values[slots]).all(axis=1)
         return same & (values[rows] == self.values[slots])
@@ -230,17 +272,20 @@ class _FixedKey:
 
     def append(self, probe: tuple[np.ndarray, np.ndarray], rows: np.ndarray, start: int) -> None:
         end = start + len(rows)
+        values = probe[0][rows]
+        if self.values.dtype != self.dtype and len(values) and values.max() > _UINT32_MAX:
+            self.values = self.values.astype(self.dtype)
         self.values = _grow(self.values, end)
-        self.valid = _grow(self.valid, end)
-        self.values[start:end] = probe[0][rows]
-        self.valid[start:end] = probe[1][rows]
+        self.valid.reserve(len(self.values))
+        self.values[start:end] = values
+        self.valid.set(slice(start, end), probe[1][rows], len(self.values))
 
     def array(self, slots: np.ndarray) -> pa.Array:
-        return _fixed_array(self.type, self.values[slots], self.valid[slots])
+        return _fixed_array(self.type, self.values[slots].astype(self.dtype, copy=False), self.valid.get(slots))
 
     def keep(self, slots: np.ndarray) -> None:
         self.values = self.values[slots]
-        self.valid = self.valid[slots]
+        self.valid.keep(slots)
 
 
 class _BytesKey:
@@ -251,7 +296,7 @@ class _BytesKey:
         self.large = pa.types.is_large_string(t) or pa.types.is_large_binary(t)
         self.starts = np.zeros(0, dtype=np.int64)
         self.lengths = np.zeros(0, dtype=np.int64)
-        self.valid = np.zeros(0, dtype=bool)
+        self.valid = _Mask()
         self.data = np.zeros(_WORD, dtype=np.uint8)
         self.used = 0  # bytes of ``data`` in use; a word of zeros at least follows them
 
@@ -277,7 +322,7 @@ class _BytesKey:
     def equal(self, probe: tuple, rows: np.ndarray, slots: np.ndarray) -> np.ndarray:
         starts, lengths, valid, data = probe
         return _same_bytes((starts[rows], lengths[rows], valid[rows], data),
-                           (self.starts[slots], self.lengths[slots], self.valid[slots], self.data))
+                           (self.starts[slots], self.lengths[slots], self.valid.get(slots), self.data))
 
     def equal_rows(self, probe: tuple, a: np.ndarray, b: np.ndarray) -> np.ndarray:
         """Whether rows ``a`` and rows ``b`` of one probed batch hold the same key value."""
@@ -289,14 +334,14 @@ class _BytesKey:
         end = start + len(rows)
         self.starts = _grow(self.starts, end)
         self.lengths = _grow(self.lengths, end)
-        self.valid = _grow(self.valid, end)
+        self.valid.reserve(len(self.lengths))
         counts = lengths[rows]
         size = int(counts.sum())
         self.data = _grow(self.data, self.used + size + _WORD)
         self.data[self.used:self.used + size] = data[_ragged_positions(starts[rows], counts)]
         self.starts[start:end] = self.used + np.cumsum(counts) - counts
         self.lengths[start:end] = counts
-        self.valid[start:end] = valid[rows]
+        self.valid.set(slice(start, end), valid[rows], len(self.lengths))
         self.used += size
 
     def array(self, slots: np.ndarray) -> pa.Array:
@@ -306,7 +351,7 @@ class _BytesKey:
         if not self.large and offsets[-1] >= 2**31:
             raise OverflowError(f"{offsets[-1]} bytes of {self.type} keys do not fit one array")
         data = self.data[_ragged_positions(self.starts[slots], counts)]
-        validity, nulls = _validity_buffer(self.valid[slots])
+        validity, nulls = _validity_buffer(self.valid.get(slots))
         offsets_buf = pa.py_buffer(offsets if self.large else offsets.astype(np.int32))
         return pa.Array.from_buffers(self.type, len(slots), [validity, offsets_buf, pa.py_buffer(data)],
                                      null_count=nulls)
@@ -319,7 +364,7 @@ class _BytesKey:
         self.data[: self.used] = kept
         self.starts = np.cumsum(counts) - counts
         self.lengths = counts
-        self.valid = self.valid[slots]
+        self.valid.keep(slots)
 
 
 def _key_store(t: pa.DataType) -> _FixedKey | _BytesKey:
@@ -342,50 +387,55 @@ class _FixedColumn:
         self.type = t
         self.dtype, self.shape = _numpy_layout(t, width)
         self.values = np.zeros((0, *self.shape), dtype=self.dtype)
-        self.valid = np.zeros(0, dtype=bool)
+        self.valid = _Mask()
 
     def reserve(self, capacity: int) -> None:
         self.values = _grow(self.values, capacity)
-        self.valid = _grow(self.valid, capacity)
+        self.valid.reserve(len(self.values))
 
     def put(self, slots: np.ndarray, arr: pa.Array) -> None:
         self.values[slots] = _fixed_values(arr, self.dtype, self.shape)
-        self.valid[slots] = _valid(arr)
+        self.valid.set(slots, _valid(arr), len(self.values))
 
     def get(self, slots: np.ndarray, found: np.ndarray | None, *, mask: bool = True) -> pa.Array:
-        valid = self.valid[slots]
+        valid = self.valid.get(slots)
         if mask and found is not None:
             valid = valid & found
         return _fixed_array(self.type, self.values[slots], valid)
 
     def keep(self, slots: np.ndarray) -> None:
         self.values = self.values[slots]
-        self.valid = self.valid[slots]
+        self.valid.keep(slots)
 
     def garbage_collect(self, live: np.ndarray) -> None:
         pass
 
     def clear(self) -> None:
         self.values = self.values[:0]
-        self.valid = self.valid[:0]
+        self.valid.clear()
 
 
 class _NarrowColumn(_FixedColumn):
-    """An int64 value field held as int32 while every value written fits in one (counts, and
-    most sums, do: half the memory), and as int64 from the first value that does not."""
+    """An int64 value field held in the narrowest of int8, int16, int32 and int64 that every
+    value written to it so far fits (counts mostly fit one or two bytes, sums four), widened in
+    place by the first value that does not: an eighth to half the memory of int64."""
 
     def __init__(self, t: pa.DataType) -> None:
         super().__init__(t, 8)
-        self.values = np.zeros(0, dtype=np.int32)
+        self.values = np.zeros(0, dtype=np.int8)
 
     def put(self, slots: np.ndarray, arr: pa.Array) -> None:
         self.write(slots, _fixed_values(arr, "<i8", ()))
-        self.valid[slots] = _valid(arr)
+        self.valid.set(slots, _valid(arr), len(self.values))
 
     def write(self, slots: np.ndarray, values: np.ndarray) -> None:
         """Set the values (int64) of ``slots``, leaving their validity as it is."""
-        if self.values.dtype == np.int32 and len(values) and (values.min() < _INT32_MIN or values.max() > _INT32_MAX):
-            self.values = self.values.astype(np.int64)
+        if self.values.dtype != np.int64 and len(values):
+            low, high = values.min(), values.max()
+            limits = np.iinfo(self.values.dtype)
+            if low < limits.min or high > limits.max:
+                wide = next(t for t in _NARROW if np.iinfo(t).min <= low and high <= np.iinfo(t).max)
+                self.values = self.values.astype(wide)
         self.values[slots] = values
 
     def read(self, slots: np.ndarray) -> np.ndarray:
@@ -393,7 +443,7 @@ class _NarrowColumn(_FixedColumn):
         return self.values[slots].astype(np.int64, copy=False)
 
     def get(self, slots: np.ndarray, found: np.ndarray | None, *, mask: bool = True) -> pa.Array:
-        valid = self.valid[slots]
+        valid = self.valid.get(slots)
         if mask and found is not None:
             valid = valid & found
         return _fixed_array(self.type, self.read(slots), valid)
@@ -644,7 +694,7 @@ class ColumnarValues:
         before = np.zeros((len(first), width), dtype=np.int64, order="F")
         if held.any():
             for j, column in enumerate(columns):
-                before[:, j] = np.where(held & column.valid[at], column.read(at), 0)
+                before[:, j] = np.where(held & column.valid.get(at), column.read(at), 0)
         after = before + sums
         keep = (after != 0).any(axis=1)
         self.alive[at] = keep
@@ -653,7 +703,7 @@ class ColumnarValues:
         written = at if every else at[keep]
         for j, column in enumerate(columns):
             column.write(written, after[:, j] if every else after[keep, j])
-            column.valid[written] = True
+            column.valid.set_valid(written)
         self._tidy()
         return Counted(first, before, after)
 
