@@ -24,7 +24,7 @@ from hypothesis import strategies as st
 
 from clink.runtime.state import keygroups
 from clink.runtime.state.backend import PrefixedKeys, ValueStateDescriptor
-from clink.runtime.state.columnar import ColumnarValues
+from clink.runtime.state.columnar import ColumnarValues, _representatives
 from clink.runtime.state.keygroups import key_groups
 from clink.runtime.state.memory import MemoryStateBackend
 
@@ -359,3 +359,17 @@ def test_a_snapshot_of_the_dict_backend_restores(tmp_path: Path) -> None:
     with MemoryStateBackend(max_parallelism=MAX_PARALLELISM).open("op", [d]) as state:
         state.restore(again, key_groups=[7])
         assert list(entries(state)) == [(1, "a", 0.5)]
+
+
+@settings(max_examples=200, deadline=None)
+@given(slots=st.lists(st.one_of(st.integers(0, 40), st.integers(0, 2**31 - 1),
+                                st.integers(0, 63).map(lambda i: i << 20)), max_size=3000))
+def test_each_slot_of_a_batch_gets_one_representative_row(slots: list[int]) -> None:
+    """``_representatives``: every row points at a row of its own slot, all rows of a slot at
+    the same one, which points at itself: slots that collide on their low bits (``i << 20``),
+    repeat, or are spread over the whole range included."""
+    array = np.array(slots, dtype=np.int64)
+    chosen = _representatives(array)
+    assert (array[chosen] == array).all()
+    assert (chosen[chosen] == chosen).all()
+    assert len(np.unique(chosen)) == len(set(slots))

@@ -6,7 +6,8 @@ object per key, and a batch read or write costs what the batch touches, not the 
 Layout. Every key the state has seen since its last compaction owns a **slot**, a row number
 into a set of parallel arrays that grow by doubling:
 
-- ``hashes`` (uint64, ``keygroups.hash_columns`` of the key) and ``groups`` (int32, its key
+- ``hashes`` (uint32: the low half of ``keygroups.hash_columns`` of the key, which places it in
+  the index and mostly tells keys apart before they are compared) and ``groups`` (int32, its key
   group, derived from the hash as exchanges derive it; a state that groups by a prefix of the
   key, ``group_fields``, keeps no ``groups`` of its own: its prefix store's say it, by prefix);
 - ``alive`` (bool): whether the key holds a value. Deleting a key only clears it; the slot keeps
@@ -29,8 +30,8 @@ still pending reads its table position; an empty position ends the search (or, w
 is claimed: all rows write a marker there, and the row whose marker stays wins and gets a new
 slot, the others look again); an occupied one whose stored hash equals the row's has its key
 compared **exactly**, field by field, with the stored key; otherwise the row moves on to the next
-position. Two keys whose 64-bit hashes collide therefore sit in two slots of one probe chain and
-are never merged. Rounds stop when no row is pending: their number is the longest probe of the
+position. Two keys whose hashes collide therefore sit in two slots of one probe chain and are
+never merged. Rounds stop when no row is pending: their number is the longest probe of the
 batch, a handful at this load.
 
 When deleted slots outnumber the live ones (and are more than ``_MIN_COMPACT``), the state is
@@ -109,6 +110,41 @@ class _Mask:
 
     def clear(self) -> None:
         self.bits = None
+
+
+def _batch_table(n: int) -> tuple[np.ndarray, int]:
+    """A scratch table of at least twice ``n`` positions (a power of two) and its mask."""
+    size = 1 << max(10, math.ceil(math.log2(2 * max(n, 1))))
+    return np.empty(size, dtype=np.int64), size - 1
+
+
+def _representatives(slots: np.ndarray) -> np.ndarray:
+    """For each of ``slots``, the position of one of the rows with the same slot (the same for
+    all of them). Rows are placed in a small table by their slot's low bits (slots handed out
+    together are consecutive, and do not collide): each position is won by one row, whose slot's
+    rows are done; the rows another slot beat try again placed by a multiplicative hash of their
+    slot, and the few left after that are sorted."""
+    n = len(slots)
+    chosen = np.arange(n, dtype=np.int64)
+    table, mask = _batch_table(n)
+    bits = np.uint64(mask.bit_length())
+    pending = chosen
+    for spread in (None, np.uint64(0x9E3779B97F4A7C15), np.uint64(0xC2B2AE3D27D4EB4F)):
+        of = slots[pending]
+        if spread is None:
+            at = of & mask
+        else:
+            at = ((of.astype(np.uint64) * spread) >> (np.uint64(64) - bits)).astype(np.int64)
+        table[at] = pending
+        winner = table[at]
+        same = slots[winner] == of
+        chosen[pending[same]] = winner[same]
+        pending = pending[~same]
+        if not len(pending):
+            return chosen
+    _, first, inverse = np.unique(slots[pending], return_index=True, return_inverse=True)
+    chosen[pending] = pending[first[inverse.reshape(-1)]]
+    return chosen
 
 
 def _valid(arr: pa.Array) -> np.ndarray:
@@ -572,7 +608,7 @@ class ColumnarValues:
     def clear(self) -> None:
         self.used = 0  # slots handed out
         self.live = 0  # slots alive
-        self.hashes = np.zeros(0, dtype=np.uint64)
+        self.hashes = np.zeros(0, dtype=np.uint32)
         self.groups = np.zeros(0, dtype=np.int32)
         self.alive = np.zeros(0, dtype=bool)
         if self.group_fields is None:
@@ -587,7 +623,6 @@ class ColumnarValues:
         types = [f.type for f in self.fields] if self.struct else [self.value_type]
         self.columns = [_value_store(t) for t in types]
         self.index = np.full(_MIN_INDEX, _EMPTY, dtype=np.int32)
-        self._stamp = np.zeros(0, dtype=np.int32)
         #: The key arrays of the last ``get``, their hashes, probes and slots (see ``put``).
         self._last_read: tuple[list[pa.Array] | PrefixedKeys, np.ndarray, list[Any], np.ndarray] | None = None
 
@@ -677,13 +712,9 @@ class ColumnarValues:
         slots = np.empty(n, dtype=np.int64)
         slots[own] = self._find(hashes, probes, own, insert=True)
         slots = slots[same]
-        # One row per slot: each slot's stamp is the position of one of its rows (whichever
-        # the scatter kept), the row that reads its own position back represents the slot.
-        self._stamp = _grow(self._stamp, len(self.alive))
-        positions = np.arange(n, dtype=np.int32)
-        self._stamp[slots] = positions
-        chosen = self._stamp[slots]
-        first = np.flatnonzero(chosen == positions)
+        # One row per slot: the row its slot's rows point at represents it.
+        chosen = _representatives(slots)
+        first = np.flatnonzero(chosen == np.arange(n))
         local = np.empty(n, dtype=np.int64)
         local[first] = np.arange(len(first), dtype=np.int64)
         sums = sum_by_id(local[chosen], deltas, len(first))
@@ -856,6 +887,7 @@ class ColumnarValues:
         pending = np.arange(len(rows), dtype=np.int64)  # positions into ``rows``
         wanted = hashes[rows]
         position = (wanted & mask).astype(np.int64)
+        tags = wanted.astype(np.uint32)  # the low half, as stored
         while len(pending):
             at = position[pending]
             held = index[at].astype(np.int64)
@@ -864,7 +896,7 @@ class ColumnarValues:
             candidates = np.flatnonzero(occupied)
             if len(candidates):
                 slots = held[candidates]
-                same_hash = self.hashes[slots] == wanted[pending[candidates]]
+                same_hash = self.hashes[slots] == tags[pending[candidates]]
                 candidates, slots = candidates[same_hash], slots[same_hash]
                 if len(candidates):
                     if claimed and len(claimed[-1]):
@@ -907,7 +939,7 @@ class ColumnarValues:
         start = self.used
         end = start + len(rows)
         h = hashes[rows]
-        self.hashes[start:end] = h
+        self.hashes[start:end] = h.astype(np.uint32)
         if self.prefix is None:
             self.groups[start:end] = group_of_hash(h, self.max_parallelism)
         self.alive[start:end] = False
@@ -923,6 +955,8 @@ class ColumnarValues:
         for column in self.columns:
             column.reserve(len(self.alive))
         if 2 * slots > len(self.index):
+            if slots > 2**30:  # the index's positions come from the 32 bits of hash kept per key
+                raise OverflowError(f"{slots:,} keys in one value state: at most 2**30 fit")
             self._rebuild_index(max(_MIN_INDEX, 1 << math.ceil(math.log2(4 * max(slots, 1)))))
 
     def _rebuild_index(self, size: int) -> None:
@@ -931,7 +965,7 @@ class ColumnarValues:
         index = np.full(size, _EMPTY, dtype=np.int32)
         mask = size - 1
         slots = np.arange(self.used, dtype=np.int64)
-        position = (self.hashes[: self.used] & np.uint64(mask)).astype(np.int64)
+        position = (self.hashes[: self.used] & np.uint32(mask)).astype(np.int64)
         while len(slots):
             free = index[position] < 0
             claim, claim_at = slots[free], position[free]
@@ -969,12 +1003,10 @@ class ColumnarValues:
         n = len(slots)
         if n < 2:
             return np.arange(n)
-        # Without repeats (the usual batch: one row per key) every slot keeps its own stamp;
+        # Without repeats (the usual batch: one row per key) every row represents its own slot;
         # only a batch with repeats pays for a sort.
-        self._stamp = _grow(self._stamp, len(self.alive))
-        positions = np.arange(n, dtype=np.int32)
-        self._stamp[slots] = positions
-        if (self._stamp[slots] == positions).all():
+        positions = np.arange(n, dtype=np.int64)
+        if (_representatives(slots) == positions).all():
             return positions
         order = np.argsort(slots, kind="stable")
         ordered = slots[order]
