@@ -27,7 +27,7 @@ from hypothesis import strategies as st
 from clink.runtime import plan
 from clink.runtime.connectors import ConnectorRegistry
 from clink.runtime.context import RuntimeContext, TaskContext
-from clink.runtime.operators.group import GroupAggregateOperator
+from clink.runtime.operators.group import GroupAggregateOperator, _dense_ids
 from clink.runtime.state import keygroups
 from clink.runtime.state.backend import IncompatibleState, StateBackend
 from clink.runtime.state.keygroups import key_groups
@@ -656,3 +656,20 @@ def test_state_ttl_forgets_the_distinct_values_of_an_expired_key() -> None:
     assert rows([(3, 1)]) == [(3, 1, "+I")]
     assert op._distinct[0].pairs == 1
     assert sum(e[0] == "distinct0" for g in range(op._max_parallelism) for e in op.operator_state.entries(g)) == 1
+
+
+@settings(max_examples=150, deadline=None)
+@given(rows=st.lists(st.tuples(st.none() | st.sampled_from(["a", "b", "c"]), st.none() | st.integers(-3, 3),
+                               st.none() | st.integers(0, 10**6)), min_size=1, max_size=200),
+       width=st.sampled_from([2, 3]))
+def test_dense_ids_are_equal_exactly_where_the_key_columns_are(rows: list[tuple], width: int) -> None:
+    """``_dense_ids`` over two or three columns: few combinations (numbered through a table of
+    them) or many (the third column, encoded again), NULLs equal to NULLs; ids run 0 .. m-1 and
+    each id's row holds that id."""
+    columns = [pa.array([r[j] for r in rows]) for j in range(width)]
+    ids, row_of = _dense_ids(columns, len(rows))
+    keys = [r[:width] for r in rows]
+    assert sorted(set(ids.tolist())) == list(range(len(set(keys))))
+    for i, key in enumerate(keys):
+        assert keys[row_of[ids[i]]] == key
+        assert ids[i] == ids[keys.index(key)]

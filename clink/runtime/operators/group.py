@@ -700,8 +700,9 @@ def _dense_ids(columns: list[pa.Array], num_rows: int) -> tuple[np.ndarray, np.n
     the position of one of its rows.
 
     Each column is dictionary-encoded (a hash pass); the codes of several columns are combined
-    into one int64 and encoded again, so an id stays below the number of rows and the product
-    of two never overflows."""
+    into one int64 and numbered again, so an id stays below the number of rows and the product
+    of two never overflows: through a table of every combination where there are few of them
+    (a GROUP BY channel, day: each batch holds one or two days), else by encoding again."""
     ids = np.zeros(num_rows, np.int64)
     m = 1
     for j, col in enumerate(columns):
@@ -709,9 +710,17 @@ def _dense_ids(columns: list[pa.Array], num_rows: int) -> tuple[np.ndarray, np.n
         codes = encoded.indices.to_numpy(zero_copy_only=False).astype(np.int64)
         if j == 0:
             ids, m = codes, len(encoded.dictionary)
+            continue
+        combined = ids * len(encoded.dictionary) + codes
+        combinations = m * len(encoded.dictionary)
+        if combinations <= 4 * num_rows:
+            seen = np.zeros(combinations, bool)
+            seen[combined] = True
+            numbers = np.cumsum(seen) - 1
+            ids, m = numbers[combined], int(numbers[-1]) + 1
         else:
-            combined = pc.dictionary_encode(pa.array(ids * len(encoded.dictionary) + codes))
-            ids, m = combined.indices.to_numpy(zero_copy_only=False).astype(np.int64), len(combined.dictionary)
+            recoded = pc.dictionary_encode(pa.array(combined))
+            ids, m = recoded.indices.to_numpy(zero_copy_only=False).astype(np.int64), len(recoded.dictionary)
     row_of = np.empty(m, np.int64)
     row_of[ids] = np.arange(num_rows, dtype=np.int64)  # any row of an id will do
     return ids, row_of
