@@ -159,6 +159,7 @@ class GroupAggregateOperator(OperatorBase):
             self._fields.append(pa.field(_TOUCHED, pa.int64()))
             self._aggregations.append((_TOUCHED, "max"))
             self._next_sweep = int(ctx.runtime.clock()) + ttl_ms
+        self._plan_merge()
 
         if node.keys:
             key_schema = pa.schema([(f"k{j}", input_schema.field(k).type) for j, k in enumerate(node.keys)])
@@ -357,6 +358,23 @@ class GroupAggregateOperator(OperatorBase):
                 self._fields.append(pa.field(x, input_schema.field(agg.arg).type))
                 self._aggregations.append((x, agg.fn))
 
+    def _plan_merge(self) -> None:
+        """Whether ``_merge`` combines each field element-wise: every sum over integers or floats,
+        every MIN and MAX over a type Arrow compares element-wise (numbers, strings, binary,
+        temporal, booleans), and the aggregation of each field (``_merged_by``)."""
+        self._merged_by = {a[0]: a[1] for a in self._aggregations}
+        comparable = (pa.types.is_integer, pa.types.is_floating, pa.types.is_string, pa.types.is_large_string,
+                      pa.types.is_binary, pa.types.is_large_binary, pa.types.is_temporal, pa.types.is_boolean)
+
+        def elementwise(f: pa.Field) -> bool:
+            fn = self._merged_by[f.name]
+            if fn == "sum":
+                return pa.types.is_integer(f.type) or pa.types.is_floating(f.type)
+            return fn in ("min", "max") and any(test(f.type) for test in comparable)
+
+        self._elementwise = len(self._merged_by) == len(self._aggregations) and all(
+            elementwise(f) for f in self._fields)
+
     def _plan_udaf(self, i: int, agg: plan.AggSpec, what: str, width: int) -> None:
         f = resolve(agg.function, self.ctx)
         if not isinstance(f, AggregateUdf):
@@ -488,7 +506,28 @@ class GroupAggregateOperator(OperatorBase):
 
     def _merge(self, old: pa.StructArray, delta: dict[str, pa.Array]) -> dict[str, pa.Array]:
         """The accumulators after the batch: old (NULL where the key was absent) plus delta, per
-        key position; one group_by over the positions does every field at once."""
+        key position. Position by position, as a group_by over the positions of the two would
+        combine them: sums added, MIN and MAX element-wise, NULLs skipped (NaN too, as the
+        group_by skips it). Where a field's
+        type has no such kernel (decimal sums), one group_by does every field at once."""
+        if self._elementwise:
+            new = {}
+            for f, previous in zip(self._fields, old.flatten()[: len(self._fields)], strict=True):
+                change = delta[f.name]
+                if change.type != f.type:
+                    change = pc.cast(change, f.type)
+                fn = self._merged_by[f.name]
+                if fn == "sum":
+                    # A batch's sums are never NULL (counts; SUMs from 0): NULL is an absent key.
+                    zero = pa.scalar(0, f.type)
+                    value = pc.add(pc.fill_null(previous, zero), pc.fill_null(change, zero))
+                elif fn == "max":
+                    value = pc.max_element_wise(previous, change, skip_nulls=True)
+                else:
+                    value = pc.min_element_wise(previous, change, skip_nulls=True)
+                new[f.name] = value
+            self._restart_empty_sums(new)
+            return new
         m = len(old)
         positions = np.arange(m, dtype=np.int64)
         cols: dict[str, pa.Array] = {_POSITION: pa.array(np.concatenate([positions, positions]))}
@@ -504,12 +543,15 @@ class GroupAggregateOperator(OperatorBase):
             if take is not None:
                 values = pc.take(values, pa.array(take))
             new[name] = values if values.type == self._field_type(name) else pc.cast(values, self._field_type(name))
+        self._restart_empty_sums(new)
+        return new
+
+    def _restart_empty_sums(self, new: dict[str, pa.Array]) -> None:
         for f in self._fields:
             if f.name.endswith("_s"):
                 # A sum whose count is back to 0 restarts at exactly 0 (floats may keep a residue).
                 empty = pc.equal(new[f.name[:-2] + "_n"], _ZERO)
                 new[f.name] = pc.if_else(empty, pc.cast(_ZERO, f.type), new[f.name])
-        return new
 
     def _run_udafs(self, batch: pa.RecordBatch, keys: list[pa.Array], old: pa.StructArray) -> list[tuple]:
         """Run the Python aggregate functions over ``batch``: each key's accumulators (new ones
