@@ -964,8 +964,13 @@ class ColumnarValues:
         no key is compared)."""
         index = np.full(size, _EMPTY, dtype=np.int32)
         mask = size - 1
-        slots = np.arange(self.used, dtype=np.int64)
+        slots = np.arange(self.used, dtype=np.int32)
         position = (self.hashes[: self.used] & np.uint32(mask)).astype(np.int64)
+        # Every position is free at first: each slot writes its home, and those that read
+        # themselves back hold it; the others go on, probing past occupied positions.
+        index[position] = slots
+        placed = index[position] == slots
+        slots, position = slots[~placed], (position[~placed] + 1) & mask
         while len(slots):
             free = index[position] < 0
             claim, claim_at = slots[free], position[free]
