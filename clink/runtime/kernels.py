@@ -914,6 +914,25 @@ _DIRECTIVE_UNIT = {**dict.fromkeys("YymdejaAbBhCGgVUWuwDFxnt%", 86400), **dict.f
                    **dict.fromkeys("MR", 60)}
 
 
+def _distinct_steps(values: np.ndarray, unit: int, valid: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
+    """``numpy.unique(values, return_inverse=True)`` of multiples of ``unit``: where they span
+    few steps of it (a batch's days, minutes or seconds), by marking the steps in a table
+    instead of sorting. Rows not ``valid`` get any index."""
+    live = values if valid is None else values[valid]
+    if len(live):
+        low, high = int(live.min()), int(live.max())
+        span = (high - low) // unit + 1
+        if span <= 4 * len(values):
+            steps = (values - low) // unit
+            if valid is not None:
+                steps[~valid] = 0
+            seen = np.zeros(span, bool)
+            seen[steps] = True
+            numbers = np.cumsum(seen) - 1
+            return low + np.flatnonzero(seen) * unit, numbers[steps]
+    return np.unique(values, return_inverse=True)
+
+
 def _strftime_distinct(secs: Value, fmt: str) -> Value:
     """``strftime`` of whole-second timestamps, computed once per distinct value of the coarsest
     unit the format prints (a batch of events spans a few minutes or days: a handful of strings,
@@ -929,7 +948,7 @@ def _strftime_distinct(secs: Value, fmt: str) -> Value:
     values = raw.to_numpy(zero_copy_only=False) if valid is None else np.where(valid, pc.fill_null(raw, 0), 0)
     if unit > 1:
         values = values // unit * unit
-    distinct, index = np.unique(values, return_inverse=True)
+    distinct, index = _distinct_steps(values, unit, valid)
     if len(distinct) * 4 > len(values):
         return pc.strftime(secs, format=fmt)
     texts = pc.strftime(pa.array(distinct, pa.int64()).cast(pa.timestamp("s")), format=fmt)
