@@ -705,7 +705,21 @@ def test_merging_element_wise_gives_what_a_group_by_gives(batches: list[list[tup
         assert repr(a) == repr(b)  # repr: NaN equals NaN, -0.0 differs from 0.0
 
 
-def test_a_decimal_sum_is_merged_by_a_group_by() -> None:
-    op = make_op([A(fn="sum", arg=1, type=pa.decimal128(38, 2))],
-                 input_schema=pa.schema([("k", pa.string()), ("d", pa.decimal128(10, 2))]))
+@pytest.mark.parametrize(("fn", "t", "values"), [
+    ("sum", pa.decimal128(10, 2), [Decimal("1.50"), None, Decimal("-2.25")]),
+    ("max", pa.bool_(), [False, None, True]),
+    ("min", pa.bool_(), [True, None, False]),
+    ("max", pa.timestamp("ms", tz="UTC"), [dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc), None,
+                                          dt.datetime(2026, 1, 2, tzinfo=dt.timezone.utc)]),
+])
+def test_a_field_without_an_element_wise_kernel_is_merged_by_a_group_by(fn: str, t: pa.DataType,
+                                                                       values: list) -> None:
+    """DECIMAL sums, MIN/MAX of BOOLEAN and of zoned timestamps: Arrow has no element-wise
+    kernel for them, and their key merges its accumulators through a group_by, as before."""
+    schema = pa.schema([("k", pa.string()), ("v", t)])
+    op = make_op([A(fn=fn, arg=1, type=t if fn != "sum" else pa.decimal128(38, 2))], input_schema=schema)
     assert not op._elementwise
+    results = [rows_of(op.process(batch([("a", v)], schema))) for v in values]
+    expected = {"sum": [Decimal("1.50"), Decimal("1.50"), Decimal("-0.75")],
+                "max": [values[0], values[0], values[2]], "min": [values[0], values[0], values[2]]}[fn]
+    assert [r[-1][1] for r in results if r] == [expected[0], expected[2]]

@@ -360,17 +360,22 @@ class GroupAggregateOperator(OperatorBase):
 
     def _plan_merge(self) -> None:
         """Whether ``_merge`` combines each field element-wise: every sum over integers or floats,
-        every MIN and MAX over a type Arrow compares element-wise (numbers, strings, binary,
-        temporal, booleans), and the aggregation of each field (``_merged_by``)."""
+        every MIN and MAX over a type Arrow's element-wise kernels take (numbers, strings,
+        dates, times, timestamps without a zone; not booleans or zoned timestamps, asked of the
+        kernel itself), and the aggregation of each field (``_merged_by``)."""
         self._merged_by = {a[0]: a[1] for a in self._aggregations}
-        comparable = (pa.types.is_integer, pa.types.is_floating, pa.types.is_string, pa.types.is_large_string,
-                      pa.types.is_binary, pa.types.is_large_binary, pa.types.is_temporal, pa.types.is_boolean)
 
         def elementwise(f: pa.Field) -> bool:
             fn = self._merged_by[f.name]
             if fn == "sum":
                 return pa.types.is_integer(f.type) or pa.types.is_floating(f.type)
-            return fn in ("min", "max") and any(test(f.type) for test in comparable)
+            if fn not in ("min", "max"):
+                return False
+            try:
+                pc.max_element_wise(pa.nulls(1, f.type), pa.nulls(1, f.type), skip_nulls=True)
+            except (pa.ArrowNotImplementedError, pa.ArrowTypeError):
+                return False
+            return True
 
         self._elementwise = len(self._merged_by) == len(self._aggregations) and all(
             elementwise(f) for f in self._fields)
