@@ -104,8 +104,10 @@ def test_random_kills_leave_each_row_once_in_the_stream(r: redis.Redis, redis_ur
     for seed in range(5):
         rng = random.Random(seed)
         r.delete("out", "_clink:ledger:out", "_clink:pending:out")
-        # Throttled, so that the run lasts long enough for the kills to land while rows flow.
-        sql_file = sink_pipeline(tmp_path / f"run{seed}", redis_url, "out", rate=" 'rows-per-second' = '15000',")
+        # Throttled, so that the run lasts long enough for the kills to land while rows flow: 5 s
+        # of rows, so that a run resumed after a kill still outlasts most kill moments (at 2 s,
+        # the resumed runs often ended first, and a faster start left too few kills landing).
+        sql_file = sink_pipeline(tmp_path / f"run{seed}", redis_url, "out", rate=" 'rows-per-second' = '6000',")
         state = tmp_path / f"state{seed}"
         for attempt in range(6):
             process = clink_run(sql_file, state)
