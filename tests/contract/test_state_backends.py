@@ -391,6 +391,59 @@ def test_keys_given_with_their_prefix_once_read_and_write_as_columns(make_backen
             pairs.get_many(PrefixedKeys([names, names], ids, []))
 
 
+PAIRS = [ValueStateDescriptor(name, [("g", pa.string()), ("x", pa.int64())], pa.struct([("n", pa.int64())]),
+                              group_fields=1) for name in ("bidders", "auctions")]
+shared_rows = st.lists(st.tuples(st.sampled_from(["p", "q", "r", None]), st.integers(0, 3), st.integers(-1, 2),
+                                 st.booleans()), max_size=10)
+
+
+@PROPERTY
+@given(batches=st.lists(shared_rows, max_size=6), cut=st.integers(0, 6))
+def test_two_states_grouped_alike_count_apart(make_backend: MakeBackend, batches: list[list[tuple]], cut: int,
+                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two states grouped by fields of the same types (two COUNT(DISTINCT)s of one GROUP BY)
+    given keys over the same prefix arrays and one memo, as the group operator gives them: each
+    keeps its own counts, through deletes that compact one of them at once, and through a
+    snapshot restored at ``cut`` into a fresh state. (The memory backend shares one store of the
+    grouping fields between them.)"""
+    monkeypatch.setattr("clink.runtime.state.columnar._MIN_COMPACT", 0)
+    models: dict[str, dict[tuple, int]] = {"bidders": {}, "auctions": {}}
+    with tempfile.TemporaryDirectory() as d:
+        root = Path(d)
+        state = make_backend(root / "a").open("op", PAIRS)
+        try:
+            for i, rows in enumerate(batches):
+                if i == cut:
+                    (root / f"snap{i}").mkdir()
+                    files = state.snapshot(root / f"snap{i}")
+                    state.close()
+                    state = make_backend(root / f"b{i}").open("op", PAIRS)
+                    state.restore(files)
+                    stores = [getattr(state.value_state(name), "store", None) for name in ("bidders", "auctions")]
+                    if stores[0] is not None:  # the memory backend: shared again on restore
+                        assert stores[0].prefix is stores[1].prefix
+                encoded = pc.dictionary_encode(pa.array([g for g, *_ in rows], pa.string()), null_encoding="encode")
+                ids = encoded.indices.to_numpy().astype(np.int64)
+                memo: dict[Any, Any] = {}
+                for name in ("bidders", "auctions"):
+                    mine = [j for j, (*_, which) in enumerate(rows) if which == (name == "bidders")]
+                    keys = PrefixedKeys([encoded.dictionary], ids[mine], [pa.array([rows[j][1] for j in mine], pa.int64())],
+                                        memo)
+                    deltas = np.array([[rows[j][2]] for j in mine], dtype=np.int64).reshape(len(mine), 1)
+                    state.value_state(name).add_counts(keys, deltas)
+                    for j in mine:
+                        g, x, delta, _ = rows[j]
+                        total = models[name].get((g, x), 0) + delta
+                        if total:
+                            models[name][g, x] = total
+                        else:
+                            models[name].pop((g, x), None)
+                expected = {(name, key): {"n": n} for name, model in models.items() for key, n in model.items()}
+                assert all_entries(state) == expected
+        finally:
+            state.close()
+
+
 COUNTERS = ValueStateDescriptor("counters", [("g", pa.string()), ("x", pa.float64())],
                                 pa.struct([("a", pa.int64()), ("b", pa.int64())]), group_fields=1)
 counter_keys = st.tuples(st.sampled_from(["p", "q", None]), st.sampled_from([0.0, -0.0, math.nan, 1.5, None]))

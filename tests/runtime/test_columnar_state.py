@@ -373,3 +373,35 @@ def test_each_slot_of_a_batch_gets_one_representative_row(slots: list[int]) -> N
     assert (array[chosen] == array).all()
     assert (chosen[chosen] == chosen).all()
     assert len(np.unique(chosen)) == len(set(slots))
+
+
+def test_states_sharing_a_prefix_store_look_a_batch_up_in_it_once() -> None:
+    """``share_prefix``: an empty state grouped by fields of the same types takes another's
+    store of them; keys given to both with one memo are looked up in it once, and each state
+    keeps its own values. A state holding keys, or grouped by other types, keeps its own."""
+    value = pa.struct([("c", pa.int64())])
+    a = ColumnarValues([pa.string(), pa.int64()], value, MAX_PARALLELISM, group_fields=1)
+    b = ColumnarValues([pa.string(), pa.int64()], value, MAX_PARALLELISM, group_fields=1)
+    other = ColumnarValues([pa.int64(), pa.int64()], value, MAX_PARALLELISM, group_fields=1)
+    assert b.share_prefix(a) and b.prefix is a.prefix
+    assert not other.share_prefix(a)
+    names = pa.array(["x", "y", None])
+    memo: dict[Any, Any] = {}
+    calls = []
+    real = ColumnarValues._prefix_ids
+
+    def counting(self: ColumnarValues, *args: Any, **kwargs: Any) -> Any:
+        calls.append(self)
+        return real(self, *args, **kwargs)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(ColumnarValues, "_prefix_ids", counting)
+        a.add_counts(PrefixedKeys([names], np.array([0, 1, 2]), [pa.array([1, 2, 3])], memo), np.ones((3, 1), np.int64))
+        b.add_counts(PrefixedKeys([names], np.array([2, 0]), [pa.array([1, 1])], memo), np.full((2, 1), 5, np.int64))
+    assert calls == [a.prefix]
+    assert a.get([pa.array(["x", "y", None, "x"]), pa.array([1, 2, 3, 2])]).to_pylist() == [
+        {"c": 1}, {"c": 1}, {"c": 1}, None]
+    assert b.get([pa.array([None, "x", "y"]), pa.array([1, 1, 2])]).to_pylist() == [{"c": 5}, {"c": 5}, None]
+    fresh = ColumnarValues([pa.string(), pa.int64()], value, MAX_PARALLELISM, group_fields=1)
+    fresh.add_counts([pa.array(["z"]), pa.array([1])], np.ones((1, 1), np.int64))
+    assert not fresh.share_prefix(a) and fresh.prefix is not a.prefix

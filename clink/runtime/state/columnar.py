@@ -629,6 +629,19 @@ class ColumnarValues:
     def __len__(self) -> int:
         return self.live
 
+    def share_prefix(self, other: ColumnarValues) -> bool:
+        """Use ``other``'s store of grouping fields, if both states group by fields of the same
+        types and this one holds nothing yet; whether it does now. States sharing a store look a
+        batch's ``PrefixedKeys`` up in it once (the COUNT(DISTINCT) states of one GROUP BY). A
+        store only gains entries while shared; a state that compacts or clears takes a store
+        of its own, and the others keep the old one."""
+        if (self.prefix is None or other.prefix is None or self.used or self.prefix.used
+                or self.prefix.key_types != other.prefix.key_types
+                or self.max_parallelism != other.max_parallelism):
+            return self.prefix is not None and self.prefix is other.prefix
+        self.prefix = other.prefix
+        return True
+
     # -- batch access ----------------------------------------------------------------------------
 
     def get(self, keys: list[pa.Array] | PrefixedKeys) -> pa.Array:
@@ -808,7 +821,12 @@ class ColumnarValues:
             probed = keys.memo.get(memo)
             if probed is None:
                 probed = keys.memo[memo] = self.prefix._probe(keys.prefix)
-            ids, group_hashes = self.prefix._prefix_ids(keys.prefix, probed=probed)
+            # And looked up once in a prefix store that several states share (``share_prefix``):
+            # a store is never renumbered in place, so its ids hold for the batch.
+            found = keys.memo.get(("prefix ids", self.prefix))
+            if found is None:
+                found = keys.memo["prefix ids", self.prefix] = self.prefix._prefix_ids(keys.prefix, probed=probed)
+            ids, group_hashes = found
             ids, group_hashes = ids[keys.ids], group_hashes[keys.ids]
             rest = keys.rest
         elif self.prefix is None:

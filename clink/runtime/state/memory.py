@@ -239,7 +239,17 @@ class MemoryOperatorState(OperatorState):
         self._stores: dict[str, Any] = {
             name: _KINDS[d.kind](d, max_parallelism) for name, d in descriptors.items()  # type: ignore[arg-type]
         }
+        self._share_prefixes()
         self._committed: int | None = None
+
+    def _share_prefixes(self) -> None:
+        """Empty value states grouped by fields of the same types share one store of those
+        fields' values (``ColumnarValues.share_prefix``)."""
+        grouped = [s.store for s in self._stores.values() if isinstance(s, _MemoryValueState) and s.store.prefix is not None]
+        for i, store in enumerate(grouped):
+            for first in grouped[:i]:
+                if store.share_prefix(first):
+                    break
 
     def value_state(self, name: str) -> ValueState:
         lookup(self.operator_id, self.descriptors, name, "value")
@@ -262,6 +272,7 @@ class MemoryOperatorState(OperatorState):
     def clear(self) -> None:
         for store in self._stores.values():
             store.clear_all()
+        self._share_prefixes()
 
     def commit(self, checkpoint_id: int) -> None:
         self._committed = int(checkpoint_id)
