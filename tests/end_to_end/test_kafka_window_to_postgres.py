@@ -144,7 +144,8 @@ def test_a_kill_at_each_point_at_several_subtasks_leaves_the_table_exact(broker,
 
 @pytest.fixture(scope="module")
 def large(broker) -> Input:
-    return Input(broker, per_partition=3000, seed=2)
+    # Enough input for ten kills even when the time-based ones catch a fast run late.
+    return Input(broker, per_partition=6000, seed=2)
 
 
 @pytest.mark.slow
