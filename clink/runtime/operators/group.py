@@ -377,8 +377,7 @@ class GroupAggregateOperator(OperatorBase):
                 return False
             return True
 
-        self._elementwise = len(self._merged_by) == len(self._aggregations) and all(
-            elementwise(f) for f in self._fields)
+        self._elementwise = all(elementwise(f) for f in self._fields)
 
     def _plan_udaf(self, i: int, agg: plan.AggSpec, what: str, width: int) -> None:
         f = resolve(agg.function, self.ctx)
@@ -513,8 +512,8 @@ class GroupAggregateOperator(OperatorBase):
         """The accumulators after the batch: old (NULL where the key was absent) plus delta, per
         key position. Position by position, as a group_by over the positions of the two would
         combine them: sums added, MIN and MAX element-wise, NULLs skipped (NaN too, as the
-        group_by skips it). Where a field's
-        type has no such kernel (decimal sums), one group_by does every field at once."""
+        group_by skips it). Where a field's type has no such kernel (a DECIMAL sum, MIN/MAX of a
+        BOOLEAN), one group_by does every field at once."""
         if self._elementwise:
             new = {}
             for f, previous in zip(self._fields, old.flatten()[: len(self._fields)], strict=True):
