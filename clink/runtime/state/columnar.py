@@ -757,9 +757,8 @@ class ColumnarValues:
         found; the rest are left to ``_find``, which also gives repeats one slot)."""
         n = len(hashes)
         rows = np.arange(n, dtype=np.int64)
-        size = 1 << max(10, math.ceil(math.log2(2 * n)))
-        position = (hashes & np.uint64(size - 1)).astype(np.int64)
-        table = np.empty(size, dtype=np.int64)
+        table, mask = _batch_table(n)
+        position = (hashes & np.uint64(mask)).astype(np.int64)
         table[position] = rows  # one of the rows at each position wins it
         other = table[position]
         check = np.flatnonzero((other != rows) & (hashes[other] == hashes))
