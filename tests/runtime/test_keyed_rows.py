@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import numpy as np
 import pyarrow as pa
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from clink.runtime.operators.rows import KeyedRows, _merge_sorted, take_rows
 from clink.runtime.state.keygroups import hash_columns
+from clink.runtime.state.backend import OperatorState
 from clink.runtime.state.memory import MemoryStateBackend
+from clink.runtime.state.sqlite import SqliteStateBackend
 
 _keys = st.lists(st.integers(0, 12), max_size=40).map(lambda v: np.sort(np.array(v, dtype=np.uint64)))
 
@@ -75,3 +77,83 @@ def test_rows_killed_in_place_are_never_found_again(ops, data):
         assert store.rows() == len(live)
     assert sorted(store.stored().column("c1").to_pylist()) == sorted(live)
     assert all(run.n_dead == 0 for run in store.runs)
+
+
+_BOUNDED_OPS = st.lists(st.one_of(
+    st.tuples(st.just("store"), st.lists(st.integers(0, 20), min_size=1, max_size=30)),
+    st.tuples(st.just("kill"), st.lists(st.integers(0, 20), min_size=1, max_size=10)),
+    st.tuples(st.just("expire"), st.integers(0, 40)),
+    st.tuples(st.just("restore"), st.just([]))), min_size=1, max_size=25)
+
+
+@settings(max_examples=40, deadline=None)
+@given(_BOUNDED_OPS, st.sampled_from([0, 1000, 4000]), st.data())
+def test_a_store_on_disk_keeps_its_runs_within_the_bucket_size(tmp_path_factory, ops, cache, data):
+    """An append-only store (a join side) whose table state reads buckets whole from disk stops
+    merging runs at the state's bucket size, and still finds exactly the rows a plain list holds,
+    through stores (each a merge candidate), kills, expiries by event time, and restores that
+    reload the runs one bucket at a time. Expired rows may still be found (a run is rewritten
+    only once a quarter of it goes). No run passes the bound but a single batch larger than it."""
+    directory = tmp_path_factory.mktemp("rows")
+    schema = pa.schema([("k", pa.int64()), ("seq", pa.int64())])
+    restores = 0
+
+    def fresh() -> tuple[KeyedRows, OperatorState]:
+        store = KeyedRows("rows", schema, (0,), 128)
+        state = SqliteStateBackend(directory / f"b{restores}", max_parallelism=128,
+                                   table_cache_bytes=cache).open("join", [store.descriptor])
+        store.table = state.table_state("rows")
+        return store, state
+
+    store, state = fresh()
+    per_row = None
+    largest = 0
+    live: dict[int, tuple[int, int]] = {}  # seq -> (key, time)
+    expired: dict[int, tuple[int, int]] = {}
+    seq = 0
+    for op, arg in ops:
+        if op == "store":
+            seqs = list(range(seq, seq + len(arg)))
+            seq += len(arg)
+            largest = max(largest, len(arg))
+            times = np.array(seqs, dtype=np.int64)
+            columns = [pa.array(arg, pa.int64()), pa.array(seqs, pa.int64())]
+            store.store(columns, np.ones(len(arg), np.int64), hash_columns(columns[:1], len(arg)), 0, times)
+            live.update((s, (k, s)) for s, k in zip(seqs, arg, strict=True))
+            if per_row is None:
+                first = store.table.get(store.runs[0].namespace)
+                per_row = first.nbytes // first.num_rows
+        elif op == "kill":
+            _, found, ids = store.lookup(np.unique(hash_columns([pa.array(arg, pa.int64())], len(arg))))
+            if found is None:
+                continue
+            chosen = data.draw(st.lists(st.integers(0, found.num_rows - 1), unique=True, max_size=found.num_rows))
+            store.kill(ids[np.asarray(chosen, dtype=np.int64)])
+            for i in chosen:
+                s = found.column("c1")[i].as_py()
+                live.pop(s, None)
+                expired.pop(s, None)
+        elif op == "expire":
+            store.expire(time_before=arg)
+            for s in [s for s, (_, t) in live.items() if t < arg]:
+                expired[s] = live.pop(s)
+        else:
+            store.settle()
+            state.commit(1)
+            files = state.snapshot(tmp_path_factory.mktemp("snap"))
+            restores += 1
+            store, state = fresh()
+            state.restore(files)
+            store.reload()
+        cap = store._run_rows()
+        if cap is not None:
+            assert cap == max(1, (cache // 4) // per_row)
+            # (a batch larger than the bound is a run of its own)
+            assert all(len(run.raw) <= max(cap, largest) for run in store.runs)
+        wanted = sorted({k for k, _ in [*live.values(), *expired.values()]})
+        if not wanted:
+            continue
+        _, found, _ = store.lookup(np.unique(hash_columns([pa.array(wanted, pa.int64())], len(wanted))))
+        got = set() if found is None else set(found.column("c1").to_pylist())
+        assert set(live) <= got <= set(live) | set(expired)
+    state.close()

@@ -126,6 +126,8 @@ class KeyedRows:
         #: Interval joins: rows with ``_time`` below ``watermark + expire_offset`` can match no more.
         self.time_column: int | None = None
         self.expire_offset = 0
+        #: The most rows of a run (``_run_rows``): False until known, None for no bound.
+        self._cap: int | None | bool = False
 
     def split(self, batch: pa.RecordBatch) -> tuple[list[pa.Array], np.ndarray]:
         """The data columns of an input batch, and each row's sign (+1 added, -1 retracted)."""
@@ -246,11 +248,31 @@ class KeyedRows:
         lane = self._lane_for(times) if times is not None and not self.retractions else 0
         self._add_run(pa.Table.from_arrays(arrays, schema=self.state_schema), khash, lane=lane,
                       least=(int(time_values.min()), now), negatives=int((sign < 0).sum()))
+        cap = self._run_rows()
         while True:
             mine = sorted((r for r in self.runs if r.lane == lane), key=lambda r: r.seq)
             if len(mine) < 2 or len(mine[-2].raw) > 2 * len(mine[-1].raw):
                 break
+            if cap is not None and len(mine[-2].raw) + len(mine[-1].raw) > cap:
+                break  # a run at the table state's bucket size is merged no more
             self._merge(mine[-2], mine[-1])
+
+    def _run_rows(self) -> int | None:
+        """The most rows a run may reach by merging, or None for no bound: where the table state
+        reads a bucket whole from disk (``TableState.bucket_bytes``), runs stop growing at that
+        many bytes (the first run's bytes per row tell how many rows that is), so that neither a
+        merge nor a lookup ever holds more than a few such runs in memory. A store that takes
+        retractions is not bounded: its merges are what net a retraction with the row it
+        removes."""
+        if self._cap is False:
+            budget = self.table.bucket_bytes
+            if budget is None or self.retractions or not self.runs:
+                self._cap = None if budget is None or self.retractions else False
+                return None
+            first = self.table.get(self.runs[0].namespace)
+            per_row = max(1, first.nbytes // max(1, first.num_rows))
+            self._cap = max(1, budget // per_row)
+        return self._cap
 
     def _lane_for(self, times: np.ndarray) -> int:
         """The lane a batch with these event times joins: the one whose rows it follows in time
@@ -475,10 +497,21 @@ class KeyedRows:
 
     def reload(self) -> None:
         """After a restore: every stored row becomes one run (namespaces of several snapshots may
-        overlap, and a key-group filter may have left gaps)."""
-        parts = [self.table.take(ns) for ns in list(self.table.namespaces())]
+        overlap, and a key-group filter may have left gaps) — or, where runs are bounded
+        (``_run_rows``), each bucket one run of its own, read and written one at a time, so that
+        a restore never holds more than one of them."""
         self.runs = []
         self._lane_ends = {}
+        self._cap = False
+        namespaces = list(self.table.namespaces())
+        if self.table.bucket_bytes is not None and not self.retractions:
+            self.next_namespace = namespaces[-1] + 1 if namespaces else 0
+            for ns in namespaces:
+                part = self.table.take(ns)
+                if part is not None and part.num_rows:
+                    self._rebuild(part)
+            return
+        parts = [self.table.take(ns) for ns in namespaces]
         self.next_namespace = 0
         parts = [p for p in parts if p is not None and p.num_rows]
         if parts:

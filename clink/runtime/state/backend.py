@@ -337,6 +337,10 @@ class TableState(abc.ABC):
     """
 
     descriptor: TableStateDescriptor
+    #: The most bytes a caller that reads its buckets whole should keep in one bucket, or None for
+    #: no bound. A backend that keeps buckets on disk reads a bucket whole into memory, so a
+    #: caller that grows buckets by merging them (``KeyedRows``) stops at this size.
+    bucket_bytes: int | None = None
 
     @abc.abstractmethod
     def add(self, namespace: int, table: pa.Table) -> None:

@@ -364,6 +364,8 @@ class _SqliteTableState(TableState):
         self.index = index
         self.tbl = tbl
         self.descriptor = descriptor
+        # A bucket read whole (from disk, or from the cache) is at most a quarter of the cache.
+        self.bucket_bytes = owner.table_cache_bytes // 4
         self.pending: dict[int, list[pa.Table]] = {}
         self.pending_bytes = 0
         self.clean: dict[int, list[pa.Table]] = {}
