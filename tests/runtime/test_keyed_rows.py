@@ -9,8 +9,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from clink.runtime.operators.rows import KeyedRows, _merge_sorted, take_rows
-from clink.runtime.state.keygroups import hash_columns
 from clink.runtime.state.backend import OperatorState
+from clink.runtime.state.keygroups import hash_columns
 from clink.runtime.state.memory import MemoryStateBackend
 from clink.runtime.state.sqlite import SqliteStateBackend
 
