@@ -149,7 +149,7 @@ def test_a_store_on_disk_keeps_its_runs_within_the_bucket_size(tmp_path_factory,
         if cap is not None:
             assert cap == max(1, (cache // 4) // per_row)
             # (a batch larger than the bound is a run of its own)
-            assert all(len(run.raw) <= max(cap, largest) for run in store.runs)
+            assert all(run.size <= max(cap, largest) for run in store.runs)
         wanted = sorted({k for k, _ in [*live.values(), *expired.values()]})
         if not wanted:
             continue

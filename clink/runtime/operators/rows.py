@@ -61,13 +61,15 @@ _META_TYPES = (pa.uint64(), pa.uint64(), pa.int64(), pa.int64(), pa.int64())
 
 @record(frozen=False)
 class _Run:
-    """One table of a store: its namespace, the key hash of each row (``raw``, in table order),
-    and — once it has been searched — those hashes sorted (``khash``) with the row of each
-    (``order``); the event time and write time below which ``expire`` looks at it again (its
-    oldest, or once it was found not worth a rewrite, the quarter-th smallest)."""
+    """One table of a store: its namespace, the key hash of each row (``raw``, in table order)
+    until it is first searched, and from then on those hashes sorted (``khash``) with the row of
+    each (``order``, int32), ``raw`` dropped (``_hashes`` gives it back), so that an indexed row
+    costs 12 bytes of memory, not 24 (the rows of a disk-backed store are not in memory at all);
+    its rows (``size``); the event time and write time below which ``expire`` looks at it again
+    (its oldest, or once it was found not worth a rewrite, the quarter-th smallest)."""
 
     namespace: int
-    raw: np.ndarray
+    raw: np.ndarray | None
     khash: np.ndarray | None
     order: np.ndarray | None
     min_time: int
@@ -80,6 +82,16 @@ class _Run:
     n_dead: int = 0
     #: Rows stored with count -1 (retractions waiting for a merge to net them).
     negatives: int = 0
+    size: int = 0
+
+    def index(self) -> None:
+        """Sort the run's key hashes (its first search) and drop them in table order."""
+        if self.order is None:
+            assert self.raw is not None
+            order = np.argsort(self.raw, kind="stable")
+            self.khash = self.raw[order]
+            self.order = order.astype(np.int32)
+            self.raw = None
 
 
 #: Lookups with at most this many probes scan a run that is not indexed yet instead of sorting it.
@@ -189,8 +201,7 @@ class KeyedRows:
             if run.order is None:
                 # Indexed when first searched by many probes: a side that is rarely probed never
                 # pays for sorting runs it merges away.
-                run.order = np.argsort(run.raw, kind="stable")
-                run.khash = run.raw[run.order]
+                run.index()
             if sorted_probes is None:
                 # Probes in ascending order search faster (each search starts where the last ended).
                 probe_order = np.argsort(khash, kind="stable") if len(khash) > _SCAN_PROBES else None
@@ -210,7 +221,7 @@ class KeyedRows:
             probe = np.repeat(np.arange(len(khash), dtype=np.int64), lengths)
             starts = np.cumsum(lengths) - lengths
             positions = np.arange(total, dtype=np.int64) - np.repeat(starts - lo, lengths)
-            rows = run.order[positions]
+            rows = run.order[positions].astype(np.int64)
             if run.n_dead:
                 alive = ~run.dead[rows]
                 rows, probe = rows[alive], probe[alive]
@@ -251,9 +262,9 @@ class KeyedRows:
         cap = self._run_rows()
         while True:
             mine = sorted((r for r in self.runs if r.lane == lane), key=lambda r: r.seq)
-            if len(mine) < 2 or len(mine[-2].raw) > 2 * len(mine[-1].raw):
+            if len(mine) < 2 or mine[-2].size > 2 * mine[-1].size:
                 break
-            if cap is not None and len(mine[-2].raw) + len(mine[-1].raw) > cap:
+            if cap is not None and mine[-2].size + mine[-1].size > cap:
                 break  # a run at the table state's bucket size is merged no more
             self._merge(mine[-2], mine[-1])
 
@@ -315,10 +326,10 @@ class KeyedRows:
             run = by_namespace[namespace]
             hit = rows[namespaces == namespace]
             if run.dead is None:
-                run.dead = np.zeros(len(run.raw), dtype=bool)
+                run.dead = np.zeros(run.size, dtype=bool)
             run.n_dead += int(np.count_nonzero(~run.dead[hit]))
             run.dead[hit] = True
-            if run.n_dead * 2 >= len(run.raw):
+            if run.n_dead * 2 >= run.size:
                 full.append(run)
         for run in full:
             self._compact(run)
@@ -341,10 +352,10 @@ class KeyedRows:
         if run.order is not None:
             alive = keep[run.order]
             khash = run.khash[alive]
-            order = (np.cumsum(keep) - 1)[run.order[alive]]
+            order = (np.cumsum(keep) - 1)[run.order[alive]].astype(np.int32)
         if kept.num_columns and kept.column(0).num_chunks > 1:
             kept = kept.combine_chunks()
-        self._add_run(kept, run.raw[keep], khash, order, lane=run.lane, seq=run.seq,
+        self._add_run(kept, None if run.raw is None else run.raw[keep], khash, order, lane=run.lane, seq=run.seq,
                       least=(run.min_time, run.min_written), negatives=run.negatives)
 
     def largest(self, column: int) -> int:
@@ -356,7 +367,7 @@ class KeyedRows:
                 largest = max(largest, int(pc.max(values).as_py()))
         return largest
 
-    def _add_run(self, table: pa.Table, raw: np.ndarray, khash: np.ndarray | None = None,
+    def _add_run(self, table: pa.Table, raw: np.ndarray | None, khash: np.ndarray | None = None,
                  order: np.ndarray | None = None, *, lane: int = 0, seq: int | None = None,
                  least: tuple[int, int] | None = None, dead: np.ndarray | None = None,
                  negatives: int | None = None) -> None:
@@ -376,8 +387,8 @@ class KeyedRows:
         if negatives is None:
             negatives = int(np.count_nonzero(table.column("_count").to_numpy() < 0)) if self.retractions else 0
         n_dead = 0 if dead is None else int(np.count_nonzero(dead))
-        self.runs.append(_Run(namespace, raw, khash, order, least[0], least[1], lane, seq,
-                              dead if n_dead else None, n_dead, negatives))
+        self.runs.append(_Run(namespace, None if order is not None else raw, khash, order, least[0], least[1],
+                              lane, seq, dead if n_dead else None, n_dead, negatives, table.num_rows))
 
     def _merge(self, a: _Run, b: _Run) -> None:
         """One run from runs ``a`` and ``b`` (the newer) of a lane, in the older one's place. Rows
@@ -394,25 +405,23 @@ class KeyedRows:
             # Retractions to net: the rows are rewritten (those removed in place left out).
             self._rebuild(merged if dead is None else merged.filter(pa.array(~dead)), lane=a.lane, seq=a.seq)
             return
-        raw = np.concatenate([a.raw, b.raw])
         if merged.num_columns and merged.column(0).num_chunks > _MAX_CHUNKS:
             merged = merged.combine_chunks()
         # Where expire looks at the merged run again: where it would have looked at either.
         least = (min(a.min_time, b.min_time), min(a.min_written, b.min_written))
         if a.order is None:
             # indexed when first searched
-            self._add_run(merged, raw, lane=a.lane, seq=a.seq, least=least, dead=dead, negatives=0)
+            self._add_run(merged, np.concatenate([_hashes(a), _hashes(b)]), lane=a.lane, seq=a.seq, least=least,
+                          dead=dead, negatives=0)
         else:
-            if b.order is None:
-                # The older run has been searched, so this side is probed: index the newer
-                # (smaller) run now and merge in linear time, rather than sort the merged run
-                # from scratch at the next search.
-                b.order = np.argsort(b.raw, kind="stable")
-                b.khash = b.raw[b.order]
-            keys, rows = _merge_sorted(a.khash, a.order, b.khash, b.order + first.num_rows)
-            self._add_run(merged, raw, keys, rows, lane=a.lane, seq=a.seq, least=least, dead=dead, negatives=0)
+            # The older run has been searched, so this side is probed: index the newer (smaller)
+            # run now, if it is not yet, and merge in linear time, rather than sort the merged run
+            # from scratch at the next search.
+            b.index()
+            keys, rows = _merge_sorted(a.khash, a.order, b.khash, b.order + np.int32(first.num_rows))
+            self._add_run(merged, None, keys, rows, lane=a.lane, seq=a.seq, least=least, dead=dead, negatives=0)
         run = self.runs[-1]
-        if run.n_dead * 2 >= len(run.raw):
+        if run.n_dead * 2 >= run.size:
             self._compact(run)
 
     def _rebuild(self, table: pa.Table, *, lane: int = 0, seq: int | None = None) -> None:
@@ -482,7 +491,8 @@ class KeyedRows:
                 if run.order is not None:
                     later = run.order >= first
                     khash, order = run.khash[later], run.order[later] - first
-                self._add_run(table.slice(first), run.raw[first:], khash, order, lane=run.lane, seq=run.seq)
+                self._add_run(table.slice(first), None if run.raw is None else run.raw[first:], khash, order,
+                              lane=run.lane, seq=run.seq)
                 continue
             kept = np.flatnonzero(keep)
             if times is not None and not self.retractions:
@@ -493,7 +503,7 @@ class KeyedRows:
                     # expiries drop a prefix, a slice, instead of rewriting it again.
                     kept = kept[np.argsort(later, kind="stable")]
             self._rebuild(table.take(pa.array(kept)), lane=run.lane, seq=run.seq)
-        self.runs.sort(key=lambda r: -len(r.raw))
+        self.runs.sort(key=lambda r: -r.size)
 
     def reload(self) -> None:
         """After a restore: every stored row becomes one run (namespaces of several snapshots may
@@ -638,7 +648,16 @@ def _hashable(t: pa.DataType) -> bool:
 
 
 def _dead_of(run: _Run) -> np.ndarray:
-    return run.dead if run.dead is not None else np.zeros(len(run.raw), dtype=bool)
+    return run.dead if run.dead is not None else np.zeros(run.size, dtype=bool)
+
+
+def _hashes(run: _Run) -> np.ndarray:
+    """The key hash of each row of ``run``, in table order."""
+    if run.raw is not None:
+        return run.raw
+    raw = np.empty(run.size, dtype=np.uint64)
+    raw[run.order] = run.khash
+    return raw
 
 
 def _min(table: pa.Table, column: str) -> int:
