@@ -572,6 +572,23 @@ def test_sqlite_table_state_spills_beyond_its_cache(tmp_path: Path) -> None:
         assert got == sorted(expected, key=lambda r: r[0])  # stable: arrival order within a bucket
 
 
+def test_sqlite_table_states_of_one_operator_share_its_cache(tmp_path: Path) -> None:
+    """Two table states (a join's sides) split ``table_cache_bytes``: together they hold about
+    that much in memory, not twice it, and each bounds its buckets by its share."""
+    other = TableStateDescriptor("other", PARTS.schema)
+    backend = SqliteStateBackend(tmp_path, max_parallelism=MAX_PARALLELISM, table_cache_bytes=8192)
+    with backend.open("op", [PARTS, other]) as state:
+        tables = [state.table_state("parts"), state.table_state("other")]
+        assert [t.bucket_bytes for t in tables] == [1024, 1024]
+        for i in range(40):
+            batch = parts_table([(j, f"row {i}.{j}") for j in range(20)])
+            for t in tables:
+                t.add(i % 3, batch)
+            assert sum(t.memory_bytes() for t in tables) <= 8192 + 2 * batch.nbytes
+        assert all(t.num_rows() == 800 for t in tables)
+    assert MemoryStateBackend().open("op", [PARTS]).table_state("parts").bucket_bytes is None
+
+
 def test_sqlite_table_state_writes_a_large_table_in_blobs_of_about_a_mebibyte(tmp_path: Path) -> None:
     """A table of ~6 MiB goes to disk in slices of ~1 MiB (buffers that reuse the heap's pages)
     and comes back whole, in order, from a reopened database."""

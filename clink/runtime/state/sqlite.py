@@ -353,7 +353,8 @@ class _SqliteTableState(TableState):
     IPC stream.
 
     Tables added since the last write wait in memory (``pending``) until the owner writes them:
-    at ``commit``, or when pending and cached tables together pass ``table_cache_bytes``. Written
+    at ``commit``, or when pending and cached tables together pass its share of the operator's
+    ``table_cache_bytes`` (split equally between the operator's table states). Written
     tables stay cached (``clean``, whole buckets only, oldest bucket evicted first) while they
     fit, so a bucket read soon after a checkpoint is not read back from disk. What each bucket
     holds on disk (parts, rows) is indexed in memory, so listing buckets reads nothing.
@@ -364,8 +365,8 @@ class _SqliteTableState(TableState):
         self.index = index
         self.tbl = tbl
         self.descriptor = descriptor
-        # A bucket read whole (from disk, or from the cache) is at most a quarter of the cache.
-        self.bucket_bytes = owner.table_cache_bytes // 4
+        # A bucket read whole (from disk, or from the cache) is at most a quarter of its cache.
+        self.bucket_bytes = owner.table_share // 4
         self.pending: dict[int, list[pa.Table]] = {}
         self.pending_bytes = 0
         self.clean: dict[int, list[pa.Table]] = {}
@@ -405,7 +406,7 @@ class _SqliteTableState(TableState):
 
     def _fit(self) -> None:
         """Keep pending and cached tables within the budget: evict cached buckets, then write."""
-        budget = self.owner.table_cache_bytes
+        budget = self.owner.table_share
         while self.clean and self.pending_bytes + self.clean_bytes > budget:
             self._uncache(next(iter(self.clean)))
         if self.pending_bytes > budget:
@@ -612,6 +613,10 @@ class SqliteOperatorState(OperatorState):
         self.max_parallelism = max_parallelism
         self.cache_entries = cache_entries
         self.table_cache_bytes = table_cache_bytes
+        #: Each table state's share of ``table_cache_bytes``: the operator's table states (a
+        #: join's two sides) split it, so that the operator holds at most that much.
+        tables = sum(1 for d in descriptors.values() if isinstance(d, TableStateDescriptor))
+        self.table_share = table_cache_bytes // max(1, tables)
         #: (state index, key) -> entry; least recently used first.
         self.cache: OrderedDict[tuple[int, Key], list] = OrderedDict()
         #: The dirty entries, by key: what a commit writes, without looking each up in the cache.
