@@ -14,6 +14,7 @@ from clink.runtime import plan as P
 from clink.runtime.context import RuntimeContext, TaskContext
 from clink.runtime.operators.rank import RankOperator
 from clink.runtime.state.memory import MemoryStateBackend
+from clink.runtime.state.sqlite import SqliteStateBackend
 
 INPUT = pa.schema([("k", pa.int64()), ("v", pa.int64())])
 
@@ -61,12 +62,22 @@ values = st.one_of(st.none(), st.integers(0, 6))
 batches = st.lists(st.lists(st.tuples(st.integers(0, 2), values), min_size=1, max_size=8), min_size=1, max_size=10)
 
 
+def _backend(kind: str, factory):
+    """The state backend of a test: memory, or sqlite with a cache so small that runs stop
+    merging at a row or two (``KeyedRows._run_rows``), so that rows spread over many runs."""
+    if kind == "memory":
+        return None
+    return SqliteStateBackend(factory.mktemp("rank"), max_parallelism=128, table_cache_bytes=600)
+
+
+@pytest.mark.parametrize("backend", ["memory", "sqlite-small"])
 @pytest.mark.parametrize("emit_rank", [False, True])
 @pytest.mark.parametrize("descending", [False, True])
 @settings(max_examples=40, deadline=None)
 @given(data=batches, limit=st.integers(1, 4))
-def test_changelog_ends_as_the_top_n(emit_rank: bool, descending: bool, data, limit: int) -> None:
-    op = _operator(_node(limit, emit_rank, descending))
+def test_changelog_ends_as_the_top_n(tmp_path_factory, backend: str, emit_rank: bool, descending: bool, data,
+                                     limit: int) -> None:
+    op = _operator(_node(limit, emit_rank, descending), backend=_backend(backend, tmp_path_factory))
     table: Counter = Counter()
     for rows in data:
         batch = pa.RecordBatch.from_pylist([{"k": k, "v": v} for k, v in rows], schema=INPUT)
@@ -74,13 +85,15 @@ def test_changelog_ends_as_the_top_n(emit_rank: bool, descending: bool, data, li
     assert +table == _model([r for rows in data for r in rows], limit, emit_rank, descending)
 
 
+@pytest.mark.parametrize("backend", ["memory", "sqlite-small"])
 @pytest.mark.parametrize("emit_rank", [False, True])
 @settings(max_examples=30, deadline=None)
 @given(data=batches, limit=st.integers(1, 4))
-def test_rows_removed_by_storing_their_retraction_end_as_the_top_n(emit_rank: bool, data, limit: int) -> None:
+def test_rows_removed_by_storing_their_retraction_end_as_the_top_n(tmp_path_factory, backend: str, emit_rank: bool,
+                                                                   data, limit: int) -> None:
     """Stores written before rows were removed in place (a restored old checkpoint) hold rows
     with count -1: their rows come without ids, and leaving rows are removed by retraction."""
-    op = _operator(_node(limit, emit_rank, True))
+    op = _operator(_node(limit, emit_rank, True), backend=_backend(backend, tmp_path_factory))
     live = op._live
     op._live = lambda partitions, **kw: (live(partitions, **kw)[0], None)
     table: Counter = Counter()

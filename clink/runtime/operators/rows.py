@@ -264,21 +264,22 @@ class KeyedRows:
             mine = sorted((r for r in self.runs if r.lane == lane), key=lambda r: r.seq)
             if len(mine) < 2 or mine[-2].size > 2 * mine[-1].size:
                 break
-            if cap is not None and mine[-2].size + mine[-1].size > cap:
-                break  # a run at the table state's bucket size is merged no more
+            if cap is not None and mine[-2].size + mine[-1].size > cap and not (
+                    self.retractions and (mine[-2].negatives or mine[-1].negatives)):
+                break  # a run at the table state's bucket size is merged no more, but to net
             self._merge(mine[-2], mine[-1])
 
     def _run_rows(self) -> int | None:
         """The most rows a run may reach by merging, or None for no bound: where the table state
         reads a bucket whole from disk (``TableState.bucket_bytes``), runs stop growing at that
         many bytes (the first run's bytes per row tell how many rows that is), so that neither a
-        merge nor a lookup ever holds more than a few such runs in memory. A store that takes
-        retractions is not bounded: its merges are what net a retraction with the row it
-        removes."""
+        merge nor a lookup ever holds more than a few such runs in memory. Runs that hold
+        retractions (rows of count -1) still merge past it: a merge is what nets a retraction
+        with the row it removes."""
         if self._cap is False:
             budget = self.table.bucket_bytes
-            if budget is None or self.retractions or not self.runs:
-                self._cap = None if budget is None or self.retractions else False
+            if budget is None or not self.runs:
+                self._cap = None if budget is None else False
                 return None
             first = self.table.get(self.runs[0].namespace)
             per_row = max(1, first.nbytes // max(1, first.num_rows))
@@ -514,7 +515,7 @@ class KeyedRows:
         self._lane_ends = {}
         self._cap = False
         namespaces = list(self.table.namespaces())
-        if self.table.bucket_bytes is not None and not self.retractions:
+        if self.table.bucket_bytes is not None:
             self.next_namespace = namespaces[-1] + 1 if namespaces else 0
             for ns in namespaces:
                 part = self.table.take(ns)
