@@ -278,6 +278,27 @@ def test_int64_keys_are_held_in_four_bytes_until_one_does_not_fit() -> None:
     assert sorted(store.key_arrays(live)[0].to_pylist()) == [-1, 1, 2**32 - 1, 2**32 + 1]
 
 
+def test_int32_keys_and_prefix_ids_are_held_in_two_bytes_until_one_does_not_fit() -> None:
+    """4-byte integer keys (a prefix's slot number among them) are stored in 2 bytes while they
+    fit, and widened by the first that does not (a negative one too); a key equal to a stored one
+    only in its low 2 bytes is another key."""
+    store = ColumnarValues([pa.int32()], pa.int64(), MAX_PARALLELISM)
+    store.put([pa.array([1, 2**16 - 1], pa.int32())], pa.array([10, 20]))
+    assert store.keys[0].values.dtype == np.uint16
+    assert store.get([pa.array([2**16 + 1, -1, 1], pa.int32())]).to_pylist() == [None, None, 10]
+    store.put([pa.array([-1], pa.int32())], pa.array([30]))
+    assert store.keys[0].values.dtype == np.uint32
+    keys = [pa.array([1, 2**16 - 1, -1, 2**16 + 1, -(2**31)], pa.int32())]
+    assert store.get(keys).to_pylist() == [10, 20, 30, None, None]
+    assert sorted(store.key_arrays(store.live_slots())[0].to_pylist()) == [-1, 1, 2**16 - 1]
+    grouped = ColumnarValues([pa.string(), pa.int64()], pa.int64(), MAX_PARALLELISM, group_fields=1)
+    grouped.put([pa.array([f"g{i % 70_000}" for i in range(140_000)]), pa.array(range(140_000))],
+                pa.array(range(140_000)))
+    assert grouped.keys[0].values.dtype == np.uint32  # 70,000 prefixes: past 2 bytes
+    got = grouped.get([pa.array(["g5", "g69999", "g5"]), pa.array([5, 69_999, 70_005])])
+    assert got.to_pylist() == [5, 69_999, 70_005]
+
+
 def test_a_validity_is_held_only_from_the_first_null() -> None:
     """Keys and values without NULLs keep no validity array; the first NULL makes one, and the
     earlier slots read as valid."""

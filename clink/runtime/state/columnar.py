@@ -61,7 +61,8 @@ _MIN_COMPACT = 4096
 #: The index never has fewer positions than this.
 _MIN_INDEX = 1024
 _EMPTY = -1
-_UINT32_MAX = 2**32 - 1
+#: The narrower word an integer key field of a width starts in (``_FixedKey``).
+_NARROW_KEY = {8: "<u4", 4: "<u2"}
 #: The widths of a narrowed int64 value field, narrowest first.
 _NARROW = (np.int8, np.int16, np.int32, np.int64)
 
@@ -274,15 +275,16 @@ def _same_bytes(a: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray],
 class _FixedKey:
     """One key field of a fixed-width type: values and validity per slot, compared bitwise. An
     8-byte integer key is held in 4 bytes while every key stored fits in them (ids mostly do),
-    and widened in place by the first that does not; a 4-byte word compares with the 8-byte word
-    of a probe as the same number, so equality is unchanged."""
+    a 4-byte one in 2 bytes (a prefix's slot number, while there are at most 65,536 prefixes),
+    and widened in place to its own width by the first that does not; a narrow word compares with
+    the wider word of a probe as the same number (both unsigned), so equality is unchanged."""
 
     def __init__(self, t: pa.DataType, width: int) -> None:
         self.type = t
         self.dtype, self.shape = _numpy_layout(t, width)
         self.floating = pa.types.is_floating(t)
-        narrow = pa.types.is_integer(t) and width == 8
-        self.values = np.zeros((0, *self.shape), dtype="<u4" if narrow else self.dtype)
+        narrow = _NARROW_KEY.get(width) if pa.types.is_integer(t) else None
+        self.values = np.zeros((0, *self.shape), dtype=narrow or self.dtype)
         self.valid = _Mask()
 
     def probe(self, arr: pa.Array) -> tuple[np.ndarray, np.ndarray]:
@@ -309,7 +311,8 @@ class _FixedKey:
     def append(self, probe: tuple[np.ndarray, np.ndarray], rows: np.ndarray, start: int) -> None:
         end = start + len(rows)
         values = probe[0][rows]
-        if self.values.dtype != self.dtype and len(values) and values.max() > _UINT32_MAX:
+        if (self.values.dtype != self.dtype and len(values)
+                and values.max() > np.iinfo(self.values.dtype).max):
             self.values = self.values.astype(self.dtype)
         self.values = _grow(self.values, end)
         self.valid.reserve(len(self.values))
