@@ -426,3 +426,70 @@ def test_states_sharing_a_prefix_store_look_a_batch_up_in_it_once() -> None:
     fresh = ColumnarValues([pa.string(), pa.int64()], value, MAX_PARALLELISM, group_fields=1)
     fresh.add_counts([pa.array(["z"]), pa.array([1])], np.ones((1, 1), np.int64))
     assert not fresh.share_prefix(a) and fresh.prefix is not a.prefix
+
+
+def _fixed_pool(t: pa.DataType, n: int, rng: np.random.Generator) -> list[Any]:
+    """``n`` values of the fixed-width type ``t`` (repeats allowed), the awkward ones included."""
+    if pa.types.is_floating(t):
+        return [0.0, -0.0, math.nan, -math.inf, *rng.normal(size=n - 4).round(1).tolist()]
+    if pa.types.is_boolean(t):
+        return [bool(b) for b in rng.integers(0, 2, n)]
+    if pa.types.is_decimal(t):
+        return [Decimal(int(v)).scaleb(-2) for v in rng.integers(-99_999, 99_999, n)]
+    if pa.types.is_fixed_size_binary(t):
+        return [bytes(b) for b in rng.integers(0, 256, (n, t.byte_width), dtype=np.uint8)]
+    if pa.types.is_date(t):
+        return [dt.date(1970, 1, 1) + dt.timedelta(days=int(d)) for d in rng.integers(-5000, 40_000, n)]
+    if pa.types.is_timestamp(t):
+        return pa.array(rng.integers(-2**40, 2**40, n), pa.int64()).cast(t).to_pylist()
+    info = np.iinfo(t.to_pandas_dtype())
+    return [int(v) for v in rng.integers(info.min, info.max, n, dtype=t.to_pandas_dtype(), endpoint=True)]
+
+
+@pytest.mark.parametrize("collide", [False, True])
+@pytest.mark.parametrize("type_index", [i for i, (t, _) in enumerate(KEY_TYPES)
+                                        if not (pa.types.is_string(t) or pa.types.is_large_binary(t))])
+def test_a_hashless_prefixed_state_finds_its_keys_through_rebuilds_and_compactions(
+        monkeypatch: pytest.MonkeyPatch, type_index: int, collide: bool) -> None:
+    """A state grouped by a string prefix whose other key field is fixed-width keeps no hashes:
+    each index rebuild (1,024 positions growing to 8,192 or more) hashes the stored keys again, and
+    must place every key where a probe of the same key looks (``-0.0`` as ``0.0``, NaN as NaN),
+    through deletes and compactions, with or without colliding hashes."""
+    if collide:
+        monkeypatch.setattr(keygroups, "hash_columns",
+                            lambda columns, num_rows=None: _real_hash(columns, num_rows) & np.uint64(7))
+    monkeypatch.setattr("clink.runtime.state.columnar._MIN_COMPACT", 0)
+    t = KEY_TYPES[type_index][0]
+    rng = np.random.default_rng(type_index)
+    n = 6000
+    groups = [f"g{i}" for i in rng.integers(0, 1500, n)]
+    values = _fixed_pool(t, n, rng)
+    store = ColumnarValues([pa.string(), t], pa.int64(), MAX_PARALLELISM, group_fields=1)
+    assert store.hashless
+    model: dict[tuple, int] = {}
+    for lo in range(0, n, 1500):
+        keys = [pa.array(groups[lo:lo + 1500]), pa.array(values[lo:lo + 1500], t)]
+        store.put(keys if lo % 3000 else prefixed(keys), pa.array(range(lo, lo + 1500), pa.int64()))
+        model.update((model_key(k), i) for i, k in enumerate(zip(groups[lo:lo + 1500], values[lo:lo + 1500]),
+                                                             start=lo))
+    assert len(store.hashes) == 0 and len(store.index) >= 8192
+
+    def check() -> None:
+        flipped = [-v if isinstance(v, float) and v == 0 else v for v in values]  # 0.0 and -0.0 swapped
+        for probe in (values, flipped):
+            got = store.get([pa.array(groups), pa.array(probe, t)]).to_pylist()
+            assert got == [model.get(model_key(k)) for k in zip(groups, probe)]
+
+    check()
+    gone = list(range(0, n, 2))  # half the rows: deleted keys outnumber the live ones, a compaction
+    store.put([pa.array([groups[i] for i in gone]), pa.array([values[i] for i in gone], t)],
+              pa.array([None] * len(gone), pa.int64()))
+    for i in gone:
+        model.pop(model_key((groups[i], values[i])), None)
+    check()
+    more = _fixed_pool(t, 3000, np.random.default_rng(99))
+    store.put([pa.array(groups[:3000]), pa.array(more, t)], pa.array(range(n, n + 3000), pa.int64()))
+    model.update((model_key(k), i) for i, k in enumerate(zip(groups[:3000], more), start=n))
+    check()
+    got = store.get([pa.array(groups[:3000]), pa.array(more, t)]).to_pylist()
+    assert got == [model[model_key(k)] for k in zip(groups[:3000], more)]

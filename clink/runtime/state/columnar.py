@@ -9,7 +9,11 @@ into a set of parallel arrays that grow by doubling:
 - ``hashes`` (uint32: the low half of ``keygroups.hash_columns`` of the key, which places it in
   the index and mostly tells keys apart before they are compared) and ``groups`` (int32, its key
   group, derived from the hash as exchanges derive it; a state that groups by a prefix of the
-  key, ``group_fields``, keeps no ``groups`` of its own: its prefix store's say it, by prefix);
+  key, ``group_fields``, keeps no ``groups`` of its own: its prefix store's say it, by prefix).
+  A state grouped by a prefix whose other key fields are all fixed-width keeps no ``hashes``
+  either (``hashless``): its keys are a prefix's slot number and a few words, compared as fast
+  as a hash, and an index rebuild hashes them again from the stored keys (a COUNT(DISTINCT)'s
+  (group, value) pairs, 4 bytes fewer each);
 - ``alive`` (bool): whether the key holds a value. Deleting a key only clears it; the slot keeps
   its key, so a later write of the same key revives the same slot (a tombstone that is found
   again, not a hole in the probe chains);
@@ -623,6 +627,8 @@ class ColumnarValues:
             self.prefix = ColumnarValues(self.key_types[:n], pa.bool_(), self.max_parallelism)
             # A key's prefix as its slot in the prefix store (the index's slots are int32).
             self.keys = [_FixedKey(pa.int32(), 4), *(_key_store(t) for t in self.key_types[n:])]
+        #: No stored hashes (see the module docstring): every key field fixed-width, behind a prefix.
+        self.hashless = self.prefix is not None and all(isinstance(k, _FixedKey) for k in self.keys)
         types = [f.type for f in self.fields] if self.struct else [self.value_type]
         self.columns = [_value_store(t) for t in types]
         self.index = np.full(_MIN_INDEX, _EMPTY, dtype=np.int32)
@@ -916,8 +922,9 @@ class ColumnarValues:
             candidates = np.flatnonzero(occupied)
             if len(candidates):
                 slots = held[candidates]
-                same_hash = self.hashes[slots] == tags[pending[candidates]]
-                candidates, slots = candidates[same_hash], slots[same_hash]
+                if not self.hashless:
+                    same_hash = self.hashes[slots] == tags[pending[candidates]]
+                    candidates, slots = candidates[same_hash], slots[same_hash]
                 if len(candidates):
                     if claimed and len(claimed[-1]):
                         new_rows = np.concatenate(claimed) if len(claimed) > 1 else claimed[0]
@@ -958,17 +965,18 @@ class ColumnarValues:
         hashes and key groups (none by prefix: see ``groups_of``); ``_find`` appends their keys."""
         start = self.used
         end = start + len(rows)
-        h = hashes[rows]
-        self.hashes[start:end] = h.astype(np.uint32)
+        if not self.hashless:
+            self.hashes[start:end] = hashes[rows].astype(np.uint32)
         if self.prefix is None:
-            self.groups[start:end] = group_of_hash(h, self.max_parallelism)
+            self.groups[start:end] = group_of_hash(hashes[rows], self.max_parallelism)
         self.alive[start:end] = False
         self.used = end
         return np.arange(start, end, dtype=np.int64)
 
     def _reserve(self, slots: int) -> None:
         """Room for ``slots`` slots, and an index at most half full with them."""
-        self.hashes = _grow(self.hashes, slots)
+        if not self.hashless:
+            self.hashes = _grow(self.hashes, slots)
         if self.prefix is None:
             self.groups = _grow(self.groups, slots)
         self.alive = _grow(self.alive, slots)
@@ -985,7 +993,9 @@ class ColumnarValues:
         index = np.full(size, _EMPTY, dtype=np.int32)
         mask = size - 1
         slots = np.arange(self.used, dtype=np.int32)
-        position = (self.hashes[: self.used] & np.uint32(mask)).astype(np.int64)
+        hashes = self._slot_hashes() if self.hashless else self.hashes[: self.used]
+        position = (hashes & hashes.dtype.type(mask)).astype(np.int64)
+        del hashes
         # Every position is free at first: each slot writes its home, and those that read
         # themselves back hold it; the others go on, probing past occupied positions.
         index[position] = slots
@@ -1001,10 +1011,22 @@ class ColumnarValues:
             position = (position[~placed] + 1) & mask
         self.index = index
 
+    def _slot_hashes(self) -> np.ndarray:
+        """The hash of every slot in use, from its stored key (a ``hashless`` state): its prefix's
+        hash, by prefix, extended by its other fields, as ``_probe`` hashed it."""
+        assert self.prefix is not None
+        prefix = self.prefix
+        group_hashes = keygroups.hash_columns(prefix.key_arrays(np.arange(prefix.used, dtype=np.int64)),
+                                              prefix.used)
+        slots = np.arange(self.used, dtype=np.int64)
+        ids = self.keys[0].values[: self.used]
+        return keygroups.extend_hashes(group_hashes[ids], [k.array(slots) for k in self.keys[1:]])
+
     def _compact(self) -> None:
         """Keep only the live slots, renumbered in order, and rebuild the index."""
         live = self.live_slots()
-        self.hashes = self.hashes[live]
+        if not self.hashless:
+            self.hashes = self.hashes[live]
         if self.prefix is None:
             self.groups = self.groups[live]
         self.alive = np.ones(len(live), dtype=bool)
