@@ -65,6 +65,8 @@ _MIN_COMPACT = 4096
 #: The index never has fewer positions than this.
 _MIN_INDEX = 1024
 _EMPTY = -1
+#: Slots hashed again at a time by an index rebuild of a ``hashless`` state.
+_REHASH_ROWS = 1 << 16
 #: The narrower word an integer key field of a width starts in (``_FixedKey``).
 _NARROW_KEY = {8: "<u4", 4: "<u2"}
 #: The widths of a narrowed int64 value field, narrowest first.
@@ -291,28 +293,31 @@ class _FixedKey:
         self.values = np.zeros((0, *self.shape), dtype=narrow or self.dtype)
         self.valid = _Mask()
 
-    def probe(self, arr: pa.Array) -> tuple[np.ndarray, np.ndarray]:
+    def probe(self, arr: pa.Array) -> tuple[np.ndarray, np.ndarray | None]:
+        """The batch's values, and their validity (None: no NULL, nothing to compare)."""
         values = _fixed_values(arr, self.dtype, self.shape)
         if self.floating:
             values = _canonical_floats(values, self.type)
-        return values, _valid(arr)
+        return values, (None if arr.null_count == 0 else _valid(arr))
 
-    def equal(self, probe: tuple[np.ndarray, np.ndarray], rows: np.ndarray, slots: np.ndarray) -> np.ndarray:
+    def equal(self, probe: tuple[np.ndarray, np.ndarray | None], rows: np.ndarray, slots: np.ndarray) -> np.ndarray:
         values, valid = probe
-        same = valid[rows] == self.valid.get(slots)
+        same = values[rows] == self.values[slots]
         if self.shape:
-            return same & (values[rows] == self.values[slots]).all(axis=1)
-        return same & (values[rows] == self.values[slots])
+            same = same.all(axis=1)
+        if valid is None and self.valid.bits is None:
+            return same  # no NULL on either side
+        return same & ((np.ones(len(rows), bool) if valid is None else valid[rows]) == self.valid.get(slots))
 
-    def equal_rows(self, probe: tuple[np.ndarray, np.ndarray], a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    def equal_rows(self, probe: tuple[np.ndarray, np.ndarray | None], a: np.ndarray, b: np.ndarray) -> np.ndarray:
         """Whether rows ``a`` and rows ``b`` of one probed batch hold the same key value."""
         values, valid = probe
-        same = valid[a] == valid[b]
+        same = values[a] == values[b]
         if self.shape:
-            return same & (values[a] == values[b]).all(axis=1)
-        return same & (values[a] == values[b])
+            same = same.all(axis=1)
+        return same if valid is None else same & (valid[a] == valid[b])
 
-    def append(self, probe: tuple[np.ndarray, np.ndarray], rows: np.ndarray, start: int) -> None:
+    def append(self, probe: tuple[np.ndarray, np.ndarray | None], rows: np.ndarray, start: int) -> None:
         end = start + len(rows)
         values = probe[0][rows]
         if (self.values.dtype != self.dtype and len(values)
@@ -321,7 +326,10 @@ class _FixedKey:
         self.values = _grow(self.values, end)
         self.valid.reserve(len(self.values))
         self.values[start:end] = values
-        self.valid.set(slice(start, end), probe[1][rows], len(self.values))
+        if probe[1] is None:
+            self.valid.set_valid(slice(start, end))
+        else:
+            self.valid.set(slice(start, end), probe[1][rows], len(self.values))
 
     def array(self, slots: np.ndarray) -> pa.Array:
         return _fixed_array(self.type, self.values[slots].astype(self.dtype, copy=False), self.valid.get(slots))
@@ -846,7 +854,7 @@ class ColumnarValues:
             ids, group_hashes = self.prefix._prefix_ids(keys[:n])
             rest = keys[n:]
         hashes = keygroups.extend_hashes(group_hashes, rest)
-        probes = [(ids.astype(np.uint32), np.ones(len(ids), dtype=bool)),
+        probes = [(ids.astype(np.uint32), None),
                   *(store.probe(arr) for store, arr in zip(self.keys[1:], rest, strict=True))]
         return hashes, probes
 
@@ -879,20 +887,31 @@ class ColumnarValues:
     def _equal(self, probes: list[Any], rows: np.ndarray, slots: np.ndarray,
                first_new: int | None = None, new_rows: np.ndarray | None = None) -> np.ndarray:
         """Whether each of ``rows`` holds the key of its slot. Slots from ``first_new`` on were
-        claimed by this batch and hold no key yet: row ``new_rows[slot - first_new]`` has it."""
-        same = np.ones(len(rows), dtype=bool)
+        claimed by this batch and hold no key yet: row ``new_rows[slot - first_new]`` has it.
+
+        Fields are compared last first, each only for the rows still equal: a ``hashless``
+        state's value field tells most keys apart (its first field, the prefix's number, is
+        shared by many), so a row that meets another key costs one comparison, as a stored hash
+        would."""
+        same = np.zeros(len(rows), dtype=bool)
         fresh = None if first_new is None else np.flatnonzero(slots >= first_new)
+        fields = list(zip(self.keys, probes, strict=True))[::-1]
+        at = np.arange(len(rows)) if fresh is None or not len(fresh) else np.flatnonzero(slots < first_new)
+        for store, probe in fields:
+            if not len(at):
+                break
+            at = at[store.equal(probe, rows[at], slots[at])]
+        same[at] = True
         if fresh is None or not len(fresh):
-            for store, probe in zip(self.keys, probes, strict=True):
-                same &= store.equal(probe, rows, slots)
             return same
         assert new_rows is not None
-        old = np.flatnonzero(slots < first_new)
         owners = new_rows[slots[fresh] - first_new]
-        for store, probe in zip(self.keys, probes, strict=True):
-            if len(old):
-                same[old] &= store.equal(probe, rows[old], slots[old])
-            same[fresh] &= store.equal_rows(probe, rows[fresh], owners)
+        at = np.arange(len(fresh))
+        for store, probe in fields:
+            if not len(at):
+                break
+            at = at[store.equal_rows(probe, rows[fresh[at]], owners[at])]
+        same[fresh[at]] = True
         return same
 
     def _find(self, hashes: np.ndarray, probes: list[Any], rows: np.ndarray, *, insert: bool) -> np.ndarray:
@@ -993,9 +1012,10 @@ class ColumnarValues:
         index = np.full(size, _EMPTY, dtype=np.int32)
         mask = size - 1
         slots = np.arange(self.used, dtype=np.int32)
-        hashes = self._slot_hashes() if self.hashless else self.hashes[: self.used]
-        position = (hashes & hashes.dtype.type(mask)).astype(np.int64)
-        del hashes
+        if self.hashless:
+            position = self._slot_positions(mask)
+        else:
+            position = (self.hashes[: self.used] & np.uint32(mask)).astype(np.int64)
         # Every position is free at first: each slot writes its home, and those that read
         # themselves back hold it; the others go on, probing past occupied positions.
         index[position] = slots
@@ -1011,16 +1031,22 @@ class ColumnarValues:
             position = (position[~placed] + 1) & mask
         self.index = index
 
-    def _slot_hashes(self) -> np.ndarray:
-        """The hash of every slot in use, from its stored key (a ``hashless`` state): its prefix's
-        hash, by prefix, extended by its other fields, as ``_probe`` hashed it."""
+    def _slot_positions(self, mask: int) -> np.ndarray:
+        """The home position (hash & ``mask``) of every slot in use, from its stored key (a
+        ``hashless`` state): its prefix's hash, by prefix, extended by its other fields, as
+        ``_probe`` hashed it. In chunks that the hash's many passes find in the CPU's cache."""
         assert self.prefix is not None
         prefix = self.prefix
         group_hashes = keygroups.hash_columns(prefix.key_arrays(np.arange(prefix.used, dtype=np.int64)),
                                               prefix.used)
-        slots = np.arange(self.used, dtype=np.int64)
-        ids = self.keys[0].values[: self.used]
-        return keygroups.extend_hashes(group_hashes[ids], [k.array(slots) for k in self.keys[1:]])
+        position = np.empty(self.used, dtype=np.int64)
+        ids = self.keys[0].values
+        for lo in range(0, self.used, _REHASH_ROWS):
+            hi = min(lo + _REHASH_ROWS, self.used)
+            slots = np.arange(lo, hi, dtype=np.int64)
+            hashes = keygroups.extend_hashes(group_hashes[ids[lo:hi]], [k.array(slots) for k in self.keys[1:]])
+            position[lo:hi] = hashes & np.uint64(mask)
+        return position
 
     def _compact(self) -> None:
         """Keep only the live slots, renumbered in order, and rebuild the index."""
