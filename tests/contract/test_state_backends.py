@@ -576,7 +576,8 @@ def test_sqlite_table_states_of_one_operator_share_its_cache(tmp_path: Path) -> 
     """Two table states (a join's sides) split ``table_cache_bytes``: together they hold about
     that much in memory, not twice it, and each bounds its buckets by its share."""
     other = TableStateDescriptor("other", PARTS.schema)
-    backend = SqliteStateBackend(tmp_path, max_parallelism=MAX_PARALLELISM, table_cache_bytes=8192)
+    backend = SqliteStateBackend(tmp_path, max_parallelism=MAX_PARALLELISM, table_cache_bytes=8192,
+                                 min_bucket_bytes=0)
     with backend.open("op", [PARTS, other]) as state:
         tables = [state.table_state("parts"), state.table_state("other")]
         assert [t.bucket_bytes for t in tables] == [1024, 1024]
@@ -587,6 +588,12 @@ def test_sqlite_table_states_of_one_operator_share_its_cache(tmp_path: Path) -> 
             assert sum(t.memory_bytes() for t in tables) <= 8192 + 2 * batch.nbytes
         assert all(t.num_rows() == 800 for t in tables)
     assert MemoryStateBackend().open("op", [PARTS]).table_state("parts").bucket_bytes is None
+    # However small the cache, a bucket may reach 1 MiB: a side of tiny runs would be searched
+    # run by run by every batch.
+    with SqliteStateBackend(tmp_path / "floor", table_cache_bytes=8192).open("op", [PARTS, other]) as state:
+        assert state.table_state("parts").bucket_bytes == 1 << 20
+    with SqliteStateBackend(tmp_path / "large", table_cache_bytes=64 << 20).open("op", [PARTS, other]) as state:
+        assert state.table_state("parts").bucket_bytes == 8 << 20
 
 
 def test_sqlite_table_state_writes_a_large_table_in_blobs_of_about_a_mebibyte(tmp_path: Path) -> None:

@@ -101,8 +101,8 @@ def test_a_store_on_disk_keeps_its_runs_within_the_bucket_size(tmp_path_factory,
 
     def fresh() -> tuple[KeyedRows, OperatorState]:
         store = KeyedRows("rows", schema, (0,), 128, retractions=retractions, identity=(1,))
-        state = SqliteStateBackend(directory / f"b{restores}", max_parallelism=128,
-                                   table_cache_bytes=cache).open("join", [store.descriptor])
+        state = SqliteStateBackend(directory / f"b{restores}", max_parallelism=128, table_cache_bytes=cache,
+                                   min_bucket_bytes=0).open("join", [store.descriptor])
         store.table = state.table_state("rows")
         return store, state
 
@@ -165,7 +165,8 @@ def test_runs_that_hold_retractions_merge_past_the_bucket_size_to_net_them(tmp_p
     both leave the state (only merges net them)."""
     schema = pa.schema([("k", pa.int64()), ("v", pa.int64())])
     store = KeyedRows("rows", schema, (0,), 128, retractions=True)
-    state = SqliteStateBackend(tmp_path, max_parallelism=128, table_cache_bytes=0).open("op", [store.descriptor])
+    state = SqliteStateBackend(tmp_path, max_parallelism=128, table_cache_bytes=0,
+                               min_bucket_bytes=0).open("op", [store.descriptor])
     store.table = state.table_state("rows")
     columns = [pa.array([1, 2, 3], pa.int64()), pa.array([10, 20, 30], pa.int64())]
     khash = hash_columns(columns[:1], 3)

@@ -67,7 +67,7 @@ def _backend(kind: str, factory):
     merging at a row or two (``KeyedRows._run_rows``), so that rows spread over many runs."""
     if kind == "memory":
         return None
-    return SqliteStateBackend(factory.mktemp("rank"), max_parallelism=128, table_cache_bytes=600)
+    return SqliteStateBackend(factory.mktemp("rank"), max_parallelism=128, table_cache_bytes=600, min_bucket_bytes=0)
 
 
 @pytest.mark.parametrize("backend", ["memory", "sqlite-small"])

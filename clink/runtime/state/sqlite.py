@@ -91,6 +91,10 @@ READABLE_LAYOUTS = ("1", "2", "3")
 #: a small state is not merged after every checkpoint.
 LOG_FRACTION = 0.05
 _LOG_FLOOR = 200_000
+#: The smallest bucket a reader that reads buckets whole is told to build
+#: (``TableState.bucket_bytes``), however small ``table_cache_bytes`` is: a join side of 10M rows
+#: in runs of a few KiB would be thousands of runs, each searched by every batch that probes it.
+MIN_BUCKET_BYTES = 1 << 20
 #: Parameters per statement stay below SQLite's default limit (32766 since 3.32).
 _CHUNK = 500
 #: Rows of the log upserted by one statement from blobs (``_SqliteValueState.flush``).
@@ -102,13 +106,16 @@ class SqliteStateBackend(StateBackend):
 
     ``cache_entries`` bounds the write-back cache (see the module docstring); a single batch may
     exceed it while it is processed. ``page_cache_kib`` is SQLite's own page cache per database.
+    ``table_cache_bytes`` is what an operator's table states keep in memory, split between them;
+    each tells its readers to keep buckets within a quarter of its share, or
+    ``min_bucket_bytes`` if that is more (``TableState.bucket_bytes``).
     """
 
     def __init__(self, directory: str | Path, *, cache_entries: int = 100_000,
                  max_parallelism: int = DEFAULT_MAX_PARALLELISM, page_cache_kib: int = 65_536,
                  table_cache_bytes: int = 64 << 20, incremental: bool = False,
                  local_recovery: bool = False, log_fraction: float = LOG_FRACTION,
-                 fault_point: str | None = None) -> None:
+                 fault_point: str | None = None, min_bucket_bytes: int = MIN_BUCKET_BYTES) -> None:
         if max_parallelism <= 0:
             raise ValueError(f"max_parallelism must be positive, got {max_parallelism}")
         if cache_entries < 0:
@@ -125,6 +132,7 @@ class SqliteStateBackend(StateBackend):
         self.log_fraction = log_fraction
         #: A named point of the log's merge at which to kill this process ('name:n', crash tests).
         self.fault = FaultPoint(fault_point)
+        self.min_bucket_bytes = min_bucket_bytes
 
     def path_of(self, operator_id: str) -> Path:
         """The database file of ``operator_id``."""
@@ -136,7 +144,8 @@ class SqliteStateBackend(StateBackend):
                                    max_parallelism=self.max_parallelism, cache_entries=self.cache_entries,
                                    page_cache_kib=self.page_cache_kib, table_cache_bytes=self.table_cache_bytes,
                                    incremental=self.incremental, local_recovery=self.local_recovery,
-                                   log_fraction=self.log_fraction, fault=self.fault)
+                                   log_fraction=self.log_fraction, fault=self.fault,
+                                   min_bucket_bytes=self.min_bucket_bytes)
 
 
 class _SqliteValueState(ValueState):
@@ -365,8 +374,9 @@ class _SqliteTableState(TableState):
         self.index = index
         self.tbl = tbl
         self.descriptor = descriptor
-        # A bucket read whole (from disk, or from the cache) is at most a quarter of its cache.
-        self.bucket_bytes = owner.table_share // 4
+        # A bucket read whole (from disk, or from the cache) is at most a quarter of its cache,
+        # but not smaller than the floor, whatever the cache.
+        self.bucket_bytes = max(owner.table_share // 4, owner.min_bucket_bytes)
         self.pending: dict[int, list[pa.Table]] = {}
         self.pending_bytes = 0
         self.clean: dict[int, list[pa.Table]] = {}
@@ -576,8 +586,9 @@ class SqliteOperatorState(OperatorState):
                  max_parallelism: int, cache_entries: int, page_cache_kib: int,
                  table_cache_bytes: int = 64 << 20, incremental: bool = False,
                  local_recovery: bool = False, log_fraction: float = LOG_FRACTION,
-                 fault: Callable[[str], None] | None = None) -> None:
+                 fault: Callable[[str], None] | None = None, min_bucket_bytes: int = 0) -> None:
         self.path = path
+        self.min_bucket_bytes = min_bucket_bytes
         self.log_fraction = log_fraction
         self.fault = fault or FaultPoint(None)
         #: Whether a commit since the last merge may have left a log worth merging.
