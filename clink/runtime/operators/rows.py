@@ -257,9 +257,9 @@ class KeyedRows:
         arrays = [*columns, pa.array(khash), pa.array(rhash), pa.array(sign), pa.array(np.full(n, now, dtype=np.int64)),
                   pa.array(time_values), pa.array(group_of_hash(khash, self.max_parallelism))]
         lane = self._lane_for(times) if times is not None and not self.retractions else 0
-        self._add_run(pa.Table.from_arrays(arrays, schema=self.state_schema), khash, lane=lane,
-                      least=(int(time_values.min()), now), negatives=int((sign < 0).sum()))
-        cap = self._run_rows()
+        table = pa.Table.from_arrays(arrays, schema=self.state_schema)
+        self._add_run(table, khash, lane=lane, least=(int(time_values.min()), now), negatives=int((sign < 0).sum()))
+        cap = self._run_rows(table)
         while True:
             mine = sorted((r for r in self.runs if r.lane == lane), key=lambda r: r.seq)
             if len(mine) < 2 or mine[-2].size > 2 * mine[-1].size:
@@ -269,10 +269,11 @@ class KeyedRows:
                 break  # a run at the table state's bucket size is merged no more, but to net
             self._merge(mine[-2], mine[-1])
 
-    def _run_rows(self) -> int | None:
+    def _run_rows(self, stored: pa.Table | None = None) -> int | None:
         """The most rows a run may reach by merging, or None for no bound: where the table state
         reads a bucket whole from disk (``TableState.bucket_bytes``), runs stop growing at that
-        many bytes (the first run's bytes per row tell how many rows that is), so that neither a
+        many bytes (the bytes per row of ``stored``, a batch just stored, or else of the first run,
+        tell how many rows that is), so that neither a
         merge nor a lookup ever holds more than a few such runs in memory. Runs that hold
         retractions (rows of count -1) still merge past it: a merge is what nets a retraction
         with the row it removes."""
@@ -281,7 +282,7 @@ class KeyedRows:
             if budget is None or not self.runs:
                 self._cap = None if budget is None else False
                 return None
-            first = self.table.get(self.runs[0].namespace)
+            first = stored if stored is not None else self.table.get(self.runs[0].namespace)
             per_row = max(1, first.nbytes // max(1, first.num_rows))
             self._cap = max(1, budget // per_row)
         return self._cap
